@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m cluster_doctor.demo
+	$(BIN)/python tools/demo.py
 
 bench-store: $(STAMP)
 	$(BIN)/python bench/bench_store.py

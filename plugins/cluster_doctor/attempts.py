@@ -1,0 +1,234 @@
+"""One validation attempt of one test on one node: the record every outcome becomes.
+
+Validation happens here, before anything reaches the database or a pod spec, so a malformed record
+is refused with a one-line message that names the offending field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cluster_doctor.nodes import validate_node_name
+
+# Only these mean the suite executed on the node; only they make a pair "fresh" (PRODUCT.md).
+EXECUTED_STATUSES = ("pass", "fail", "error")
+# The attempt ended before the suite ran: the pod never started in time, a user job claimed the
+# node, or the decision was stale / the node busy at submit time.
+NOT_EXECUTED_STATUSES = ("timeout", "preempted", "skipped")
+STATUSES = EXECUTED_STATUSES + NOT_EXECUTED_STATUSES
+
+_TEST_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_MAX_TEXT = 10_000  # reasons and paths are one-liners; anything longer is a bug upstream
+
+
+class InvalidAttempt(ValueError):
+    """The attempt record is malformed; the message names the field."""
+
+
+def parse_timestamp(value: Any, field: str) -> dt.datetime:
+    """Accept an aware datetime, an ISO-8601 string or a Unix timestamp; return an aware UTC datetime."""
+    if isinstance(value, dt.datetime):
+        ts = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise InvalidAttempt(f"{field}: not a finite Unix timestamp: {value!r}")
+        ts = dt.datetime.fromtimestamp(value, tz=dt.UTC)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            ts = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise InvalidAttempt(f"{field}: not an ISO-8601 timestamp: {value!r}") from None
+    else:
+        raise InvalidAttempt(f"{field}: expected a timestamp, got {type(value).__name__}")
+    if ts.tzinfo is None:
+        raise InvalidAttempt(f"{field}: timestamp {value!r} has no time zone (use UTC, e.g. ...Z)")
+    return ts.astimezone(dt.UTC)
+
+
+def _json_safe(value: Any, field: str, depth: int = 0) -> Any:
+    """Deep-copy into plain JSON types. Non-finite floats become null: Postgres jsonb rejects NaN,
+    and the suite has already judged the check that produced it."""
+    if depth > 20:
+        raise InvalidAttempt(f"{field}: nested too deeply")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidAttempt(f"{field}: keys must be strings, got {key!r}")
+            out[key] = _json_safe(item, f"{field}.{key}", depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item, f"{field}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise InvalidAttempt(f"{field}: {type(value).__name__} is not JSON-serializable")
+
+
+def _optional_text(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidAttempt(f"{field}: expected text, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidAttempt(f"{field}: contains a NUL byte")
+    return value[:_MAX_TEXT]
+
+
+def validate_test_name(name: Any) -> str:
+    if not isinstance(name, str) or not _TEST_NAME.match(name):
+        raise InvalidAttempt(
+            f"invalid test name {name!r}: lowercase letters, digits and '_', starting with a letter"
+        )
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """A validated ``validation_history`` row (minus the database-assigned ``id``/``created_at``)."""
+
+    node_name: str
+    test_name: str
+    status: str
+    finished_at: dt.datetime
+    started_at: dt.datetime | None = None
+    duration_s: float | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    checks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    reason: str | None = None
+    log_path: str | None = None
+    pod_name: str | None = None
+    gpu_model: str | None = None
+    suite_version: str | None = None
+    dag_id: str = ""
+    run_id: str = ""
+    map_index: int = -1
+    try_number: int = 1
+
+    COLUMNS = (
+        "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics",
+        "checks", "reason", "log_path", "pod_name", "gpu_model", "suite_version", "dag_id", "run_id",
+        "map_index", "try_number",
+    )
+
+    def __post_init__(self) -> None:
+        try:
+            validate_node_name(self.node_name)
+        except ValueError as exc:
+            raise InvalidAttempt(str(exc)) from None
+        validate_test_name(self.test_name)
+        if self.status not in STATUSES:
+            raise InvalidAttempt(f"unknown status {self.status!r} (expected one of {', '.join(STATUSES)})")
+        object.__setattr__(self, "finished_at", parse_timestamp(self.finished_at, "finished_at"))
+        if self.started_at is not None:
+            object.__setattr__(self, "started_at", parse_timestamp(self.started_at, "started_at"))
+        if self.duration_s is not None:
+            if isinstance(self.duration_s, bool) or not isinstance(self.duration_s, (int, float)):
+                raise InvalidAttempt(f"duration_s: expected a number, got {self.duration_s!r}")
+            if not math.isfinite(self.duration_s) or self.duration_s < 0:
+                raise InvalidAttempt(f"duration_s: must be a finite number >= 0, got {self.duration_s!r}")
+            object.__setattr__(self, "duration_s", float(self.duration_s))
+        if not isinstance(self.metrics, Mapping):
+            raise InvalidAttempt(f"metrics must be a JSON object, got {type(self.metrics).__name__}")
+        object.__setattr__(self, "metrics", _json_safe(self.metrics, "metrics"))
+        if not isinstance(self.checks, (list, tuple)):
+            raise InvalidAttempt(f"checks must be a JSON array, got {type(self.checks).__name__}")
+        for i, check in enumerate(self.checks):
+            if not isinstance(check, Mapping) or not isinstance(check.get("name"), str):
+                raise InvalidAttempt(f"checks[{i}] must be an object with a 'name'")
+        object.__setattr__(self, "checks", _json_safe(list(self.checks), "checks"))
+        for field in ("reason", "log_path", "pod_name", "gpu_model", "suite_version"):
+            object.__setattr__(self, field, _optional_text(getattr(self, field), field))
+        for field in ("dag_id", "run_id"):
+            value = getattr(self, field)
+            if not isinstance(value, str):
+                raise InvalidAttempt(f"{field}: expected text, got {type(value).__name__}")
+        for field in ("map_index", "try_number"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidAttempt(f"{field}: expected an integer, got {value!r}")
+        if self.try_number < 0:
+            raise InvalidAttempt(f"try_number: must be >= 0, got {self.try_number}")
+
+    @property
+    def executed(self) -> bool:
+        return self.status in EXECUTED_STATUSES
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Attempt:
+        if not isinstance(data, Mapping):
+            raise InvalidAttempt(f"an attempt must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known - {"id", "created_at"})
+        if unknown:
+            raise InvalidAttempt(f"unknown attempt field(s): {', '.join(unknown)}")
+        missing = [f for f in ("node_name", "test_name", "status", "finished_at") if data.get(f) is None]
+        if missing:
+            raise InvalidAttempt(f"missing attempt field(s): {', '.join(missing)}")
+        values = {k: v for k, v in data.items() if k in known and v is not None}
+        for key in ("metrics", "checks"):
+            if key in data and data[key] is None:
+                values.pop(key, None)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form (XCom, CLI output)."""
+        out = dataclasses.asdict(self)
+        for key in ("started_at", "finished_at"):
+            if out[key] is not None:
+                out[key] = out[key].isoformat()
+        return out
+
+    def row(self) -> tuple:
+        """Values in ``COLUMNS`` order, jsonb columns serialized, for a parametrized INSERT."""
+        values = []
+        for column in self.COLUMNS:
+            value = getattr(self, column)
+            if column in ("metrics", "checks"):
+                value = json.dumps(value, allow_nan=False)
+            values.append(value)
+        return tuple(values)
+
+
+def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
+    """An Attempt from a suite's result JSON or its termination summary (include/suites contract).
+
+    ``identity`` carries what the suite cannot know: dag_id, run_id, map_index, try_number, pod_name,
+    and optionally node_name/test_name/gpu_model when the orchestrator knows better."""
+    if not isinstance(result, Mapping):
+        raise InvalidAttempt(f"a suite result must be a JSON object, got {type(result).__name__}")
+    environment = result.get("environment") if isinstance(result.get("environment"), Mapping) else {}
+    status = result.get("status")
+    if status not in EXECUTED_STATUSES:
+        raise InvalidAttempt(f"suite result status must be pass, fail or error, got {status!r}")
+    log_path = result.get("log_path")
+    if log_path is None and isinstance(result.get("result_path"), str):
+        log_path = result["result_path"].removesuffix(".json") + ".log"
+    fields = {
+        "node_name": result.get("node"),
+        "test_name": result.get("suite"),
+        "status": status,
+        "started_at": result.get("started_at"),
+        "finished_at": result.get("finished_at"),
+        "duration_s": result.get("duration_s"),
+        "metrics": result.get("metrics") if result.get("metrics") is not None else {},
+        "checks": result.get("checks") if result.get("checks") is not None else [],
+        "reason": result.get("reason"),
+        "log_path": log_path,
+        "gpu_model": result.get("gpu_model") or environment.get("gpu_model"),
+        "suite_version": result.get("suite_version"),
+    }
+    fields.update({k: v for k, v in identity.items() if v is not None})
+    return Attempt.from_dict({k: v for k, v in fields.items() if v is not None})

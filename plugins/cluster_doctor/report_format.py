@@ -1,0 +1,72 @@
+"""Plain-text rendering shared by the CLI and the task logs: ages, tables, CSV/JSON output."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def age(then: dt.datetime | None, now: dt.datetime) -> str:
+    """'3d 4h', '25m', '40s'; '-' when unknown."""
+    if then is None:
+        return "-"
+    seconds = max(0, int((now - then).total_seconds()))
+    days, rem = divmod(seconds, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], max_width: int = 80) -> str:
+    cells = [[_cell(v, max_width) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any, max_width: int) -> str:
+    text = "" if value is None else " ".join(str(value).split())
+    return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def to_json(rows: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps([_jsonable(dict(r)) for r in rows], indent=2, sort_keys=False)
+
+
+def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        values = []
+        for column in columns:
+            value = _jsonable(row.get(column))
+            if isinstance(value, (dict, list)):
+                value = json.dumps(value, sort_keys=True)
+            values.append("" if value is None else value)
+        writer.writerow(values)
+    return out.getvalue()

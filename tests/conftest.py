@@ -1,0 +1,111 @@
+"""Shared fixtures. Database tests run against a real PostgreSQL: the server at 127.0.0.1:5432 when
+one answers (as on CI), otherwise an embedded one (pgserver). If neither can be had, they fail loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import uuid
+
+import psycopg2
+import pytest
+
+from cluster_doctor import database
+from cluster_doctor.store import ResultStore, RetryPolicy
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+LOCAL_URL = os.environ.get("CLUSTER_DOCTOR_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _admin_dsn_local() -> dict | None:
+    dsn = database.dsn_from_url(LOCAL_URL)
+    try:
+        conn = psycopg2.connect(connect_timeout=3, **dsn)
+    except psycopg2.OperationalError:
+        return None
+    conn.close()
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn(tmp_path_factory) -> dict:
+    """libpq keywords of a superuser connection to a real PostgreSQL server."""
+    dsn = _admin_dsn_local()
+    if dsn is not None:
+        yield dsn
+        return
+    try:
+        server = database.embedded_server(tmp_path_factory.mktemp("pgserver"), cleanup_mode="stop")
+    except database.DatabaseUnavailable as exc:
+        pytest.fail(f"no PostgreSQL for the tests: {LOCAL_URL} is unreachable and the embedded one failed: {exc}")
+    yield database.dsn_from_url(server.get_uri())
+
+
+def _admin(dsn: dict):
+    conn = psycopg2.connect(**{**dsn, "dbname": "postgres"})
+    conn.autocommit = True
+    return conn
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_dsn) -> str:
+    """A database with the current schema, cloned for each test (CREATE DATABASE ... TEMPLATE)."""
+    name = f"cd_tmpl_{uuid.uuid4().hex[:10]}"
+    conn = _admin(pg_admin_dsn)
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    ResultStore({**pg_admin_dsn, "dbname": name}).upgrade()
+    yield name
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    conn.close()
+
+
+@contextlib.contextmanager
+def _fresh_database(admin_dsn: dict, template: str | None):
+    name = f"cd_test_{uuid.uuid4().hex[:12]}"
+    conn = _admin(admin_dsn)
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    try:
+        yield {**admin_dsn, "dbname": name}
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.close()
+
+
+def dsn_to_url(dsn: dict) -> str:
+    host = dsn.get("host", "")
+    user = dsn.get("user", "postgres")
+    password = f":{dsn['password']}" if dsn.get("password") else ""
+    if host.startswith("/"):
+        return f"postgresql://{user}{password}@/{dsn['dbname']}?host={host}" + (f"&port={dsn['port']}" if dsn.get("port") else "")
+    port = f":{dsn['port']}" if dsn.get("port") else ""
+    return f"postgresql://{user}{password}@{host}{port}/{dsn['dbname']}"
+
+
+@pytest.fixture
+def db_dsn(pg_admin_dsn, template_db) -> dict:
+    """A fresh, migrated results database for one test."""
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def db_url(db_dsn) -> str:
+    return dsn_to_url(db_dsn)
+
+
+@pytest.fixture
+def empty_db_dsn(pg_admin_dsn) -> dict:
+    """A fresh database with no schema at all."""
+    with _fresh_database(pg_admin_dsn, None) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def store(db_dsn) -> ResultStore:
+    return ResultStore(db_dsn, retry=RetryPolicy(attempts=3, initial_delay_s=0.05))
