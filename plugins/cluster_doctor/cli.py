@@ -134,7 +134,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
             status = r["status"] or "never"
             if r["status"] and now - r["finished_at"] > staleness:
                 status += " (stale)"
-            last = "" if r["last_attempt_id"] == r["history_id"] else \
+            last = "" if r["last_attempt_at"] == r["finished_at"] and r["last_attempt_status"] == r["status"] else \
                 f"{r['last_attempt_status']} {age(r['last_attempt_at'], now)} ago"
             body.append([r["node_name"], r["test_name"], status, age(r["finished_at"], now),
                          age(r["status_since"], now), last,

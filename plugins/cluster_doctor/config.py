@@ -76,6 +76,13 @@ class Settings:
     suite_device: str = _field("cuda", "Device the suites run on: cuda on GPU nodes, cpu in the demo and tests.")
     suites_configmap_prefix: str = _field(
         "cluster-doctor-suites", "Suite code is shipped as an immutable ConfigMap <prefix>-<content hash>.")
+    suite_images: dict = _field({}, "Per-suite image overrides, e.g. {\"nccl_loopback\": \"...:nccl-2.27\"}.")
+    pod_resources: dict = _field(
+        {}, "Extra container resources requested and limited per pod, e.g. {\"rdma/rdma_shared_device_a\": 1} "
+            "so the NCCL loop-back reaches the HCAs.")
+    pod_template_file: str = _field(
+        "", "Base pod manifest (empty: include/pod_templates/validation-pod.yaml next to plugins/).")
+    suites_dir: str = _field("", "Suite code shipped to pods (empty: include/suites next to plugins/).")
     pod_labels: dict = _field({}, "Extra labels on validation pods.")
     pod_env: dict = _field({}, "Extra environment of validation pods (e.g. NCCL_IB_HCA).")
     # --- results ---
@@ -99,7 +106,7 @@ class Settings:
             raise InvalidSettings(f"setting suite_device: must be 'cuda' or 'cpu', got {self.suite_device!r}")
         if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
             raise InvalidSettings("setting tolerations: must be a list of Kubernetes toleration objects")
-        for name in ("suite_timeouts_s", "pod_labels", "pod_env"):
+        for name in ("suite_timeouts_s", "pod_labels", "pod_env", "suite_images", "pod_resources"):
             if not isinstance(getattr(self, name), dict):
                 raise InvalidSettings(f"setting {name}: must be a JSON object")
         if self.node_selector:

@@ -30,9 +30,8 @@ log = logging.getLogger(__name__)
 
 LATEST_COLUMNS = (
     "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics", "checks",
-    "reason", "log_path", "pod_name", "gpu_model", "suite_version", "dag_id", "run_id", "history_id",
-    "status_since", "previous_status", "last_attempt_at", "last_attempt_status", "last_attempt_reason",
-    "last_attempt_id",
+    "reason", "log_path", "gpu_model", "dag_id", "run_id", "history_id", "status_since", "previous_status",
+    "last_attempt_at", "last_attempt_status", "last_attempt_reason",
 )
 HISTORY_COLUMNS = ("id", *Attempt.COLUMNS, "created_at")
 
@@ -252,7 +251,7 @@ class ResultStore:
             (r["node_name"], r["test_name"]): r
             for r in self._query(
                 "SELECT node_name, test_name, status, finished_at, history_id, last_attempt_at, "
-                "last_attempt_status, last_attempt_id FROM validation_latest"
+                "last_attempt_status, last_attempt_id FROM validation_pair_state"
             )
         }
         problems = []

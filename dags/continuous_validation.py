@@ -1,0 +1,149 @@
+"""continuous_validation: keep every GPU node's validation fresh, hourly, on free nodes only.
+
+Thin on purpose: the behaviour of each task lives in ``cluster_doctor.tasks`` (one hop away), the
+validation pod in ``cluster_doctor.operator``, the defaults in ``cluster_doctor.config``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+
+from cluster_doctor import suites
+from cluster_doctor.config import Settings
+from cluster_doctor.operator import NodeValidationPodOperator
+
+# Parse-time settings come from the environment (CLUSTER_DOCTOR_*); the Variable
+# cluster_doctor_settings is read at run time by the first task.
+SETTINGS = Settings.load()
+LONGEST_SUITE_S = max(SETTINGS.suite_timeout(t) for t in suites.CATALOG)
+
+DOC_MD = """
+### Continuous validation of GPU nodes
+
+Every hour this DAG validates the GPU nodes that are **free right now**, stalest first, without
+taking nodes from users:
+
+1. **discover** — GPU nodes of the cluster (`kubernetes_default`): free ones, and why the others are
+   not eligible (busy, cordoned, not ready, tainted).
+2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
+3. **prioritize** — never-validated pairs first, then the oldest; failed pairs are retested after
+   6 h; one test per node, at most `max_pairs`.
+4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).
+5. **validate** — one pod per node · test (pool `gpu_validation`), pinned by node affinity, lowest
+   priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long.
+6. **record** — one `validation_history` row per attempt, whatever happened.
+7. **summarize** / **verdict** — counts, newly failing nodes, coverage.
+
+**Reading the grid.** Each `validate` instance is labelled `node · test`. Green: the node passed.
+Red: the node failed a check or the suite errored — the end of the task log lists the failing checks
+with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the attempt did
+not run the suite (timeout, preempted by a user job, node busy at submit time); the pair stays due.
+
+**The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
+check (or a suite erroring) — `verdict` names them — or the run could not plan (cluster API or
+results DB unreachable). Timeouts, preemptions and skips never fail a run.
+
+**Trigger form.** `node_range` (e.g. `gpu-[001-064]`, `gpu-a*`), `tests`, `stale_before` (re-validate
+results older than this, e.g. after a driver upgrade), `max_pairs`, `dry_run` (plan only). The same
+keys work as `--dag-run-conf` of `airflow backfill create` to walk a node range over several runs.
+"""
+
+with DAG(
+    dag_id="continuous_validation",
+    description="Validate free GPU nodes hourly, stalest first; results in validation_latest",
+    schedule="@hourly",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=dt.timedelta(seconds=SETTINGS.dagrun_timeout_s),
+    tags=["cluster-doctor", "gpu", "validation"],
+    doc_md=DOC_MD,
+    default_args={"retries": 0, "owner": "cluster-doctor"},
+    params={
+        "node_range": Param(
+            "", type="string", title="Node range",
+            description="Hostlist or glob expression, e.g. gpu-[001-064,100] or gpu-a*. Empty: every GPU node."),
+        "tests": Param(
+            list(SETTINGS.tests), type="array", title="Tests",
+            items={"type": "string", "enum": list(suites.CATALOG)},
+            description="Suites to run: " + "; ".join(f"{s.name}: {s.title}" for s in suites.CATALOG.values())),
+        "stale_before": Param(
+            None, type=["null", "string"], format="date-time", title="Stale before",
+            description="Re-validate every pair whose last executed result is older than this (UTC). "
+                        "Use after a driver upgrade or repair."),
+        "max_pairs": Param(
+            None, type=["null", "integer"], minimum=0, title="Max pairs",
+            description=f"At most this many node-test pairs in this run (default {SETTINGS.max_pairs_per_run})."),
+        "dry_run": Param(False, type="boolean", title="Dry run",
+                         description="Plan only: log the pairs that would run, create no pod."),
+    },
+) as dag:
+
+    @task
+    def discover() -> dict:
+        from cluster_doctor import airflow_support, tasks
+
+        context = get_current_context()
+        settings = airflow_support.load_settings()
+        return tasks.discover(context["params"], settings, airflow_support.core_v1(settings.kubernetes_conn_id))
+
+    @task
+    def load_latest(discovered: dict) -> list:
+        from cluster_doctor import airflow_support, tasks
+
+        conn_id = discovered["settings"]["validation_db_conn_id"]
+        return tasks.load_latest(discovered, airflow_support.results_store(conn_id))
+
+    @task
+    def prioritize(discovered: dict, latest: list) -> dict:
+        from cluster_doctor import tasks
+
+        return tasks.prioritize(discovered, latest)
+
+    @task
+    def ship_suites(discovered: dict, planned: dict) -> list:
+        from cluster_doctor import airflow_support, tasks
+
+        conn_id = discovered["settings"]["kubernetes_conn_id"]
+        return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
+
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
+    def record(discovered: dict, planned: dict) -> list:
+        from cluster_doctor import airflow_support, tasks
+
+        context = get_current_context()
+        reported = context["ti"].xcom_pull(task_ids="validate", key="attempt") or []
+        if isinstance(reported, dict):
+            reported = [reported]
+        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"])
+
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
+        from cluster_doctor import airflow_support, tasks
+
+        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        return tasks.summarize(discovered, planned, recorded, store)
+
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def verdict(summary: dict) -> None:
+        from cluster_doctor import tasks
+
+        tasks.verdict(summary)
+
+    discovered = discover()
+    planned = prioritize(discovered, load_latest(discovered))
+    pairs = ship_suites(discovered, planned)
+    validate = NodeValidationPodOperator.partial(
+        task_id="validate",
+        pool=SETTINGS.pool,
+        # pending window + the longest suite's run budget + a margin for pre-checks and log draining
+        execution_timeout=dt.timedelta(seconds=SETTINGS.pending_timeout_s + LONGEST_SUITE_S + 600),
+        retries=0,
+        map_index_template="{{ task.node_name }} · {{ task.test_name }}",
+    ).expand_kwargs(pairs)
+    recorded = record(discovered, planned)
+    validate >> recorded
+    verdict(summarize(discovered, planned, recorded))

@@ -1,0 +1,54 @@
+"""The few places Cluster Doctor touches Airflow's runtime: settings from the Variable, connections.
+
+Imported only from Airflow-facing modules (operator, tasks, plugin); the scheduling core stays pure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cluster_doctor import database
+from cluster_doctor.config import VARIABLE_NAME, Settings
+from cluster_doctor.store import ResultStore, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Defaults < CLUSTER_DOCTOR_* environment < Airflow Variable cluster_doctor_settings < overrides."""
+    from airflow.sdk import Variable
+
+    try:
+        variable = Variable.get(VARIABLE_NAME, default=None)
+    except Exception as exc:  # no API server (CLI use) or no such Variable: env and defaults apply
+        log.debug("Variable %s not readable: %s", VARIABLE_NAME, exc)
+        variable = None
+    return Settings.load(variable=variable, overrides=overrides)
+
+
+def results_dsn(conn_id: str) -> dict[str, Any]:
+    """libpq keywords from the Airflow Connection holding the results database."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type not in (None, "", "postgres", "postgresql"):
+        raise database.InvalidDatabaseUrl(
+            f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres"
+        )
+    return database.dsn_from_airflow_connection(
+        host=conn.host, port=conn.port, login=conn.login, password=conn.password, schema=conn.schema,
+        extra=conn.extra_dejson,
+    )
+
+
+def results_store(conn_id: str, retry: RetryPolicy = RetryPolicy()) -> ResultStore:
+    return ResultStore(results_dsn(conn_id), retry=retry)
+
+
+def core_v1(conn_id: str) -> Any:
+    """The kubernetes CoreV1Api of the provider's hook for ``conn_id``."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    return KubernetesHook(conn_id=conn_id).core_v1_client

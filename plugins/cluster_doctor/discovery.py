@@ -1,0 +1,284 @@
+"""Which GPU nodes are free right now, from the Kubernetes API.
+
+A GPU node has allocatable of the GPU resource (default ``nvidia.com/gpu``) > 0 and matches the
+optional label selector. It is eligible when Ready, not cordoned, and every NoSchedule/NoExecute
+taint is tolerated by the validation pods. It is free when no non-terminal pod bound to it requests
+(or limits) the GPU resource — init and sidecar containers counted the way the scheduler counts
+them, our own validation pods included — and no pending pod is nominated to it (a preemption in
+progress means a user job is about to land there).
+
+Reads are paginated list calls (limit/continue) with field selectors: three list streams whatever
+the cluster size, never a call per node. Responses are decoded with ``json.loads`` instead of the
+client's model deserializer, which is an order of magnitude slower on 150,000 pods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import hostlist
+
+from cluster_doctor.config import Settings
+from cluster_doctor.nodes import InvalidNodeName, NodeRange, validate_node_name
+
+VALIDATION_APP_LABEL = ("app.kubernetes.io/name", "cluster-doctor")
+PAGE_SIZE = 500
+BOUND_ACTIVE_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+UNBOUND_PENDING_PODS = "spec.nodeName=,status.phase=Pending"
+
+# Reasons a GPU node is not eligible, in the order they are checked.
+NOT_READY, CORDONED, TAINTED, BUSY, VALIDATING, NOMINATED, INVALID_NAME = (
+    "not ready", "cordoned", "tainted", "busy", "validation running", "reserved", "invalid name")
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuNode:
+    name: str
+    gpu_count: int
+    gpu_model: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ineligible:
+    name: str
+    reason: str  # one of the constants above
+    detail: str  # e.g. "ml-team/trainer-0 requests 8 nvidia.com/gpu"
+    gpu_count: int = 0
+    gpu_model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Discovery:
+    free: list[GpuNode]
+    ineligible: list[Ineligible]
+    api_calls: int
+    nodes_seen: int
+    pods_seen: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "free": [n.to_dict() for n in self.free],
+            "ineligible": [n.to_dict() for n in self.ineligible],
+            "api_calls": self.api_calls,
+            "nodes_seen": self.nodes_seen,
+            "pods_seen": self.pods_seen,
+        }
+
+
+# ---------------------------------------------------------------------------- quantities
+_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": Decimal("0.001")}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A Kubernetes resource quantity ('8', '500m', '1Gi') as a number."""
+    if value is None:
+        return Decimal(0)
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    try:
+        return Decimal(match.group(1)) * Decimal(_SUFFIX[match.group(2) or ""])
+    except InvalidOperation:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+
+
+def container_request(container: Mapping[str, Any], resource: str) -> Decimal:
+    """Extended resources: a limit without a request means request = limit."""
+    resources = container.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    if resource in requests:
+        return parse_quantity(requests[resource])
+    return parse_quantity(limits.get(resource))
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> Decimal:
+    """The pod's effective request as the scheduler computes it, with restartable (sidecar) init
+    containers: max(sum(app) + sum(sidecars), max over init i of (init_i + sidecars started before i))."""
+    spec = pod.get("spec") or {}
+    app = sum((container_request(c, resource) for c in spec.get("containers") or []), Decimal(0))
+    sidecars = Decimal(0)
+    init_peak = Decimal(0)
+    for c in spec.get("initContainers") or []:
+        amount = container_request(c, resource)
+        if c.get("restartPolicy") == "Always":
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount)
+    return max(app + sidecars, init_peak)
+
+
+# ---------------------------------------------------------------------------- taints
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' ToleratesTaint."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not key:
+        return operator == "Exists"
+    if key != taint.get("key"):
+        return False
+    if operator == "Exists":
+        return True
+    return (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taints(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue  # PreferNoSchedule does not keep a pod off
+        if not any(tolerates(t, taint) for t in tolerations):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            out.append(f"{taint.get('key')}{value}:{taint.get('effect')}")
+    return out
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+# ---------------------------------------------------------------------------- listing
+def paginate(list_call: Callable[..., Any], counter: list[int], **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Items of a paginated list call, decoded from raw JSON."""
+    token = None
+    while True:
+        params = dict(kwargs, limit=PAGE_SIZE, _preload_content=False)
+        if token:
+            params["_continue"] = token
+        response = list_call(**params)
+        counter[0] += 1
+        body = json.loads(response.data)
+        yield from body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def _pod_ref(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = None) -> Discovery:
+    """Classify every GPU node (within ``node_range``) as free or not eligible, with the reason."""
+    calls = [0]
+    resource = settings.gpu_resource
+    gpu_nodes: dict[str, dict[str, Any]] = {}
+    nodes_seen = 0
+    node_kwargs = {"label_selector": settings.node_selector} if settings.node_selector else {}
+    for node in paginate(core_v1.list_node, calls, **node_kwargs):
+        nodes_seen += 1
+        name = (node.get("metadata") or {}).get("name", "")
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        try:
+            gpus = int(parse_quantity(allocatable.get(resource)))
+        except ValueError:
+            gpus = 0
+        if gpus <= 0:
+            continue
+        if node_range is not None and not node_range.matches(name):
+            continue
+        gpu_nodes[name] = {"node": node, "gpus": gpus,
+                           "model": ((node.get("metadata") or {}).get("labels") or {}).get(settings.gpu_product_label)}
+
+    ineligible: dict[str, Ineligible] = {}
+
+    def exclude(name: str, reason: str, detail: str) -> None:
+        if name not in ineligible:
+            info = gpu_nodes[name]
+            ineligible[name] = Ineligible(name, reason, detail, info["gpus"], info["model"])
+
+    for name, info in gpu_nodes.items():
+        node = info["node"]
+        try:
+            validate_node_name(name)
+        except InvalidNodeName:
+            exclude(name, INVALID_NAME, "not a valid Kubernetes node name; never put into a pod spec")
+            continue
+        if not is_ready(node):
+            exclude(name, NOT_READY, "Ready condition is not True")
+        elif (node.get("spec") or {}).get("unschedulable"):
+            exclude(name, CORDONED, "spec.unschedulable is set")
+        else:
+            taints = untolerated_taints(node, settings.tolerations)
+            if taints:
+                exclude(name, TAINTED, "untolerated taint(s) " + ", ".join(taints))
+
+    pods_seen = 0
+    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls, field_selector=BOUND_ACTIVE_PODS):
+        pods_seen += 1
+        name = (pod.get("spec") or {}).get("nodeName")
+        if name not in gpu_nodes or name in ineligible:
+            continue
+        amount = pod_request(pod, resource)
+        if amount <= 0:
+            continue
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(VALIDATION_APP_LABEL[0]) == VALIDATION_APP_LABEL[1]:
+            exclude(name, VALIDATING, f"validation pod {_pod_ref(pod)} is on the node")
+        else:
+            exclude(name, BUSY, f"{_pod_ref(pod)} requests {amount.normalize():f} {resource}")
+    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls, field_selector=UNBOUND_PENDING_PODS):
+        pods_seen += 1
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated in gpu_nodes and pod_request(pod, resource) > 0:
+            exclude(nominated, NOMINATED, f"pending {_pod_ref(pod)} is nominated to the node (preemption)")
+
+    order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
+    free = [GpuNode(name, info["gpus"], info["model"]) for name, info in gpu_nodes.items() if name not in ineligible]
+    free.sort(key=lambda n: order(n.name))
+    return Discovery(
+        free=free,
+        ineligible=sorted(ineligible.values(), key=lambda n: order(n.name)),
+        api_calls=calls[0],
+        nodes_seen=nodes_seen,
+        pods_seen=pods_seen,
+    )
+
+
+def node_gpu_pods(core_v1: Any, node_name: str, resource: str, *, exclude_pod: str | None = None) -> list[str]:
+    """Non-terminal pods on one node that hold GPUs (the pre-submit and while-Pending re-check)."""
+    validate_node_name(node_name)
+    calls = [0]
+    holders = []
+    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls,
+                        field_selector=f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed"):
+        if (pod.get("metadata") or {}).get("name") == exclude_pod:
+            continue
+        amount = pod_request(pod, resource)
+        if amount > 0:
+            holders.append(f"{_pod_ref(pod)} requests {amount.normalize():f} {resource}")
+    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls, field_selector=UNBOUND_PENDING_PODS):
+        if (pod.get("status") or {}).get("nominatedNodeName") == node_name and pod_request(pod, resource) > 0:
+            holders.append(f"pending {_pod_ref(pod)} is nominated to the node (preemption)")
+    return holders
+
+
+def discover_from_kubeconfig(kubeconfig: str | None, settings: Settings,
+                             node_range: NodeRange | None = None) -> Discovery:
+    """For the CLI outside Airflow: the same discovery through a kubeconfig file."""
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=kubeconfig)
+    return discover(client.CoreV1Api(api_client), settings, node_range)

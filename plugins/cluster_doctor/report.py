@@ -1,0 +1,110 @@
+"""The end-of-run summary: what happened in this run, what it means for the fleet.
+
+pandas does the counting; the result is a plain dict (the summarize task's return value) plus a text
+rendering for the task log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from cluster_doctor.attempts import EXECUTED_STATUSES, STATUSES
+from cluster_doctor.nodes import compress
+from cluster_doctor.report_format import table
+
+
+def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
+             now: dt.datetime, staleness: dt.timedelta) -> dict[str, Any]:
+    """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``."""
+    frame = pd.DataFrame(list(latest_rows), columns=["node_name", "test_name", "status", "finished_at"])
+    frame = frame[frame["node_name"].isin(gpu_nodes) & frame["test_name"].isin(tests)]
+    executed = frame[frame["status"].isin(EXECUTED_STATUSES)]
+    fresh = executed[pd.to_datetime(executed["finished_at"], utc=True) >= pd.Timestamp(now - staleness)]
+    fresh_per_node = fresh.groupby("node_name")["test_name"].nunique()
+    covered = int((fresh_per_node >= len(set(tests))).sum())
+    validated_nodes = set(executed["node_name"])
+    failing = sorted(set(executed[executed["status"].isin(["fail", "error"])]["node_name"]))
+    total = len(set(gpu_nodes))
+    return {
+        "gpu_nodes": total,
+        "covered_nodes": covered,
+        "coverage": round(covered / total, 4) if total else None,
+        "never_validated": sorted(set(gpu_nodes) - validated_nodes),
+        "failing_nodes": failing,
+    }
+
+
+def run_summary(
+    discovered: Mapping[str, Any],
+    planned: Mapping[str, Any],
+    recorded: Sequence[Mapping[str, Any]],
+    latest_rows: Sequence[Mapping[str, Any]],
+    *,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    attempts = pd.DataFrame(list(recorded), columns=["node_name", "test_name", "status", "reason", "finished_at"])
+    counts = {status: 0 for status in STATUSES}
+    counts.update({k: int(v) for k, v in attempts["status"].value_counts().items()})
+    state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
+    newly_failing = []
+    for row in attempts[attempts["status"].isin(["fail", "error"])].itertuples():
+        latest = state.get((row.node_name, row.test_name))
+        # the failure streak starts with this attempt: the previous executed result was not a failure
+        if latest and latest.get("previous_status") in (None, "pass") and \
+                latest.get("status") == row.status and latest.get("status_since") == latest.get("finished_at"):
+            newly_failing.append({"node_name": row.node_name, "test_name": row.test_name, "status": row.status,
+                                  "reason": row.reason})
+    ineligible = pd.DataFrame(list(discovered["ineligible"]), columns=["name", "reason", "detail"])
+    not_eligible = {reason: sorted(group["name"]) for reason, group in ineligible.groupby("reason")}
+    settings = discovered["settings"]
+    gpu_nodes = [n["name"] for n in discovered["free"]] + list(ineligible["name"])
+    return {
+        "run_started_at": discovered["started_at"],
+        "params": discovered["params"],
+        "dry_run": planned["dry_run"],
+        "gpu_nodes": len(gpu_nodes),
+        "free_nodes": len(discovered["free"]),
+        "planned": len(planned["pairs"]),
+        "counts": counts,
+        "attempts": [{k: a.get(k) for k in ("node_name", "test_name", "status", "reason")} for a in recorded],
+        "newly_failing": newly_failing,
+        "not_eligible": not_eligible,
+        "not_eligible_detail": list(discovered["ineligible"]),
+        "coverage": coverage(latest_rows, gpu_nodes, discovered["params"]["tests"], now,
+                             dt.timedelta(days=settings["staleness_days"])),
+    }
+
+
+def render(summary: Mapping[str, Any]) -> str:
+    lines = [f"Run summary: {summary['gpu_nodes']} GPU node(s), {summary['free_nodes']} free, "
+             f"{summary['planned']} pair(s) planned" + (" (dry run)" if summary["dry_run"] else "")]
+    counts = summary["counts"]
+    lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s)) or "none")
+    if summary["attempts"]:
+        lines.append(table([[a["node_name"], a["test_name"], a["status"], a["reason"] or ""]
+                            for a in summary["attempts"]], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
+    for item in summary["newly_failing"]:
+        lines.append(f"NEWLY FAILING: {item['node_name']} · {item['test_name']}: {item['reason']}")
+    for reason, names in summary["not_eligible"].items():
+        lines.append(f"not eligible ({reason}): {compress(names)}")
+    cov = summary["coverage"]
+    if cov["gpu_nodes"]:
+        lines.append(f"coverage: {cov['covered_nodes']}/{cov['gpu_nodes']} GPU node(s) fully validated within the "
+                     f"staleness window ({cov['coverage']:.0%}); never validated: {len(cov['never_validated'])}; "
+                     f"failing: {compress(cov['failing_nodes']) or 'none'}")
+    return "\n".join(lines)
+
+
+def verdict(summary: Mapping[str, Any]) -> str | None:
+    """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
+    or a suite erroring. Timeouts, preemptions and skips never fail a run."""
+    bad = [a for a in summary["attempts"] if a["status"] in ("fail", "error")]
+    if not bad:
+        return None
+    shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
+    more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
+    return f"{len(bad)} validation(s) failed in this run: {shown}{more}"

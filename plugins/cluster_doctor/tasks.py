@@ -1,0 +1,187 @@
+"""What each task of the continuous_validation DAG does. The DAG file only wires these together.
+
+Every function takes and returns plain JSON-able values (they travel as XComs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cluster_doctor import discovery, planning, priority, suites
+from cluster_doctor.attempts import Attempt, InvalidAttempt, parse_timestamp
+from cluster_doctor.config import Settings
+from cluster_doctor.nodes import compress
+from cluster_doctor.report_format import age, table
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# ---------------------------------------------------------------------------- 1. discover
+def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None) -> dict:
+    """Validate the run's params, then find the free GPU nodes (and why the others are not)."""
+    now = now or _now()
+    run = planning.parse_params(params, settings, now=now)
+    found = discovery.discover(core_v1, settings, run.node_range)
+    log.info("%d GPU node(s) in range %s: %d free, %d not eligible (%d API calls, %d pods read)",
+             len(found.free) + len(found.ineligible), run.node_range, len(found.free), len(found.ineligible),
+             found.api_calls, found.pods_seen)
+    if found.free:
+        log.info("free: %s", compress(n.name for n in found.free))
+    by_reason: dict[str, list[str]] = {}
+    for node in found.ineligible:
+        by_reason.setdefault(node.reason, []).append(node.name)
+    for reason, names in sorted(by_reason.items()):
+        log.info("not eligible (%s): %s", reason, compress(names))
+    return {"settings": settings.to_dict(), "params": run.to_dict(), "started_at": now.isoformat(),
+            **found.to_dict()}
+
+
+# ---------------------------------------------------------------------------- 2. load latest
+def load_latest(discovered: Mapping[str, Any], store: Any) -> list[list[Any]]:
+    """The latest state of every (free node, enabled test) pair, compact: [node, test, status,
+    finished_at, last_attempt_at, last_attempt_status]."""
+    nodes = [n["name"] for n in discovered["free"]]
+    if not nodes:
+        return []
+    states = store.pair_states(nodes, discovered["params"]["tests"])
+    iso = lambda t: t.isoformat() if t else None  # noqa: E731
+    return [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
+            for (node, test), s in sorted(states.items())]
+
+
+def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.PairState]:
+    out = {}
+    for node, test, status, finished, attempted, attempt_status in rows:
+        out[(node, test)] = priority.PairState(
+            status=status,
+            finished_at=parse_timestamp(finished, "finished_at") if finished else None,
+            last_attempt_at=parse_timestamp(attempted, "last_attempt_at") if attempted else None,
+            last_attempt_status=attempt_status,
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------- 3. prioritize
+def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], now: dt.datetime | None = None) -> dict:
+    now = now or _now()
+    settings = Settings(**discovered["settings"])
+    run = planning.parse_params(discovered["params"], settings, now=now)
+    free = {n["name"]: n for n in discovered["free"]}
+    pairs = priority.plan(list(free), run.tests, _states(latest), now=now, policy=planning.policy(settings, run))
+    planned = [{**p.to_dict(), "gpu_count": free[p.node_name]["gpu_count"],
+                "gpu_model": free[p.node_name]["gpu_model"]} for p in pairs]
+    if planned:
+        log.info("plan (%d pair(s)%s):\n%s", len(planned), ", dry run: no pods" if run.dry_run else "", table(
+            [[i + 1, p["node_name"], p["test_name"], p["why"], p["last_status"] or "-",
+              age(parse_timestamp(p["last_finished_at"], "t") if p["last_finished_at"] else None, now)]
+             for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
+    else:
+        log.info("nothing is due on the %d free node(s): a quiet run", len(free))
+    return {"planned_at": now.isoformat(), "dry_run": run.dry_run, "pairs": planned}
+
+
+# ---------------------------------------------------------------------------- 4. ship suites
+def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_v1: Any) -> list[dict]:
+    """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
+    content hash) and hand every planned pair to the mapped validation task."""
+    if planned["dry_run"] or not planned["pairs"]:
+        return []
+    settings = Settings(**discovered["settings"])
+    directory = suites.suites_dir(settings)
+    version = suites.content_hash(directory)
+    name = suites.configmap_name(settings, version)
+    ensure_configmap(core_v1, settings.namespace, name, suites.shipped_files(directory), version)
+    run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version}
+    return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
+             "gpu_model": p["gpu_model"], "planned_at": planned["planned_at"], "why": p["why"],
+             "run_config": run_config} for p in planned["pairs"]]
+
+
+def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str, bytes], version: str) -> bool:
+    """Create the ConfigMap unless it exists; True when created."""
+    from kubernetes.client.exceptions import ApiException
+
+    body = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "cluster-doctor", "app.kubernetes.io/component": "suites"},
+                     "annotations": {"cluster-doctor.io/suite-version": version}},
+        "immutable": True,
+        "data": {k: v.decode("utf-8") for k, v in files.items()},
+    }
+    try:
+        core_v1.create_namespaced_config_map(namespace, body)
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    log.info("suite code %s shipped as ConfigMap %s/%s (%d files)", version, namespace, name, len(files))
+    return True
+
+
+# ---------------------------------------------------------------------------- 6. record
+def record(
+    planned: Mapping[str, Any],
+    reported: Sequence[Mapping[str, Any] | None],
+    store: Any,
+    *,
+    dag_id: str,
+    run_id: str,
+    now: dt.datetime | None = None,
+) -> list[dict]:
+    """Write every attempt of the run; a planned pair whose task never reported gets a row too."""
+    now = now or _now()
+    attempts: dict[tuple[str, str], Attempt] = {}
+    for item in reported:
+        if not item:
+            continue
+        try:
+            attempt = Attempt.from_dict(item)
+        except InvalidAttempt as exc:
+            log.error("ignoring a malformed attempt from XCom: %s", exc)
+            continue
+        attempts[(attempt.node_name, attempt.test_name)] = attempt
+    if not planned["dry_run"]:
+        for index, pair in enumerate(planned["pairs"]):
+            key = (pair["node_name"], pair["test_name"])
+            if key not in attempts:
+                attempts[key] = Attempt(
+                    node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
+                    reason="the validation task did not report (never ran, killed or lost); no result",
+                    gpu_model=pair.get("gpu_model"), dag_id=dag_id, run_id=run_id, map_index=index, try_number=0)
+    if attempts:
+        result = store.record(list(attempts.values()))
+        log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
+                 result.inserted, result.duplicates)
+    return [a.to_dict() for a in attempts.values()]
+
+
+# ---------------------------------------------------------------------------- 7. summarize, verdict
+def summarize(discovered: Mapping[str, Any], planned: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]] | None,
+              store: Any, now: dt.datetime | None = None) -> dict:
+    from cluster_doctor import report
+
+    now = now or _now()
+    nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
+    latest_rows = store.latest(tests=discovered["params"]["tests"]) if nodes else []
+    summary = report.run_summary(discovered, planned, recorded or [], latest_rows, now=now)
+    log.info("%s", report.render(summary))
+    return summary
+
+
+def verdict(summary: Mapping[str, Any]) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from cluster_doctor import report
+
+    problem = report.verdict(summary)
+    if problem:
+        raise AirflowFailException(problem)
+    log.info("no node failed a check in this run")
