@@ -111,6 +111,7 @@ class Attempt:
     log_path: str | None = None
     pod_name: str | None = None
     gpu_model: str | None = None
+    gpu_count: int | None = None
     suite_version: str | None = None
     dag_id: str = ""
     run_id: str = ""
@@ -119,8 +120,8 @@ class Attempt:
 
     COLUMNS = (
         "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics",
-        "checks", "reason", "log_path", "pod_name", "gpu_model", "suite_version", "dag_id", "run_id",
-        "map_index", "try_number",
+        "checks", "reason", "log_path", "pod_name", "gpu_model", "gpu_count", "suite_version", "dag_id",
+        "run_id", "map_index", "try_number",
     )
 
     def __post_init__(self) -> None:
@@ -155,6 +156,9 @@ class Attempt:
             value = getattr(self, field)
             if not isinstance(value, str):
                 raise InvalidAttempt(f"{field}: expected text, got {type(value).__name__}")
+        if self.gpu_count is not None and (isinstance(self.gpu_count, bool) or not isinstance(self.gpu_count, int)
+                                           or self.gpu_count < 0):
+            raise InvalidAttempt(f"gpu_count: expected an integer >= 0, got {self.gpu_count!r}")
         for field in ("map_index", "try_number"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -228,6 +232,7 @@ def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
         "reason": result.get("reason"),
         "log_path": log_path,
         "gpu_model": result.get("gpu_model") or environment.get("gpu_model"),
+        "gpu_count": result.get("gpu_count") if result.get("gpu_count") is not None else environment.get("gpu_count"),
         "suite_version": result.get("suite_version"),
     }
     fields.update({k: v for k, v in identity.items() if v is not None})

@@ -297,6 +297,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             log_path=summary.get("log_path"),
             pod_name=self.pod.metadata.name if self.pod is not None else None,
             gpu_model=summary.get("gpu_model") or self.gpu_model,
+            gpu_count=self.gpu_count,
             suite_version=summary.get("suite_version") or self.run_config.get("suite_version"),
             dag_id=ti.dag_id if ti else self.dag_id,
             run_id=ti.run_id if ti else "",

@@ -155,7 +155,8 @@ def record(
                 attempts[key] = Attempt(
                     node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
                     reason="the validation task did not report (never ran, killed or lost); no result",
-                    gpu_model=pair.get("gpu_model"), dag_id=dag_id, run_id=run_id, map_index=index, try_number=0)
+                    gpu_model=pair.get("gpu_model"), gpu_count=pair.get("gpu_count"), dag_id=dag_id,
+                    run_id=run_id, map_index=index, try_number=0)
     if attempts:
         result = store.record(list(attempts.values()))
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",

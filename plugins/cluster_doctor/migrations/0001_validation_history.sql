@@ -17,6 +17,7 @@ CREATE TABLE validation_history (
     log_path       text,
     pod_name       text,
     gpu_model      text,
+    gpu_count      integer,
     suite_version  text,
     dag_id         text             NOT NULL DEFAULT '',
     run_id         text             NOT NULL DEFAULT '',
@@ -32,6 +33,7 @@ CREATE TABLE validation_history (
     CONSTRAINT validation_history_metrics_check CHECK (jsonb_typeof(metrics) = 'object'),
     CONSTRAINT validation_history_checks_check CHECK (jsonb_typeof(checks) = 'array'),
     CONSTRAINT validation_history_duration_check CHECK (duration_s IS NULL OR duration_s >= 0),
+    CONSTRAINT validation_history_gpu_count_check CHECK (gpu_count IS NULL OR gpu_count >= 0),
     -- The identity of an attempt: a retried write of the same attempt never adds a second row.
     CONSTRAINT validation_history_attempt_key UNIQUE (dag_id, run_id, node_name, test_name, try_number)
 );
