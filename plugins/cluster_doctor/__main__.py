@@ -2,4 +2,5 @@ import sys
 
 from cluster_doctor.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # Airflow's plugin manager imports every file under plugins/
+    sys.exit(main())

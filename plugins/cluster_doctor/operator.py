@@ -128,6 +128,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             run_id=ti_run_id,
             configmap=self.run_config["configmap"],
             suite_version=self.run_config["suite_version"],
+            suite_files=self.run_config.get("suite_files"),
         )
         return super().build_pod_request_obj(context, dry_run=dry_run)
 

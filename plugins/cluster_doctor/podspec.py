@@ -66,6 +66,7 @@ def build_pod(
     run_id: str,
     configmap: str,
     suite_version: str,
+    suite_files: list[str] | None = None,
     template: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     validate_node_name(node_name)
@@ -111,6 +112,9 @@ def build_pod(
             volume["persistentVolumeClaim"]["claimName"] = settings.pvc
         if "configMap" in volume and volume.get("name") == "suites":
             volume["configMap"]["name"] = configmap
+            if suite_files:
+                # ConfigMaps are flat; project them into a package directory
+                volume["configMap"]["items"] = [{"key": f, "path": f"suites/{f}"} for f in sorted(suite_files)]
 
     container = next(c for c in spec["containers"] if c.get("name") == "base")
     container["image"] = suite.image(settings)

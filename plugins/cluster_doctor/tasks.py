@@ -97,8 +97,10 @@ def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_
     directory = suites.suites_dir(settings)
     version = suites.content_hash(directory)
     name = suites.configmap_name(settings, version)
-    ensure_configmap(core_v1, settings.namespace, name, suites.shipped_files(directory), version)
-    run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version}
+    files = suites.shipped_files(directory)
+    ensure_configmap(core_v1, settings.namespace, name, files, version)
+    run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version,
+                  "suite_files": sorted(files)}
     return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
              "gpu_model": p["gpu_model"], "planned_at": planned["planned_at"], "why": p["why"],
              "run_config": run_config} for p in planned["pairs"]]

@@ -50,7 +50,7 @@ def test_pod_hydration_from_settings():
     assert env["CLUSTER_DOCTOR_GPU_MODEL"] == "NVIDIA-H100-80GB-HBM3"
     assert env["CLUSTER_DOCTOR_OUTPUT_DIR"] == "/mnt/results"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts["results"] == "/mnt/results" and mounts["suites"] == "/opt/cluster-doctor/suites"
+    assert mounts["results"] == "/mnt/results" and mounts["suites"] == "/opt/cluster-doctor"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "shared-rwx"
     assert volumes["suites"]["configMap"]["name"] == BASE["configmap"]
