@@ -47,8 +47,11 @@ bench: bench-store bench-discovery
 
 # Regenerate the full pin set after changing a requirements file.
 constraints: $(STAMP)
-	$(BIN)/uv pip compile --quiet --python-version 3.11 --no-header --annotation-style line \
-		requirements.txt requirements-dev.txt include/suites/requirements.txt -o constraints.txt
+	{ echo "# Full transitive pin set for the venv (regenerate: make constraints). Applied as -c, so it only"; \
+	  echo "# constrains what the requirement files ask for."; \
+	  $(BIN)/uv pip compile --quiet --python-version 3.11 --no-header --annotation-style line \
+		requirements.txt requirements-dev.txt include/suites/requirements.txt; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .demo

@@ -109,7 +109,8 @@ with DAG(
         conn_id = discovered["settings"]["kubernetes_conn_id"]
         return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
 
-    @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
+    # Runs whatever the validations did, but not when discovery or planning failed (nothing to record).
+    @task(trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS, retries=3, retry_delay=dt.timedelta(seconds=30))
     def record(discovered: dict, planned: dict) -> list:
         from cluster_doctor import airflow_support, tasks
 
@@ -120,14 +121,15 @@ with DAG(
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE)
+    @task(trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS)
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
         from cluster_doctor import airflow_support, tasks
 
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.summarize(discovered, planned, recorded, store)
+        return tasks.summarize(discovered, planned, recorded, store, dag_id=dag.dag_id,
+                               run_id=get_current_context()["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE)
+    @task
     def verdict(summary: dict) -> None:
         from cluster_doctor import tasks
 

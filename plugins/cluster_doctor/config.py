@@ -72,7 +72,8 @@ class Settings:
     priority_class: str = _field(
         "cluster-doctor-preemptible", "PriorityClass of validation pods: lowest priority, never preempts.")
     scheduler_name: str = _field("default-scheduler", "schedulerName of validation pods (e.g. volcano).")
-    service_account: str = _field("", "ServiceAccount of validation pods (empty: namespace default; no token mounted).")
+    service_account: str = _field(
+        "cluster-doctor-validation", "ServiceAccount of validation pods (include/k8s; no API token is mounted).")
     suite_device: str = _field("cuda", "Device the suites run on: cuda on GPU nodes, cpu in the demo and tests.")
     suites_configmap_prefix: str = _field(
         "cluster-doctor-suites", "Suite code is shipped as an immutable ConfigMap <prefix>-<content hash>.")

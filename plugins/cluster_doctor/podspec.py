@@ -139,7 +139,8 @@ def build_pod(
     values = {
         "CLUSTER_DOCTOR_TEST": test_name,
         "CLUSTER_DOCTOR_DEVICE": settings.suite_device,
-        "CLUSTER_DOCTOR_EXPECTED_GPUS": str(gpu_count),
+        # CPU mode (demo, tests) exercises the plumbing: the suites see no GPU and must not expect one.
+        "CLUSTER_DOCTOR_EXPECTED_GPUS": str(gpu_count if settings.suite_device == "cuda" else 0),
         "CLUSTER_DOCTOR_SUITE_VERSION": suite_version,
         "CLUSTER_DOCTOR_OUTPUT_DIR": settings.results_dir,
         "CLUSTER_DOCTOR_RUN_ID": run_id,

@@ -8,9 +8,11 @@ A pair of a free node and an enabled test is due when
   * its last executed result is older than an explicit ``stale_before`` (re-validation, backfill).
 Only pass/fail/error make a pair fresh: a timeout, preemption or skip leaves it due.
 
-Order: never-executed pairs first, then the oldest executed result first. Ties break on the oldest
-last attempt of any status (so a node whose pod just timed out goes after untried ones), then the
-node name (natural order), then the test's position in the enabled list: deterministic.
+Order: never-executed pairs first, then the oldest executed result first. Ties break on the node's
+most recent executed result of any enabled test (a node never validated at all goes before a node
+that only misses one suite, so fleet coverage grows fastest), then on the oldest last attempt of any
+status (a node whose pod just timed out goes after untried ones), then the node name (natural order),
+then the test's position in the enabled list: deterministic.
 At most one pair per node per run (two suites on one node would fight for its GPUs), and at most
 ``max_pairs`` pairs.
 """
@@ -114,6 +116,8 @@ def plan(
     candidates = []
     for node in dict.fromkeys(free_nodes):  # de-duplicate, keep order
         node_key = hostlist.numeric_sort_key(node)
+        executed = [s.finished_at for t in test_rank if (s := latest.get((node, t))) and s.finished_at]
+        node_validated_at = max(executed) if executed else _EPOCH
         for test, rank in test_rank.items():
             state = latest.get((node, test))
             why = why_due(state, now, policy)
@@ -124,6 +128,7 @@ def plan(
             key = (
                 0 if executed_at is None else 1,
                 executed_at or _EPOCH,
+                node_validated_at,
                 attempted_at or _EPOCH,  # never attempted sorts first among equals
                 0 if attempted_at is None else 1,
                 node_key,

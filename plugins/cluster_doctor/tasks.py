@@ -99,6 +99,7 @@ def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_
     name = suites.configmap_name(settings, version)
     files = suites.shipped_files(directory)
     ensure_configmap(core_v1, settings.namespace, name, files, version)
+    prune_configmaps(core_v1, settings.namespace, keep=name)
     run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version,
                   "suite_files": sorted(files)}
     return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
@@ -126,6 +127,34 @@ def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str
         raise
     log.info("suite code %s shipped as ConfigMap %s/%s (%d files)", version, namespace, name, len(files))
     return True
+
+
+KEEP_SUITE_VERSIONS = 3
+
+
+def prune_configmaps(core_v1: Any, namespace: str, *, keep: str, versions: int = KEEP_SUITE_VERSIONS) -> list[str]:
+    """Delete old suite ConfigMaps, keeping the current one and the newest few (a pod of an earlier run
+    may still be starting with its version)."""
+    from kubernetes.client.exceptions import ApiException
+
+    listed = core_v1.list_namespaced_config_map(
+        namespace, label_selector="app.kubernetes.io/name=cluster-doctor,app.kubernetes.io/component=suites")
+    items = sorted(listed.items, key=lambda cm: cm.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.UTC),
+                   reverse=True)
+    kept = {keep} | {cm.metadata.name for cm in items[:versions]}
+    deleted = []
+    for cm in items:
+        if cm.metadata.name in kept:
+            continue
+        try:
+            core_v1.delete_namespaced_config_map(cm.metadata.name, namespace)
+            deleted.append(cm.metadata.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not delete old suite ConfigMap %s: %s", cm.metadata.name, exc.reason)
+    if deleted:
+        log.info("removed %d old suite ConfigMap(s): %s", len(deleted), ", ".join(deleted))
+    return deleted
 
 
 # ---------------------------------------------------------------------------- 6. record
@@ -168,14 +197,20 @@ def record(
 
 # ---------------------------------------------------------------------------- 7. summarize, verdict
 def summarize(discovered: Mapping[str, Any], planned: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]] | None,
-              store: Any, now: dt.datetime | None = None) -> dict:
-    from cluster_doctor import report
+              store: Any, *, dag_id: str | None = None, run_id: str | None = None,
+              now: dt.datetime | None = None) -> dict:
+    """Counts, newly failing nodes, ineligible nodes, coverage; and the run's CTRF report on disk."""
+    from cluster_doctor import ctrf, report
 
     now = now or _now()
     nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
     latest_rows = store.latest(tests=discovered["params"]["tests"]) if nodes else []
     summary = report.run_summary(discovered, planned, recorded or [], latest_rows, now=now)
     log.info("%s", report.render(summary))
+    if dag_id and run_id:
+        path = ctrf.write_run_report(recorded or [], summary, settings=discovered["settings"],
+                                     dag_id=dag_id, run_id=run_id, now=now)
+        summary["ctrf_path"] = str(path) if path else None
     return summary
 
 

@@ -138,15 +138,16 @@ END;
 $$;
 
 -- After each inserted attempt. The common case (the new attempt is the pair's newest) updates the
--- state incrementally; anything else recomputes the pair. A per-pair advisory lock serializes
--- concurrent writers of one pair; each statement below sees rows committed before the lock.
+-- state incrementally; anything else recomputes the pair. An advisory lock on the pair's bucket (1,024
+-- buckets, so a bulk insert of any size holds at most 1,024 locks) serializes concurrent writers of
+-- one pair; each statement below sees rows committed before the lock.
 CREATE FUNCTION cluster_doctor_on_history_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     s validation_pair_state%ROWTYPE;
     executed boolean := NEW.status IN ('pass', 'fail', 'error');
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended(NEW.node_name || '/' || NEW.test_name, 4242));
+    PERFORM pg_advisory_xact_lock(4242, hashtext(NEW.node_name || '/' || NEW.test_name) & 1023);
     SELECT * INTO s FROM validation_pair_state WHERE node_name = NEW.node_name AND test_name = NEW.test_name;
     IF NOT FOUND THEN
         IF EXISTS (SELECT 1 FROM validation_history
@@ -200,10 +201,10 @@ $$;
 CREATE FUNCTION cluster_doctor_on_history_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended(OLD.node_name || '/' || OLD.test_name, 4242));
+    PERFORM pg_advisory_xact_lock(4242, hashtext(OLD.node_name || '/' || OLD.test_name) & 1023);
     PERFORM cluster_doctor_refresh_pair(OLD.node_name, OLD.test_name);
     IF TG_OP = 'UPDATE' AND (NEW.node_name, NEW.test_name) IS DISTINCT FROM (OLD.node_name, OLD.test_name) THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended(NEW.node_name || '/' || NEW.test_name, 4242));
+        PERFORM pg_advisory_xact_lock(4242, hashtext(NEW.node_name || '/' || NEW.test_name) & 1023);
         PERFORM cluster_doctor_refresh_pair(NEW.node_name, NEW.test_name);
     END IF;
     RETURN NULL;

@@ -45,7 +45,8 @@ def test_pod_hydration_from_settings():
     assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "8"  # every GPU of the node
     assert res["limits"]["rdma/rdma_shared_device_a"] == "1"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1" and env["CLUSTER_DOCTOR_EXPECTED_GPUS"] == "8"
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert env["CLUSTER_DOCTOR_EXPECTED_GPUS"] == "0"  # CPU mode: the suites see no GPU
     assert env["CLUSTER_DOCTOR_SUITE_VERSION"] == "sha256:0123456789abcdef"
     assert env["CLUSTER_DOCTOR_GPU_MODEL"] == "NVIDIA-H100-80GB-HBM3"
     assert env["CLUSTER_DOCTOR_OUTPUT_DIR"] == "/mnt/results"
@@ -94,3 +95,17 @@ def test_a_template_without_base_container_is_refused(tmp_path):
     path.write_text("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: main\n    image: x\n")
     with pytest.raises(ValueError, match="named 'base'"):
         podspec.build_pod(Settings(pod_template_file=str(path)), **BASE)
+
+
+def test_gpu_mode_expects_every_gpu_of_the_node():
+    pod = podspec.build_pod(Settings(), **BASE)
+    env = {e["name"]: e.get("value") for e in base_container(pod)["env"]}
+    assert env["CLUSTER_DOCTOR_EXPECTED_GPUS"] == "8" and env["CLUSTER_DOCTOR_DEVICE"] == "cuda"
+    assert pod["spec"]["serviceAccountName"] == "cluster-doctor-validation"
+
+
+def test_suite_code_is_projected_as_a_package():
+    pod = podspec.build_pod(Settings(), **BASE, suite_files=["dl_unit.py", "__init__.py"])
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "suites")
+    assert volume["configMap"]["items"] == [{"key": "__init__.py", "path": "suites/__init__.py"},
+                                            {"key": "dl_unit.py", "path": "suites/dl_unit.py"}]

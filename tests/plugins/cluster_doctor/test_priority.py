@@ -161,3 +161,9 @@ def test_plan_invariants(sc):
     # deterministic, whatever the input order
     assert plan(list(reversed(nodes)), tests, latest, now=NOW, policy=policy) == pairs
     assert plan(nodes, tests, dict(reversed(list(latest.items()))), now=NOW, policy=policy) == pairs
+
+
+def test_among_never_tested_pairs_never_validated_nodes_go_first():
+    latest = {("n1", "gpu_health"): state("pass", ago(hours=1))}
+    pairs = plan(["n1", "n2"], ["gpu_health", "dl_unit"], latest, now=NOW, policy=Policy(max_pairs=1))
+    assert [(p.node_name, p.test_name) for p in pairs] == [("n2", "gpu_health")]

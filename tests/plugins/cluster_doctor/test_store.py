@@ -234,3 +234,10 @@ def test_reading_without_schema_says_how_to_fix(empty_db_dsn):
 
     with pytest.raises(SchemaMissing, match="db upgrade"):
         ResultStore(empty_db_dsn).latest()
+
+
+def test_one_call_can_record_thousands_of_pairs(store):
+    # per-pair locks would exhaust max_locks_per_transaction; the trigger locks one of 1,024 buckets
+    batch = [attempt(node=f"gpu-{i:05d}", test=t, run="bulk") for i in range(2500) for t in ("dl_unit", "gpu_health", "storage_fio")]
+    assert store.record(batch).inserted == 7500
+    assert len(store.latest()) == 7500

@@ -1,0 +1,81 @@
+"""daily_fleet_report: the daily summary of the fleet's validation, as markdown and HTML files.
+
+Thin on purpose: what the report contains and how it is computed lives in ``cluster_doctor.daily``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param, get_current_context, task
+
+DOC_MD = """
+### Daily fleet report
+
+Once a day (00:00 UTC) this DAG writes the summary of the day that just ended to the reports
+directory (setting `reports_dir`; empty: `$AIRFLOW_HOME/cluster_doctor_reports`):
+`daily/<YYYY-MM-DD>.md` and `daily/<YYYY-MM-DD>.html` (standalone page, no external assets).
+
+It shows coverage (share of GPU nodes whose every enabled test has an executed result within the
+staleness threshold) and its 14-day trend, the day's attempts per test and status, every failed
+attempt of the day with its failing checks (device, value, threshold), per-GPU-model medians and
+minimums of the key metrics, validation GPU-hours, and the fleet as of the end of the day (every
+failing pair in full; stale and never-validated pairs as node ranges).
+
+1. **gpu_nodes** — the GPU nodes of the cluster (`kubernetes_default`), the coverage denominator.
+   Best effort: if the cluster API cannot be read, the report uses the nodes seen in the results DB
+   over the last 30 days instead, and says so.
+2. **write_report** — reads `validation_history` (`validation_db`) as of the end of the day and writes
+   both files atomically.
+
+**Trigger form.** `day` (e.g. `2026-01-31`, UTC) regenerates the report of any past day as it was
+then; empty means yesterday. Backfill works too: one run per day of the range.
+"""
+
+with DAG(
+    dag_id="daily_fleet_report",
+    description="Daily summary of GPU node validation: coverage trend, failures, per-model figures",
+    schedule="@daily",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=dt.timedelta(minutes=30),
+    tags=["cluster-doctor", "gpu", "report"],
+    doc_md=DOC_MD,
+    default_args={"retries": 2, "retry_delay": dt.timedelta(minutes=2), "owner": "cluster-doctor"},
+    params={
+        "day": Param(
+            None, type=["null", "string"], format="date", title="Day (UTC)",
+            description="The day to report on, e.g. 2026-01-31. Empty: the day before the run's data "
+                        "interval ends (yesterday for the scheduled run)."),
+        "fleet_from_cluster": Param(
+            True, type="boolean", title="Fleet from the cluster",
+            description="List GPU nodes from the Kubernetes API as the coverage denominator; off: use the "
+                        "nodes seen in the results DB over the last 30 days."),
+    },
+) as dag:
+
+    # A dict, never a bare None: Airflow pushes no XCom for None and the downstream pull logs an error.
+    @task
+    def gpu_nodes() -> dict:
+        from cluster_doctor import airflow_support, daily
+
+        if not get_current_context()["params"]["fleet_from_cluster"]:
+            return {"nodes": None}
+        return {"nodes": daily.cluster_gpu_nodes(airflow_support.load_settings())}
+
+    @task
+    def write_report(fleet: dict) -> dict:
+        from cluster_doctor import airflow_support, daily
+
+        context = get_current_context()
+        settings = airflow_support.load_settings()
+        return daily.run(
+            airflow_support.results_store(settings.validation_db_conn_id),
+            settings,
+            day=context["params"]["day"],
+            data_interval_end=context.get("data_interval_end"),
+            gpu_nodes=fleet["nodes"],
+        )
+
+    write_report(gpu_nodes())

@@ -1,0 +1,96 @@
+"""The daily report DAG as Airflow loads it, and one real run of it (dag.test) against the results DB."""
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory):
+    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow_home")))
+    from airflow.dag_processing.dagbag import DagBag
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = DagBag(dag_folder=str(REPO / "dags" / "daily_fleet_report.py"))
+    bag.caught_warnings = [w for w in caught if "cluster_doctor" in str(w.filename) or "dags/" in str(w.filename)]
+    return bag
+
+
+def test_loads_without_import_errors_or_warnings(dagbag):
+    assert dagbag.import_errors == {}
+    assert dagbag.caught_warnings == []
+    assert "daily_fleet_report" in dagbag.dags
+
+
+def test_schedule_shape_and_docs(dagbag):
+    dag = dagbag.dags["daily_fleet_report"]
+    assert dag.schedule == "@daily" and dag.catchup is False and dag.max_active_runs == 1
+    assert {"cluster-doctor", "report"} <= set(dag.tags)
+    assert dag.doc_md and "daily/<YYYY-MM-DD>.md" in dag.doc_md
+    assert "write_report" in dag.get_task("gpu_nodes").downstream_task_ids
+    assert set(dag.task_ids) == {"gpu_nodes", "write_report"}
+
+
+def test_params_form(dagbag):
+    params = dagbag.dags["daily_fleet_report"].params
+    assert set(params) == {"day", "fleet_from_cluster"}
+    for name in params:
+        param = params.get_param(name)
+        assert param.schema.get("title") and param.description, name
+    assert params["day"] is None and params.get_param("day").schema["format"] == "date"
+
+
+RUN_DAG = """
+import datetime as dt, json, sys
+from airflow.dag_processing.dagbag import DagBag
+dag = DagBag(dag_folder="dags/daily_fleet_report.py").dags["daily_fleet_report"]
+run = dag.test(run_conf={"day": "2026-11-10", "fleet_from_cluster": False})
+print("STATE", run.state)
+"""
+
+
+@pytest.mark.e2e
+def test_a_real_run_writes_the_report(store, db_url, tmp_path):
+    """dag.test() on a migrated SQLite metadata DB: the task reads the results DB through the
+    validation_db connection and writes both files under reports_dir."""
+    from cluster_doctor.attempts import Attempt
+
+    day = dt.datetime(2026, 11, 10, 9, tzinfo=dt.UTC)
+    store.record([
+        Attempt(node_name="gpu-001", test_name="gpu_health", status="pass", finished_at=day, run_id="a"),
+        Attempt(node_name="gpu-002", test_name="gpu_health", status="fail", finished_at=day, run_id="b",
+                reason="XID 79 on cuda:4", checks=[{"name": "xid", "status": "fail", "device": "cuda:4",
+                                                   "value": 79, "unit": None, "threshold": "none", "message": ""}]),
+    ])
+    home, reports = tmp_path / "airflow", tmp_path / "reports"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW_CONN_VALIDATION_DB": db_url,
+        "CLUSTER_DOCTOR_REPORTS_DIR": str(reports),
+        "CLUSTER_DOCTOR_TESTS": "gpu_health",
+        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("plugins", "include")),
+    }
+    home.mkdir()
+    migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-c", RUN_DAG], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "STATE success" in out.stdout, (out.stdout + out.stderr)[-5000:]
+    assert "XCom not found" not in out.stdout + out.stderr
+    md = (reports / "daily" / "2026-11-10.md").read_text()
+    html = (reports / "daily" / "2026-11-10.html").read_text()
+    assert "Coverage: 2/2 GPU node(s)" in md and "gpu-002 · gpu_health — FAIL at 09:00 UTC (new)" in md
+    assert "XID 79 on cuda:4" in html
+    assert sorted(p.name for p in (reports / "daily").iterdir()) == ["2026-11-10.html", "2026-11-10.md"]

@@ -1,0 +1,136 @@
+"""End-to-end harness: the real DAG through Airflow's dag.test() (SQLite metadata DB), the real
+KubernetesPodOperator and kubernetes client over HTTP to the Kubernetes API emulator, and a real
+PostgreSQL results database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from kubernetes import client as k8s
+
+import dag_runner
+from k8s_emulator import EmulatorProcess
+from tests.conftest import REPO
+
+NAMESPACE = "cluster-doctor"
+PVC = "cluster-doctor-results"
+SCHEMA = json.loads((REPO / "include" / "suites" / "result.schema.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def airflow_template(tmp_path_factory):
+    """A migrated Airflow metadata DB with the gpu_validation pool, copied for each test."""
+    home = tmp_path_factory.mktemp("airflow_template")
+    dag_runner.prepare(dag_runner.airflow_env(home))
+    return home
+
+
+@pytest.fixture
+def airflow_home(airflow_template, tmp_path):
+    home = tmp_path / "airflow"
+    home.mkdir()
+    shutil.copy(airflow_template / "airflow.db", home / "airflow.db")
+    return home
+
+
+@pytest.fixture(scope="session")
+def _emulator(tmp_path_factory):
+    pvc = tmp_path_factory.mktemp("pvc")
+    emu = EmulatorProcess(pvc_dirs={PVC: str(pvc)}, settings={"scheduler_interval": 0.05, "startup_delay": 0.05})
+    emu.start()
+    yield emu
+    emu.cleanup()
+
+
+@pytest.fixture
+def cluster(_emulator):
+    """A fresh simulated cluster with the namespace and PriorityClass of include/k8s."""
+    _emulator.reset()
+    _emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    k8s.SchedulingV1Api(_emulator.api_client()).create_priority_class({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
+    yield _emulator
+    leaked = [p["name"] for p in _emulator.live_pods("app.kubernetes.io/name=cluster-doctor")]
+    assert leaked == [], f"validation pods left behind: {leaked}"
+
+
+class Runner:
+    def __init__(self, home, emulator, db_url):
+        self.home, self.emulator, self.db_url = home, emulator, db_url
+        self.env_overrides: dict[str, str] = {}
+        self.last_log = ""
+
+    def env(self) -> dict:
+        extra = {
+            "AIRFLOW_CONN_KUBERNETES_DEFAULT": json.dumps(
+                {"conn_type": "kubernetes", "extra": {"kube_config_path": self.emulator.kubeconfig_path}}),
+            "AIRFLOW_CONN_VALIDATION_DB": self.db_url,
+            "CLUSTER_DOCTOR_SUITE_DEVICE": "cpu",
+            "CLUSTER_DOCTOR_AVAILABILITY_CHECK_S": "1",
+            "CLUSTER_DOCTOR_PENDING_TIMEOUT_S": "30",
+            "CLUSTER_DOCTOR_TESTS": "gpu_health",
+            **self.env_overrides,
+        }
+        return dag_runner.airflow_env(self.home, extra=extra)
+
+    def run(self, conf: dict | None = None, logical_date: dt.datetime | None = None, timeout: int = 300) -> dict:
+        out_file = self.home / f"result-{len(list(self.home.glob('result-*')))}.json"
+        cmd = [sys.executable, "-m", "dag_runner", "--conf", json.dumps(conf or {}), "--out", str(out_file)]
+        if logical_date:
+            cmd += ["--logical-date", logical_date.isoformat()]
+        proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout)
+        self.last_log = proc.stdout + proc.stderr
+        if proc.returncode != 0 or not out_file.exists():
+            raise AssertionError(f"dag_runner failed ({proc.returncode}):\n{self.last_log[-6000:]}")
+        result = json.loads(out_file.read_text())
+        result["states"] = {(t["task_id"], t["label"] or t["map_index"]): t["state"] for t in result["task_instances"]}
+        return result
+
+
+@pytest.fixture
+def runner(airflow_home, cluster, db_url):
+    return Runner(airflow_home, cluster, db_url)
+
+
+def summary(node: str, suite: str = "gpu_health", status: str = "pass", *, checks=None, metrics=None,
+            reason: str | None = None, gpu_model: str = "NVIDIA-H100-80GB-HBM3", gpu_count: int = 8) -> str:
+    """A termination-message summary exactly as include/suites writes it (validated against its schema)."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    checks = checks or [{"name": "gpu_count", "status": "pass", "value": gpu_count, "unit": "GPUs",
+                         "threshold": f"== {gpu_count}"}]
+    counts = {s: 0 for s in ("pass", "fail", "warn", "error", "skip")}
+    for c in checks:
+        counts[c["status"]] += 1
+    failing = [c for c in checks if c["status"] in ("fail", "error")]
+    data = {
+        "schema_version": "1", "suite": suite, "node": node, "status": status,
+        "reason": reason or (f"{failing[0]['name']}: {failing[0].get('message', 'failed')}" if failing
+                             else f"all {len(checks)} checks passed"),
+        "started_at": now, "finished_at": now, "duration_s": 1.5, "suite_version": "sha256:0000000000000000",
+        "gpu_model": gpu_model, "gpu_count": gpu_count, "metrics": metrics or {"gpus_visible": gpu_count},
+        "checks": checks, "check_counts": counts, "truncated": False,
+        "log_path": f"/data/continuous_validation/{suite}/{node}/{suite}_{node}_1.log",
+        "result_path": f"/data/continuous_validation/{suite}/{node}/{suite}_{node}_1.json",
+    }
+    jsonschema.validate(data, {**SCHEMA, "$ref": "#/$defs/summary"})
+    return json.dumps(data, separators=(",", ":"))
+
+
+def script_result(emulator, node: str, suite: str = "gpu_health", status: str = "pass", **kw) -> None:
+    """The node's next validation pod ends with this suite result (exit code per the contract)."""
+    exit_code = {"pass": 0, "fail": 1, "error": 2}[status]
+    text = summary(node, suite, status, **kw)
+    emulator.set_script(node, "exit", exit_code=exit_code, run_seconds=0.2, termination_message=text,
+                        log=f"running {suite} on {node}\nCLUSTER_DOCTOR_RESULT {text}\n")
+
+
+def validation_pods(emulator) -> list[dict]:
+    return emulator.pod_history("app.kubernetes.io/name=cluster-doctor")
+

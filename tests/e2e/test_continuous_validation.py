@@ -1,0 +1,239 @@
+"""The seven end-to-end scenarios of the continuous_validation DAG (plus bad input), each a real
+DagRun through Airflow against the Kubernetes API emulator and a real PostgreSQL results DB."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import psycopg2
+import pytest
+
+from cluster_doctor import priority
+from cluster_doctor.store import ResultStore
+from tests.e2e.conftest import script_result, validation_pods
+from tests.support.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.e2e
+
+
+def rows(db_dsn, where="TRUE", params=()):
+    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT node_name, test_name, status, reason, gpu_model, checks, run_id, pod_name "
+                    f"FROM validation_history WHERE {where} ORDER BY node_name, test_name, finished_at", params)
+        cols = [c.name for c in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def validate_states(result) -> dict:
+    return {label: state for (task, label), state in result["states"].items() if task == "validate"}
+
+
+# 1 ------------------------------------------------------------------------------------------------
+def test_only_free_gpu_nodes_are_validated_and_the_others_are_explained(runner, cluster, db_dsn):
+    for i in range(1, 11):
+        product = "NVIDIA-H200" if i % 2 else "NVIDIA-H100-80GB-HBM3"
+        cluster.add_gpu_node(f"gpu-{i:03d}", gpus=8, product=product)
+    cluster.add_user_pod("gpu-007", gpus=8)
+    cluster.add_user_pod("gpu-008", gpus=1, kind="Deployment")
+    cluster.cordon("gpu-009")
+    cluster.set_node_ready("gpu-010", False)
+    cluster.add_gpu_node("cpu-001", gpus=0)  # not a GPU node at all
+    for i in range(1, 7):
+        script_result(cluster, f"gpu-{i:03d}", gpu_model="NVIDIA-H200" if i % 2 else "NVIDIA-H100-80GB-HBM3")
+
+    result = runner.run()
+
+    assert result["state"] == "success", runner.last_log[-3000:]
+    assert validate_states(result) == {f"gpu-{i:03d} · gpu_health": "success" for i in range(1, 7)}
+    pods = validation_pods(cluster)
+    assert sorted(p["node"] for p in pods) == [f"gpu-{i:03d}" for i in range(1, 7)]
+    assert all(p["deleted"] for p in pods)
+    recorded = rows(db_dsn)
+    assert [(r["node_name"], r["status"]) for r in recorded] == [(f"gpu-{i:03d}", "pass") for i in range(1, 7)]
+    assert {r["node_name"]: r["gpu_model"] for r in recorded}["gpu-001"] == "NVIDIA-H200"
+    assert {r["node_name"]: r["gpu_model"] for r in recorded}["gpu-002"] == "NVIDIA-H100-80GB-HBM3"
+    not_eligible = result["summary"]["not_eligible"]
+    assert not_eligible == {"busy": ["gpu-007", "gpu-008"], "cordoned": ["gpu-009"], "not ready": ["gpu-010"]}
+    # the validation tasks ran through the pool, never more pods at once than its slots
+    assert max_concurrent(pods) <= 2
+
+
+def max_concurrent(pods) -> int:
+    events = []
+    for p in pods:
+        events.append((p["created"], 1))
+        events.append((p["deleted_at"] or "9999", -1))
+    live = peak = 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+# 2 ------------------------------------------------------------------------------------------------
+def test_a_pod_that_never_schedules_times_out_and_frees_its_slot(runner, cluster, db_dsn):
+    runner.env_overrides["CLUSTER_DOCTOR_PENDING_TIMEOUT_S"] = "4"
+    cluster.add_gpu_node("gpu-001")
+    cluster.add_gpu_node("gpu-002")
+    cluster.set_script("gpu-001", "never_schedule", message="0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+    script_result(cluster, "gpu-002")
+
+    result = runner.run()
+
+    assert result["state"] == "success"
+    assert validate_states(result) == {"gpu-001 · gpu_health": "skipped", "gpu-002 · gpu_health": "success"}
+    timed_out = rows(db_dsn, "node_name = 'gpu-001'")
+    assert [r["status"] for r in timed_out] == ["timeout"]
+    assert "Pending after 4 s" in timed_out[0]["reason"] and "Insufficient nvidia.com/gpu" in timed_out[0]["reason"]
+    assert all(p["deleted"] for p in validation_pods(cluster))
+    assert [r["status"] for r in rows(db_dsn, "node_name = 'gpu-002'")] == ["pass"]
+
+
+# 3 ------------------------------------------------------------------------------------------------
+def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(runner, cluster, db_dsn, db_url):
+    cluster.add_gpu_node("gpu-001")
+    cluster.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+    cluster.set_script("gpu-001", "never_schedule", message="waiting for the gang scheduler")
+
+    def user_job_arrives():
+        cluster.wait_for(lambda: validation_pods(cluster), timeout=120, message="our validation pod")
+        time.sleep(0.5)
+        cluster.add_user_pod("gpu-001", gpus=8, name="llm-pretrain-0", namespace="ml")
+
+    arrival = threading.Thread(target=user_job_arrives, daemon=True)
+    arrival.start()
+    result = runner.run()
+    arrival.join(5)
+
+    assert result["state"] == "success"
+    assert validate_states(result) == {"gpu-001 · gpu_health": "skipped"}
+    (row,) = rows(db_dsn)
+    assert row["status"] == "preempted" and "ml/llm-pretrain-0" in row["reason"]
+    (pod,) = validation_pods(cluster)
+    assert pod["deleted"]
+    # the pair stays due: a preemption never makes it fresh
+    states = ResultStore(db_url).pair_states(["gpu-001"], ["gpu_health"])
+    assert priority.why_due(states[("gpu-001", "gpu_health")], dt.datetime.now(dt.UTC), priority.Policy()) \
+        == priority.NEVER
+
+
+# 4 ------------------------------------------------------------------------------------------------
+def test_failing_crashing_and_garbage_suites(runner, cluster, db_dsn):
+    for node in ("gpu-001", "gpu-002", "gpu-003"):
+        cluster.add_gpu_node(node)
+    check = {"name": "ecc_uncorrected", "status": "fail", "device": "GPU 3", "value": 2, "unit": "errors",
+             "threshold": "== 0", "message": "volatile uncorrected ECC errors on GPU 3"}
+    script_result(cluster, "gpu-001", status="fail", checks=[check])
+    cluster.set_script("gpu-002", "crash", exit_code=139, log="Segmentation fault (core dumped)")
+    cluster.set_script("gpu-003", "exit", exit_code=0, log="ok ok ok\n%%% not json %%%")
+
+    result = runner.run()
+
+    assert result["state"] == "failed"  # this run found a bad node: the DagRun says so
+    assert result["states"][("verdict", -1)] == "failed"
+    assert validate_states(result) == {f"gpu-00{i} · gpu_health": "failed" for i in (1, 2, 3)}
+    by_node = {r["node_name"]: r for r in rows(db_dsn)}
+    assert by_node["gpu-001"]["status"] == "fail"
+    assert by_node["gpu-001"]["checks"][0]["device"] == "GPU 3" and "GPU 3" in by_node["gpu-001"]["reason"]
+    assert by_node["gpu-002"]["status"] == "error" and "Segmentation fault" in by_node["gpu-002"]["reason"]
+    assert by_node["gpu-003"]["status"] == "error" and "without a result" in by_node["gpu-003"]["reason"]
+    assert "FAIL  ecc_uncorrected [GPU 3] value=2 errors" in runner.last_log
+
+
+# 5 ------------------------------------------------------------------------------------------------
+def test_results_db_down_during_record_then_back_rows_arrive_once(runner, cluster, db_dsn):
+    proxy = TcpProxy(db_dsn.get("host", "127.0.0.1"), int(db_dsn.get("port", 5432)))
+    if str(db_dsn.get("host", "")).startswith("/"):
+        pytest.skip("needs a TCP PostgreSQL (CI has one)")
+    runner.db_url = (f"postgresql://{db_dsn.get('user', 'postgres')}@127.0.0.1:{proxy.port}/{db_dsn['dbname']}")
+    for node in ("gpu-001", "gpu-002"):
+        cluster.add_gpu_node(node)
+        script_result(cluster, node)
+
+    def outage():
+        # down as soon as the first validation pod exists, back a few seconds after the last one ends
+        cluster.wait_for(lambda: validation_pods(cluster), timeout=120, message="first validation pod")
+        proxy.down()
+        cluster.wait_for(lambda: len(validation_pods(cluster)) == 2 and all(p["deleted"] for p in validation_pods(cluster)),
+                         timeout=120, message="both validation pods done")
+        time.sleep(4)
+        proxy.up()
+
+    thread = threading.Thread(target=outage, daemon=True)
+    thread.start()
+    try:
+        result = runner.run()
+    finally:
+        thread.join(10)
+        proxy.close()
+    assert result["state"] == "success", runner.last_log[-3000:]
+    assert "results DB write deferred to the record task" in runner.last_log
+    assert "retry" in runner.last_log
+    recorded = rows(db_dsn)
+    assert [(r["node_name"], r["status"]) for r in recorded] == [("gpu-001", "pass"), ("gpu-002", "pass")]
+
+
+# 6 ------------------------------------------------------------------------------------------------
+def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly_its_nodes(runner, cluster, db_dsn):
+    runner.env_overrides["CLUSTER_DOCTOR_TESTS"] = "gpu_health,storage_fio"
+    for i in range(1, 5):
+        node = f"gpu-{i:03d}"
+        cluster.add_gpu_node(node)
+        script_result(cluster, node, "gpu_health")
+    # storage_fio results for every node come from a label-specific script
+    for i in range(1, 5):
+        node = f"gpu-{i:03d}"
+        text_node = node
+        from tests.e2e.conftest import summary
+        text = summary(text_node, "storage_fio")
+        cluster.set_script(node, "exit", labels={"cluster-doctor.io/test": "storage_fio"}, exit_code=0,
+                           termination_message=text, run_seconds=0.2)
+
+    first = runner.run({"max_pairs": 2})
+    second = runner.run({"max_pairs": 2})
+    third = runner.run({"max_pairs": 4})
+
+    def pairs(result):
+        return sorted((r["node_name"], r["test_name"]) for r in rows(db_dsn, "run_id = %s", (result["run_id"],)))
+
+    assert pairs(first) == [("gpu-001", "gpu_health"), ("gpu-002", "gpu_health")]
+    assert pairs(second) == [("gpu-003", "gpu_health"), ("gpu-004", "gpu_health")]
+    assert pairs(third) == [(f"gpu-{i:03d}", "storage_fio") for i in range(1, 5)]
+    # everything is fresh now: a plain run has nothing to do
+    assert pairs(runner.run()) == []
+    # re-validate two nodes after a "driver upgrade": exactly those, stalest test first
+    cutoff = dt.datetime.now(dt.UTC).isoformat()
+    revalidation = runner.run({"node_range": "gpu-00[1-2]", "stale_before": cutoff})
+    assert pairs(revalidation) == [("gpu-001", "gpu_health"), ("gpu-002", "gpu_health")]
+
+
+# 7 ------------------------------------------------------------------------------------------------
+def test_non_gpu_nodes_and_an_empty_plan_create_no_pod(runner, cluster, db_dsn, db_url):
+    cluster.add_gpu_node("cpu-001", gpus=0)
+    cluster.add_gpu_node("cpu-002", gpus=0)
+    cluster.add_gpu_node("gpu-001")
+    ResultStore(db_url).record([{"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass",
+                                 "finished_at": dt.datetime.now(dt.UTC), "run_id": "earlier"}])
+    result = runner.run()
+    assert result["state"] == "success"
+    assert validation_pods(cluster) == []
+    assert result["summary"]["planned"] == 0 and result["summary"]["gpu_nodes"] == 1
+    assert len(rows(db_dsn)) == 1
+    # dry run: a plan but no pod
+    cluster.add_gpu_node("gpu-002")
+    dry = runner.run({"dry_run": True})
+    assert dry["state"] == "success" and dry["summary"]["planned"] == 1
+    assert validation_pods(cluster) == [] and len(rows(db_dsn)) == 1
+
+
+# bad input ---------------------------------------------------------------------------------------
+def test_a_bad_node_range_is_refused_before_any_pod(runner, cluster, db_dsn):
+    cluster.add_gpu_node("gpu-001")
+    result = runner.run({"node_range": "gpu-[001-"})
+    assert result["state"] == "failed"
+    assert result["states"][("discover", -1)] == "failed"
+    assert result["states"][("record", -1)] == "upstream_failed"  # nothing planned, nothing to record
+    assert "param node_range" in runner.last_log and "gpu-[001-" in runner.last_log
+    assert validation_pods(cluster) == [] and rows(db_dsn) == []

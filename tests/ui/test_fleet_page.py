@@ -1,0 +1,167 @@
+"""The fleet health page in a real Airflow UI, driven by headless Chromium (Debian's /usr/bin/chromium).
+
+One real ``airflow api-server`` for the module (SimpleAuthManager with a known user, this repo's
+plugins/), a seeded results DB passed as AIRFLOW_CONN_VALIDATION_DB. Proves: the page and the
+metrics are behind auth; a user logs in through the real login form, opens the page from the
+navigation, sees seeded pass and fail rows, narrows them with a filter, opens a node's history and
+follows the link to the task instance. Saves artifacts/fleet_page.png (and fleet_node.png).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cluster_doctor.store import ResultStore
+from tests.conftest import REPO, _fresh_database, dsn_to_url
+from tests.ui import fleet_seed as seed
+from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+
+pytestmark = pytest.mark.ui
+
+USER, PASSWORD = "sre", "correct-horse-battery-staple"
+ARTIFACTS = REPO / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def results_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        # relative to the real clock: the api-server computes ages with it
+        expected = seed.small_fleet(ResultStore(dsn), now=dt.datetime.now(dt.UTC))
+        yield dsn_to_url(dsn), expected
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, results_db):
+    if not pathlib.Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (the UI test never downloads a browser)")
+    with api_server(tmp_path_factory.mktemp("airflow_home"), users={USER: "viewer"}, passwords={USER: PASSWORD},
+                    results_db_url=results_db[0]) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def fetch(url: str, accept: str = "application/json") -> tuple[int, str, str]:
+    """(status, Location, body) without following redirects and without any credential."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers={"Accept": accept}), timeout=10) as r:
+            return r.status, r.headers.get("Location", ""), r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Location", ""), exc.read().decode()
+
+
+def test_page_and_metrics_are_behind_auth(server, browser):
+    for path in ("/cluster-doctor/", "/cluster-doctor/nodes/gpu-003", "/cluster-doctor/metrics"):
+        status, _, body = fetch(server + path)
+        assert status == 401, path
+        assert "gpu-003" not in body and "cluster_doctor_" not in body
+    status, location, _ = fetch(server + "/cluster-doctor/?status=fail", accept="text/html")
+    assert status == 303 and location.startswith("/auth/login?next=")
+    # a browser without a session lands on the real login form, no data on the way
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        response = page.goto(server + "/cluster-doctor/")
+        assert "/auth/login" in page.url
+        assert "gpu-003" not in page.content()
+        assert response is not None and response.ok  # the login page itself
+    finally:
+        context.close()
+
+
+def test_login_navigate_filter_and_open_history(server, browser, results_db):
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    problems: list[str] = []
+    page = context.new_page()
+    page.on("console", lambda m: problems.append(m.text) if "Content Security Policy" in m.text else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        # 1. log in through the real form (the UI sends anonymous users there)
+        page.goto(server + "/")
+        page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=20_000)
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
+        assert any(c["name"] == "_token" for c in context.cookies())
+
+        # 2. the page is in the UI's navigation and opens inside the UI
+        page.get_by_role("link", name="Fleet health").click()
+        page.wait_for_url(re.compile(r".*/plugin/fleet-health.*"), timeout=20_000)
+        frame = page.frame_locator("iframe[title='Fleet health']")
+        rows = frame.locator("#matrix tbody tr[data-node]")
+        rows.first.wait_for(timeout=20_000)
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == results_db[1]["nodes"]
+        assert frame.locator("#coverage .value").inner_text() == "62.5 %"
+        assert frame.locator("#failing .value").inner_text() == "2"
+        fail_cell = frame.locator("tr[data-node='gpu-003'] td[data-test='nccl_loopback']")
+        assert fail_cell.get_attribute("data-status") == "fail"
+        assert frame.locator("tr[data-node='gpu-001'] td[data-test='dl_unit']").get_attribute("data-status") == "pass"
+        # the reason shows on hover as plain text: escaped once, never executed
+        assert seed.XSS_REASON in fail_cell.get_attribute("title")
+        page.screenshot(path=str(ARTIFACTS / "fleet_page.png"), full_page=True)
+
+        # 3. a filter narrows the rows (server-side), and the UI's URL keeps it
+        frame.locator("select[name='status']").select_option("failing")
+        frame.locator("button[type='submit']").click()
+        frame.locator("#match-count", has_text="2 nodes match").wait_for(timeout=10_000)
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == ["gpu-003", "gpu-004"]
+        page.wait_for_url(re.compile(r".*/plugin/fleet-health/cluster-doctor/\?.*status=failing.*"), timeout=10_000)
+        frame.locator("input[name='nodes']").fill("gpu-00[4-9]")
+        frame.locator("button[type='submit']").click()
+        frame.locator("#match-count", has_text="1 node match").wait_for(timeout=10_000)
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == ["gpu-004"]
+
+        # 4. a node's history: attempts, reasons as text, the task instance link
+        frame.locator("input[name='nodes']").fill("")
+        frame.locator("button[type='submit']").click()
+        frame.locator("#match-count", has_text="2 nodes match").wait_for(timeout=10_000)
+        frame.locator("a.node-link", has_text="gpu-003").click()
+        frame.locator("#history").wait_for(timeout=10_000)
+        assert frame.locator("#node-name").inner_text() == "gpu-003"
+        latest = frame.locator("#latest tr[data-test='nccl_loopback']")
+        assert latest.get_attribute("data-status") == "fail"
+        assert seed.XSS_REASON in latest.locator("td.reason").inner_text()
+        history = frame.locator("#history tbody tr")
+        assert history.count() == 5 and history.first.get_attribute("data-status") == "fail"
+        assert frame.locator("body").evaluate("() => window.__xss") is None  # nothing injected ran
+        page.screenshot(path=str(ARTIFACTS / "fleet_node.png"), full_page=True)
+        frame.locator("#back").click()  # back to the filtered fleet
+        frame.locator("#match-count", has_text="2 nodes match").wait_for(timeout=10_000)
+
+        # 5. the task instance link leaves the iframe and opens Airflow's task instance page
+        frame.locator("a.node-link", has_text="gpu-003").click()
+        link = frame.locator("#history a.ti-link").first
+        href = link.get_attribute("href")
+        assert re.fullmatch(r"/dags/continuous_validation/runs/scheduled__[^/]+/tasks/validate/mapped/7"
+                            r"\?try_number=1", href)
+        link.click()
+        page.wait_for_url(re.compile(r".*/dags/continuous_validation/runs/.+/tasks/validate/mapped/7\?try_number=1$"),
+                          timeout=10_000)
+        assert "/plugin/" not in page.url  # the whole UI navigated, not the iframe
+        assert problems == []
+    finally:
+        context.close()
