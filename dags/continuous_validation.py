@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from cluster_doctor import suites
 from cluster_doctor.config import Settings
@@ -109,12 +110,14 @@ with DAG(
         conn_id = discovered["settings"]["kubernetes_conn_id"]
         return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
 
-    # Runs whatever the validations did, but not when discovery or planning failed (nothing to record).
+    # Runs whatever the validations did; skips itself when discovery or planning failed.
     @task(trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS, retries=3, retry_delay=dt.timedelta(seconds=30))
     def record(discovered: dict, planned: dict) -> list:
         from cluster_doctor import airflow_support, tasks
 
         context = get_current_context()
+        if discovered is None or planned is None:
+            raise AirflowSkipException("discovery or planning failed: nothing was planned, nothing to record")
         reported = context["ti"].xcom_pull(task_ids="validate", key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
@@ -125,6 +128,8 @@ with DAG(
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
         from cluster_doctor import airflow_support, tasks
 
+        if discovered is None or planned is None:
+            raise AirflowSkipException("discovery or planning failed: no run to summarize")
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.summarize(discovered, planned, recorded, store, dag_id=dag.dag_id,
                                run_id=get_current_context()["run_id"])

@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--now", default=None, help=argparse.SUPPRESS)
     pl.add_argument("--kubeconfig", default=None, help="with --live: kubeconfig path (default: $KUBECONFIG)")
 
+    # dispatched in main() to cluster_doctor.metrics, which owns its options
+    sub.add_parser("metrics", help="Prometheus exporter: metrics [--port 9108] [--once] (see metrics --help)")
+
     rec = sub.add_parser("record", help="record attempts (suite result files or attempt JSON)", parents=[common])
     what = rec.add_mutually_exclusive_group(required=True)
     what.add_argument("--result", nargs="+", help="suite result JSON file(s) written by include/suites")
@@ -236,6 +239,11 @@ COMMANDS = {"db": cmd_db, "status": cmd_status, "history": cmd_history, "plan": 
 
 def main(argv: Sequence[str] | None = None, out=None) -> int:
     out = out or sys.stdout
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["metrics"]:
+        from cluster_doctor import metrics
+
+        return metrics.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args, out)

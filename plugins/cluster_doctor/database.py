@@ -65,8 +65,12 @@ def dsn_from_airflow_connection(
     """libpq keywords from the fields of an Airflow Connection (``schema`` is the database)."""
     if isinstance(extra, str):
         extra = json.loads(extra) if extra.strip() else {}
+    extra = dict(extra or {})
+    # postgresql://user@/db?host=/socket/dir parses into an empty host and a "host" extra
+    host = host or extra.get("host")
+    port = port or extra.get("port")
     dsn: dict[str, Any] = {"host": host, "port": port, "user": login, "password": password, "dbname": schema}
-    for key, value in (extra or {}).items():
+    for key, value in extra.items():
         if key in _LIBPQ_EXTRAS:
             dsn[key] = value
     return {k: v for k, v in dsn.items() if v not in (None, "")}
@@ -85,6 +89,18 @@ def dsn_from_conn_env(value: str) -> dict[str, Any]:
             password=data.get("password"), schema=data.get("schema"), extra=data.get("extra"),
         )
     return dsn_from_url(text)
+
+
+def _airflow_connection_dsn(conn_id: str) -> dict[str, Any] | None:
+    """The connection as stored in Airflow's metadata DB or secrets backend, when Airflow is here."""
+    try:
+        from airflow.models.connection import Connection
+
+        conn = Connection.get_connection_from_secrets(conn_id)
+    except Exception:  # not installed, not configured, or no such connection: fall through
+        return None
+    return dsn_from_airflow_connection(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
+                                       schema=conn.schema, extra=conn.extra_dejson)
 
 
 def describe(dsn: Mapping[str, Any]) -> str:
@@ -109,12 +125,17 @@ def connect(dsn: Mapping[str, Any], *, autocommit: bool = False, application_nam
 
 
 def resolve_cli_dsn(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
-    """(dsn, source) for the CLI: --db-url, then $AIRFLOW_CONN_VALIDATION_DB, then the embedded server."""
+    """(dsn, source) for the CLI: --db-url, then $AIRFLOW_CONN_VALIDATION_DB, then (inside an Airflow
+    deployment, $AIRFLOW_HOME set) the Airflow connection validation_db, then the embedded server."""
     env = os.environ if env is None else env
     if db_url:
         return dsn_from_url(db_url), "--db-url"
     if env.get(CONN_ENV):
         return dsn_from_conn_env(env[CONN_ENV]), CONN_ENV
+    if env.get("AIRFLOW_HOME"):
+        dsn = _airflow_connection_dsn("validation_db")
+        if dsn is not None:
+            return dsn, "Airflow connection validation_db"
     server = embedded_server()
     return dsn_from_url(server.get_uri()), f"embedded PostgreSQL in {embedded_dir()}"
 

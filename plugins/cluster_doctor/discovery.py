@@ -85,7 +85,9 @@ _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k
 def parse_quantity(value: Any) -> Decimal:
     """A Kubernetes resource quantity ('8', '500m', '1Gi') as a number."""
     if value is None:
-        return Decimal(0)
+        return _ZERO
+    if isinstance(value, str) and value.isdigit():  # the common case for GPU counts ("8")
+        return Decimal(value)
     if isinstance(value, (int, float)):
         return Decimal(str(value))
     match = _QUANTITY.match(str(value).strip())
@@ -97,9 +99,14 @@ def parse_quantity(value: Any) -> Decimal:
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
 
 
+_ZERO = Decimal(0)
+
+
 def container_request(container: Mapping[str, Any], resource: str) -> Decimal:
     """Extended resources: a limit without a request means request = limit."""
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    if not resources:
+        return _ZERO
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     if resource in requests:
         return parse_quantity(requests[resource])
@@ -110,9 +117,11 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> Decimal:
     """The pod's effective request as the scheduler computes it, with restartable (sidecar) init
     containers: max(sum(app) + sum(sidecars), max over init i of (init_i + sidecars started before i))."""
     spec = pod.get("spec") or {}
-    app = sum((container_request(c, resource) for c in spec.get("containers") or []), Decimal(0))
-    sidecars = Decimal(0)
-    init_peak = Decimal(0)
+    if not spec.get("initContainers"):  # most pods: just the sum over the app containers
+        return sum((container_request(c, resource) for c in spec.get("containers") or []), _ZERO)
+    app = sum((container_request(c, resource) for c in spec.get("containers") or []), _ZERO)
+    sidecars = _ZERO
+    init_peak = _ZERO
     for c in spec.get("initContainers") or []:
         amount = container_request(c, resource)
         if c.get("restartPolicy") == "Always":

@@ -49,3 +49,9 @@ def test_cli_resolution_order():
     assert source == "--db-url" and dsn["user"] == "a"
     dsn, source = database.resolve_cli_dsn(None, env={"AIRFLOW_CONN_VALIDATION_DB": "postgresql://b@h/e"})
     assert source == "AIRFLOW_CONN_VALIDATION_DB" and dsn["user"] == "b"
+
+
+def test_socket_host_in_an_airflow_connection_uri_extra():
+    dsn = database.dsn_from_airflow_connection(host=None, port=None, login="postgres", password=None,
+                                               schema="demo", extra={"host": "/tmp/pg"})
+    assert dsn == {"host": "/tmp/pg", "user": "postgres", "dbname": "demo"}

@@ -1,0 +1,74 @@
+"""Task bodies that need only the results DB: recording (with gaps) and the run summary/verdict."""
+
+import datetime as dt
+
+from cluster_doctor import report, tasks
+from cluster_doctor.config import Settings
+
+NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
+
+
+def planned(*pairs, dry_run=False):
+    return {"planned_at": NOW.isoformat(), "dry_run": dry_run,
+            "pairs": [{"node_name": n, "test_name": t, "why": "never executed", "last_status": None,
+                       "last_finished_at": None, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n, t in pairs]}
+
+
+def attempt(node, status, test="gpu_health", reason=None):
+    return {"node_name": node, "test_name": test, "status": status, "finished_at": NOW.isoformat(),
+            "reason": reason, "dag_id": "continuous_validation", "run_id": "r1", "map_index": 0, "try_number": 1}
+
+
+def test_a_planned_pair_that_never_reported_still_gets_a_row(store):
+    plan = planned(("gpu-001", "gpu_health"), ("gpu-002", "gpu_health"))
+    recorded = tasks.record(plan, [attempt("gpu-001", "pass"), None], store, dag_id="continuous_validation",
+                            run_id="r1", now=NOW)
+    by_node = {r["node_name"]: r for r in recorded}
+    assert by_node["gpu-001"]["status"] == "pass"
+    assert by_node["gpu-002"]["status"] == "skipped" and "did not report" in by_node["gpu-002"]["reason"]
+    assert {(r["node_name"], r["status"]) for r in store.latest()} == {("gpu-001", "pass"), ("gpu-002", None)}
+    # the record task retried: nothing doubles
+    tasks.record(plan, [attempt("gpu-001", "pass")], store, dag_id="continuous_validation", run_id="r1", now=NOW)
+    assert len(store.history("gpu-002")) == 1 and len(store.history("gpu-001")) == 1
+
+
+def test_a_dry_run_records_nothing(store):
+    assert tasks.record(planned(("gpu-001", "gpu_health"), dry_run=True), [], store, dag_id="d", run_id="r",
+                        now=NOW) == []
+    assert store.latest() == []
+
+
+def discovered(free, ineligible=()):
+    return {"settings": Settings().to_dict(), "started_at": NOW.isoformat(),
+            "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
+                       "dry_run": False},
+            "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free],
+            "ineligible": [{"name": n, "reason": r, "detail": "", "gpu_count": 8, "gpu_model": None}
+                           for n, r in ineligible]}
+
+
+def test_summary_newly_failing_coverage_and_verdict(store):
+    earlier = NOW - dt.timedelta(days=1)
+    store.record([{**attempt("gpu-001", "pass"), "finished_at": earlier.isoformat(), "run_id": "r0"},
+                  {**attempt("gpu-002", "fail", reason="old"), "finished_at": earlier.isoformat(), "run_id": "r0"}])
+    recorded = tasks.record(planned(("gpu-001", "gpu_health"), ("gpu-002", "gpu_health"), ("gpu-003", "gpu_health")),
+                            [attempt("gpu-001", "fail", reason="xid 79 on GPU 2"),
+                             attempt("gpu-002", "fail", reason="still bad"), attempt("gpu-003", "pass")],
+                            store, dag_id="continuous_validation", run_id="r1", now=NOW)
+    found = discovered(["gpu-001", "gpu-002", "gpu-003"], [("gpu-004", "busy"), ("gpu-005", "cordoned")])
+    summary = tasks.summarize(found, planned(), recorded, store, now=NOW)
+    assert summary["counts"]["fail"] == 2 and summary["counts"]["pass"] == 1
+    assert [n["node_name"] for n in summary["newly_failing"]] == ["gpu-001"]  # gpu-002 was already failing
+    assert summary["not_eligible"] == {"busy": ["gpu-004"], "cordoned": ["gpu-005"]}
+    cov = summary["coverage"]
+    assert cov["gpu_nodes"] == 5 and cov["covered_nodes"] == 3 and cov["never_validated"] == ["gpu-004", "gpu-005"]
+    assert cov["failing_nodes"] == ["gpu-001", "gpu-002"]
+    assert "gpu-001 · gpu_health: fail" in report.verdict(summary)
+    text = report.render(summary)
+    assert "NEWLY FAILING: gpu-001" in text and "not eligible (busy): gpu-004" in text
+
+
+def test_timeouts_and_preemptions_never_fail_the_run():
+    summary = {"attempts": [{"node_name": "gpu-1", "test_name": "dl_unit", "status": s, "reason": ""}
+                            for s in ("pass", "timeout", "preempted", "skipped")]}
+    assert report.verdict(summary) is None
