@@ -276,8 +276,8 @@ class FleetQueries:
         """The node's latest state per test (enabled tests first, then any other recorded suite)."""
         validate_node_name(node_name)
         rows = self._rows(
-            "SELECT l.node_name, l.test_name, l.status, l.started_at, l.finished_at, l.duration_s, l.metrics, "
-            "       l.checks, l.reason, l.log_path, l.gpu_model, l.dag_id, l.run_id, l.history_id, "
+            "SELECT l.node_name, l.test_name, l.status, l.started_at, l.finished_at, h.duration_s, l.metrics, "
+            "       l.checks, l.reason, h.log_path, l.gpu_model, h.dag_id, h.run_id, l.history_id, "
             "       l.status_since, l.previous_status, l.last_attempt_at, l.last_attempt_status, "
             "       l.last_attempt_reason, h.map_index, h.try_number, h.pod_name, h.suite_version, "
             f"      h.gpu_count, {MODEL_EXPR} AS model "

@@ -115,6 +115,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._pod_vanished = False
         self._reached_running = False
         self._recorded = False
+        self._context = None
 
     # ------------------------------------------------------------------ pod request
     def build_pod_request_obj(self, context=None, *, dry_run: bool = False):
@@ -139,6 +140,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
     # ------------------------------------------------------------------ execute
     def execute(self, context):
         started = dt.datetime.now(dt.UTC)
+        self._context = context  # on_kill records the attempt under this try's identity
         outcome: results.PodOutcome | None = None
         try:
             if self.find_pod(self.namespace, context=context) is None:  # no pod to reattach to
@@ -263,12 +265,12 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
     def on_kill(self) -> None:
         super().on_kill()  # deletes the pod
-        if not self._recorded:
+        if not self._recorded and self._context is not None:
             outcome = results.PodOutcome(
                 "skipped", "the validation task was killed before the suite finished (DagRun timeout or a "
                            "manual stop); pod deleted")
             try:
-                self._write(self._attempt(None, outcome, dt.datetime.now(dt.UTC)))
+                self._write(self._attempt(self._context, outcome, dt.datetime.now(dt.UTC)))
             except Exception as exc:  # best effort: the record task fills any gap
                 self.log.warning("could not record the killed attempt: %s", _one_line(exc))
 

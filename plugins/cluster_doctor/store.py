@@ -29,9 +29,9 @@ from cluster_doctor.priority import PairState
 log = logging.getLogger(__name__)
 
 LATEST_COLUMNS = (
-    "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics", "checks",
-    "reason", "log_path", "gpu_model", "dag_id", "run_id", "history_id", "status_since", "previous_status",
-    "last_attempt_at", "last_attempt_status", "last_attempt_reason",
+    "node_name", "test_name", "status", "started_at", "finished_at", "metrics", "checks", "reason",
+    "gpu_model", "history_id", "status_since", "previous_status", "last_attempt_at", "last_attempt_status",
+    "last_attempt_reason",
 )
 HISTORY_COLUMNS = ("id", *Attempt.COLUMNS, "created_at")
 

@@ -237,3 +237,17 @@ def test_a_bad_node_range_is_refused_before_any_pod(runner, cluster, db_dsn):
     assert result["states"][("record", -1)] in ("skipped", "upstream_failed")  # nothing planned to record
     assert "param node_range" in runner.last_log and "gpu-[001-" in runner.last_log
     assert validation_pods(cluster) == [] and rows(db_dsn) == []
+
+
+# a hung suite ------------------------------------------------------------------------------------
+def test_a_hung_suite_is_killed_at_its_deadline_and_recorded_as_error(runner, cluster, db_dsn):
+    runner.env_overrides.update({"CLUSTER_DOCTOR_PENDING_TIMEOUT_S": "3",
+                                 "CLUSTER_DOCTOR_SUITE_TIMEOUTS_S": '{"gpu_health": 3}'})
+    cluster.add_gpu_node("gpu-001")
+    cluster.set_script("gpu-001", "run")  # runs forever: only activeDeadlineSeconds ends it
+    result = runner.run()
+    assert result["state"] == "failed"
+    assert validate_states(result) == {"gpu-001 · gpu_health": "failed"}
+    (row,) = rows(db_dsn)
+    assert row["status"] == "error" and "run-time budget" in row["reason"]
+    assert all(p["deleted"] for p in validation_pods(cluster))

@@ -278,12 +278,13 @@ BEGIN
 END;
 $$;
 
--- Lean on purpose: every column costs output time on a 20,000-row SELECT *. The executed attempt's
--- other columns (pod_name, suite_version, ...) are one primary-key lookup away via history_id.
+-- Lean on purpose: printing values is most of the cost of a 20,000-row SELECT *, so the view carries
+-- what "which node is bad, at what, since when" needs. The executed attempt's other columns
+-- (duration_s, log_path, pod_name, dag_id, run_id, map_index, ...) are one primary-key join away:
+--   SELECT l.*, h.log_path FROM validation_latest l JOIN validation_history h ON h.id = l.history_id
 CREATE VIEW validation_latest AS
-SELECT node_name, test_name, status, started_at, finished_at, duration_s, metrics, checks, reason,
-       log_path, gpu_model, dag_id, run_id, history_id, status_since, previous_status,
-       last_attempt_at, last_attempt_status, last_attempt_reason
+SELECT node_name, test_name, status, started_at, finished_at, metrics, checks, reason, gpu_model,
+       history_id, status_since, previous_status, last_attempt_at, last_attempt_status, last_attempt_reason
   FROM validation_pair_state;
 
 COMMENT ON VIEW validation_latest IS

@@ -1,0 +1,27 @@
+"""The README is part of the product: its quick start and configuration table must stay true."""
+
+import re
+
+from cluster_doctor.config import Settings
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def test_quick_start_is_exactly_the_two_commands():
+    section = README.split("## Quick start", 1)[1].split("##", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_every_setting_is_in_the_configuration_table():
+    table = README.split("## Configuration", 1)[1]
+    for name, _default, _doc in Settings.docs():
+        assert f"| `{name}` |" in table, name
+
+
+def test_the_makefile_has_the_documented_targets():
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("demo", "test", "bench-store", "bench-discovery", ".venv"):
+        assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
