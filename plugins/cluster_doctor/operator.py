@@ -180,7 +180,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         return self._finish(context, outcome, started)
 
     def _orchestration_error(self, exc: BaseException) -> results.PodOutcome:
-        # Not the node's fault unless the suite was running: keep the pair due in that case.
+        # An orchestration failure says nothing about the node: unless the suite was already running,
+        # record it as skipped so the pair stays due.
         status = "error" if self._reached_running else "skipped"
         return results.PodOutcome(status, f"orchestration error: {_one_line(exc)}")
 
@@ -188,8 +189,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         planned = parse_timestamp(self.planned_at, "planned_at")
         waited = (started - planned).total_seconds()
         if waited > self.cd_settings.max_queue_s:
-            raise _Ended("skipped", f"the decision is {waited / 60:.0f} min old, over the max queue time of "
-                                    f"{self.cd_settings.max_queue_s / 60:.0f} min; no pod created")
+            raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
+                                    f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
         holders = discovery.node_gpu_pods(self.client, self.node_name, self.cd_settings.gpu_resource)
         if holders:
             raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
@@ -346,6 +347,10 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
 def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())[:400]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def _is_task_timeout(exc: BaseException) -> bool:

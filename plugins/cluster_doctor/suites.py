@@ -45,7 +45,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         description="Seconds, no load: GPU count vs expected, XID events, uncorrected ECC, retired/remapped "
                     "rows, throttle reasons, PCIe link and NVLink state, DCGM diag level 1 when present.",
         module="suites.gpu_health", cpu="1", memory="2Gi",
-        key_metrics=("gpu_count",),
+        key_metrics=("gpus_visible", "xid_events"),
     ),
     Suite(
         name="dl_unit",
@@ -55,7 +55,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "bandwidth vs the model baseline and the node's best GPU, a training smoke test, a memory "
                     "pattern test.",
         module="suites.dl_unit", cpu="8", memory="64Gi",
-        key_metrics=("gemm_bf16_tflops_min", "memory_bandwidth_gbps_min"),
+        key_metrics=("gemm_bf16_tflops_min", "mem_bw_gbps_min"),
     ),
     Suite(
         name="nccl_loopback",

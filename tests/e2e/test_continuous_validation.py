@@ -12,7 +12,7 @@ import pytest
 
 from cluster_doctor import priority
 from cluster_doctor.store import ResultStore
-from tests.e2e.conftest import script_result, validation_pods
+from tests.e2e.conftest import script_result, summary, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -185,11 +185,8 @@ def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly
     # storage_fio results for every node come from a label-specific script
     for i in range(1, 5):
         node = f"gpu-{i:03d}"
-        text_node = node
-        from tests.e2e.conftest import summary
-        text = summary(text_node, "storage_fio")
         cluster.set_script(node, "exit", labels={"cluster-doctor.io/test": "storage_fio"}, exit_code=0,
-                           termination_message=text, run_seconds=0.2)
+                           termination_message=summary(node, "storage_fio"), run_seconds=0.2)
 
     first = runner.run({"max_pairs": 2})
     second = runner.run({"max_pairs": 2})
@@ -251,3 +248,31 @@ def test_a_hung_suite_is_killed_at_its_deadline_and_recorded_as_error(runner, cl
     (row,) = rows(db_dsn)
     assert row["status"] == "error" and "run-time budget" in row["reason"]
     assert all(p["deleted"] for p in validation_pods(cluster))
+
+
+# at submit time ----------------------------------------------------------------------------------
+def test_no_pod_when_the_node_became_busy_or_the_decision_went_stale(runner, cluster, db_dsn):
+    runner.env_overrides["CLUSTER_DOCTOR_MAX_QUEUE_S"] = "12"
+    for node in ("gpu-001", "gpu-002", "gpu-003"):
+        cluster.add_gpu_node(node)
+    cluster.set_script("gpu-002", "exit", exit_code=0, run_seconds=15, termination_message=summary("gpu-002"))
+
+    def user_job_lands_after_planning():
+        # the suite ConfigMap appears right after the plan: gpu-001 was free then, not at submit time
+        cluster.wait_for(lambda: cluster.core_v1().list_namespaced_config_map("cluster-doctor").items,
+                         timeout=120, interval=0.02, message="the suite ConfigMap")
+        cluster.add_user_pod("gpu-001", gpus=8, name="batch-eval-0", namespace="default")
+
+    thread = threading.Thread(target=user_job_lands_after_planning, daemon=True)
+    thread.start()
+    result = runner.run()
+    thread.join(5)
+
+    assert result["state"] == "success"
+    by_node = {r["node_name"]: r for r in rows(db_dsn)}
+    assert by_node["gpu-001"]["status"] == "skipped" and "no longer free" in by_node["gpu-001"]["reason"]
+    assert "default/batch-eval-0" in by_node["gpu-001"]["reason"]
+    assert by_node["gpu-002"]["status"] == "pass"
+    # gpu-002's 15 s run outlived the 12 s queue limit of the decision about gpu-003
+    assert by_node["gpu-003"]["status"] == "skipped" and "max queue time" in by_node["gpu-003"]["reason"]
+    assert sorted(p["node"] for p in validation_pods(cluster)) == ["gpu-002"]  # no pod for the other two

@@ -26,9 +26,10 @@ XSS_REASON = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2"
 
 # Values a key metric gets on a healthy node of each model (the figure tests assert them back).
 FIGURES = {
-    "gpu_count": 8,
+    "gpus_visible": 8,
+    "xid_events": 0,
     "gemm_bf16_tflops_min": 731.5,
-    "memory_bandwidth_gbps_min": 2950.0,
+    "mem_bw_gbps_min": 2950.0,
     "nccl_busbw_gbps": 472.25,
     "fio_seq_read_mibps": 5120.0,
     "fio_seq_write_mibps": 3072.0,
@@ -38,7 +39,7 @@ FIGURES = {
 
 
 def key_metrics(test: str, scale: float = 1.0) -> dict[str, Any]:
-    return {k: (FIGURES.get(k, 1.0) * scale if k != "gpu_count" else FIGURES[k])
+    return {k: (FIGURES.get(k, 1.0) * scale if k not in ("gpus_visible", "xid_events") else FIGURES[k])
             for k in suites.CATALOG[test].key_metrics}
 
 

@@ -53,7 +53,7 @@ def seeded_history():
         a("gpu-001", "gpu_health", "pass", at(-10, 12)), a("gpu-001", "gpu_health", "pass", at(-2, 12)),
         a("gpu-001", "dl_unit", "pass", at(-9, 12)), a("gpu-001", "dl_unit", "pass", at(-1, 12)),
         a("gpu-001", "dl_unit", "pass", at(0, 3), metrics={"gemm_bf16_tflops_min": 700.0,
-                                                           "memory_bandwidth_gbps_min": 3000.0}),
+                                                           "mem_bw_gbps_min": 3000.0}),
         a("gpu-001", "gpu_health", "preempted", at(0, 15), duration=450.0, reason="user pod ml/train-0 claimed the node"),
         # gpu-002: passes, then a NEW dl_unit failure on D (previous executed result passed)
         a("gpu-002", "gpu_health", "pass", at(-5, 12)), a("gpu-002", "dl_unit", "pass", at(-5, 13)),
@@ -73,12 +73,12 @@ def seeded_history():
         a("gpu-004", "dl_unit", "skipped", at(0, 8 + 5 / 60), reason="node busy at submit time"),
         # gpu-005 (A100): dl_unit failing since D-4 12:00 (its first result), failing again on D
         a("gpu-005", "dl_unit", "fail", at(-4, 12), model=A100, reason="ECC", checks=[ECC_FAIL]),
-        a("gpu-005", "gpu_health", "pass", at(0, 6), model=A100, metrics={"gpu_count": 8}),
+        a("gpu-005", "gpu_health", "pass", at(0, 6), model=A100, metrics={"gpus_visible": 8}),
         a("gpu-005", "dl_unit", "fail", at(0, 9), model=A100, reason="uncorrected ECC on cuda:1", checks=[ECC_FAIL]),
         # gpu-006: first validated on D
-        a("gpu-006", "gpu_health", "pass", at(0, 1), metrics={"gpu_count": 8}),
+        a("gpu-006", "gpu_health", "pass", at(0, 1), metrics={"gpus_visible": 8}),
         a("gpu-006", "dl_unit", "pass", at(0, 2), metrics={"gemm_bf16_tflops_min": 720.0,
-                                                           "memory_bandwidth_gbps_min": 3100.0}),
+                                                           "mem_bw_gbps_min": 3100.0}),
         # gpu-099: last seen 40 days ago, outside the 30-day fleet window
         a("gpu-099", "gpu_health", "pass", at(-40)),
     ]
@@ -176,10 +176,10 @@ def test_per_gpu_model_figures_over_the_days_passes(data):
     # the failed attempt's 100.5 TFLOPS is not a pass: median of 700 and 720
     assert metrics[("dl_unit", "gemm_bf16_tflops_min")] | {} == {
         "test_name": "dl_unit", "metric": "gemm_bf16_tflops_min", "n": 2, "median": 710.0, "min": 700.0}
-    assert metrics[("dl_unit", "memory_bandwidth_gbps_min")]["median"] == 3050.0
+    assert metrics[("dl_unit", "mem_bw_gbps_min")]["median"] == 3050.0
     assert metrics[("storage_fio", "fio_seq_read_mibps")]["n"] == 1
     assert ("storage_fio", "fio_seq_write_mibps") not in metrics  # "n/a" is not a number
-    assert metrics[("gpu_health", "gpu_count")]["median"] == 8.0
+    assert metrics[("gpu_health", "gpus_visible")]["median"] == 8.0
     a100 = models[A100]
     assert (a100["nodes"], a100["attempts"], a100["pass"], a100["fail"]) == (1, 2, 1, 1)
 

@@ -107,7 +107,7 @@ def test_key_figures_one_family_per_catalog_metric(small_db):
     assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback", gpu_model=h100) == 12.5
     assert value(s, "cluster_doctor_fio_seq_read_mibps", node="gpu-002", test="storage_fio",
                  gpu_model=seed.A100) == 5120.0
-    assert value(s, "cluster_doctor_gpu_count", node="gpu-001", test="gpu_health", gpu_model=h100) == 8
+    assert value(s, "cluster_doctor_gpus_visible", node="gpu-001", test="gpu_health", gpu_model=h100) == 8
     # one family per key metric of the catalog, whatever the suites rename them to
     from cluster_doctor import suites
 
