@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cluster_doctor import suites
 from cluster_doctor.config import Settings
@@ -110,8 +110,9 @@ with DAG(
         conn_id = discovered["settings"]["kubernetes_conn_id"]
         return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
 
-    # Runs whatever the validations did; skips itself when discovery or planning failed.
-    @task(trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS, retries=3, retry_delay=dt.timedelta(seconds=30))
+    # Runs whatever the validations did (an empty plan maps zero validations: ALL_DONE still runs);
+    # it skips itself when discovery or planning failed.
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
     def record(discovered: dict, planned: dict) -> list:
         from cluster_doctor import airflow_support, tasks
 
@@ -124,20 +125,27 @@ with DAG(
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"])
 
-    @task(trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS)
+    @task(trigger_rule=TriggerRule.ALL_DONE)
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
         from cluster_doctor import airflow_support, tasks
 
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
+        if recorded is None and planned["pairs"] and not planned["dry_run"]:
+            raise AirflowFailException("the attempts of this run could not be recorded: see the record task")
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.summarize(discovered, planned, recorded, store, dag_id=dag.dag_id,
                                run_id=get_current_context()["run_id"])
 
-    @task
-    def verdict(summary: dict) -> None:
+    # The DagRun's state is what alerting hangs on: this leaf fails when a node failed a check, and
+    # also when the run could not discover, plan, record or summarize.
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def verdict(summary: dict | None) -> None:
         from cluster_doctor import tasks
 
+        if summary is None:
+            raise AirflowFailException("the run did not complete (discover, plan, record or summarize failed): "
+                                       "see the failed task")
         tasks.verdict(summary)
 
     discovered = discover()

@@ -25,3 +25,18 @@ def test_the_makefile_has_the_documented_targets():
     makefile = (REPO / "Makefile").read_text()
     for target in ("demo", "test", "bench-store", "bench-discovery", ".venv"):
         assert re.search(rf"^{re.escape(target)}:", makefile, re.M), target
+
+
+def test_yaml_snippets_parse():
+    import yaml
+
+    blocks = re.findall(r"```yaml\n(.*?)```", README, re.S)
+    assert blocks
+    for block in blocks:
+        assert isinstance(yaml.safe_load(block), dict)
+
+
+def test_documented_files_exist():
+    for path in ("docs/deployment.md", "docs/metrics.md", "include/suites/README.md", "include/k8s",
+                 "deploy/compose/.env.example", "deploy/compose/Dockerfile", "include/suites/Dockerfile"):
+        assert (REPO / path).exists(), path
