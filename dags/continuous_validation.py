@@ -43,8 +43,9 @@ with device and numbers (an image that cannot be pulled is red too). Pink (skipp
 not run the suite (timeout, preempted by a user job, node busy at submit time); the pair stays due.
 
 **The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
-check (or a suite erroring) — `verdict` names them — or the run could not plan (cluster API or
-results DB unreachable). Timeouts, preemptions and skips never fail a run.
+check (or a suite erroring) — `verdict` names them — or the run broke: discovery, planning,
+recording or summarizing failed (cluster API or results DB unreachable), or a planned validation
+never reported. Timeouts, preemptions and skips never fail a run.
 
 **Trigger form.** `node_range` (e.g. `gpu-[001-064]`, `gpu-a*`), `tests`, `stale_before` (re-validate
 results older than this, e.g. after a driver upgrade), `max_pairs`, `dry_run` (plan only). The same

@@ -103,8 +103,15 @@ def verdict(summary: Mapping[str, Any]) -> str | None:
     """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
     or a suite erroring. Timeouts, preemptions and skips never fail a run."""
     bad = [a for a in summary["attempts"] if a["status"] in ("fail", "error")]
-    if not bad:
+    # a planned validation that never reported means the run broke (suite shipping, a killed task)
+    lost = [a for a in summary["attempts"] if (a.get("reason") or "").startswith("the validation task did not report")]
+    if not bad and not lost:
         return None
-    shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
-    more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
-    return f"{len(bad)} validation(s) failed in this run: {shown}{more}"
+    problems = []
+    if bad:
+        shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
+        more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
+        problems.append(f"{len(bad)} validation(s) failed in this run: {shown}{more}")
+    if lost:
+        problems.append(f"{len(lost)} planned validation(s) never reported (see ship_suites / validate)")
+    return "; ".join(problems)

@@ -158,6 +158,8 @@ def prune_configmaps(core_v1: Any, namespace: str, *, keep: str, versions: int =
 
 
 # ---------------------------------------------------------------------------- 6. record
+UNREPORTED = "the validation task did not report (never ran, killed or lost); no result"
+
 def record(
     planned: Mapping[str, Any],
     reported: Sequence[Mapping[str, Any] | None],
@@ -185,7 +187,7 @@ def record(
             if key not in attempts:
                 attempts[key] = Attempt(
                     node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
-                    reason="the validation task did not report (never ran, killed or lost); no result",
+                    reason=UNREPORTED,
                     gpu_model=pair.get("gpu_model"), gpu_count=pair.get("gpu_count"), dag_id=dag_id,
                     run_id=run_id, map_index=index, try_number=0)
     if attempts:

@@ -72,3 +72,8 @@ def test_timeouts_and_preemptions_never_fail_the_run():
     summary = {"attempts": [{"node_name": "gpu-1", "test_name": "dl_unit", "status": s, "reason": ""}
                             for s in ("pass", "timeout", "preempted", "skipped")]}
     assert report.verdict(summary) is None
+
+
+def test_planned_validations_that_never_reported_fail_the_run(store):
+    recorded = tasks.record(planned(("gpu-001", "gpu_health")), [], store, dag_id="d", run_id="r", now=NOW)
+    assert "never reported" in report.verdict({"attempts": recorded})
