@@ -217,30 +217,8 @@ class Context:
         basis: str = "",
         fail_status: str = "fail",
     ) -> Check:
-        if value is None:
-            return self.check(name, "error", unit=unit, device=device, message="no measurement")
-        if minimum is None:
-            return self.check(
-                name,
-                "skip",
-                value=value,
-                unit=unit,
-                device=device,
-                message=f"{fmt(value)} {unit}; no threshold" + (f" ({basis})" if basis else ""),
-            )
-        thr = f">= {fmt(minimum)}"
-        ok = value >= minimum
-        rel = ">=" if ok else "<"
-        msg = f"{fmt(value)} {unit} {rel} {fmt(minimum)} {unit}" + (f" ({basis})" if basis else "")
-        return self.check(
-            name,
-            "pass" if ok else fail_status,
-            value=value,
-            unit=unit,
-            threshold=thr,
-            device=device,
-            message=msg,
-        )
+        return self._bounded(name, value, minimum, ">=", "<", unit=unit, device=device, basis=basis,
+                             fail_status=fail_status)
 
     def at_most(
         self,
@@ -253,28 +231,28 @@ class Context:
         basis: str = "",
         fail_status: str = "fail",
     ) -> Check:
+        return self._bounded(name, value, maximum, "<=", ">", unit=unit, device=device, basis=basis,
+                             fail_status=fail_status)
+
+    def _bounded(self, name: str, value: float | None, limit: float | None, ok_rel: str, bad_rel: str, *,
+                 unit: str, device: str | None, basis: str, fail_status: str) -> Check:
+        """One check of value against a floor (">=") or a ceiling ("<=")."""
+        note = f" ({basis})" if basis else ""
         if value is None:
             return self.check(name, "error", unit=unit, device=device, message="no measurement")
-        if maximum is None:
-            return self.check(
-                name,
-                "skip",
-                value=value,
-                unit=unit,
-                device=device,
-                message=f"{fmt(value)} {unit}; no threshold" + (f" ({basis})" if basis else ""),
-            )
-        ok = value <= maximum
-        rel = "<=" if ok else ">"
-        msg = f"{fmt(value)} {unit} {rel} {fmt(maximum)} {unit}" + (f" ({basis})" if basis else "")
+        if limit is None:
+            return self.check(name, "skip", value=value, unit=unit, device=device,
+                              message=f"{fmt(value)} {unit}; no threshold{note}")
+        ok = value >= limit if ok_rel == ">=" else value <= limit
+        rel = ok_rel if ok else bad_rel
         return self.check(
             name,
             "pass" if ok else fail_status,
             value=value,
             unit=unit,
-            threshold=f"<= {fmt(maximum)}",
+            threshold=f"{ok_rel} {fmt(limit)}",
             device=device,
-            message=msg,
+            message=f"{fmt(value)} {unit} {rel} {fmt(limit)} {unit}{note}",
         )
 
     def check_gpu_count(self, found: int, *, source: str) -> bool:

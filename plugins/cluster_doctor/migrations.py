@@ -10,6 +10,7 @@ Migrations only ever add: nothing here drops data.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import pathlib
 import re
@@ -46,7 +47,8 @@ class UpgradeReport:
         return f"results schema upgraded to version {self.current} (applied {', '.join(map(str, self.applied))})"
 
 
-def available(directory: pathlib.Path = MIGRATIONS_DIR) -> list[Migration]:
+@functools.lru_cache(maxsize=4)
+def _read(directory: pathlib.Path) -> tuple[Migration, ...]:
     found = []
     for path in sorted(directory.glob("*.sql")):
         match = _NAME.match(path.name)
@@ -56,7 +58,12 @@ def available(directory: pathlib.Path = MIGRATIONS_DIR) -> list[Migration]:
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise MigrationError(f"migration versions must be 1..n without gaps, found {versions}")
-    return found
+    return tuple(found)
+
+
+def available(directory: pathlib.Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migration files, read once per process (every store read checks the schema version)."""
+    return list(_read(directory))
 
 
 def current_version(conn) -> int:
