@@ -5,17 +5,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-REQS := requirements.txt requirements-dev.txt include/suites/requirements.txt constraints.txt
-export PYTHONPATH := $(CURDIR)/plugins:$(CURDIR)/include:$(CURDIR)/tools
+SUITES_REQS := include/cluster_doctor_suites/requirements.txt
+REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test demo bench-store bench-discovery bench constraints clean help
+.PHONY: .venv test test-slow demo bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
-	@echo "make test             the whole test suite (real Postgres, Kubernetes API emulator, CPU suites)"
+	@echo "make test             the test suite (real Postgres, Kubernetes API emulator, CPU suites)"
+	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make bench-store      validation_latest view vs naive query on ~10M history rows"
 	@echo "make bench-discovery  discovery + prioritization over 5,000 nodes / 150,000 pods"
+	@echo "make bench-metrics    Prometheus scrape at 5,000 nodes x 4 tests, this code vs main's"
+	@echo "make bench-page       fleet page, first page at 5,000 nodes"
+	@echo "make bench-healthy    every suite 20x in CPU mode on this machine: false-failure rate"
 	@echo "make .venv            build the virtual environment only"
 
 .venv: $(STAMP)
@@ -27,12 +31,19 @@ $(STAMP): $(REQS)
 	@# pip, not uv, for torch: pip takes a local CPU wheel where the machine has one (find-links);
 	@# uv would download a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
+	@# The project itself, editable: `cluster-doctor`, `python -m cluster_doctor` and the Airflow
+	@# plugin entry point work from the venv without PYTHONPATH.
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt \
-		-r requirements.txt -r requirements-dev.txt -r include/suites/requirements.txt
+		-e ".[airflow,dev]" -r $(SUITES_REQS)
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Scenarios that take many minutes by nature (e.g. a results-DB outage through every retry of two
+# DagRuns, end to end); their faster task-level counterparts run in `make test`.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
@@ -43,14 +54,23 @@ bench-store: $(STAMP)
 bench-discovery: $(STAMP)
 	$(BIN)/python bench/bench_discovery.py
 
+bench-metrics: $(STAMP)
+	$(BIN)/python bench/bench_metrics.py
+
+bench-page: $(STAMP)
+	$(BIN)/python bench/bench_page.py
+
+bench-healthy: $(STAMP)
+	$(BIN)/python bench/bench_healthy.py
+
 bench: bench-store bench-discovery
 
-# Regenerate the full pin set after changing a requirements file.
+# Regenerate the full pin set after changing pyproject.toml's dependencies or the suites' requirements.
 constraints: $(STAMP)
 	{ echo "# Full transitive pin set for the venv (regenerate: make constraints). Applied as -c, so it only"; \
 	  echo "# constrains what the requirement files ask for."; \
 	  $(BIN)/uv pip compile --quiet --python-version 3.11 --no-header --annotation-style line \
-		requirements.txt requirements-dev.txt include/suites/requirements.txt; } > constraints.txt.new
+		--all-extras pyproject.toml $(SUITES_REQS); } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 clean:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-import psycopg2
+import psycopg
 
 from cluster_doctor import database
 from cluster_doctor.store import ResultStore
@@ -78,13 +78,15 @@ def timed_query(dsn: dict, sql: str, repeats: int) -> float:
     """p50 ms to execute the query and stream every row to the client (COPY ... TO STDOUT), the same
     for both queries; Python-side decoding of the rows is the client's business and is left out."""
     times = []
-    conn = psycopg2.connect(**dsn)
+    conn = psycopg.connect(**dsn)
     try:
         for _ in range(repeats):
             sink = io.BytesIO()
             with conn.cursor() as cur:
                 start = time.perf_counter()
-                cur.copy_expert(f"COPY ({sql}) TO STDOUT", sink)
+                with cur.copy(f"COPY ({sql}) TO STDOUT") as copy:
+                    for block in copy:
+                        sink.write(block)
                 times.append((time.perf_counter() - start) * 1000)
             conn.rollback()
     finally:
@@ -93,7 +95,7 @@ def timed_query(dsn: dict, sql: str, repeats: int) -> float:
 
 
 def fetch(dsn: dict, sql: str) -> list:
-    with psycopg2.connect(**dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(**dsn) as conn, conn.cursor() as cur:
         cur.execute(sql)
         return cur.fetchall()
 
@@ -111,9 +113,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="cd-bench-store-") as tmp:
         server = database.embedded_server(tmp, cleanup_mode="delete")
-        dsn = database.dsn_from_url(server.get_uri())
+        dsn = database.libpq_params(server.get_uri())
         ResultStore(dsn).upgrade()
-        conn = psycopg2.connect(**dsn)
+        conn = psycopg.connect(**dsn)
         conn.autocommit = True
         cur = conn.cursor()
         cur.execute("ALTER SYSTEM SET max_wal_size = '16GB'")
@@ -170,7 +172,7 @@ def main() -> int:
         decoded_ms = (time.perf_counter() - started) * 1000
         conn.close()
         print(f"view: {len(view_rows):,} pairs, identical to the naive result; fetched and decoded into "
-              f"Python objects by psycopg2 in {decoded_ms:.0f} ms", flush=True)
+              f"Python objects by psycopg in {decoded_ms:.0f} ms", flush=True)
         print(f"latest_view_ms={view_ms:.1f} naive_ms={naive_ms:.1f} speedup={naive_ms / view_ms:.1f} "
               f"rows={history_rows}")
     return 0

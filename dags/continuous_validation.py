@@ -124,7 +124,8 @@ with DAG(
         if isinstance(reported, dict):
             reported = [reported]
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"])
+        return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"],
+                            settings=discovered["settings"])
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
@@ -162,4 +163,14 @@ with DAG(
     ).expand_kwargs(pairs)
     recorded = record(discovered, planned)
     validate >> recorded
+
+    # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
+    @task
+    def quarantine(discovered: dict, recorded: list) -> dict:
+        from cluster_doctor import airflow_support, tasks
+
+        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        return tasks.quarantine(discovered, store, airflow_support.core_v1(discovered["settings"]["kubernetes_conn_id"]))
+
+    quarantine(discovered, recorded)
     verdict(summarize(discovered, planned, recorded))

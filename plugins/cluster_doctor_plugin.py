@@ -1,34 +1,19 @@
-"""Airflow plugin entry point of Cluster Doctor: the fleet health page in the Airflow UI.
+"""Plugins-folder entry of Cluster Doctor, for deployments that mount plugins/ instead of installing it.
+
+Airflow loads plugins from both the plugins folder and the ``airflow.plugins`` entry points, and
+reports a second plugin of the same name as an import error. So this file defines the plugin only
+when the installed distribution does not already register it through its entry point.
 
 Airflow's plugin manager imports every ``*.py`` under ``plugins/`` that ``plugins/.airflowignore``
 does not exclude; the ``cluster_doctor`` package itself is excluded there (it is a library imported
 by name, not a set of plugin files), so this module is the only plugin file.
-
-- ``fastapi_apps``: the page, the node history and ``/metrics``, served by the api-server under
-  ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.webapp``).
-- ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
-  the UI at ``/plugin/fleet-health``.
 """
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from importlib.metadata import entry_points
 
-from cluster_doctor import webapp
+ENTRY_POINT = "cluster_doctor.plugin:ClusterDoctorPlugin"
 
-
-class ClusterDoctorPlugin(AirflowPlugin):
-    name = "cluster_doctor"
-    fastapi_apps = [
-        {"app": webapp.create_app(), "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
-    ]
-    external_views = [
-        {
-            "name": "Fleet health",
-            # relative (no leading slash): the UI resolves it against its <base href>, so a
-            # deployment under [api] base_url=/airflow/ still reaches /airflow/cluster-doctor/
-            "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",
-            "destination": "nav",  # no category: a top-level entry of the navigation bar
-            "url_route": webapp.URL_ROUTE,
-        },
-    ]
+if not any(ep.value == ENTRY_POINT for ep in entry_points(group="airflow.plugins")):
+    from cluster_doctor.plugin import ClusterDoctorPlugin  # noqa: F401  (found by the plugin manager)

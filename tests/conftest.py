@@ -8,8 +8,9 @@ import contextlib
 import os
 import pathlib
 import uuid
+import warnings
 
-import psycopg2
+import psycopg
 import pytest
 
 from cluster_doctor import database
@@ -20,10 +21,10 @@ LOCAL_URL = os.environ.get("CLUSTER_DOCTOR_TEST_PG_URL", "postgresql://postgres@
 
 
 def _admin_dsn_local() -> dict | None:
-    dsn = database.dsn_from_url(LOCAL_URL)
+    dsn = database.libpq_params(LOCAL_URL)
     try:
-        conn = psycopg2.connect(connect_timeout=3, **dsn)
-    except psycopg2.OperationalError:
+        conn = psycopg.connect(connect_timeout=3, **dsn)
+    except psycopg.OperationalError:
         return None
     conn.close()
     return dsn
@@ -40,11 +41,11 @@ def pg_admin_dsn(tmp_path_factory) -> dict:
         server = database.embedded_server(tmp_path_factory.mktemp("pgserver"), cleanup_mode="stop")
     except database.DatabaseUnavailable as exc:
         pytest.fail(f"no PostgreSQL for the tests: {LOCAL_URL} is unreachable and the embedded one failed: {exc}")
-    yield database.dsn_from_url(server.get_uri())
+    yield database.libpq_params(server.get_uri())
 
 
 def _admin(dsn: dict):
-    conn = psycopg2.connect(**{**dsn, "dbname": "postgres"})
+    conn = psycopg.connect(**{**dsn, "dbname": "postgres"})
     conn.autocommit = True
     return conn
 
@@ -109,3 +110,23 @@ def empty_db_dsn(pg_admin_dsn) -> dict:
 @pytest.fixture
 def store(db_dsn) -> ResultStore:
     return ResultStore(db_dsn, retry=RetryPolicy(attempts=3, initial_delay_s=0.05))
+
+
+@pytest.fixture(scope="session")
+def dagbag(tmp_path_factory):
+    """Every DAG file as Airflow's DagBag loads it, once for all DAG tests; warnings raised by our code
+    while importing are kept in ``caught_warnings``."""
+    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow_home")))
+    from airflow.dag_processing.dagbag import DagBag
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag.caught_warnings = [w for w in caught if "cluster_doctor" in str(w.filename) or "dags/" in str(w.filename)]
+    return bag
+
+
+@pytest.fixture(autouse=True)
+def _private_spool(tmp_path_factory, monkeypatch):
+    """Every test gets its own attempt spool: never the developer's ~/.cluster_doctor/spool."""
+    monkeypatch.setenv("CLUSTER_DOCTOR_SPOOL_DIR", str(tmp_path_factory.mktemp("spool")))

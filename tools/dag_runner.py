@@ -1,7 +1,7 @@
 """Run one DAG run through Airflow's own ``dag.test()`` and report what happened, as JSON.
 
-Used by the end-to-end tests and ``make demo``: ``python -m dag_runner --dag-id continuous_validation
-[--conf JSON] [--logical-date ISO] [--out FILE]``. Airflow is configured by the environment
+Used by the end-to-end tests and ``make demo``: ``python tools/dag_runner.py --dag-id continuous_validation
+[--conf JSON] [--logical-date ISO] [--out FILE]`` (``command()`` builds that line). Airflow is configured by the environment
 (AIRFLOW_HOME, a migrated metadata DB, AIRFLOW_CONN_* connections); see ``airflow_env()``.
 """
 
@@ -22,6 +22,8 @@ def airflow_env(home: str | os.PathLike, *, extra: dict | None = None) -> dict:
     """Environment for an isolated Airflow: SQLite metadata DB in ``home``, this repo's dags/plugins."""
     home = str(home)
     env = dict(os.environ)
+    # The product comes from the installed distribution (editable in the venv), never from a path.
+    env.pop("PYTHONPATH", None)
     env.update({
         "AIRFLOW_HOME": home,
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
@@ -30,11 +32,15 @@ def airflow_env(home: str | os.PathLike, *, extra: dict | None = None) -> dict:
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("plugins", "include", "tools")),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
     env.update(extra or {})
     return env
+
+
+def command(*args: str) -> list[str]:
+    """The command line that runs this module as a script (no PYTHONPATH needed for tools/)."""
+    return [sys.executable, str(pathlib.Path(__file__).resolve()), *args]
 
 
 def airflow(env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-import psycopg2
+import psycopg
 
 import dag_runner
 from cluster_doctor import cli, database, suites
@@ -40,8 +40,8 @@ def say(text: str) -> None:
 
 def results_db() -> str:
     server = database.embedded_server(DEMO / "pgdata")
-    admin = database.dsn_from_url(server.get_uri())
-    conn = psycopg2.connect(**admin)
+    admin = database.libpq_params(server.get_uri())
+    conn = psycopg.connect(**admin)
     conn.autocommit = True
     with conn.cursor() as cur:  # a fresh results DB each demo, so the output is reproducible
         cur.execute("DROP DATABASE IF EXISTS cluster_doctor_demo WITH (FORCE)")
@@ -142,7 +142,7 @@ def main() -> int:
         out = DEMO / "run.json"
         log = DEMO / "run.log"
         with open(log, "w") as fh:
-            proc = subprocess.run([sys.executable, "-m", "dag_runner", "--out", str(out)], env=env,
+            proc = subprocess.run(dag_runner.command("--out", str(out)), env=env,
                                   stdout=fh, stderr=subprocess.STDOUT)
         if proc.returncode != 0 or not out.exists():
             print(f"the DAG run could not complete; see {log}")
@@ -160,8 +160,8 @@ def main() -> int:
 
         say("daily fleet report (the daily_fleet_report DAG)")
         today = dt.datetime.now(dt.UTC).date().isoformat()
-        daily = subprocess.run([sys.executable, "-m", "dag_runner", "--dag-id", "daily_fleet_report",
-                                "--conf", json.dumps({"day": today}), "--out", str(DEMO / "daily.json")],
+        daily = subprocess.run(dag_runner.command("--dag-id", "daily_fleet_report",
+                                "--conf", json.dumps({"day": today}), "--out", str(DEMO / "daily.json")),
                                env=env, capture_output=True, text=True)
         if daily.returncode != 0:
             print(daily.stdout[-2000:] + daily.stderr[-2000:])

@@ -28,23 +28,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
     return Settings.load(variable=variable, overrides=overrides)
 
 
-def results_dsn(conn_id: str) -> dict[str, Any]:
-    """libpq keywords from the Airflow Connection holding the results database."""
-    from airflow.sdk import BaseHook
-
-    conn = BaseHook.get_connection(conn_id)
-    if conn.conn_type not in (None, "", "postgres", "postgresql"):
-        raise database.InvalidDatabaseUrl(
-            f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres"
-        )
-    return database.dsn_from_airflow_connection(
-        host=conn.host, port=conn.port, login=conn.login, password=conn.password, schema=conn.schema,
-        extra=conn.extra_dejson,
-    )
-
-
 def results_store(conn_id: str, retry: RetryPolicy = RetryPolicy()) -> ResultStore:
-    return ResultStore(results_dsn(conn_id), retry=retry)
+    """The results store behind the Postgres provider's hook for the Airflow connection ``conn_id``."""
+    return ResultStore(database.hook_connector(conn_id), retry=retry)
 
 
 def core_v1(conn_id: str) -> Any:

@@ -15,16 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster_doctor.nodes import validate_node_name
-
-# Only these mean the suite executed on the node; only they make a pair "fresh" (PRODUCT.md).
-EXECUTED_STATUSES = ("pass", "fail", "error")
-# The attempt ended before the suite ran: the pod never started in time, a user job claimed the
-# node, or the decision was stale / the node busy at submit time.
-NOT_EXECUTED_STATUSES = ("timeout", "preempted", "skipped")
-STATUSES = EXECUTED_STATUSES + NOT_EXECUTED_STATUSES
+from cluster_doctor.status import Status
 
 _TEST_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _MAX_TEXT = 10_000  # reasons and paths are one-liners; anything longer is a bug upstream
+# Column ranges of validation_history: integer columns are Postgres integer, numbers inside the jsonb
+# columns must fit a bigint (readers cast them), so nothing the database would refuse gets this far.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 
 
 class InvalidAttempt(ValueError):
@@ -36,9 +34,11 @@ def parse_timestamp(value: Any, field: str) -> dt.datetime:
     if isinstance(value, dt.datetime):
         ts = value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise InvalidAttempt(f"{field}: not a finite Unix timestamp: {value!r}")
-        ts = dt.datetime.fromtimestamp(value, tz=dt.UTC)
+        try:
+            ts = dt.datetime.fromtimestamp(value, tz=dt.UTC)
+        except (OverflowError, ValueError, OSError):
+            raise InvalidAttempt(f"{field}: not a Unix timestamp between the years 1 and 9999: "
+                                 f"{_short(value)}") from None
     elif isinstance(value, str):
         text = value.strip()
         if text.endswith("Z"):
@@ -51,7 +51,28 @@ def parse_timestamp(value: Any, field: str) -> dt.datetime:
         raise InvalidAttempt(f"{field}: expected a timestamp, got {type(value).__name__}")
     if ts.tzinfo is None:
         raise InvalidAttempt(f"{field}: timestamp {value!r} has no time zone (use UTC, e.g. ...Z)")
-    return ts.astimezone(dt.UTC)
+    try:
+        return ts.astimezone(dt.UTC)
+    except OverflowError:
+        raise InvalidAttempt(f"{field}: timestamp {value!r} is out of range in UTC") from None
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and not BIGINT_MIN <= value <= BIGINT_MAX:
+        return "an integer out of range"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_text(value: str, field: str) -> str:
+    """Text Postgres can store: no NUL, valid UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        raise InvalidAttempt(f"{field}: contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidAttempt(f"{field}: not valid Unicode text (lone surrogate)") from None
+    return value
 
 
 def _json_safe(value: Any, field: str, depth: int = 0) -> Any:
@@ -59,9 +80,13 @@ def _json_safe(value: Any, field: str, depth: int = 0) -> Any:
     and the suite has already judged the check that produced it."""
     if depth > 20:
         raise InvalidAttempt(f"{field}: nested too deeply")
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return _check_text(value, field)
     if isinstance(value, int):
+        if not BIGINT_MIN <= value <= BIGINT_MAX:
+            raise InvalidAttempt(f"{field}: {_short(value)} (numbers must fit a 64-bit integer)")
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -70,6 +95,7 @@ def _json_safe(value: Any, field: str, depth: int = 0) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidAttempt(f"{field}: keys must be strings, got {key!r}")
+            _check_text(key, f"{field} key")
             out[key] = _json_safe(item, f"{field}.{key}", depth + 1)
         return out
     if isinstance(value, (list, tuple)):
@@ -82,13 +108,11 @@ def _optional_text(value: Any, field: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise InvalidAttempt(f"{field}: expected text, got {type(value).__name__}")
-    if "\x00" in value:
-        raise InvalidAttempt(f"{field}: contains a NUL byte")
-    return value[:_MAX_TEXT]
+    return _check_text(value, field)[:_MAX_TEXT]
 
 
 def validate_test_name(name: Any) -> str:
-    if not isinstance(name, str) or not _TEST_NAME.match(name):
+    if not isinstance(name, str) or not _TEST_NAME.fullmatch(name):  # `$` also matches before "\n"
         raise InvalidAttempt(
             f"invalid test name {name!r}: lowercase letters, digits and '_', starting with a letter"
         )
@@ -130,17 +154,23 @@ class Attempt:
         except ValueError as exc:
             raise InvalidAttempt(str(exc)) from None
         validate_test_name(self.test_name)
-        if self.status not in STATUSES:
-            raise InvalidAttempt(f"unknown status {self.status!r} (expected one of {', '.join(STATUSES)})")
+        try:
+            object.__setattr__(self, "status", Status.parse(self.status))
+        except ValueError as exc:
+            raise InvalidAttempt(str(exc)) from None
         object.__setattr__(self, "finished_at", parse_timestamp(self.finished_at, "finished_at"))
         if self.started_at is not None:
             object.__setattr__(self, "started_at", parse_timestamp(self.started_at, "started_at"))
         if self.duration_s is not None:
             if isinstance(self.duration_s, bool) or not isinstance(self.duration_s, (int, float)):
-                raise InvalidAttempt(f"duration_s: expected a number, got {self.duration_s!r}")
-            if not math.isfinite(self.duration_s) or self.duration_s < 0:
-                raise InvalidAttempt(f"duration_s: must be a finite number >= 0, got {self.duration_s!r}")
-            object.__setattr__(self, "duration_s", float(self.duration_s))
+                raise InvalidAttempt(f"duration_s: expected a number, got {_short(self.duration_s)}")
+            try:
+                duration = float(self.duration_s)
+            except OverflowError:
+                duration = math.inf
+            if not math.isfinite(duration) or duration < 0:
+                raise InvalidAttempt(f"duration_s: must be a finite number >= 0, got {_short(self.duration_s)}")
+            object.__setattr__(self, "duration_s", duration)
         if not isinstance(self.metrics, Mapping):
             raise InvalidAttempt(f"metrics must be a JSON object, got {type(self.metrics).__name__}")
         object.__setattr__(self, "metrics", _json_safe(self.metrics, "metrics"))
@@ -156,19 +186,20 @@ class Attempt:
             value = getattr(self, field)
             if not isinstance(value, str):
                 raise InvalidAttempt(f"{field}: expected text, got {type(value).__name__}")
+            _check_text(value, field)
         if self.gpu_count is not None and (isinstance(self.gpu_count, bool) or not isinstance(self.gpu_count, int)
-                                           or self.gpu_count < 0):
-            raise InvalidAttempt(f"gpu_count: expected an integer >= 0, got {self.gpu_count!r}")
+                                           or not 0 <= self.gpu_count <= INT_MAX):
+            raise InvalidAttempt(f"gpu_count: expected an integer in [0, {INT_MAX}], got {_short(self.gpu_count)}")
         for field in ("map_index", "try_number"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidAttempt(f"{field}: expected an integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not INT_MIN <= value <= INT_MAX:
+                raise InvalidAttempt(f"{field}: expected an integer in [{INT_MIN}, {INT_MAX}], got {_short(value)}")
         if self.try_number < 0:
             raise InvalidAttempt(f"try_number: must be >= 0, got {self.try_number}")
 
     @property
     def executed(self) -> bool:
-        return self.status in EXECUTED_STATUSES
+        return self.status.executed
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Attempt:
@@ -207,7 +238,7 @@ class Attempt:
 
 
 def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
-    """An Attempt from a suite's result JSON or its termination summary (include/suites contract).
+    """An Attempt from a suite's result JSON or its termination summary (include/cluster_doctor_suites contract).
 
     ``identity`` carries what the suite cannot know: dag_id, run_id, map_index, try_number, pod_name,
     and optionally node_name/test_name/gpu_model when the orchestrator knows better."""
@@ -215,7 +246,7 @@ def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
         raise InvalidAttempt(f"a suite result must be a JSON object, got {type(result).__name__}")
     environment = result.get("environment") if isinstance(result.get("environment"), Mapping) else {}
     status = result.get("status")
-    if status not in EXECUTED_STATUSES:
+    if status not in ("pass", "fail", "error") or not Status(status).executed:
         raise InvalidAttempt(f"suite result status must be pass, fail or error, got {status!r}")
     log_path = result.get("log_path")
     if log_path is None and isinstance(result.get("result_path"), str):

@@ -4,6 +4,12 @@ Precedence, lowest to highest: the defaults below < environment variables ``CLUS
 < the Airflow Variable ``cluster_doctor_settings`` (a JSON object, editable in the UI without a
 redeploy) < the params of one DAG run (the trigger form / backfill conf override a few per run).
 
+Settings that decide what runs on the GPU nodes, and with which privileges (``DEPLOYMENT_ONLY``:
+image, pod template, suite code, service account, capabilities, env, extra resources, priority
+class), come from the deployment environment only: anyone who can edit a Variable in the UI must not
+be able to run other code as root on every GPU node. The Variable may choose the image only among
+the ones the environment allows (``allowed_images``).
+
 Pure Python: the Airflow side reads the Variable and passes its JSON here.
 """
 
@@ -18,6 +24,13 @@ from typing import Any
 
 ENV_PREFIX = "CLUSTER_DOCTOR_"
 VARIABLE_NAME = "cluster_doctor_settings"
+# Set only through CLUSTER_DOCTOR_* environment variables (or the constructor, in code and tests).
+DEPLOYMENT_ONLY = frozenset({
+    "pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env", "pod_resources",
+    "priority_class", "allowed_images",
+})
+# The Variable may set these only to a value the environment allows (see allowed_images).
+IMAGE_SETTINGS = ("image", "suite_images")
 
 
 class InvalidSettings(ValueError):
@@ -43,7 +56,7 @@ class Settings:
     tests: list = _field(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
-    # --- how pods are run (seed 001 thresholds) ---
+    # --- how pods are run ---
     pool: str = _field("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default).")
     pool_slots: int = _field(2, "Slots the pool is created with by `make demo` / the compose init.")
     pending_timeout_s: int = _field(1200, "A pod still Pending after this long is deleted: status timeout.")
@@ -65,7 +78,7 @@ class Settings:
         DEFAULT_TOLERATIONS, "Tolerations of validation pods; nodes with other NoSchedule/NoExecute "
         "taints are not eligible.")
     namespace: str = _field("cluster-doctor", "Namespace of validation pods and the suite ConfigMap.")
-    image: str = _field("ghcr.io/cluster-doctor/validation:0.1.0", "Validation image (include/suites/Dockerfile).")
+    image: str = _field("ghcr.io/cluster-doctor/validation:0.1.0", "Validation image (include/cluster_doctor_suites/Dockerfile).")
     image_pull_policy: str = _field("IfNotPresent", "imagePullPolicy of validation pods.")
     pvc: str = _field("cluster-doctor-results", "Shared PVC mounted at results_dir in every validation pod.")
     results_dir: str = _field("/data/continuous_validation", "Mount path of the PVC; logs go to <test>/<node>/.")
@@ -81,13 +94,27 @@ class Settings:
     pod_resources: dict = _field(
         {}, "Extra container resources requested and limited per pod, e.g. {\"rdma/rdma_shared_device_a\": 1} "
             "so the NCCL loop-back reaches the HCAs.")
+    pod_capabilities: list = _field(
+        ["IPC_LOCK", "SYSLOG"],
+        "Deployment only. Linux capabilities validation pods may be given; each suite gets only those it "
+        "needs (gpu_health: SYSLOG, nccl_loopback: IPC_LOCK) and runs as root only then. Empty: every pod "
+        "meets the Pod Security 'baseline' level.")
+    allowed_images: list = _field(
+        [], "Deployment only. Further images the Airflow Variable may choose for image / suite_images "
+            "(the environment's own image and suite_images are always allowed).")
     pod_template_file: str = _field(
-        "", "Base pod manifest (empty: include/pod_templates/validation-pod.yaml next to plugins/).")
-    suites_dir: str = _field("", "Suite code shipped to pods (empty: include/suites next to plugins/).")
+        "", "Base pod manifest (empty: the pod_templates/validation-pod.yaml shipped in the cluster_doctor package).")
+    suites_dir: str = _field("", "Suite code shipped to pods (empty: the installed cluster_doctor_suites package).")
     pod_labels: dict = _field({}, "Extra labels on validation pods.")
     pod_env: dict = _field({}, "Extra environment of validation pods (e.g. NCCL_IB_HCA).")
     # --- results ---
     validation_db_conn_id: str = _field("validation_db", "Airflow connection to the Postgres results DB.")
+    fleet_verdicts: dict = _field(
+        {}, "Straggler/drift verdicts vs the fleet and the node's own past (docs/fleet-verdicts.md), e.g. "
+            "{\"rel_margin\": 0.1, \"k_mad\": 3, \"window_days\": 14}; {\"enabled\": false} turns them off.")
+    quarantine: dict = _field(
+        {}, "Opt-in node quarantine with a circuit breaker (docs/fleet-verdicts.md), e.g. {\"enabled\": true, "
+            "\"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. Off by default.")
     reports_dir: str = _field("", "Where run reports (CTRF JSON, daily summaries) are written (empty: "
                                   "$AIRFLOW_HOME/cluster_doctor_reports).")
 
@@ -107,9 +134,25 @@ class Settings:
             raise InvalidSettings(f"setting suite_device: must be 'cuda' or 'cpu', got {self.suite_device!r}")
         if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
             raise InvalidSettings("setting tolerations: must be a list of Kubernetes toleration objects")
-        for name in ("suite_timeouts_s", "pod_labels", "pod_env", "suite_images", "pod_resources"):
+        for name in ("suite_timeouts_s", "pod_labels", "pod_env", "suite_images", "pod_resources",
+                     "fleet_verdicts", "quarantine"):
             if not isinstance(getattr(self, name), dict):
                 raise InvalidSettings(f"setting {name}: must be a JSON object")
+        for name in ("pod_capabilities", "allowed_images"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise InvalidSettings(f"setting {name}: must be a list of names, got {value!r}")
+        for cap in self.pod_capabilities:
+            if not re.fullmatch(r"[A-Z][A-Z_]{1,30}", cap) or cap.startswith("CAP_") or cap == "ALL":
+                raise InvalidSettings(f"setting pod_capabilities: {cap!r} is not a capability name "
+                                      "like IPC_LOCK (no CAP_ prefix, not ALL)")
+        from cluster_doctor import fleet_baseline, quarantine
+
+        try:
+            fleet_baseline.BaselinePolicy.from_mapping(self.fleet_verdicts)
+            quarantine.QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
+        except ValueError as exc:
+            raise InvalidSettings(f"setting {exc}") from None
         if self.node_selector:
             _validate_label_selector(self.node_selector)
 
@@ -150,9 +193,9 @@ class Settings:
                     raise InvalidSettings(f"Airflow Variable {VARIABLE_NAME} is not valid JSON: {exc}") from None
             if not isinstance(variable, Mapping):
                 raise InvalidSettings(f"Airflow Variable {VARIABLE_NAME} must be a JSON object")
-            values.update(_known(variable, f"Airflow Variable {VARIABLE_NAME}"))
+            values.update(_from_ui(variable, values, f"Airflow Variable {VARIABLE_NAME}"))
         if overrides:
-            values.update(_known(overrides, "overrides"))
+            values.update(_from_ui(overrides, values, "overrides"))
         return cls(**values)
 
     def replace(self, **changes: Any) -> Settings:
@@ -171,6 +214,32 @@ def _known(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     if unknown:
         raise InvalidSettings(f"{source}: unknown setting(s) {', '.join(unknown)}")
     return dict(values)
+
+
+def _from_ui(values: Mapping[str, Any], deployed: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Settings from the Variable or run params: never the deployment-only ones, and images only
+    among those the environment allows."""
+    values = _known(values, source)
+    refused = sorted(set(values) & DEPLOYMENT_ONLY)
+    if refused:
+        raise InvalidSettings(
+            f"{source}: {', '.join(refused)} can only be set in the deployment environment "
+            f"({', '.join(ENV_PREFIX + name.upper() for name in refused)}), not from the UI")
+    defaults = Settings.__dataclass_fields__
+    image = deployed.get("image", defaults["image"].default)
+    suite_images = deployed.get("suite_images", {})
+    allowed = {image, *suite_images.values(), *deployed.get("allowed_images", [])}
+    chosen = []
+    if "image" in values:
+        chosen.append(("image", values["image"]))
+    if "suite_images" in values and isinstance(values["suite_images"], Mapping):
+        chosen += [(f"suite_images.{k}", v) for k, v in values["suite_images"].items()]
+    for name, image_ref in chosen:
+        if image_ref not in allowed:
+            raise InvalidSettings(
+                f"{source}: {name} {image_ref!r} is not an allowed image; allowed: {', '.join(sorted(map(str, allowed)))} "
+                f"(add it to {ENV_PREFIX}ALLOWED_IMAGES in the deployment environment)")
+    return values
 
 
 def _coerce(name: str, raw: str, field: dataclasses.Field) -> Any:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import hashlib
 import json
 import logging
@@ -44,6 +45,7 @@ from typing import Any
 from cluster_doctor import __version__
 from cluster_doctor.attempts import parse_timestamp
 from cluster_doctor.nodes import compress
+from cluster_doctor.status import Status
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,12 @@ TOOL_NAME = "cluster-doctor"
 # The spec version of the vendored official schema (tests/plugins/cluster_doctor/fixtures/ctrf/).
 SPEC_VERSION = "0.0.0"
 STATUS_MAP = {
-    "pass": "passed",
-    "fail": "failed",
-    "error": "other",
-    "timeout": "skipped",
-    "preempted": "skipped",
-    "skipped": "skipped",
+    Status.PASS: "passed",
+    Status.FAIL: "failed",
+    Status.ERROR: "other",
+    Status.TIMEOUT: "skipped",
+    Status.PREEMPTED: "skipped",
+    Status.SKIPPED: "skipped",
 }
 CTRF_STATUSES = ("passed", "failed", "skipped", "pending", "other")
 BLOCKING = ("failed", "other")
@@ -125,6 +127,35 @@ def _ms(value: Any) -> int | None:
     return int(parse_timestamp(value, "timestamp").timestamp() * 1000)
 
 
+@functools.lru_cache(maxsize=1)
+def _actions() -> dict[str, str]:
+    """{code: recommended action} from the suites' codes.yaml; {} when it cannot be read (the report
+    then carries the codes without actions rather than not being written)."""
+    try:
+        import yaml
+
+        from cluster_doctor import suites
+
+        data = yaml.safe_load((suites.DEFAULT_SUITES_DIR / "codes.yaml").read_text(encoding="utf-8")) or {}
+        return {str(code): str(spec.get("action", "")) for code, spec in (data.get("codes") or {}).items()
+                if isinstance(spec, Mapping)}
+    except Exception:  # noqa: BLE001 - a missing or broken codes file must not cost the report
+        log.warning("codes.yaml not readable: CTRF checks carry codes without recommended actions")
+        return {}
+
+
+def recommended_action(code: str | None) -> str | None:
+    return _actions().get(code) if code else None
+
+
+def _with_action(check: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(check)
+    action = recommended_action(check.get("code"))
+    if action:
+        out["recommended_action"] = action
+    return out
+
+
 def _check_line(check: Mapping[str, Any]) -> str:
     where = f" [{check['device']}]" if check.get("device") else ""
     value = check.get("value")
@@ -135,6 +166,9 @@ def _check_line(check: Mapping[str, Any]) -> str:
         text += f" (needs {check['threshold']})"
     if check.get("message"):
         text += f" — {check['message']}"
+    if check.get("code"):
+        action = recommended_action(check["code"])
+        text += f" [{check['code']}" + (f": {action}]" if action else "]")
     return " ".join(text.split())
 
 
@@ -159,8 +193,9 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
     else:
         duration = 0  # never started (timeout, skipped): CTRF requires a duration
     checks = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
-    failing = [dict(c) for c in checks if c.get("status") in ("fail", "error")]
-    warnings = [dict(c) for c in checks if c.get("status") == "warn"]
+    failing = [_with_action(c) for c in checks if c.get("status") in ("fail", "error")]
+    warnings = [_with_action(c) for c in checks if c.get("status") == "warn"]
+    codes = list(dict.fromkeys(c["code"] for c in failing + warnings if c.get("code")))
     test: dict[str, Any] = {
         "name": f"{attempt['node_name']} · {attempt['test_name']}",
         "status": STATUS_MAP[status],
@@ -185,7 +220,7 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
     log_path = attempt.get("log_path")
     if log_path:
         test["attachments"] = [{"name": "log", "contentType": "text/plain", "path": log_path}]
-        if log_path.endswith(".log"):  # seed 000 layout: the result JSON sits next to the log
+        if log_path.endswith(".log"):  # the suites write the result JSON next to the log
             test["attachments"].append({"name": "result", "contentType": "application/json",
                                         "path": log_path[: -len(".log")] + ".json"})
     test["extra"] = {
@@ -199,6 +234,10 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
         "metrics": dict(attempt.get("metrics") or {}),
         "failing_checks": failing[:MAX_TRACE_CHECKS],
         "failing_checks_total": len(failing),
+        # stable fault codes (the suites' codes.yaml) and what to do about them, for automation
+        "code": next((c["code"] for c in failing if c.get("code")), None),
+        "codes": codes,
+        "recommended_actions": {code: recommended_action(code) for code in codes if recommended_action(code)},
         "warnings": warnings[:MAX_TRACE_CHECKS],
         "checks_total": len(checks),
         "log_path": log_path,

@@ -1,4 +1,4 @@
-"""The daily summary (seed 000's "daily summaries"): one markdown and one standalone HTML file per UTC day.
+"""The daily summary: one markdown and one standalone HTML file per UTC day.
 
 What it shows, for day D (UTC), from the results database only:
 
@@ -35,20 +35,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import html
 import logging
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import hostlist
-import psycopg2.extras
+import psycopg
+from psycopg.rows import dict_row
 
-from cluster_doctor import suites
-from cluster_doctor.attempts import STATUSES
+from cluster_doctor import coverage, suites
+from cluster_doctor.coverage import STATE_TITLES, STATES
 from cluster_doctor.ctrf import resolve_reports_dir, write_atomic
+from cluster_doctor.fleet import GPU_SECONDS
 from cluster_doctor.nodes import compress
-from cluster_doctor.report_format import age
+from cluster_doctor.report_format import age, finite, lenient_timestamps, md_escape, skip
+from cluster_doctor.status import EXECUTED, FAILING, Status
+from cluster_doctor.templating import environment
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +59,6 @@ TREND_DAYS = 14
 DEFAULT_FLEET_WINDOW_DAYS = 30
 DEFAULT_MAX_ROWS = 500
 MAX_CHECKS_PER_FAILURE = 20
-STATES = ("pass", "fail", "error", "stale", "never")
-STATE_TITLES = {"pass": "fresh pass", "fail": "fail", "error": "error", "stale": "stale",
-                "never": "never validated"}
-EXECUTED = ("pass", "fail", "error")
 CHECK_FIELDS = ("name", "status", "device", "value", "unit", "threshold", "message")
 
 
@@ -137,12 +136,12 @@ SELECT p.node_name, p.test_name, e.status, e.finished_at, e.reason, e.gpu_model,
 
 DAY_COUNTS_SQL = """
 SELECT test_name, status, count(*) AS attempts, count(DISTINCT node_name) AS nodes,
-       coalesce(sum(duration_s * gpu_count), 0) / 3600.0 AS gpu_hours,
+       coalesce(sum({gpu_seconds}), 0) / 3600.0 AS gpu_hours,
        count(*) FILTER (WHERE duration_s IS NOT NULL AND gpu_count IS NULL) AS without_gpu_count
   FROM validation_history
  WHERE finished_at >= %(start)s AND finished_at < %(end)s
  GROUP BY test_name, status
-"""
+""".replace("{gpu_seconds}", GPU_SECONDS)
 
 FAILURES_SQL = """
 SELECT h.node_name, h.test_name, h.status, h.started_at, h.finished_at, h.duration_s, h.reason,
@@ -168,37 +167,20 @@ SELECT coalesce(gpu_model, '') AS gpu_model, count(DISTINCT node_name) AS nodes,
  GROUP BY 1
 """
 
+# A JSON number beyond float8 (1e400) would fail the whole query on the cast: such values are left
+# out of the figures and counted (skipped) instead.
 MODEL_METRICS_SQL = """
-SELECT coalesce(h.gpu_model, '') AS gpu_model, h.test_name, k.metric, count(*) AS n,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY (h.metrics->>k.metric)::float8) AS median,
-       min((h.metrics->>k.metric)::float8) AS min
+SELECT coalesce(h.gpu_model, '') AS gpu_model, h.test_name, k.metric, count(v.x) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY v.x) AS median, min(v.x) AS min,
+       count(*) - count(v.x) AS skipped
   FROM validation_history h
   JOIN unnest(%(k_tests)s::text[], %(k_metrics)s::text[]) AS k(test_name, metric) ON k.test_name = h.test_name
+  CROSS JOIN LATERAL (SELECT CASE WHEN abs((h.metrics->k.metric)::numeric) < 1e300
+                                  THEN (h.metrics->k.metric)::numeric::float8 END AS x) v
  WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status = 'pass'
    AND jsonb_typeof(h.metrics->k.metric) = 'number'
  GROUP BY 1, 2, 3
 """
-
-# Coverage on each day: a node is covered when every enabled test has an executed result finished in
-# [day_end - staleness, day_end). One range scan of the executed rows of the window, joined to the days.
-COVERAGE_TREND_SQL = """
-WITH days AS (SELECT * FROM unnest(%(days)s::date[], %(ends)s::timestamptz[]) AS d(day, day_end)),
-executed AS (
-    SELECT node_name, test_name, finished_at FROM validation_history
-     WHERE status IN ('pass', 'fail', 'error') AND test_name = ANY(%(tests)s) AND node_name = ANY(%(nodes)s)
-       AND finished_at >= %(first_end)s - %(staleness)s AND finished_at < %(last_end)s
-),
-covered AS (
-    SELECT d.day, e.node_name
-      FROM days d JOIN executed e ON e.finished_at >= d.day_end - %(staleness)s AND e.finished_at < d.day_end
-     GROUP BY d.day, e.node_name
-    HAVING count(DISTINCT e.test_name) = %(n_tests)s
-)
-SELECT d.day, count(c.node_name) AS covered
-  FROM days d LEFT JOIN covered c USING (day)
- GROUP BY d.day ORDER BY d.day
-"""
-
 
 def _rows(cur, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
     cur.execute(sql, params)
@@ -237,9 +219,11 @@ def build(
     window = {"start": start, "end": as_of}
 
     with store.connection() as conn:
+        lenient_timestamps(conn)  # a time past year 9999 reads as unknown (counted), not as a failed report
         # one consistent snapshot for every section, read-only
-        conn.set_session(isolation_level="REPEATABLE READ", readonly=True)
-        with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        with conn.cursor(row_factory=dict_row) as cur:
             if gpu_nodes is not None:
                 fleet = sorted(set(gpu_nodes), key=_node_key)
                 source = "the Kubernetes API (GPU nodes now)"
@@ -252,10 +236,7 @@ def build(
             pairs, trend = [], []
             if fleet:
                 pairs = _rows(cur, FLEET_AS_OF_SQL, {"nodes": fleet, "tests": tests, "as_of": as_of})
-                trend = _rows(cur, COVERAGE_TREND_SQL, {
-                    "days": trend_days, "ends": trend_ends, "tests": tests, "nodes": fleet,
-                    "n_tests": len(tests), "staleness": staleness, "first_end": trend_ends[0],
-                    "last_end": trend_ends[-1]})
+            trend = coverage.trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness)
             day_counts = _rows(cur, DAY_COUNTS_SQL, window)
             failures = _rows(cur, FAILURES_SQL, window)
             model_counts = _rows(cur, MODEL_COUNTS_SQL, window)
@@ -263,20 +244,17 @@ def build(
                 **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})
         conn.rollback()
 
-    fleet_section = _fleet(pairs, tests, as_of, staleness, max_rows)
-    covered_by_day = {r["day"]: int(r["covered"]) for r in trend}
-    coverage_trend = []
-    for d, end in zip(trend_days, trend_ends, strict=True):
-        covered = covered_by_day.get(d, 0)
-        share = round(covered / len(fleet), 4) if fleet else None
-        coverage_trend.append({"day": d.isoformat(), "as_of": end.isoformat(), "covered": covered,
-                               "nodes": len(fleet), "coverage": share})
-    counts = {s: 0 for s in STATUSES}
+    fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
+    coverage_trend = [{"day": d.isoformat(), "as_of": t["as_of"].isoformat(), "covered": t["covered_nodes"],
+                       "nodes": t["nodes"], "coverage": round(t["coverage"], 4) if t["coverage"] is not None else None,
+                       "pair_coverage": round(t["pair_coverage"], 4) if t["pair_coverage"] is not None else None}
+                      for d, t in zip(trend_days, trend, strict=True)]
+    counts = {s: 0 for s in Status}
     per_test: dict[str, dict[str, int]] = {}
     gpu_hours = {"total": 0.0, "executed": 0.0, "not_executed": 0.0, "attempts_without_gpu_count": 0}
     for r in day_counts:
         counts[r["status"]] = counts.get(r["status"], 0) + int(r["attempts"])
-        per_test.setdefault(r["test_name"], {s: 0 for s in STATUSES})[r["status"]] = int(r["attempts"])
+        per_test.setdefault(r["test_name"], {s: 0 for s in Status})[r["status"]] = int(r["attempts"])
         hours = float(r["gpu_hours"] or 0)
         gpu_hours["total"] += hours
         gpu_hours["executed" if r["status"] in EXECUTED else "not_executed"] += hours
@@ -300,7 +278,7 @@ def build(
         "failures": failure_rows,
         "failures_total": len(failures),
         "failing_nodes_today": len({r["node_name"] for r in failures}),
-        "newly_failing_today": sum(1 for r in failures if r["previous_status"] in (None, "pass")),
+        "newly_failing_today": sum(1 for r in failures if r["previous_status"] in (None, Status.PASS)),
         "coverage_trend": coverage_trend,
         "per_model": _per_model(model_counts, model_metrics, key_pairs),
         "fleet": fleet_section,
@@ -328,46 +306,33 @@ def _failure(r: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _state(pair: Mapping[str, Any], fresh_after: dt.datetime) -> str:
-    if pair["status"] is None:
-        return "never"
-    if pair["status"] in ("fail", "error"):
-        return pair["status"]  # a failing pair is a problem however old; its age is shown
-    return "pass" if pair["finished_at"] >= fresh_after else "stale"
-
-
-def _fleet(pairs: Sequence[Mapping[str, Any]], tests: Sequence[str], as_of: dt.datetime,
+def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequence[str], as_of: dt.datetime,
            staleness: dt.timedelta, max_rows: int) -> dict[str, Any]:
-    fresh_after = as_of - staleness
+    assessed = coverage.assess(pairs, tests=tests, now=as_of, staleness=staleness, nodes=nodes)
     counts = {s: 0 for s in STATES}
     per_test = {t: {s: 0 for s in STATES} for t in tests}
     failing: list[dict[str, Any]] = []
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    uncovered: set[str] = set()
-    nodes: set[str] = set()
-    for p in pairs:
-        nodes.add(p["node_name"])
-        state = _state(p, fresh_after)
+    for p in assessed.pairs:
+        state = p["state"]
         counts[state] += 1
         per_test[p["test_name"]][state] += 1
-        # covered = every test has an executed result in the window, whatever its verdict
-        if p["status"] is None or p["finished_at"] < fresh_after:
-            uncovered.add(p["node_name"])
-        if state in ("fail", "error"):
+        if state in FAILING:
             failing.append(p)
         elif state in ("stale", "never"):
             grouped.setdefault((p["test_name"], state), []).append(p)
     # longest-failing first: the pairs nobody has looked at for days
-    failing.sort(key=lambda p: (p["status_since"] or p["finished_at"], _node_key(p["node_name"]),
+    far = dt.datetime.max.replace(tzinfo=dt.UTC)
+    failing.sort(key=lambda p: (p.get("status_since") or p.get("finished_at") or far, _node_key(p["node_name"]),
                                 p["test_name"]))
     rows = [{
         "node_name": p["node_name"], "test_name": p["test_name"], "status": p["status"],
-        "finished_at": _iso(p["finished_at"]), "age": age(p["finished_at"], as_of),
-        "status_since": _iso(p["status_since"]), "since_age": age(p["status_since"], as_of),
-        "previous_status": p["previous_status"], "reason": p["reason"], "gpu_model": p["gpu_model"],
-        "stale": p["finished_at"] < fresh_after,
-        "last_attempt_status": p["last_attempt_status"], "last_attempt_at": _iso(p["last_attempt_at"]),
-        "last_attempt_reason": p["last_attempt_reason"],
+        "finished_at": _iso(p.get("finished_at")), "age": age(p.get("finished_at"), as_of),
+        "status_since": _iso(p.get("status_since")), "since_age": age(p.get("status_since"), as_of),
+        "previous_status": p.get("previous_status"), "reason": p.get("reason"), "gpu_model": p.get("gpu_model"),
+        "stale": p["stale"],
+        "last_attempt_status": p.get("last_attempt_status"), "last_attempt_at": _iso(p.get("last_attempt_at")),
+        "last_attempt_reason": p.get("last_attempt_reason"),
     } for p in failing[:max_rows]]
     groups = []
     for test in tests:
@@ -375,13 +340,14 @@ def _fleet(pairs: Sequence[Mapping[str, Any]], tests: Sequence[str], as_of: dt.d
             members = grouped.get((test, state))
             if not members:
                 continue
-            oldest = min((m["finished_at"] for m in members if m["finished_at"]), default=None)
+            oldest = min((m["finished_at"] for m in members if m.get("finished_at")), default=None)
             groups.append({"test_name": test, "state": state, "count": len(members),
                            "oldest": _iso(oldest), "oldest_age": age(oldest, as_of) if oldest else None,
                            "nodes": compress(sorted((m["node_name"] for m in members), key=_node_key))})
+    summary = assessed.summary()
     return {
-        "nodes": len(nodes), "pairs": len(pairs), "counts": counts, "per_test": per_test,
-        "covered_nodes": len(nodes - uncovered), "failing": rows, "failing_total": len(failing),
+        "nodes": summary["gpu_nodes"], "pairs": summary["pairs"], "counts": counts, "per_test": per_test,
+        "covered_nodes": summary["covered_nodes"], "failing": rows, "failing_total": len(failing),
         "stale_groups": groups,
     }
 
@@ -394,7 +360,11 @@ def _per_model(model_counts: Sequence[Mapping[str, Any]], metrics: Sequence[Mapp
         by_model[r["gpu_model"]] = {"gpu_model": r["gpu_model"] or "unknown", "nodes": int(r["nodes"]),
                                     "attempts": int(r["attempts"]), "pass": int(r["pass"]),
                                     "fail": int(r["fail"]), "error": int(r["error"]), "metrics": []}
-    for r in sorted(metrics, key=lambda r: (r["gpu_model"], order.get((r["test_name"], r["metric"]), 0))):
+    for r in metrics:
+        for _ in range(int(r.get("skipped") or 0)):
+            skip("metric")
+    for r in sorted((r for r in metrics if r["n"]), key=lambda r: (r["gpu_model"],
+                                                                   order.get((r["test_name"], r["metric"]), 0))):
         entry = by_model.setdefault(r["gpu_model"], {
             "gpu_model": r["gpu_model"] or "unknown", "nodes": 0, "attempts": 0, "pass": 0, "fail": 0,
             "error": 0, "metrics": []})
@@ -425,6 +395,10 @@ def _num(value: Any) -> str:
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, int) and abs(value) >= 10 ** 15:
+        value = finite(value, "check_value")  # a stored huge integer: shown as a float, or not at all
+        if value is None:
+            return "out of range"
     if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
@@ -459,7 +433,7 @@ def _later_attempt(r: Mapping[str, Any]) -> str:
 
 def headline(data: Mapping[str, Any]) -> list[str]:
     cov, counts, fleet = data["coverage"], data["day_counts"], data["fleet"]
-    per_status = ", ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s))
+    per_status = ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s))
     return [
         f"Coverage: {cov['covered']}/{cov['nodes']} GPU node(s) fully validated within "
         f"{data['staleness_days']:g} d ({_pct(cov['coverage'])})",
@@ -513,10 +487,10 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
         ("h2", "Attempts of the day"),
     ]
     if counts["total"]:
-        rows = [[t, *(c[s] for s in STATUSES), sum(c.values())]
+        rows = [[t, *(c[s] for s in Status), sum(c.values())]
                 for t, c in data["day_counts_per_test"].items()]
-        rows.append([Cell("all", "total"), *(counts[s] for s in STATUSES), counts["total"]])
-        out.append(("table", ["test", *STATUSES, "total"], rows, range(1, len(STATUSES) + 2)))
+        rows.append([Cell("all", "total"), *(counts[s] for s in Status), counts["total"]])
+        out.append(("table", ["test", *Status, "total"], rows, range(1, len(Status) + 2)))
         out.append(("p", f"Validation GPU-hours: {_num(gh['total'])} ({_num(gh['executed'])} in executed "
                          f"suites, {_num(gh['not_executed'])} in attempts that did not judge)"
                          + (f"; {gh['attempts_without_gpu_count']} attempt(s) had no GPU count"
@@ -583,19 +557,13 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
 
 
 # ---------------------------------------------------------------------------- markdown
-_MD_ESCAPES = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"))
-
-
 def _md(value: Any) -> str:
-    """Inline markdown text: one line, no table breaks, no raw HTML (renderers pass HTML through)."""
+    """Inline markdown text, through the one escaping function of every markdown output."""
     if isinstance(value, Bar):
         return "█" * round(value.fraction * 20)
     if isinstance(value, Cell):
         value = value.text
-    text = "" if value is None else " ".join(str(value).split())
-    for raw, escaped in _MD_ESCAPES:
-        text = text.replace(raw, escaped)
-    return text
+    return md_escape(value)
 
 
 def _md_blocks(items: Sequence[tuple]) -> list[str]:
@@ -624,75 +592,12 @@ def render_markdown(data: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- HTML
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1200px;
-color:#1f2328;padding:0 16px}
-h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #d0d7de}
-h3{font-size:15px;margin:18px 0 6px}.meta{color:#59636e}
-table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#1a7f37}.fail{color:#cf222e;font-weight:600}.error{color:#bc4c00;font-weight:600}
-.warn{color:#9a6700}.stale,.never,.timeout,.preempted,.skipped{color:#6e7781}.total{font-weight:600}
-.cards{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
-.card{border:1px solid #d0d7de;border-radius:6px;padding:8px 14px;min-width:160px}
-.card b{display:block;font-size:20px}
-.bar{background:#eaeef2;width:200px;height:10px;border-radius:3px}
-.bar div{background:#2da44e;height:10px;border-radius:3px}
-.nodes{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
-.box{border-left:3px solid #cf222e;padding-left:10px;margin:10px 0}
-"""
-
-
-def _h(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def _h_cell(value: Any) -> str:
-    if isinstance(value, Bar):
-        width = max(0.0, min(1.0, float(value.fraction))) * 100
-        return f'<div class="bar"><div style="width:{width:.1f}%"></div></div>'
-    if isinstance(value, Cell):
-        return f'<span class="{_h(value.css)}">{_h(value.text)}</span>'
-    return _h(value)
-
-
-def _html_blocks(items: Sequence[tuple]) -> list[str]:
-    parts: list[str] = []
-    for block in items:
-        kind = block[0]
-        if kind in ("h1", "h2", "h3"):
-            parts.append(f"<{kind}>{_h(block[1])}</{kind}>")
-        elif kind == "p":
-            css = f' class="{_h(block[2])}"' if block[2] else ""
-            parts.append(f"<p{css}>{_h(block[1])}</p>")
-        elif kind == "list":
-            parts.append("<ul>" + "".join(f"<li>{_h(item)}</li>" for item in block[1]) + "</ul>")
-        elif kind == "cards":
-            cards = "".join(f'<div class="card"><b>{_h(value)}</b>{_h(label)}</div>'
-                            for value, label in block[1])
-            parts.append(f'<div class="cards">{cards}</div>')
-        elif kind == "table":
-            headers, rows, numeric = block[1], block[2], set(block[3])
-            head = "".join(f"<th>{_h(h)}</th>" for h in headers)
-            body = "".join("<tr>" + "".join(
-                f'<td class="n">{_h_cell(v)}</td>' if i in numeric else f"<td>{_h_cell(v)}</td>"
-                for i, v in enumerate(row)) + "</tr>" for row in rows)
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        elif kind == "box":
-            parts.append('<div class="box">' + "\n".join(_html_blocks(block[1])) + "</div>")
-        elif kind == "only" and block[1] == "html":
-            parts += _html_blocks(block[2])
-    return parts
-
-
 def render_html(data: Mapping[str, Any]) -> str:
-    """A standalone page: inline CSS, no script, no external resource; every text is escaped."""
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Cluster Doctor daily summary {_h(data['day'])}</title><style>{CSS}</style></head><body>",
-        *_html_blocks(blocks(data)), "</body></html>", ""])
+    """A standalone page from the fleet page's base template: inline CSS, no script, no external
+    resource; every text is escaped by the shared autoescaping environment."""
+    return environment().get_template("daily.html").render(
+        data=data, blocks=blocks(data), is_bar=lambda v: isinstance(v, Bar), is_cell=lambda v: isinstance(v, Cell),
+        bar_width=lambda v: f"{max(0.0, min(1.0, float(v.fraction))) * 100:.1f}", standalone=True)
 
 
 # ---------------------------------------------------------------------------- writing

@@ -1,29 +1,27 @@
-"""Reaching the Postgres results database: connection settings, connect errors, embedded server.
+"""Reaching the Postgres results database: connection factories, connect errors, embedded server.
 
-Production: any PostgreSQL >= 13 behind the Airflow Connection ``validation_db`` (so the environment
-variable ``AIRFLOW_CONN_VALIDATION_DB`` works, as a URI or Airflow's JSON form). The CLI also takes
-``--db-url``. Laptops and the demo get a real embedded PostgreSQL (pgserver), never SQLite.
+Everything that reads or writes results takes a ``Connector``: a callable that opens a new psycopg
+(3) connection. Inside Airflow it is the Postgres provider's ``PostgresHook`` for the connection
+``validation_db`` (so ``AIRFLOW_CONN_VALIDATION_DB`` works as a URI or in Airflow's JSON form, and a
+secrets backend works too). The CLI takes ``--db-url``, the environment, or a real embedded
+PostgreSQL (pgserver) for laptops and the demo — never SQLite. Parsing of URLs and keywords is left
+to libpq (``psycopg.conninfo``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import psycopg2
+import psycopg
+from psycopg import conninfo
 
+CONN_ID = "validation_db"
 CONN_ENV = "AIRFLOW_CONN_VALIDATION_DB"
-# libpq keywords that may ride in a connection's extras; Airflow-only extras are dropped.
-_LIBPQ_EXTRAS = {
-    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "connect_timeout", "application_name",
-    "options", "target_session_attrs", "keepalives", "keepalives_idle", "gssencmode", "sslcrl",
-    "channel_binding", "krbsrvname", "service",
-}
 DEFAULT_CONNECT_TIMEOUT = 5
+APPLICATION_NAME = "cluster-doctor"
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -34,110 +32,136 @@ class InvalidDatabaseUrl(ValueError):
     pass
 
 
-def dsn_from_url(url: str) -> dict[str, Any]:
-    """libpq connection keywords from a postgres:// / postgresql:// URL (socket dirs via ?host=)."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("postgres", "postgresql"):
-        raise InvalidDatabaseUrl(
-            f"database URL must start with postgresql:// (got scheme {parsed.scheme or 'none'!r})"
-        )
-    try:
-        port = parsed.port
-    except ValueError:
-        raise InvalidDatabaseUrl(f"database URL has an invalid port: {url!r}") from None
-    dsn: dict[str, Any] = {
-        "host": urllib.parse.unquote(parsed.hostname) if parsed.hostname else None,
-        "port": port,
-        "user": urllib.parse.unquote(parsed.username) if parsed.username else None,
-        "password": urllib.parse.unquote(parsed.password) if parsed.password else None,
-        "dbname": urllib.parse.unquote(parsed.path.lstrip("/")) or None,
-    }
-    for key, values in urllib.parse.parse_qs(parsed.query).items():
-        if key in _LIBPQ_EXTRAS or key in ("host", "port", "user", "password", "dbname"):
-            dsn[key] = values[-1]
-    return {k: v for k, v in dsn.items() if v not in (None, "")}
+def one_line_cause(exc: BaseException) -> str:
+    """The first useful sentence of a driver error (libpq repeats the target and adds hints)."""
+    cause = " ".join(str(exc).split()) or exc.__class__.__name__
+    return cause.split(" Is the server running")[0]
 
 
-def dsn_from_airflow_connection(
-    *, host: str | None, port: int | None, login: str | None, password: str | None, schema: str | None,
-    extra: Mapping[str, Any] | str | None = None,
-) -> dict[str, Any]:
-    """libpq keywords from the fields of an Airflow Connection (``schema`` is the database)."""
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra.strip() else {}
-    extra = dict(extra or {})
-    # postgresql://user@/db?host=/socket/dir parses into an empty host and a "host" extra
-    host = host or extra.get("host")
-    port = port or extra.get("port")
-    dsn: dict[str, Any] = {"host": host, "port": port, "user": login, "password": password, "dbname": schema}
-    for key, value in extra.items():
-        if key in _LIBPQ_EXTRAS:
-            dsn[key] = value
-    return {k: v for k, v in dsn.items() if v not in (None, "")}
+def describe(params: Mapping[str, Any]) -> str:
+    """Where libpq keywords point, for messages; never includes the password."""
+    host = params.get("host") or "local socket"
+    where = f"{host}:{params['port']}" if params.get("port") else str(host)
+    return f"{where}/{params.get('dbname') or ''}".rstrip("/")
 
 
-def dsn_from_conn_env(value: str) -> dict[str, Any]:
-    """Parse an ``AIRFLOW_CONN_*`` value: a URI, or Airflow's JSON connection form."""
-    text = value.strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidDatabaseUrl(f"{CONN_ENV} is not valid JSON: {exc}") from None
-        return dsn_from_airflow_connection(
-            host=data.get("host"), port=data.get("port"), login=data.get("login"),
-            password=data.get("password"), schema=data.get("schema"), extra=data.get("extra"),
-        )
-    return dsn_from_url(text)
-
-
-def _airflow_connection_dsn(conn_id: str) -> dict[str, Any] | None:
-    """The connection as stored in Airflow's metadata DB or secrets backend, when Airflow is here."""
-    try:
-        from airflow.models.connection import Connection
-
-        conn = Connection.get_connection_from_secrets(conn_id)
-    except Exception:  # not installed, not configured, or no such connection: fall through
-        return None
-    return dsn_from_airflow_connection(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
-                                       schema=conn.schema, extra=conn.extra_dejson)
-
-
-def describe(dsn: Mapping[str, Any]) -> str:
-    """Where a DSN points, for messages; never includes the password."""
-    host = dsn.get("host") or "local socket"
-    where = f"{host}:{dsn['port']}" if dsn.get("port") else str(host)
-    return f"{where}/{dsn.get('dbname', '')}".rstrip("/")
-
-
-def connect(dsn: Mapping[str, Any], *, autocommit: bool = False, application_name: str = "cluster-doctor"):
-    """Open a psycopg2 connection, turning connect failures into a one-line DatabaseUnavailable."""
-    params = {"connect_timeout": DEFAULT_CONNECT_TIMEOUT, "application_name": application_name, **dsn}
-    try:
-        conn = psycopg2.connect(**params)
-    except psycopg2.OperationalError as exc:
-        cause = " ".join(str(exc).split()) or exc.__class__.__name__
-        # libpq repeats the target in its message; keep the first useful sentence
-        cause = cause.split(" Is the server running")[0]
-        raise DatabaseUnavailable(f"cannot connect to the results database at {describe(dsn)}: {cause}") from None
+def _prepare(conn: psycopg.Connection, autocommit: bool) -> psycopg.Connection:
+    # Client-side binding: queries pass parameters where the server cannot infer a type
+    # (``%s IS NULL``, ``SET ... = %s``); the server still never sees unescaped input.
+    conn.cursor_factory = psycopg.ClientCursor
     conn.autocommit = autocommit
     return conn
 
 
-def resolve_cli_dsn(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
-    """(dsn, source) for the CLI: --db-url, then $AIRFLOW_CONN_VALIDATION_DB, then (inside an Airflow
-    deployment, $AIRFLOW_HOME set) the Airflow connection validation_db, then the embedded server."""
+class Connector:
+    """A connection factory: ``connector()`` opens a new connection, ``str(connector)`` says where."""
+
+    def __init__(self, open_connection: Callable[[str], psycopg.Connection], description: str):
+        self._open = open_connection
+        self.description = description
+
+    def __call__(self, *, autocommit: bool = False, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
+        try:
+            conn = self._open(application_name)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(
+                f"cannot connect to the results database at {self.description}: {one_line_cause(exc)}"
+            ) from None
+        return _prepare(conn, autocommit)
+
+    def __str__(self) -> str:
+        return self.description
+
+    def __repr__(self) -> str:
+        return f"Connector({self.description})"
+
+
+def libpq_params(url: str) -> dict[str, Any]:
+    """libpq keywords of a postgresql:// URL, parsed by libpq itself; a clear error otherwise."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        scheme = url.split("://", 1)[0] if "://" in url else "none"
+        raise InvalidDatabaseUrl(f"database URL must start with postgresql:// (got scheme {scheme!r})")
+    try:
+        return conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidDatabaseUrl(f"database URL is invalid: {one_line_cause(exc)}") from None
+
+
+def params_connector(params: Mapping[str, Any]) -> Connector:
+    """A connector for libpq keywords (host, port, dbname, user, password, sslmode, ...)."""
+    params = dict(params)
+
+    def open_connection(application_name: str) -> psycopg.Connection:
+        return psycopg.connect(**{"connect_timeout": DEFAULT_CONNECT_TIMEOUT,
+                                  "application_name": application_name, **params})
+
+    return Connector(open_connection, describe(params))
+
+
+def url_connector(url: str) -> Connector:
+    return params_connector(libpq_params(url))
+
+
+def hook_connector(conn_id: str = CONN_ID) -> Connector:
+    """The Postgres provider's hook for an Airflow connection (metadata DB, env or secrets backend)."""
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    try:
+        conn = PostgresHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException and friends: one line, naming the connection
+        raise DatabaseUnavailable(f"Airflow connection {conn_id!r} is not usable: {one_line_cause(exc)}") from None
+    if conn.conn_type not in (None, "", "postgres", "postgresql"):
+        raise InvalidDatabaseUrl(f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres")
+    where = describe({"host": conn.host, "port": conn.port, "dbname": conn.schema})
+
+    def open_connection(application_name: str) -> psycopg.Connection:
+        # libpq reads these when the connection's extras do not set them: a dead database must
+        # fail the connect within seconds, not hang a task until its execution_timeout.
+        os.environ.setdefault("PGCONNECT_TIMEOUT", str(DEFAULT_CONNECT_TIMEOUT))
+        os.environ.setdefault("PGAPPNAME", application_name)
+        return PostgresHook(postgres_conn_id=conn_id).get_conn()
+
+    return Connector(open_connection, f"{where} (Airflow connection {conn_id})")
+
+
+def connector(source: Connector | str | Mapping[str, Any]) -> Connector:
+    """A Connector from a Connector, a postgresql:// URL or libpq keywords."""
+    if isinstance(source, Connector):
+        return source
+    if isinstance(source, str):
+        return url_connector(source)
+    return params_connector(source)
+
+
+def _airflow_available() -> bool:
+    try:
+        import airflow.providers.postgres  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_cli_connector(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[Connector, str]:
+    """(connector, source) for the CLI: --db-url, then the Airflow connection validation_db (from
+    $AIRFLOW_CONN_VALIDATION_DB or, with $AIRFLOW_HOME set, Airflow's own store), then the embedded
+    server."""
     env = os.environ if env is None else env
     if db_url:
-        return dsn_from_url(db_url), "--db-url"
-    if env.get(CONN_ENV):
-        return dsn_from_conn_env(env[CONN_ENV]), CONN_ENV
-    if env.get("AIRFLOW_HOME"):
-        dsn = _airflow_connection_dsn("validation_db")
-        if dsn is not None:
-            return dsn, "Airflow connection validation_db"
+        return url_connector(db_url), "--db-url"
+    conn_env = env.get(CONN_ENV, "").strip()
+    if conn_env and not _airflow_available():
+        if conn_env.startswith("{"):
+            raise InvalidDatabaseUrl(f"{CONN_ENV} in Airflow's JSON form needs the airflow extra: "
+                                     "pip install 'cluster-doctor[airflow]' (or use a postgresql:// URL)")
+        return url_connector(conn_env), CONN_ENV
+    if conn_env or (env.get("AIRFLOW_HOME") and _airflow_available()):
+        try:
+            return hook_connector(CONN_ID), CONN_ENV if conn_env else f"Airflow connection {CONN_ID}"
+        except DatabaseUnavailable:
+            if conn_env:
+                raise
     server = embedded_server()
-    return dsn_from_url(server.get_uri()), f"embedded PostgreSQL in {embedded_dir()}"
+    return url_connector(server.get_uri()), f"embedded PostgreSQL in {embedded_dir()}"
 
 
 def embedded_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:

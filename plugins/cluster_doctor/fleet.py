@@ -1,19 +1,15 @@
 """Fleet-wide read queries for the fleet health page and the Prometheus metrics.
 
-Everything is aggregated, filtered, sorted and paged in SQL over ``validation_latest`` (one row per
-node and test), so a 5,000-node fleet costs the web page one page of nodes, not the whole table.
+One query reads the latest state of every pair (``validation_latest``, one row per node and test:
+about 20,000 small rows at 5,000 nodes, times as Unix seconds so decoding stays cheap); the verdicts
+(fresh, stale, covered, failing, never validated) come from ``cluster_doctor.coverage``, the one
+definition the run summary, the daily report and the metrics share. Filtering, natural ordering and
+paging then happen in Python over that snapshot, and only the page's cells are read in full.
 Parametrized SQL only; node names and ranges are validated (``cluster_doctor.nodes``) before they
 reach a query. No Airflow imports: the page, the metrics exporter and the tests share this module.
 
-Definitions (shown on the page and in docs/metrics.md):
-
 - GPU nodes: the nodes known to the results database (a node is recorded as soon as the scheduler
   attempts any test on it).
-- A pair (node, test) is fresh when its latest executed result (pass, fail or error) finished less
-  than ``staleness`` ago; never-executed pairs are infinitely old.
-- Coverage: share of GPU nodes whose every enabled test is fresh.
-- Never validated: GPU nodes without any executed result on an enabled test.
-- Failing: GPU nodes whose latest executed result of any enabled test is fail or error.
 - Validation GPU-hours (7 days): sum of duration_s x gpu_count / 3600 over the attempts that
   finished in the window and held the node's GPUs (pass, fail, error, preempted).
 """
@@ -24,37 +20,34 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import psycopg2.extras
+import hostlist
+import psycopg
+from psycopg.rows import dict_row
 
-from cluster_doctor import database, migrations
-from cluster_doctor.attempts import EXECUTED_STATUSES, validate_test_name
+from cluster_doctor import coverage, database, suites
+from cluster_doctor.attempts import validate_test_name
 from cluster_doctor.nodes import NodeRange, validate_node_name
-from cluster_doctor.store import SchemaMissing
+from cluster_doctor.report_format import epoch_time, finite, lenient_timestamps, skip
+from cluster_doctor.status import EXECUTED, Status
+from cluster_doctor.store import require_schema
 
 # Node-level status filters of the page: value -> label.
-STATUS_FILTERS: dict[str, str] = {
-    "failing": "failing (fail or error on any test)",
-    "fail": "a check failed (fail)",
-    "error": "a suite errored (error)",
-    "stale": "stale (a test older than the threshold or never run)",
-    "never": "never validated",
-    "healthy": "healthy (every test passed and is fresh)",
-}
+STATUS_FILTERS: dict[str, str] = {k: label for k, (label, _) in coverage.NODE_FILTERS.items()}
+# GPU-seconds of one attempt; a duration or GPU count no attempt can have (a corrupt row) is left out
+# instead of overflowing the sum and failing the page, the scrape or the daily report.
+GPU_SECONDS = "CASE WHEN duration_s <= 1e9 AND gpu_count <= 1e6 THEN duration_s * gpu_count END"
 # Attempts that held the node's GPUs (timeouts never started; skips never created a pod).
-GPU_TIME_STATUSES = ("pass", "fail", "error", "preempted")
+GPU_TIME_STATUSES = (*EXECUTED, Status.PREEMPTED)
 DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE = 200  # keeps a page of the matrix well under 300 KB
 MAX_HISTORY = 200
+TREND_CACHE_S = 300.0
+_TREND_CACHE: dict[tuple, tuple[float, list[dict[str, Any]]]] = {}
 STATEMENT_TIMEOUT_MS = 15_000  # a page or a scrape never holds the database longer than this
-
-# Natural ("numeric") node order in SQL, the order hostlist.numeric_sort_key gives in Python:
-# every digit run is left-padded so gpu-2 < gpu-10; COLLATE "C" compares bytes like Python does.
-NATURAL_KEY = """(SELECT string_agg(CASE WHEN p[1] ~ '^[0-9]' AND length(p[1]) < 24
-                                         THEN lpad(p[1], 24, '0') ELSE p[1] END, '' ORDER BY o)
-                    FROM regexp_matches(node_name, '[0-9]+|[^0-9]+', 'g') WITH ORDINALITY AS m(p, o))"""
 
 # The GPU model of a pair: its latest executed attempt's, else (never executed: timeouts only) the
 # model discovery recorded with its last attempt, so never-validated nodes still filter by model.
@@ -63,33 +56,31 @@ MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_histor
                                           AND h.finished_at = l.last_attempt_at AND h.gpu_model IS NOT NULL
                                         ORDER BY h.id DESC LIMIT 1))"""
 
-# One row per known node with what the filters, the matrix and the coverage need. The FILTERs keep
-# disabled suites out of every figure; %(tests)s and %(fresh_after)s are bound by the caller.
-NODE_AGG_CTE = """
-node_agg AS (
-    SELECT node_name,
-           (array_agg(model ORDER BY finished_at DESC NULLS LAST, last_attempt_at DESC)
-                FILTER (WHERE model IS NOT NULL))[1]                                         AS gpu_model,
-           count(*) FILTER (WHERE test_name = ANY(%(tests)s) AND status IS NOT NULL)       AS executed_tests,
-           count(*) FILTER (WHERE test_name = ANY(%(tests)s) AND status IS NOT NULL
-                              AND finished_at >= %(fresh_after)s)                           AS fresh_tests,
-           count(*) FILTER (WHERE test_name = ANY(%(tests)s) AND status = 'pass'
-                              AND finished_at >= %(fresh_after)s)                           AS fresh_pass_tests,
-           count(*) FILTER (WHERE test_name = ANY(%(tests)s) AND status = 'fail')          AS fail_tests,
-           count(*) FILTER (WHERE test_name = ANY(%(tests)s) AND status = 'error')         AS error_tests,
-           max(last_attempt_at)                                                             AS last_attempt_at
-      FROM (SELECT l.*, {model} AS model FROM validation_latest l) l
-     GROUP BY node_name
-)""".format(model=MODEL_EXPR)
+# Every pair's latest state; times as Unix seconds (a float decodes ~10x faster than a timestamptz
+# and a time past year 9999 cannot fail the query). {figures} adds one text column per key metric.
+SNAPSHOT_SQL = """
+SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8 AS finished_ts,
+       extract(epoch FROM l.status_since)::float8 AS since_ts,
+       extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model{figures}
+  FROM validation_latest l
+"""
 
-NODE_STATUS_SQL = {
-    "failing": "(fail_tests + error_tests) > 0",
-    "fail": "fail_tests > 0",
-    "error": "error_tests > 0",
-    "stale": "fresh_tests < %(n_tests)s",
-    "never": "executed_tests = 0",
-    "healthy": "fresh_pass_tests >= %(n_tests)s",
-}
+
+# Unix seconds of 0001-01-01 and 9999-12-31: the times Python (and so every page) can show.
+_MIN_TS, _MAX_TS = -62135596800.0, 253402300799.0
+
+
+def _ts(seconds: float | None) -> float | None:
+    """A stored time as Unix seconds, or None (counted) when it is outside what can be shown."""
+    if seconds is None or _MIN_TS <= seconds <= _MAX_TS:
+        return seconds
+    skip("timestamp")
+    return None
+
+
+def natural_key(name: str) -> tuple:
+    """gpu-2 before gpu-10 (hostlist's numeric order), ties broken by the plain name."""
+    return hostlist.numeric_sort_key(name), name
 
 
 class InvalidFilter(ValueError):
@@ -141,43 +132,77 @@ class FleetQueries:
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
         self.now = now
+        self._assessment: coverage.Assessment | None = None
+        self._with_figures = False
 
     # ------------------------------------------------------------------ helpers
     @property
     def fresh_after(self) -> dt.datetime:
         return self.now - self.staleness
 
-    def _params(self, **extra: Any) -> dict[str, Any]:
-        return {"tests": self.tests, "n_tests": len(self.tests), "fresh_after": self.fresh_after, **extra}
-
     def _rows(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
-        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+        with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
             return [dict(r) for r in cur.fetchall()]
 
+    def figure_keys(self) -> list[str]:
+        """The key metrics of the enabled suites (catalog order, unique)."""
+        keys: dict[str, None] = {}
+        for test in self.tests:
+            suite = suites.CATALOG.get(test)
+            keys.update(dict.fromkeys(suite.key_metrics if suite else ()))
+        return list(keys)
+
+    # ------------------------------------------------------------------ the snapshot
+    def assessment(self, *, figures: bool = False) -> coverage.Assessment:
+        """Every known node's coverage from one query; ``figures`` also reads the key metrics of each
+        pair (a ``metrics`` dict of finite numbers, for the exporter)."""
+        if self._assessment is not None and (self._with_figures or not figures):
+            return self._assessment
+        keys = self.figure_keys() if figures else []
+        columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
+        with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
+            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, figures=columns),
+                        {f"k{i}": k for i, k in enumerate(keys)})
+            raw = cur.fetchall()
+        per_test = {t: set(suites.CATALOG[t].key_metrics) if t in suites.CATALOG else set() for t in self.tests}
+        rows = []
+        for r in raw:
+            node, test, status, finished_ts, since_ts, last_ts, model = r[:7]
+            finished_ts, since_ts, last_ts = _ts(finished_ts), _ts(since_ts), _ts(last_ts)
+            row = {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
+                   "since_ts": since_ts, "last_attempt_at": last_ts, "gpu_model": model}
+            if figures:
+                wanted = per_test.get(test, ())
+                row["metrics"] = {k: v for k, text in zip(keys, r[7:], strict=True)
+                                  if k in wanted and text is not None and (v := finite(text)) is not None}
+            rows.append(row)
+        nodes = sorted({r["node_name"] for r in rows}, key=natural_key)
+        self._assessment = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness,
+                                           nodes=nodes)
+        self._with_figures = figures
+        return self._assessment
+
     # ------------------------------------------------------------------ fleet summary
-    def summary(self) -> dict[str, Any]:
-        """Coverage, never validated, failing nodes, validation GPU-hours of the last 7 days."""
-        row = self._rows(
-            f"WITH {NODE_AGG_CTE} "
-            "SELECT count(*) AS gpu_nodes, "
-            "       count(*) FILTER (WHERE fresh_tests >= %(n_tests)s) AS covered_nodes, "
-            "       count(*) FILTER (WHERE executed_tests = 0) AS never_validated_nodes, "
-            "       count(*) FILTER (WHERE fail_tests + error_tests > 0) AS failing_nodes, "
-            "       coalesce(sum(%(n_tests)s - fresh_tests), 0) AS stale_pairs "
-            "  FROM node_agg",
-            self._params(),
-        )[0]
+    def summary(self, *, slo_days: int = coverage.SLO_DAYS) -> dict[str, Any]:
+        """Coverage, never validated, failing nodes, the coverage SLO, validation GPU-hours (7 days)."""
+        assessed = self.assessment()
+        s = assessed.summary()
         gpu = self.gpu_hours(days=7)
-        total = int(row["gpu_nodes"])
-        covered = int(row["covered_nodes"])
+        samples = self.coverage_trend(days=slo_days) if slo_days else []
         return {
-            "gpu_nodes": total,
-            "covered_nodes": covered,
-            "coverage": covered / total if total else None,
-            "never_validated_nodes": int(row["never_validated_nodes"]),
-            "failing_nodes": int(row["failing_nodes"]),
-            "stale_pairs": int(row["stale_pairs"]),
+            "gpu_nodes": s["gpu_nodes"],
+            "covered_nodes": s["covered_nodes"],
+            "coverage": s["coverage"],
+            "never_validated_nodes": len(s["never_validated"]),
+            "failing_nodes": len(s["failing_nodes"]),
+            "stale_pairs": s["stale_pairs"],
+            "pairs": s["pairs"],
+            "fresh_pairs": s["fresh_pairs"],
+            "pair_coverage": s["pair_coverage"],
+            "pair_coverage_30d": coverage.period_pair_coverage(samples),
+            "worst_staleness_s": s["worst_staleness_s"],
+            "coverage_trend": samples,
             "gpu_hours_7d": gpu["gpu_hours"],
             "gpu_attempts_7d": gpu["attempts"],
             "attempts_without_gpu_count_7d": gpu["without_gpu_count"],
@@ -186,65 +211,67 @@ class FleetQueries:
             "now": self.now,
         }
 
+    def coverage_trend(self, *, days: int = coverage.SLO_DAYS) -> list[dict[str, Any]]:
+        """Daily samples of the current fleet's coverage over the last ``days`` UTC days, the last one
+        now. The samples of past days are kept for TREND_CACHE_S (they change only when old results
+        arrive late); the current one always comes from this snapshot."""
+        assessed = self.assessment()
+        past = coverage.day_ends(self.now, days)[:-1]
+        nodes = list(assessed.nodes)
+        key = (self.conn.info.dsn, tuple(past), hash(tuple(nodes)), tuple(self.tests), self.staleness)
+        hit = _TREND_CACHE.get(key)
+        if hit is None or time.monotonic() - hit[0] > TREND_CACHE_S:
+            with self.conn.cursor() as cur:
+                samples = coverage.trend(cur, ends=past, nodes=nodes, tests=self.tests, staleness=self.staleness)
+            _TREND_CACHE.clear()  # one fleet per process in practice: keep the newest only
+            _TREND_CACHE[key] = hit = (time.monotonic(), samples)
+        return [*hit[1], coverage.now_sample(assessed)]
+
     def gpu_hours(self, *, days: float = 7) -> dict[str, Any]:
         row = self._rows(
-            "SELECT coalesce(sum(duration_s * gpu_count), 0) / 3600.0 AS gpu_hours, count(*) AS attempts, "
+            f"SELECT coalesce(sum({GPU_SECONDS}), 0) / 3600.0 AS gpu_hours, count(*) AS attempts, "
             "       count(*) FILTER (WHERE gpu_count IS NULL) AS without_gpu_count "
             "  FROM validation_history "
             " WHERE finished_at >= %s AND finished_at <= %s AND status = ANY(%s) AND duration_s IS NOT NULL",
             (self.now - dt.timedelta(days=days), self.now, list(GPU_TIME_STATUSES)),
         )[0]
-        return {"gpu_hours": float(row["gpu_hours"]), "attempts": int(row["attempts"]),
+        return {"gpu_hours": finite(row["gpu_hours"], "gpu_hours") or 0.0, "attempts": int(row["attempts"]),
                 "without_gpu_count": int(row["without_gpu_count"])}
 
     def gpu_models(self) -> list[str]:
-        rows = self._rows(
-            "SELECT DISTINCT gpu_model FROM validation_latest WHERE gpu_model IS NOT NULL ORDER BY gpu_model")
-        return [r["gpu_model"] for r in rows]
+        return sorted({n.gpu_model for n in self.assessment().nodes.values() if n.gpu_model}
+                      | {p["gpu_model"] for p in self.assessment().pairs if p.get("gpu_model")})
 
     # ------------------------------------------------------------------ the matrix
     def _range_names(self, node_range: NodeRange) -> list[str]:
-        """The known node names a range selects. Globs are matched in Python against the distinct names
-        (a few thousand) so their semantics are exactly NodeRange.matches, the CLI's and the DAG's."""
+        """The known node names a range selects, with exactly NodeRange.matches' semantics (the CLI's
+        and the DAG's)."""
+        known = list(self.assessment().nodes)
         if not node_range.has_patterns:
-            return sorted(node_range.names)
-        known = [r["node_name"] for r in self._rows("SELECT DISTINCT node_name FROM validation_latest")]
+            return [n for n in node_range.names if n in self.assessment().nodes]
         return node_range.filter(known)
 
-    def _where(self, flt: FleetFilter) -> tuple[str, dict[str, Any]]:
-        clauses, params = [], {}
+    def select(self, flt: FleetFilter = FleetFilter()) -> list[coverage.NodeCoverage]:
+        names = None
         if flt.node_range is not None and not flt.node_range.is_all:
-            clauses.append("node_name = ANY(%(names)s)")
-            params["names"] = self._range_names(flt.node_range)
-        if flt.status:
-            clauses.append(NODE_STATUS_SQL[flt.status])
-        if flt.gpu_model:
-            clauses.append("gpu_model = %(gpu_model)s")
-            params["gpu_model"] = flt.gpu_model
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+            names = self._range_names(flt.node_range)
+        return self.assessment().select(flt.status, names, flt.gpu_model)
 
     def count_nodes(self, flt: FleetFilter = FleetFilter()) -> int:
-        where, params = self._where(flt)
-        return int(self._rows(f"WITH {NODE_AGG_CTE} SELECT count(*) AS n FROM node_agg{where}",
-                              self._params(**params))[0]["n"])
+        return len(self.select(flt))
 
     def nodes_page(self, flt: FleetFilter = FleetFilter(), *, page: int = 1,
                    per_page: int = DEFAULT_PER_PAGE) -> Page:
         """One page of nodes in natural order, each with its cells for the enabled tests."""
         per_page = max(1, min(int(per_page), MAX_PER_PAGE))
-        where, params = self._where(flt)
-        total = self.count_nodes(flt)
+        selected = self.select(flt)
+        total = len(selected)
         pages = max(1, math.ceil(total / per_page))
         page = max(1, min(int(page), pages))  # a page past the end shows the last one
-        nodes = self._rows(
-            f"WITH {NODE_AGG_CTE} "
-            "SELECT node_name, gpu_model, executed_tests, fresh_tests, fail_tests, error_tests, "
-            "       last_attempt_at "
-            f"  FROM node_agg{where} "
-            f" ORDER BY {NATURAL_KEY} COLLATE \"C\", node_name COLLATE \"C\" "
-            " LIMIT %(limit)s OFFSET %(offset)s",
-            self._params(**params, limit=per_page, offset=(page - 1) * per_page),
-        )
+        chosen = selected[(page - 1) * per_page: page * per_page]
+        nodes = [{"node_name": n.node_name, "gpu_model": n.gpu_model, "executed_tests": n.executed_tests,
+                  "fresh_tests": n.fresh_tests, "fail_tests": n.fail_tests, "error_tests": n.error_tests,
+                  "last_attempt_at": epoch_time(n.last_attempt_at)} for n in chosen]
         cells = self._cells([n["node_name"] for n in nodes]) if nodes else {}
         for node in nodes:
             node["cells"] = {t: cells.get((node["node_name"], t)) for t in self.tests}
@@ -264,12 +291,13 @@ class FleetQueries:
         return out
 
     def freshness(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """age_s (None when never executed) and stale (older than the threshold, or never executed)."""
-        finished = row.get("finished_at") if row.get("status") in EXECUTED_STATUSES else None
-        if finished is None:
-            return {"age_s": None, "stale": True}
-        age = (self.now - finished).total_seconds()
-        return {"age_s": age, "stale": finished < self.fresh_after}
+        """age_s (None when never executed), stale (older than the threshold, or never executed) and
+        the time the current status has held (status_age_s)."""
+        status, finished = row.get("status"), row.get("finished_at")
+        since = row.get("status_since") if status in EXECUTED else None
+        return {"age_s": coverage.age_s(status, finished, self.now),
+                "stale": not coverage.is_fresh(status, finished, self.fresh_after),
+                "status_age_s": max(0.0, (self.now - since).total_seconds()) if since else None}
 
     # ------------------------------------------------------------------ one node
     def node(self, node_name: str) -> dict[str, Any] | None:
@@ -318,36 +346,16 @@ class FleetQueries:
 
     # ------------------------------------------------------------------ metrics
     def pairs(self) -> list[dict[str, Any]]:
-        """Every known node x enabled test, with the latest executed result when there is one.
+        """Every known node x enabled test with its latest executed result and key figures.
 
         Pairs without any row (a node attempted on other tests only) come back with status None,
         so never-validated pairs are visible to alerting instead of silently absent."""
-        rows = self._rows(
-            f"WITH {NODE_AGG_CTE}, "
-            "     tests AS (SELECT unnest(%(tests)s::text[]) AS test_name) "
-            "SELECT n.node_name, t.test_name, l.status, l.finished_at, l.status_since, l.metrics, "
-            "       l.last_attempt_at, coalesce(l.gpu_model, n.gpu_model) AS gpu_model "
-            "  FROM node_agg n CROSS JOIN tests t "
-            "  LEFT JOIN validation_latest l ON l.node_name = n.node_name AND l.test_name = t.test_name "
-            " ORDER BY n.node_name, t.test_name",
-            self._params(),
-        )
-        for row in rows:
-            row.update(self.freshness(row))
-        return rows
-
-
-def require_schema(conn: Any, dsn: Mapping[str, Any]) -> None:
-    if migrations.current_version(conn) < len(migrations.available()):
-        raise SchemaMissing(
-            f"the results schema at {database.describe(dsn)} is missing or old: "
-            "run `python -m cluster_doctor db upgrade`"
-        )
+        return self.assessment(figures=True).pairs
 
 
 @contextlib.contextmanager
 def open_fleet(
-    dsn: Mapping[str, Any],
+    connect: database.Connector | Mapping[str, Any] | str,
     *,
     tests: Sequence[str],
     staleness: dt.timedelta,
@@ -358,13 +366,18 @@ def open_fleet(
 
     Raises database.DatabaseUnavailable (one line) when the database cannot be reached and
     SchemaMissing when it has no (current) schema."""
-    conn = database.connect(dsn, application_name=application_name)
+    connect = database.connector(connect)
+    conn = connect(application_name=application_name)
     try:
+        lenient_timestamps(conn)
         # One snapshot for every query of a page or scrape: the summary and the matrix agree.
-        conn.set_session(readonly=True, isolation_level="REPEATABLE READ")
+        conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         with conn.cursor() as cur:
-            cur.execute("SET LOCAL statement_timeout = %s", (STATEMENT_TIMEOUT_MS,))
-        require_schema(conn, dsn)
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(STATEMENT_TIMEOUT_MS),))
+            # short queries over many rows: JIT compilation costs more than it saves here
+            cur.execute("SELECT set_config('jit', 'off', true)")
+        require_schema(conn, str(connect))
         yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow())
     finally:
         with contextlib.suppress(Exception):
@@ -372,8 +385,8 @@ def open_fleet(
         conn.close()
 
 
-def open_for(settings: Any, dsn: Mapping[str, Any], *, now: dt.datetime | None = None,
+def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | str, *, now: dt.datetime | None = None,
              application_name: str = "cluster-doctor-ui") -> contextlib.AbstractContextManager[FleetQueries]:
     """open_fleet with the enabled suites and the staleness threshold of a config.Settings."""
-    return open_fleet(dsn, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
+    return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
                       application_name=application_name)

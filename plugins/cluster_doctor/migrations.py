@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import pathlib
 import re
+from importlib import resources
+from importlib.resources.abc import Traversable
 
-MIGRATIONS_DIR = pathlib.Path(__file__).with_name("migrations")
+# Package data of the installed distribution (setuptools installs it as a plain directory).
+MIGRATIONS_DIR = resources.files("cluster_doctor") / "migrations"
 VERSION_TABLE = "cluster_doctor_schema_migrations"
 _LOCK_KEY = 0x0C1D0C7012  # arbitrary constant shared by every Cluster Doctor process
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -48,9 +50,9 @@ class UpgradeReport:
 
 
 @functools.lru_cache(maxsize=4)
-def _read(directory: pathlib.Path) -> tuple[Migration, ...]:
+def _read(directory: Traversable) -> tuple[Migration, ...]:
     found = []
-    for path in sorted(directory.glob("*.sql")):
+    for path in sorted((p for p in directory.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name):
         match = _NAME.match(path.name)
         if not match:
             raise MigrationError(f"unexpected file in migrations/: {path.name} (want NNNN_name.sql)")
@@ -61,7 +63,7 @@ def _read(directory: pathlib.Path) -> tuple[Migration, ...]:
     return tuple(found)
 
 
-def available(directory: pathlib.Path = MIGRATIONS_DIR) -> list[Migration]:
+def available(directory: Traversable = MIGRATIONS_DIR) -> list[Migration]:
     """The migration files, read once per process (every store read checks the schema version)."""
     return list(_read(directory))
 
@@ -76,7 +78,7 @@ def current_version(conn) -> int:
 
 
 def upgrade(conn, migrations: list[Migration] | None = None) -> UpgradeReport:
-    """Apply missing migrations on ``conn`` (a non-autocommit psycopg2 connection) and commit."""
+    """Apply missing migrations on ``conn`` (a non-autocommit psycopg connection) and commit."""
     migrations = available() if migrations is None else migrations
     try:
         with conn.cursor() as cur:

@@ -15,8 +15,19 @@ from collections.abc import Iterable
 import hostlist
 
 MAX_EXPANSION = 100_000  # a sane cap: the Kubernetes scalability limit is 5,000 nodes
-_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_GLOB_CHARS = re.compile(r"^[a-z0-9.\-*?\[\]!]+$")
+# Always used with fullmatch: `$` in re also matches before a trailing newline.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_GLOB_CHARS = re.compile(r"[a-z0-9.\-*?\[\]!]+")
+# The apiserver validates node names as an RFC 1123 subdomain (IsDNS1123Subdomain): the pattern and
+# at most 253 characters in all. It does not bound each dot-separated part, so neither do we.
+MAX_NODE_NAME = 253
+MAX_EXPRESSION = 10_000  # a node-range expression is typed by a person or pasted from a list
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A bounded, escaped rendering of untrusted input for one-line error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 class InvalidNodeName(ValueError):
@@ -33,11 +44,11 @@ def validate_node_name(name: object) -> str:
     Node names reach pod specs (node affinity), label values and SQL parameters; checking them here
     keeps anything odd out of all three."""
     if not isinstance(name, str) or not name:
-        raise InvalidNodeName(f"invalid Kubernetes node name {name!r}: must be a non-empty string")
-    if len(name) > 253 or not _NODE_NAME.match(name):
+        raise InvalidNodeName(f"invalid Kubernetes node name {shown(name)}: must be a non-empty string")
+    if len(name) > MAX_NODE_NAME or not _NODE_NAME.fullmatch(name):
         raise InvalidNodeName(
-            f"invalid Kubernetes node name {name!r}: lowercase letters, digits, '-' and '.', "
-            "starting and ending with a letter or digit, at most 253 characters"
+            f"invalid Kubernetes node name {shown(name)}: lowercase letters, digits, '-' and '.', "
+            f"starting and ending with a letter or digit, at most {MAX_NODE_NAME} characters"
         )
     return name
 
@@ -50,7 +61,7 @@ def _split_terms(expression: str) -> list[str]:
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise InvalidNodeRange(f"invalid node range {expression!r}: unbalanced ']'")
+                raise InvalidNodeRange(f"invalid node range {shown(expression)}: unbalanced ']'")
         if depth == 0 and (ch == "," or ch.isspace()):
             if current:
                 terms.append("".join(current))
@@ -58,7 +69,7 @@ def _split_terms(expression: str) -> list[str]:
         else:
             current.append(ch)
     if depth != 0:
-        raise InvalidNodeRange(f"invalid node range {expression!r}: unbalanced '['")
+        raise InvalidNodeRange(f"invalid node range {shown(expression)}: unbalanced '['")
     if current:
         terms.append("".join(current))
     return terms
@@ -69,6 +80,8 @@ class NodeRange:
 
     def __init__(self, expression: str | None = None):
         self.expression = (expression or "").strip()
+        if len(self.expression) > MAX_EXPRESSION:
+            raise InvalidNodeRange(f"node range is {len(self.expression)} characters long: at most {MAX_EXPRESSION}")
         self.names: frozenset[str] = frozenset()
         self.patterns: tuple[str, ...] = ()
         names: list[str] = []
@@ -84,9 +97,9 @@ class NodeRange:
 
     @staticmethod
     def _check_glob(term: str) -> str:
-        if not _GLOB_CHARS.match(term):
-            bad = sorted({c for c in term if not _GLOB_CHARS.match(c)})
-            raise InvalidNodeRange(f"invalid node range part {term!r}: unexpected character(s) {''.join(bad)!r}")
+        if not _GLOB_CHARS.fullmatch(term):
+            bad = sorted({c for c in term if not _GLOB_CHARS.fullmatch(c)})
+            raise InvalidNodeRange(f"invalid node range part {shown(term)}: unexpected character(s) {''.join(bad)!r}")
         return term
 
     @staticmethod
@@ -97,17 +110,17 @@ class NodeRange:
             detail = str(exc)
             if "too large" in detail:
                 detail = f"expands to more than {MAX_EXPANSION} names"
-            raise InvalidNodeRange(f"invalid node range part {term!r}: {detail}") from None
+            raise InvalidNodeRange(f"invalid node range part {shown(term)}: {detail}") from None
         if len(expanded) > limit:
             raise InvalidNodeRange(
-                f"invalid node range part {term!r}: the expression expands to more than {MAX_EXPANSION} names"
+                f"invalid node range part {shown(term)}: the expression expands to more than {MAX_EXPANSION} names"
             )
         for name in expanded:
             try:
                 validate_node_name(name)
             except InvalidNodeName:
                 raise InvalidNodeRange(
-                    f"invalid node range part {term!r}: {name!r} is not a valid Kubernetes node name"
+                    f"invalid node range part {shown(term)}: {shown(name)} is not a valid Kubernetes node name"
                 ) from None
         return expanded
 
@@ -131,7 +144,7 @@ class NodeRange:
         """The explicit names, sorted naturally; globs need a node list to match against."""
         if self.patterns:
             raise InvalidNodeRange(
-                f"node range {self.expression!r} contains glob pattern(s) {', '.join(self.patterns)}: "
+                f"node range {shown(self.expression)} contains glob pattern(s): "
                 "it can only be matched against a list of nodes"
             )
         return hostlist.numerically_sorted(list(self.names))

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import hostlist
 
-from cluster_doctor.attempts import EXECUTED_STATUSES
+from cluster_doctor.status import EXECUTED
 
 NEVER = "never executed"
 STALE = "stale"
@@ -45,7 +45,7 @@ class PairState:
     last_attempt_status: str | None = None
 
     def __post_init__(self) -> None:
-        if self.status is not None and self.status not in EXECUTED_STATUSES:
+        if self.status is not None and self.status not in EXECUTED:
             raise ValueError(f"PairState.status must be an executed status, got {self.status!r}")
         if (self.status is None) != (self.finished_at is None):
             raise ValueError("PairState.status and finished_at go together")

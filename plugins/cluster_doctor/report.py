@@ -12,29 +12,26 @@ from typing import Any
 
 import pandas as pd
 
-from cluster_doctor.attempts import EXECUTED_STATUSES, STATUSES
+from cluster_doctor import coverage as cov
 from cluster_doctor.nodes import compress
 from cluster_doctor.report_format import table
+from cluster_doctor.status import FAILING, Status
 
 
 def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
              now: dt.datetime, staleness: dt.timedelta) -> dict[str, Any]:
-    """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``."""
-    frame = pd.DataFrame(list(latest_rows), columns=["node_name", "test_name", "status", "finished_at"])
-    frame = frame[frame["node_name"].isin(gpu_nodes) & frame["test_name"].isin(tests)]
-    executed = frame[frame["status"].isin(EXECUTED_STATUSES)]
-    fresh = executed[pd.to_datetime(executed["finished_at"], utc=True) >= pd.Timestamp(now - staleness)]
-    fresh_per_node = fresh.groupby("node_name")["test_name"].nunique()
-    covered = int((fresh_per_node >= len(set(tests))).sum())
-    validated_nodes = set(executed["node_name"])
-    failing = sorted(set(executed[executed["status"].isin(["fail", "error"])]["node_name"]))
-    total = len(set(gpu_nodes))
+    """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``
+    (the definitions of ``cluster_doctor.coverage``)."""
+    assessed = cov.assess(latest_rows, tests=tests, now=now, staleness=staleness,
+                          nodes=sorted(set(gpu_nodes))).summary()
+    total = assessed["gpu_nodes"]
     return {
         "gpu_nodes": total,
-        "covered_nodes": covered,
-        "coverage": round(covered / total, 4) if total else None,
-        "never_validated": sorted(set(gpu_nodes) - validated_nodes),
-        "failing_nodes": failing,
+        "covered_nodes": assessed["covered_nodes"],
+        "coverage": round(assessed["coverage"], 4) if total else None,
+        "never_validated": sorted(assessed["never_validated"]),
+        "failing_nodes": sorted(assessed["failing_nodes"]),
+        "pair_coverage": round(assessed["pair_coverage"], 4) if assessed["pairs"] else None,
     }
 
 
@@ -47,11 +44,11 @@ def run_summary(
     now: dt.datetime,
 ) -> dict[str, Any]:
     attempts = pd.DataFrame(list(recorded), columns=["node_name", "test_name", "status", "reason", "finished_at"])
-    counts = {status: 0 for status in STATUSES}
+    counts = {status: 0 for status in Status}
     counts.update({k: int(v) for k, v in attempts["status"].value_counts().items()})
     state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
     newly_failing = []
-    for row in attempts[attempts["status"].isin(["fail", "error"])].itertuples():
+    for row in attempts[attempts["status"].isin(FAILING)].itertuples():
         latest = state.get((row.node_name, row.test_name))
         # the failure streak starts with this attempt: the previous executed result was not a failure
         if latest and latest.get("previous_status") in (None, "pass") and \
@@ -83,7 +80,7 @@ def render(summary: Mapping[str, Any]) -> str:
     lines = [f"Run summary: {summary['gpu_nodes']} GPU node(s), {summary['free_nodes']} free, "
              f"{summary['planned']} pair(s) planned" + (" (dry run)" if summary["dry_run"] else "")]
     counts = summary["counts"]
-    lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s)) or "none")
+    lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s)) or "none")
     if summary["attempts"]:
         lines.append(table([[a["node_name"], a["test_name"], a["status"], a["reason"] or ""]
                             for a in summary["attempts"]], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
@@ -102,7 +99,7 @@ def render(summary: Mapping[str, Any]) -> str:
 def verdict(summary: Mapping[str, Any]) -> str | None:
     """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
     or a suite erroring. Timeouts, preemptions and skips never fail a run."""
-    bad = [a for a in summary["attempts"] if a["status"] in ("fail", "error")]
+    bad = [a for a in summary["attempts"] if cov.is_failing(a["status"])]
     # a planned validation that never reported means the run broke (suite shipping, a killed task)
     lost = [a for a in summary["attempts"] if (a.get("reason") or "").startswith("the validation task did not report")]
     if not bad and not lost:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import datetime as dt
 import io
 import json
+import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import psycopg
+import psycopg.types.datetime
 
 
 def age(then: dt.datetime | None, now: dt.datetime) -> str:
@@ -70,3 +76,91 @@ def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
             values.append("" if value is None else value)
         writer.writerow(values)
     return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------- stored values
+# A report, a page or a scrape never fails as a whole because of one stored value (a huge integer in a
+# metrics JSON, a timestamp past year 9999): the value is left out and counted here, per kind, for
+# the self-metric cluster_doctor_skipped_values_total. Process-wide, like any Prometheus counter.
+SKIPPED_VALUES: collections.Counter[str] = collections.Counter()
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def skip(kind: str) -> None:
+    SKIPPED_VALUES[kind] += 1
+
+
+def finite(value: Any, kind: str = "metric") -> float | None:
+    """A stored number as a finite float, or None (counted) when it is not one (huge, NaN, inf).
+    Booleans read as 0/1; text that is not a number is not a measurement: None, not counted."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    elif isinstance(value, (int, float)):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range
+            skip(kind)
+            return None
+    else:
+        return None
+    if not math.isfinite(number):
+        skip(kind)
+        return None
+    return number
+
+
+def epoch_time(seconds: float | None, kind: str = "timestamp") -> dt.datetime | None:
+    """A Unix time as an aware datetime, or None (counted) when Python cannot represent it."""
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        skip(kind)
+        return None
+
+
+class LenientTimestamptzLoader(psycopg.types.datetime.TimestamptzLoader):
+    """Reads a timestamptz Python cannot hold (past year 9999, ±infinity) as None, counted, instead of
+    failing the whole query."""
+
+    def load(self, data: Any) -> dt.datetime | None:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            skip("timestamp")
+            return None
+
+
+def lenient_timestamps(conn: Any) -> Any:
+    """Make every timestamptz read on ``conn`` lenient (text results, the default)."""
+    conn.adapters.register_loader("timestamptz", LenientTimestamptzLoader)
+    return conn
+
+
+# ---------------------------------------------------------------------------------------- markdown
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]|~])")
+
+
+def plain(value: Any) -> str:
+    """One line of text without control characters (terminal escapes, bidi overrides, NUL)."""
+    text = "" if value is None else str(value)
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
+def md_escape(value: Any) -> str:
+    """Inline markdown text: one line, no control characters, no raw HTML, no table break, no link,
+    image or emphasis syntax (``[text](javascript:...)`` renders as the literal text). Every piece of
+    data that reaches a markdown document goes through here."""
+    text = plain(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    # a bare URL scheme is still auto-linked by GFM renderers: break the scheme's colon
+    return re.sub(r"(?i)\b(javascript|data|vbscript|file):", r"\1&#58;", text)

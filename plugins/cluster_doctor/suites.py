@@ -1,6 +1,6 @@
 """The suite catalog the DAG reads: what each validation suite is, how it runs, what it costs.
 
-The suite code itself lives in ``include/suites/`` (no Airflow there; it runs in the validation
+The suite code itself lives in ``include/cluster_doctor_suites/`` (no Airflow there; it runs in the validation
 image, on bare metal or under Slurm). It reaches the pods as an immutable ConfigMap named after its
 content hash, which is also the ``suite_version`` recorded with every result.
 """
@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import pathlib
+from importlib import resources
 
 from cluster_doctor.config import Settings
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-DEFAULT_SUITES_DIR = REPO_ROOT / "include" / "suites"
-DEFAULT_POD_TEMPLATE = REPO_ROOT / "include" / "pod_templates" / "validation-pod.yaml"
+# Both are package data of the installed distribution. setuptools installs packages as plain
+# directories (editable or not), so the resources are real paths the ConfigMap builder can list.
+DEFAULT_SUITES_DIR = pathlib.Path(str(resources.files("cluster_doctor_suites")))
+DEFAULT_POD_TEMPLATE = pathlib.Path(str(resources.files("cluster_doctor") / "pod_templates" / "validation-pod.yaml"))
 SHIPPED_SUFFIXES = (".py", ".yaml", ".yml", ".json")
 CONFIGMAP_LIMIT = 1_000_000  # bytes; Kubernetes refuses ConfigMaps over 1 MiB
 
@@ -44,7 +46,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         title="GPU health",
         description="Seconds, no load: GPU count vs expected, XID events, uncorrected ECC, retired/remapped "
                     "rows, throttle reasons, PCIe link and NVLink state, DCGM diag level 1 when present.",
-        module="suites.gpu_health", cpu="1", memory="2Gi",
+        module="cluster_doctor_suites.gpu_health", cpu="1", memory="2Gi",
         key_metrics=("gpus_visible", "xid_events"),
     ),
     Suite(
@@ -54,7 +56,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "against a float64 reference, bit-for-bit agreement across GPUs, GEMM TFLOPS and memory "
                     "bandwidth vs the model baseline and the node's best GPU, a training smoke test, a memory "
                     "pattern test.",
-        module="suites.dl_unit", cpu="8", memory="64Gi",
+        module="cluster_doctor_suites.dl_unit", cpu="8", memory="64Gi",
         key_metrics=("gemm_bf16_tflops_min", "mem_bw_gbps_min"),
     ),
     Suite(
@@ -63,7 +65,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         description="All GPUs of the node in one all-reduce with P2P and SHM disabled, so traffic leaves "
                     "through the node's HCAs; bus bandwidth vs baseline, transport proven IB from NCCL's log, "
                     "reduced values verified.",
-        module="suites.nccl_loopback", cpu="8", memory="64Gi",
+        module="cluster_doctor_suites.nccl_loopback", cpu="8", memory="64Gi",
         key_metrics=("nccl_busbw_gbps",),
     ),
     Suite(
@@ -71,7 +73,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         title="Storage I/O (fio)",
         description="fio sequential and random read/write on the shared volume in a per-node scratch "
                     "directory; bandwidth, IOPS and p99 latency vs floors.",
-        module="suites.storage_fio", cpu="4", memory="8Gi",
+        module="cluster_doctor_suites.storage_fio", cpu="4", memory="8Gi",
         key_metrics=("fio_seq_read_mibps", "fio_seq_write_mibps", "fio_rand_read_iops", "fio_rand_write_iops"),
     ),
 )}
@@ -107,7 +109,7 @@ def shipped_files(directory: pathlib.Path) -> dict[str, bytes]:
 
 
 def content_hash(directory: pathlib.Path) -> str:
-    """suite_version: the same algorithm as include/suites/version.py (a test keeps them equal)."""
+    """suite_version: the same algorithm as include/cluster_doctor_suites/version.py (a test keeps them equal)."""
     digest = hashlib.sha256()
     for name, content in shipped_files(directory).items():
         digest.update(name.encode() + b"\0" + content + b"\0")

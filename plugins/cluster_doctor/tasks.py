@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_doctor import discovery, planning, priority, suites
+from cluster_doctor import discovery, fleet_baseline, planning, priority, spool, suites
 from cluster_doctor.attempts import Attempt, InvalidAttempt, parse_timestamp
 from cluster_doctor.config import Settings
 from cluster_doctor.nodes import compress
@@ -52,8 +52,10 @@ def load_latest(discovered: Mapping[str, Any], store: Any) -> list[list[Any]]:
         return []
     states = store.pair_states(nodes, discovered["params"]["tests"])
     iso = lambda t: t.isoformat() if t else None  # noqa: E731
-    return [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
+    rows = [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
             for (node, test), s in sorted(states.items())]
+    # a pair with a straggler/drift verdict goes through the failed-retest path: the retest confirms it
+    return fleet_baseline.mark_suspects(store.connect, rows)
 
 
 def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.PairState]:
@@ -168,8 +170,10 @@ def record(
     dag_id: str,
     run_id: str,
     now: dt.datetime | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[dict]:
-    """Write every attempt of the run; a planned pair whose task never reported gets a row too."""
+    """Write every attempt of the run; a planned pair whose task never reported gets a row too. Then
+    judge the executed ones against the fleet and their own past (straggler/drift verdicts)."""
     now = now or _now()
     attempts: dict[tuple[str, str], Attempt] = {}
     for item in reported:
@@ -190,10 +194,14 @@ def record(
                     reason=UNREPORTED,
                     gpu_model=pair.get("gpu_model"), gpu_count=pair.get("gpu_count"), dag_id=dag_id,
                     run_id=run_id, map_index=index, try_number=0)
+    # Earlier runs' spooled attempts first (quiet runs too); if the database stays unavailable beyond
+    # the store's retries, this run's attempts are spooled durably and the task still fails.
+    result = spool.record_or_spool(store, list(attempts.values()))
     if attempts:
-        result = store.record(list(attempts.values()))
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
+        fleet_baseline.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
+                                      fleet_baseline.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
     return [a.to_dict() for a in attempts.values()]
 
 
@@ -225,3 +233,21 @@ def verdict(summary: Mapping[str, Any]) -> None:
     if problem:
         raise AirflowFailException(problem)
     log.info("no node failed a check in this run")
+
+
+# ---------------------------------------------------------------------------- 8. quarantine (opt-in)
+def quarantine(discovered: Mapping[str, Any], store: Any, core_v1: Any) -> dict:
+    """Label (and optionally taint) nodes with confirmed failures, release recovered ones; off by default.
+    An open circuit breaker fails the task: a human decides."""
+    from cluster_doctor import quarantine as q
+
+    settings = Settings(**discovered["settings"])
+    report = q.reconcile(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
+                         tests=discovered["params"]["tests"], gpu_resource=settings.gpu_resource,
+                         node_selector=settings.node_selector)
+    log.info("%s", report.describe())
+    if report.breaker_open:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"quarantine circuit breaker open: {report.breaker_reason}")
+    return report.to_dict()

@@ -17,33 +17,32 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import pathlib
 import secrets
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import jinja2
 import markupsafe
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor import database, fleet, metrics, suites
+from cluster_doctor import charts, database, fleet, metrics, suites
 from cluster_doctor.attempts import validate_test_name
 from cluster_doctor.config import InvalidSettings, Settings
 from cluster_doctor.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, validate_node_name
+from cluster_doctor.status import FAILING
 from cluster_doctor.store import SchemaMissing
+from cluster_doctor.templating import environment
 
 MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
 URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-health
 DAG_ID = "continuous_validation"  # whoever may read its task instances may read their results
 VALIDATE_TASK_ID = "validate"  # the mapped task of the DAG that runs one node · test pair
-TEMPLATES = pathlib.Path(__file__).with_name("templates")
 FLEET_QUERY_KEYS = ("nodes", "status", "gpu_model", "per_page", "page")
 
-DsnProvider = Callable[[Settings], Mapping[str, Any]]  # the settings name the Airflow connection
+ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
 SettingsProvider = Callable[[], Settings]
 
 
@@ -54,18 +53,10 @@ def airflow_settings() -> Settings:
     return load_settings()
 
 
-def airflow_dsn(settings: Settings) -> dict[str, Any]:
-    """libpq keywords of the Airflow connection ``validation_db`` (env, secrets backend or metastore)."""
-    from cluster_doctor.airflow_support import results_dsn
-
-    try:
-        return results_dsn(settings.validation_db_conn_id)
-    except database.InvalidDatabaseUrl:
-        raise
-    except Exception as exc:  # AirflowNotFoundException and friends: say which connection is missing
-        raise database.DatabaseUnavailable(
-            f"the Airflow connection {settings.validation_db_conn_id!r} to the results database is not usable: "
-            f"{' '.join(str(exc).split())[:200]}") from None
+def airflow_connector(settings: Settings) -> database.Connector:
+    """The provider's PostgresHook for the Airflow connection ``validation_db`` (env, secrets backend
+    or metastore); a missing connection is a one-line DatabaseUnavailable."""
+    return database.hook_connector(settings.validation_db_conn_id)
 
 
 def _authorize(user: Any) -> None:
@@ -195,7 +186,7 @@ def key_figures(test: str, values: Mapping[str, Any] | None) -> list[tuple[str, 
 
 
 def bad_checks(checks: Iterable[Mapping[str, Any]] | None, limit: int = 10) -> list[Mapping[str, Any]]:
-    out = [c for c in (checks or []) if isinstance(c, Mapping) and c.get("status") in ("fail", "error")]
+    out = [c for c in (checks or []) if isinstance(c, Mapping) and c.get("status") in FAILING]
     return out[:limit]
 
 
@@ -227,17 +218,6 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        autoescape=True,  # node names, reasons, GPU models are data: always escaped
-        # lenient on purpose: checks and metrics are suite-defined JSON, a missing key renders empty
-        undefined=jinja2.Undefined,
-        trim_blocks=True, lstrip_blocks=True,
-    )
-    return env
-
-
 @dataclasses.dataclass
 class _Form:
     nodes: str = ""
@@ -263,158 +243,195 @@ def _safe_fleet_query(raw: str | None) -> str:
     return urllib.parse.urlencode(pairs)
 
 
+# ---------------------------------------------------------------------------------------- dependencies
+@dataclasses.dataclass
+class Backend:
+    """Where the app reads from: injectable for tests; the defaults read Airflow's Variable
+    ``cluster_doctor_settings`` and connection ``validation_db`` on every request (so edits apply
+    without restarting the api-server). One metrics collector per app keeps its family cache."""
+
+    connector_provider: ConnectorProvider = airflow_connector
+    settings_provider: SettingsProvider = airflow_settings
+    clock: Callable[[], dt.datetime] = fleet.utcnow
+    collector: metrics.ClusterDoctorCollector | None = None
+
+    def __post_init__(self) -> None:
+        if self.collector is None:
+            self.collector = metrics.ClusterDoctorCollector(self.connector_provider, self.settings_provider,
+                                                            clock=self.clock)
+
+    def load(self) -> tuple[Settings, database.Connector]:
+        settings = self.settings_provider()
+        return settings, self.connector_provider(settings)
+
+
+def get_backend(request: Request) -> Backend:
+    return request.app.state.backend
+
+
+def get_now(backend: Backend = Depends(get_backend)) -> dt.datetime:
+    return backend.clock()
+
+
+def failure(exc: Exception) -> tuple[int, str, str]:
+    """(HTTP status, title, message) of an expected failure, shown on the page; anything else is a bug."""
+    if isinstance(exc, database.DatabaseUnavailable):
+        return 503, "Results database unavailable:", str(exc)
+    if isinstance(exc, SchemaMissing):
+        return 503, "Results schema missing:", str(exc)
+    if isinstance(exc, database.InvalidDatabaseUrl):
+        return 503, "Results database misconfigured:", str(exc)
+    if isinstance(exc, InvalidSettings):
+        return 503, "Invalid Cluster Doctor settings:", str(exc)
+    raise exc
+
+
+def html(template: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    nonce = secrets.token_urlsafe(16)
+    body = environment().get_template(template).render(nonce=nonce, **context)
+    response = HTMLResponse(body, status_code=status_code)
+    response.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'self'; base-uri 'none'")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    return response
+
+
+def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any]:
+    base = app_base(request)
+
+    def node_url(node: str, test: str | None = None) -> str:
+        # carry the fleet filters along so the node page links back to the same view
+        query = {k: v for k, v in (("test", test), ("q", carry)) if v}
+        return f"{base}/nodes/{quote(node)}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+
+    return {
+        "base": base, "now": now, "ts": format_ts, "duration": format_duration,
+        "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
+        "pct": lambda r: "–" if r is None else f"{math.floor(r * 1000) / 10:.1f} %",
+        "days": lambda s: f"{s / 86400:g} days",
+        "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
+        "figures": key_figures, "bad_checks": bad_checks,
+        "cell_title": lambda test, cell: cell_title(now, test, cell),
+        "error": None, "error_title": "", "standalone": False,
+        "coverage_svg": charts.coverage_svg, "inf": math.inf,
+    }
+
+
+# ---------------------------------------------------------------------------------------- routes
+pages = APIRouter(dependencies=[Depends(require_ui_access)])
+scrape = APIRouter()
+
+
+@pages.get("/", response_class=HTMLResponse)
+def fleet_page(
+    request: Request,
+    nodes: str = Query("", max_length=2000),
+    status: str = Query("", max_length=20),
+    gpu_model: str = Query("", max_length=200),
+    per_page: int = Query(fleet.DEFAULT_PER_PAGE, ge=1, le=fleet.MAX_PER_PAGE),
+    page: int = Query(1, ge=1, le=1_000_000),
+    backend: Backend = Depends(get_backend),
+    now: dt.datetime = Depends(get_now),
+) -> HTMLResponse:
+    form = _Form(nodes=nodes.strip(), status=status, gpu_model=gpu_model, per_page=per_page, page=page)
+    ctx = common(request, now, carry=form.query())
+    ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
+               tests=[], filtered=False,
+               fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
+    code = 200
+    try:
+        flt = fleet.FleetFilter(node_range=parse_node_range(form.nodes) if form.nodes else None,
+                                status=form.status or None, gpu_model=form.gpu_model or None)
+    except (InvalidNodeRange, fleet.InvalidFilter) as exc:
+        ctx.update(error=str(exc), error_title="Invalid filter:")
+        flt, code = None, 400
+    try:
+        settings, connect = backend.load()
+        with fleet.open_for(settings, connect, now=now) as q:
+            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests)
+            if flt is not None:
+                page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
+                ctx.update(page=page_, filtered=flt.active)
+                form.page = page_.page
+    except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
+        code, title, text = failure(exc)
+        ctx.update(error=text, error_title=title)
+    return html("fleet.html", ctx, code)
+
+
+@pages.get("/nodes/{node_name}", response_class=HTMLResponse)
+def node_page(
+    request: Request,
+    node_name: str,
+    test: str = Query("", max_length=63),
+    limit: int = Query(50, ge=1, le=fleet.MAX_HISTORY),
+    q: str = Query("", max_length=4000),
+    backend: Backend = Depends(get_backend),
+    now: dt.datetime = Depends(get_now),
+) -> HTMLResponse:
+    try:
+        validate_node_name(node_name)
+    except InvalidNodeName as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    try:
+        if test:
+            validate_test_name(test)
+    except ValueError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    carried = _safe_fleet_query(q)
+    ctx = common(request, now, carry=carried)
+    ctx.update(node_name=node_name, node=None, history=[], test=test or None,
+               back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
+    code = 200
+    try:
+        settings, connect = backend.load()
+        with fleet.open_for(settings, connect, now=now) as fq:
+            node = fq.node(node_name)
+            if node is not None:
+                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit))
+    except Exception as exc:  # noqa: BLE001
+        code, title, text = failure(exc)
+        ctx.update(error=text, error_title=title)
+    if code == 200 and ctx["node"] is None:
+        code = 404
+        ctx.update(error=f"{node_name} has no recorded attempt.", error_title="Unknown node:")
+    return html("node.html", ctx, code)
+
+
+@scrape.get("/metrics", dependencies=[Depends(require_metrics_access)])
+def metrics_route(request: Request, backend: Backend = Depends(get_backend)) -> Response:
+    body, headers = metrics.encode(metrics.make_registry(backend.collector), request.headers.get("accept"),
+                                   request.headers.get("accept-encoding"))
+    return Response(body, headers={**headers, "Cache-Control": "no-store"})
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    wants_html = ("text/html" in request.headers.get("accept", "")
+                  and not request.url.path.endswith("/metrics"))
+    if exc.status_code == 401 and wants_html:
+        return RedirectResponse(login_url(request), status_code=303)
+    if wants_html and exc.status_code in (403, 404):
+        text = markupsafe.escape(str(exc.detail))
+        return HTMLResponse(f"<!doctype html><title>{exc.status_code}</title><p>{text}</p>",
+                            status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
 # ---------------------------------------------------------------------------------------- the app
 def create_app(
     *,
-    dsn_provider: DsnProvider = airflow_dsn,
+    connector_provider: ConnectorProvider = airflow_connector,
     settings_provider: SettingsProvider = airflow_settings,
     clock: Callable[[], dt.datetime] = fleet.utcnow,
 ) -> FastAPI:
-    """The plugin app. Providers are injectable for tests; the defaults read Airflow's Variable
-    ``cluster_doctor_settings`` and connection ``validation_db`` on every request (so edits apply
-    without restarting the api-server)."""
+    """The plugin app: the page and metrics routers over one Backend (providers injectable for tests)."""
     app = FastAPI(title="Cluster Doctor", docs_url=None, redoc_url=None, openapi_url=None)
-    env = _environment()
-
-    def html(template: str, context: dict[str, Any], request: Request, status_code: int = 200) -> HTMLResponse:
-        nonce = secrets.token_urlsafe(16)
-        body = env.get_template(template).render(nonce=nonce, **context)
-        response = HTMLResponse(body, status_code=status_code)
-        response.headers["Content-Security-Policy"] = (
-            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src 'self' data:; "
-            "form-action 'self'; frame-ancestors 'self'; base-uri 'none'")
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        return response
-
-    def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any]:
-        base = app_base(request)
-
-        def node_url(node: str, test: str | None = None) -> str:
-            # carry the fleet filters along so the node page links back to the same view
-            query = {k: v for k, v in (("test", test), ("q", carry)) if v}
-            return f"{base}/nodes/{quote(node)}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-
-        return {
-            "base": base, "now": now, "ts": format_ts, "duration": format_duration,
-            "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
-            "pct": lambda r: "–" if r is None else f"{math.floor(r * 1000) / 10:.1f} %",
-            "days": lambda s: f"{s / 86400:g} days",
-            "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
-            "figures": key_figures, "bad_checks": bad_checks,
-            "cell_title": lambda test, cell: cell_title(now, test, cell),
-            "error": None, "error_title": "",
-        }
-
-    def load() -> tuple[Settings, Mapping[str, Any]]:
-        settings = settings_provider()
-        return settings, dsn_provider(settings)
-
-    def failure(exc: Exception) -> tuple[int, str, str]:
-        """(HTTP status, title, message) of an expected failure, shown on the page; anything else is a bug."""
-        if isinstance(exc, database.DatabaseUnavailable):
-            return 503, "Results database unavailable:", str(exc)
-        if isinstance(exc, SchemaMissing):
-            return 503, "Results schema missing:", str(exc)
-        if isinstance(exc, database.InvalidDatabaseUrl):
-            return 503, "Results database misconfigured:", str(exc)
-        if isinstance(exc, InvalidSettings):
-            return 503, "Invalid Cluster Doctor settings:", str(exc)
-        raise exc
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        wants_html = ("text/html" in request.headers.get("accept", "")
-                      and not request.url.path.endswith("/metrics"))
-        if exc.status_code == 401 and wants_html:
-            return RedirectResponse(login_url(request), status_code=303)
-        if wants_html and exc.status_code in (403, 404):
-            text = markupsafe.escape(str(exc.detail))
-            return HTMLResponse(f"<!doctype html><title>{exc.status_code}</title><p>{text}</p>",
-                                status_code=exc.status_code)
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
-
-    @app.get("/", response_class=HTMLResponse)
-    def fleet_page(
-        request: Request,
-        nodes: str = Query("", max_length=2000),
-        status: str = Query("", max_length=20),
-        gpu_model: str = Query("", max_length=200),
-        per_page: int = Query(fleet.DEFAULT_PER_PAGE, ge=1, le=fleet.MAX_PER_PAGE),
-        page: int = Query(1, ge=1, le=1_000_000),
-        _user: Any = Depends(require_ui_access),
-    ) -> HTMLResponse:
-        now = clock()
-        form = _Form(nodes=nodes.strip(), status=status, gpu_model=gpu_model, per_page=per_page, page=page)
-        ctx = common(request, now, carry=form.query())
-        ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
-                   tests=[], filtered=False,
-                   fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
-        code = 200
-        try:
-            flt = fleet.FleetFilter(node_range=parse_node_range(form.nodes) if form.nodes else None,
-                                    status=form.status or None, gpu_model=form.gpu_model or None)
-        except (InvalidNodeRange, fleet.InvalidFilter) as exc:
-            ctx.update(error=str(exc), error_title="Invalid filter:")
-            flt, code = None, 400
-        try:
-            settings, dsn = load()
-            with fleet.open_for(settings, dsn, now=now) as q:
-                ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests)
-                if flt is not None:
-                    page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
-                    ctx.update(page=page_, filtered=flt.active)
-                    form.page = page_.page
-        except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
-            code, title, text = failure(exc)
-            ctx.update(error=text, error_title=title)
-        return html("fleet.html", ctx, request, code)
-
-    @app.get("/nodes/{node_name}", response_class=HTMLResponse)
-    def node_page(
-        request: Request,
-        node_name: str,
-        test: str = Query("", max_length=63),
-        limit: int = Query(50, ge=1, le=fleet.MAX_HISTORY),
-        q: str = Query("", max_length=4000),
-        _user: Any = Depends(require_ui_access),
-    ) -> HTMLResponse:
-        try:
-            validate_node_name(node_name)
-        except InvalidNodeName as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
-        try:
-            if test:
-                validate_test_name(test)
-        except ValueError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
-        now = clock()
-        carried = _safe_fleet_query(q)
-        ctx = common(request, now, carry=carried)
-        ctx.update(node_name=node_name, node=None, history=[], test=test or None,
-                   back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
-        code = 200
-        try:
-            settings, dsn = load()
-            with fleet.open_for(settings, dsn, now=now) as fq:
-                node = fq.node(node_name)
-                if node is not None:
-                    ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit))
-        except Exception as exc:  # noqa: BLE001
-            code, title, text = failure(exc)
-            ctx.update(error=text, error_title=title)
-        if code == 200 and ctx["node"] is None:
-            code = 404
-            ctx.update(error=f"{node_name} has no recorded attempt.", error_title="Unknown node:")
-        return html("node.html", ctx, request, code)
-
-    @app.get("/metrics")
-    def metrics_route(request: Request, _access: None = Depends(require_metrics_access)) -> Response:
-        collector = metrics.ClusterDoctorCollector(dsn_provider, settings_provider, clock=clock)
-        body, content_type = metrics.render(metrics.make_registry(collector), request.headers.get("accept"))
-        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
-
+    app.state.backend = Backend(connector_provider, settings_provider, clock)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.include_router(pages)
+    app.include_router(scrape)
     return app
-

@@ -4,23 +4,10 @@ import datetime as dt
 import os
 import subprocess
 import sys
-import warnings
 
 import pytest
 
 from tests.conftest import REPO
-
-
-@pytest.fixture(scope="module")
-def dagbag(tmp_path_factory):
-    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow_home")))
-    from airflow.dag_processing.dagbag import DagBag
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        bag = DagBag(dag_folder=str(REPO / "dags" / "daily_fleet_report.py"))
-    bag.caught_warnings = [w for w in caught if "cluster_doctor" in str(w.filename) or "dags/" in str(w.filename)]
-    return bag
 
 
 def test_loads_without_import_errors_or_warnings(dagbag):
@@ -79,8 +66,8 @@ def test_a_real_run_writes_the_report(store, db_url, tmp_path):
         "AIRFLOW_CONN_VALIDATION_DB": db_url,
         "CLUSTER_DOCTOR_REPORTS_DIR": str(reports),
         "CLUSTER_DOCTOR_TESTS": "gpu_health",
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("plugins", "include")),
     }
+    env.pop("PYTHONPATH", None)
     home.mkdir()
     migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=300)

@@ -40,8 +40,8 @@ AIRFLOW_SERVICES = {"airflow-apiserver", "airflow-scheduler", "airflow-dag-proce
 ALL_AIRFLOW = AIRFLOW_SERVICES | {"airflow-init", "airflow-cli"}
 READ_ONLY_MOUNTS = {
     "/opt/airflow/dags": REPO / "dags",
-    "/opt/airflow/plugins": REPO / "plugins",
-    "/opt/airflow/include": REPO / "include",
+    "/opt/cluster-doctor/plugins": REPO / "plugins",
+    "/opt/cluster-doctor/include": REPO / "include",
 }
 KUBECONFIG_TARGET = "/home/airflow/.kube/config"
 SECRET_VARS = ("POSTGRES_PASSWORD", "CLUSTER_DOCTOR_DB_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
@@ -247,13 +247,14 @@ def test_validation_service_account_in_env_example_matches_the_manifest():
 
 def test_dockerfile_builds_on_the_pinned_airflow_with_constraints():
     text = DOCKERFILE.read_text()
-    pinned = re.search(r"^apache-airflow==(\S+)", (REPO / "requirements.txt").read_text(), re.M).group(1)
-    assert f"ARG AIRFLOW_IMAGE=apache/airflow:{pinned}-python3.11" in text, "base follows requirements.txt"
-    install = r"pip install --no-cache-dir\s+\\\s*-r \S*requirements\.txt -c \S*constraints\.txt"
-    assert re.search(install, text)
+    pinned = re.search(r"^apache-airflow==(\S+)", (REPO / "constraints.txt").read_text(), re.M).group(1)
+    assert f"ARG AIRFLOW_IMAGE=apache/airflow:{pinned}-python3.11" in text, "base follows constraints.txt"
+    # the distribution itself, with its Airflow extra: plugin entry point and CLI, no PYTHONPATH
+    install = r'pip install --no-cache-dir\s+\\\s*-e "/opt/cluster-doctor\[airflow\]" -c \S*constraints\.txt'
+    assert re.search(install, text) and not re.search(r"^ENV PYTHONPATH", text, re.M)
     assert re.findall(r"^FROM .* AS (\w+)$", text, re.M) == ["runtime", "bundle"]
     allowed = [line[1:] for line in DOCKERIGNORE.read_text().splitlines() if line.startswith("!")]
-    assert {"requirements.txt", "constraints.txt", "plugins/", "include/", "dags/"} <= set(allowed)
+    assert {"pyproject.toml", "README.md", "constraints.txt", "plugins/", "include/", "dags/"} <= set(allowed)
     lines = [line.strip() for line in DOCKERIGNORE.read_text().splitlines()]
     patterns = [line for line in lines if line[:1] not in ("", "#")]
     assert patterns[0] == "*", "allow-list: exclude everything first (.venv, .git, local data)"
@@ -335,7 +336,6 @@ def init_env(home: pathlib.Path, results_db: dict, **overrides: str) -> dict[str
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "false",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "auth" / "passwords.json"),
-        "PYTHONPATH": str(REPO / "plugins"),
         "CLUSTER_DOCTOR_POOL_SLOTS": "3",
         "AIRFLOW_CONN_VALIDATION_DB": results_db["url"],
         "CLUSTER_DOCTOR_DB_PASSWORD": results_db["password"],

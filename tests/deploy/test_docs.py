@@ -46,7 +46,7 @@ def test_helm_values_snippet_uses_the_chart_keys_and_sets_up_pool_and_connection
                                  "secretKey": "AIRFLOW_CONN_VALIDATION_DB"}]
     (init,) = values["scheduler"]["extraInitContainers"]
     script = init["args"][-1]
-    assert "python -m cluster_doctor db upgrade" in script
+    assert "cluster-doctor db upgrade" in script
     assert "airflow pools set gpu_validation" in script and "--include-deferred" in script
     assert "command" not in init, "args keep the image entrypoint (it waits for the metadata DB)"
     assert {e["name"] for e in init["env"]} == {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",

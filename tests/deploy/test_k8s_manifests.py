@@ -266,3 +266,67 @@ def test_kustomize_builds_the_same_objects(manifests):
         (d["kind"], d["metadata"]["name"]) for d in manifests)
     for doc in built:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+# ------------------------------------------------------------------ opt-in quarantine permission
+QUARANTINE = K8S / "quarantine"
+
+
+def quarantine_docs() -> list[dict]:
+    return [d for d in yaml.safe_load_all((QUARANTINE / "quarantine-rbac.yaml").read_text()) if d]
+
+
+def quarantine_violations(docs: list[dict]) -> list[str]:
+    """The quarantine role may only patch nodes, bound only to the Airflow ServiceAccount."""
+    problems = []
+    for doc in docs:
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] == "ClusterRole":
+            if doc.get("aggregationRule"):
+                problems.append(f"{name}: aggregated")
+            if doc["rules"] != [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]:
+                problems.append(f"{name}: must grant exactly patch on nodes, grants {doc['rules']}")
+        elif doc["kind"] == "ClusterRoleBinding":
+            if doc["roleRef"] != {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "cluster-doctor-quarantine"}:
+                problems.append(f"{name}: binds {doc['roleRef']}")
+            if doc["subjects"] != [{"kind": "ServiceAccount", "name": AIRFLOW_SA, "namespace": NAMESPACE}]:
+                problems.append(f"{name}: subjects {doc['subjects']}")
+        else:
+            problems.append(f"{name}: unexpected object in the quarantine RBAC")
+    return problems
+
+
+def test_quarantine_role_is_opt_in_and_only_patches_nodes():
+    docs = quarantine_docs()
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ClusterRole", "cluster-doctor-quarantine"), ("ClusterRoleBinding", "cluster-doctor-quarantine")]
+    assert quarantine_violations(docs) == []
+    for doc in docs:
+        assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == K8S_VERSION
+    assert yaml.safe_load((QUARANTINE / "kustomization.yaml").read_text())["resources"] == ["quarantine-rbac.yaml"]
+    # not in the default set: applying include/k8s never grants it
+    assert "quarantine" not in str(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d[0]["rules"][0]["verbs"].append("update"),
+    lambda d: d[0]["rules"][0]["verbs"].append("delete"),
+    lambda d: d[0]["rules"][0]["resources"].append("pods"),
+    lambda d: d[0]["rules"][0]["resources"].append("nodes/status"),
+    lambda d: d[1]["subjects"].append({"kind": "ServiceAccount", "name": VALIDATION_SA, "namespace": NAMESPACE}),
+    lambda d: d[1]["roleRef"].update(name="cluster-admin"),
+], ids=["update", "delete", "pods", "nodes-status", "validation-pods-bound", "cluster-admin"])
+def test_the_quarantine_checker_catches(mutate):
+    docs = quarantine_docs()
+    mutate(docs)
+    assert quarantine_violations(docs)
+
+
+def test_quarantine_kustomization_builds(tmp_path):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
+    out = subprocess.run([kubectl, "kustomize", str(QUARANTINE)], capture_output=True, text=True, check=True)
+    built = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted(d["metadata"]["name"] for d in built) == ["cluster-doctor-quarantine"] * 2

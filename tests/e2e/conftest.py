@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import shutil
 import subprocess
-import sys
 
 import jsonschema
 import pytest
@@ -20,7 +19,7 @@ from tests.conftest import REPO
 
 NAMESPACE = "cluster-doctor"
 PVC = "cluster-doctor-results"
-SCHEMA = json.loads((REPO / "include" / "suites" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "include" / "cluster_doctor_suites" / "result.schema.json").read_text())
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +81,7 @@ class Runner:
 
     def run(self, conf: dict | None = None, logical_date: dt.datetime | None = None, timeout: int = 300) -> dict:
         out_file = self.home / f"result-{len(list(self.home.glob('result-*')))}.json"
-        cmd = [sys.executable, "-m", "dag_runner", "--conf", json.dumps(conf or {}), "--out", str(out_file)]
+        cmd = dag_runner.command("--conf", json.dumps(conf or {}), "--out", str(out_file))
         if logical_date:
             cmd += ["--logical-date", logical_date.isoformat()]
         proc = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=timeout)
@@ -101,7 +100,7 @@ def runner(airflow_home, cluster, db_url):
 
 def summary(node: str, suite: str = "gpu_health", status: str = "pass", *, checks=None, metrics=None,
             reason: str | None = None, gpu_model: str = "NVIDIA-H100-80GB-HBM3", gpu_count: int = 8) -> str:
-    """A termination-message summary exactly as include/suites writes it (validated against its schema)."""
+    """A termination-message summary exactly as include/cluster_doctor_suites writes it (validated against its schema)."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     checks = checks or [{"name": "gpu_count", "status": "pass", "value": gpu_count, "unit": "GPUs",
                          "threshold": f"== {gpu_count}"}]

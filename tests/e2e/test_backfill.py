@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-import psycopg2
+import psycopg
 import pytest
 
 import dag_runner
@@ -35,7 +35,7 @@ def test_backfill_runs_walk_the_range_without_repeats(runner, cluster, db_dsn, d
     for hour in range(4):
         result = runner.run(conf, logical_date=first_date + dt.timedelta(hours=hour))
         assert result["state"] == "success"
-        with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
+        with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
             cur.execute("SELECT node_name FROM validation_history WHERE run_id = %s ORDER BY 1", (result["run_id"],))
             covered.append([r[0] for r in cur.fetchall()])
 

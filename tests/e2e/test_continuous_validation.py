@@ -7,7 +7,7 @@ import datetime as dt
 import threading
 import time
 
-import psycopg2
+import psycopg
 import pytest
 
 from cluster_doctor import priority
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 
 def rows(db_dsn, where="TRUE", params=()):
-    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT node_name, test_name, status, reason, gpu_model, checks, run_id, pod_name "
                     f"FROM validation_history WHERE {where} ORDER BY node_name, test_name, finished_at", params)
         cols = [c.name for c in cur.description]

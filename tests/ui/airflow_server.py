@@ -32,7 +32,7 @@ def free_port() -> int:
 
 def airflow_env(home: pathlib.Path, *, users: Mapping[str, str], passwords_file: pathlib.Path,
                 results_db_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "CLUSTER_DOCTOR_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "CLUSTER_DOCTOR_")) and k != "PYTHONPATH"}
     env.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
@@ -48,7 +48,6 @@ def airflow_env(home: pathlib.Path, *, users: Mapping[str, str], passwords_file:
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(40),
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
         "AIRFLOW_CONN_VALIDATION_DB": results_db_url,
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("plugins", "include")),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
     return env

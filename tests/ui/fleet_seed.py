@@ -10,8 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-import psycopg2
-import psycopg2.extras
+import psycopg
 
 from cluster_doctor import suites
 from cluster_doctor.attempts import Attempt
@@ -117,14 +116,14 @@ def bulk_fleet(dsn: dict, n_nodes: int = 5000, now: dt.datetime = NOW) -> list[s
                                 "for NVIDIA H100 80GB HBM3 (10 % tolerance); transport NET/IB, 8 ranks")
                         if status == "fail" else None)
             rows.append(a.row())
-    conn = psycopg2.connect(**dsn)
+    conn = psycopg.connect(**dsn)
     try:
         with conn.cursor() as cur:
             # The per-row state trigger is the slow part of a 20,000-row load; rebuild once instead.
             cur.execute("SET session_replication_role = replica")
-            psycopg2.extras.execute_values(
-                cur, f"INSERT INTO validation_history ({', '.join(Attempt.COLUMNS)}) VALUES %s", rows,
-                page_size=2000)
+            cur.executemany(
+                f"INSERT INTO validation_history ({', '.join(Attempt.COLUMNS)}) "
+                f"VALUES ({', '.join(['%s'] * len(Attempt.COLUMNS))})", rows)
             cur.execute("SET session_replication_role = DEFAULT")
             cur.execute("SELECT cluster_doctor_rebuild_pair_state()")
         conn.commit()

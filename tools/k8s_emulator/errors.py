@@ -1,142 +1,90 @@
 """API errors rendered as the apiserver's metav1.Status bodies, so the kubernetes client raises an
-ApiException with the same .status/.reason/.body a real cluster would produce."""
+ApiException with the same status, reason and body a real cluster would produce."""
 
 from __future__ import annotations
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None, metadata=None):
+    def __init__(self, code: int, reason: str | None, message: str, details: dict | None = None,
+                 metadata: dict | None = None):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
         self.metadata = metadata or {}
 
     def status(self) -> dict:
-        body = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": self.metadata,
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-        }
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": self.metadata, "status": "Failure",
+                "message": self.message}
+        if self.reason:  # a proxied kubelet error carries no reason
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
         return body
 
 
-def _qualified(resource: str, group: str) -> str:
-    return f"{resource}.{group}" if group else resource
-
-
-def _details(name: str, resource: str, group: str) -> dict:
-    d = {"name": name, "kind": resource}
-    if group:
-        d["group"] = group
-    return d
+def _named(code: int, reason: str, resource: str, name: str, group: str, text: str) -> ApiError:
+    details = {"name": name, "kind": resource, **({"group": group} if group else {})}
+    qualified = f"{resource}.{group}" if group else resource
+    return ApiError(code, reason, text.format(f'{qualified} "{name}"'), details)
 
 
 def not_found(resource: str, name: str, group: str = "") -> ApiError:
-    return ApiError(
-        404, "NotFound", f'{_qualified(resource, group)} "{name}" not found', _details(name, resource, group)
-    )
+    return _named(404, "NotFound", resource, name, group, "{} not found")
 
 
 def already_exists(resource: str, name: str, group: str = "") -> ApiError:
-    return ApiError(
-        409,
-        "AlreadyExists",
-        f'{_qualified(resource, group)} "{name}" already exists',
-        _details(name, resource, group),
-    )
+    return _named(409, "AlreadyExists", resource, name, group, "{} already exists")
 
 
 def conflict(resource: str, name: str, why: str, group: str = "") -> ApiError:
-    return ApiError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {why}',
-        _details(name, resource, group),
-    )
+    return _named(409, "Conflict", resource, name, group, "Operation cannot be fulfilled on {}: " + why)
 
 
-def forbidden(resource: str, name: str, why: str, group: str = "") -> ApiError:
-    return ApiError(
-        403,
-        "Forbidden",
-        f'{_qualified(resource, group)} "{name}" is forbidden: {why}',
-        _details(name, resource, group),
-    )
+def forbidden(resource: str, name: str, why: str) -> ApiError:
+    return _named(403, "Forbidden", resource, name, "", "{} is forbidden: " + why)
 
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 
 
-def expired(message: str, continue_token: str | None = None) -> ApiError:
-    meta = {"continue": continue_token} if continue_token else {}
-    return ApiError(410, "Expired", message, metadata=meta)
+def method_not_allowed() -> ApiError:
+    return ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
 
-def not_implemented(message: str) -> ApiError:
-    return ApiError(501, "NotImplemented", message)
-
-
-def method_not_allowed(message: str) -> ApiError:
-    return ApiError(405, "MethodNotAllowed", message)
-
-
-def unsupported_media(content_type: str) -> ApiError:
-    return ApiError(
-        415,
-        "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted "
-        f"media types include: application/json-patch+json, application/merge-patch+json, "
-        f"application/strategic-merge-patch+json (got {content_type})",
-    )
+_CAUSE_TEXT = {"Required": ("FieldValueRequired", "Required value"), "Forbidden": ("FieldValueForbidden", "Forbidden"),
+               "NotFound": ("FieldValueNotFound", 'Not found: "{}"'),
+               "Duplicate": ("FieldValueDuplicate", 'Duplicate value: "{}"'),
+               "Unsupported": ("FieldValueNotSupported", 'Unsupported value: "{}"')}
 
 
 class Cause:
-    """One field error; renders like k8s.io/apimachinery/pkg/util/validation/field.Error."""
+    """One field error, rendered like apimachinery's field.Error."""
 
     def __init__(self, field: str, kind: str, value=None, detail: str = ""):
         self.field, self.kind, self.value, self.detail = field, kind, value, detail
 
     def text(self) -> str:
-        if self.kind == "Required":
-            msg = "Required value"
-        elif self.kind == "Forbidden":
-            msg = "Forbidden"
-        elif self.kind == "NotFound":
-            msg = f'Not found: "{self.value}"'
-        elif self.kind == "Duplicate":
-            msg = f'Duplicate value: "{self.value}"'
-        elif self.kind == "Unsupported":
-            msg = f'Unsupported value: "{self.value}"'
+        if self.kind in _CAUSE_TEXT:
+            msg = _CAUSE_TEXT[self.kind][1].format(self.value)
         else:
-            v = self.value
-            msg = f'Invalid value: "{v}"' if isinstance(v, str) else f"Invalid value: {v}"
+            msg = f'Invalid value: "{self.value}"' if isinstance(self.value, str) else f"Invalid value: {self.value}"
         return f"{msg}: {self.detail}" if self.detail else msg
 
     def as_cause(self) -> dict:
-        reason = {
-            "Required": "FieldValueRequired",
-            "Forbidden": "FieldValueForbidden",
-            "NotFound": "FieldValueNotFound",
-            "Duplicate": "FieldValueDuplicate",
-            "Unsupported": "FieldValueNotSupported",
-        }.get(self.kind, "FieldValueInvalid")
+        reason = _CAUSE_TEXT.get(self.kind, ("FieldValueInvalid",))[0]
         return {"reason": reason, "message": self.text(), "field": self.field}
 
 
-def invalid(
-    kind: str, name: str, causes: list[Cause], group: str = "", resource: str | None = None
-) -> ApiError:
+def invalid(kind: str, name: str, causes: list[Cause], group: str = "") -> ApiError:
     parts = [f"{c.field}: {c.text()}" for c in causes]
     joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    details = {"name": name, "kind": kind}
-    if group:
-        details["group"] = group
-    details["causes"] = [c.as_cause() for c in causes]
+    details = {"name": name, "kind": kind, **({"group": group} if group else {}),
+               "causes": [c.as_cause() for c in causes]}
     qualified = f"{kind}.{group}" if group else kind
     return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {joined}', details)
+
+
+def raise_if(kind: str, name: str, causes: list[Cause], group: str = ""):
+    if causes:
+        raise invalid(kind, name, causes, group)

@@ -1,5 +1,5 @@
 """EmulatorProcess: start the emulator as a subprocess, wait until it serves, write a kubeconfig, offer the
-control API as methods, and make sure nothing it started outlives it (process group + pid files + atexit,
+control API as methods, and make sure nothing it started outlives it (process group, pid files, atexit,
 and the emulator itself exits when its parent dies)."""
 
 from __future__ import annotations
@@ -32,48 +32,40 @@ def default_executables(python: str = sys.executable) -> dict:
     return {"python": python, "python3": python, f"python{v.major}.{v.minor}": python}
 
 
+def write_kubeconfig(path: str, url: str, namespace: str = "default"):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n"
+                f"users:\n- name: emulator\n  user: {{}}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n"
+                f"    user: emulator\n    namespace: {namespace}\ncurrent-context: emulator\npreferences: {{}}\n")
+    os.replace(tmp, path)
+
+
 class EmulatorProcess:
     """with EmulatorProcess() as emu:
         emu.add_gpu_node("gpu-1"); kubernetes.config.load_kube_config(emu.kubeconfig_path)
 
-    executables: first-word rewrites for exec mode ({"python": sys.executable, ...} by default,
-    map_python=False
-    to disable); pvc_dirs: claimName -> host dir; exec_env: extra env for pod processes; settings: any
-    cluster Settings field (startup_delay, scheduler_interval, ...); scenario: path or dict.
+    executables: first-word rewrites for exec mode ({"python": sys.executable, ...} unless map_python=False);
+    pvc_dirs: claimName -> host dir; exec_env: extra env for pod processes; settings: any cluster Settings
+    field (startup_delay, scheduler_interval, kubernetes_version, ...).
     """
 
-    def __init__(
-        self,
-        *,
-        state_dir: str | None = None,
-        scenario: str | dict | None = None,
-        executables: dict | None = None,
-        map_python: bool = True,
-        pvc_dirs: dict | None = None,
-        exec_env: dict | None = None,
-        settings: dict | None = None,
-        python: str = sys.executable,
-        startup_timeout: float = 30.0,
-        verbose: bool = False,
-        kubeconfig_path: str | None = None,
-    ):
+    def __init__(self, *, state_dir: str | None = None, executables: dict | None = None, map_python: bool = True,
+                 pvc_dirs: dict | None = None, exec_env: dict | None = None, settings: dict | None = None,
+                 python: str = sys.executable, startup_timeout: float = 30.0, verbose: bool = False,
+                 kubeconfig_path: str | None = None):
         self._own_state_dir = state_dir is None
         self.state_dir = os.path.abspath(state_dir or tempfile.mkdtemp(prefix="k8s-emulator-"))
-        self.scenario = scenario
-        exe = default_executables() if map_python else {}
-        exe.update(executables or {})
         self.settings = dict(settings or {})
-        self.settings.setdefault("executables", {}).update(exe)
-        self.settings.setdefault("pvc_dirs", {}).update(
-            {k: os.path.abspath(v) for k, v in (pvc_dirs or {}).items()}
-        )
+        self.settings.setdefault("executables", {}).update({**(default_executables() if map_python else {}),
+                                                            **(executables or {})})
+        self.settings.setdefault("pvc_dirs", {}).update({k: os.path.abspath(v) for k, v in (pvc_dirs or {}).items()})
         self.settings.setdefault("exec_env", {}).update(exec_env or {})
         self.python, self.startup_timeout, self.verbose = python, startup_timeout, verbose
         self.kubeconfig_path = kubeconfig_path or os.path.join(self.state_dir, "kubeconfig")
         self.log_path = os.path.join(self.state_dir, "emulator.log")
         self.proc: subprocess.Popen | None = None
-        self.url = ""
-        self.port = 0
+        self.url, self.port = "", 0
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> EmulatorProcess:
@@ -81,43 +73,15 @@ class EmulatorProcess:
         port_file = os.path.join(self.state_dir, "port")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        cmd = [
-            self.python,
-            "-m",
-            "k8s_emulator",
-            "serve",
-            "--port",
-            "0",
-            "--port-file",
-            port_file,
-            "--state-dir",
-            self.state_dir,
-            "--parent-pid",
-            str(os.getpid()),
-            "--settings-json",
-            json.dumps(self.settings),
-        ]
-        if self.scenario is not None:
-            path = self.scenario
-            if isinstance(path, dict):
-                path = os.path.join(self.state_dir, "scenario.json")
-                with open(path, "w") as f:
-                    json.dump(self.scenario, f)
-            cmd += ["--scenario", str(path)]
-        if self.verbose:
-            cmd.append("--verbose")
+        cmd = [self.python, "-m", "k8s_emulator", "serve", "--port", "0", "--port-file", port_file, "--state-dir",
+               self.state_dir, "--parent-pid", str(os.getpid()), "--settings-json", json.dumps(self.settings),
+               *(["--verbose"] if self.verbose else [])]
         env = dict(os.environ)
         env["PYTHONPATH"] = TOOLS_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         with open(self.log_path, "ab") as log:
             # own session: stop() can signal the emulator's whole group without touching ours
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout
         while not os.path.exists(port_file):
@@ -129,10 +93,8 @@ class EmulatorProcess:
         with open(port_file) as f:
             self.port = int(f.read())
         self.url = f"http://127.0.0.1:{self.port}"
-        from .__main__ import write_kubeconfig
-
         write_kubeconfig(self.kubeconfig_path, self.url)
-        self.health()
+        self._call("GET", "health")
         return self
 
     def stop(self):
@@ -141,35 +103,22 @@ class EmulatorProcess:
             return
         atexit.unregister(self.stop)
         if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # anything left in the emulator's group
-        except (ProcessLookupError, PermissionError):
-            pass
+        _killpg(proc.pid, signal.SIGKILL)  # anything left in the emulator's group
         proc.wait()
         self.reap_pod_processes()
 
     def reap_pod_processes(self) -> list[int]:
-        """Kill pod processes recorded in <state>/pids (their own sessions): covers a killed emulator."""
-        killed = []
-        piddir = os.path.join(self.state_dir, "pids")
+        """Kill the pod processes recorded in <state>/pids (their own sessions): covers a killed emulator."""
+        piddir, killed = os.path.join(self.state_dir, "pids"), []
         for name in os.listdir(piddir) if os.path.isdir(piddir) else []:
-            try:
-                pid = int(name)
-            except ValueError:
-                continue
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if name.isdigit():
+                _killpg(int(name), signal.SIGKILL)
+                killed.append(int(name))
             try:
                 os.unlink(os.path.join(piddir, name))
             except OSError:
@@ -177,7 +126,7 @@ class EmulatorProcess:
         return killed
 
     def cleanup(self):
-        """stop() and remove the state dir if we created it."""
+        """stop(), and remove the state dir if this object created it."""
         self.stop()
         if self._own_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -187,10 +136,7 @@ class EmulatorProcess:
 
     def __exit__(self, exc_type, *exc):
         # an own temp state dir goes away on a clean exit; after an error it stays for the post-mortem
-        if exc_type is None:
-            self.cleanup()
-        else:
-            self.stop()
+        self.cleanup() if exc_type is None else self.stop()
 
     @property
     def pid(self) -> int | None:
@@ -209,9 +155,7 @@ class EmulatorProcess:
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(
-            url, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -223,12 +167,8 @@ class EmulatorProcess:
                 payload = raw.decode("utf-8", "replace")
             raise EmulatorError(exc.code, payload) from None
 
-    def health(self) -> dict:
-        return self._call("GET", "health")
-
-    # ------------------------------------------------------------ kubernetes client conveniences
     def api_client(self):
-        """A kubernetes.client.ApiClient for this emulator (loads the kubeconfig we wrote)."""
+        """A kubernetes.client.ApiClient on this emulator (from the kubeconfig written at start)."""
         from kubernetes import client, config
 
         cfg = client.Configuration()
@@ -244,36 +184,12 @@ class EmulatorProcess:
     def configure(self, **settings) -> dict:
         return self._call("POST", "settings", settings)
 
-    def add_gpu_node(
-        self,
-        name: str,
-        gpus: int = 8,
-        *,
-        product: str = "NVIDIA-H100-80GB-HBM3",
-        ready=True,
-        unschedulable: bool = False,
-        taints: list | None = None,
-        labels: dict | None = None,
-        **extra,
-    ) -> dict:
-        """extra: cpu, memory, rdma, pods, annotations. gpus=0 makes a CPU-only node."""
-        return self._call(
-            "POST",
-            "nodes",
-            {
-                "name": name,
-                "gpus": gpus,
-                "product": product,
-                "ready": ready,
-                "unschedulable": unschedulable,
-                "taints": taints,
-                "labels": labels,
-                **extra,
-            },
-        )
-
-    def add_node(self, obj: dict) -> dict:
-        return self._call("POST", "nodes", {"object": obj})
+    def add_gpu_node(self, name: str, gpus: int = 8, *, product: str = "NVIDIA-H100-80GB-HBM3", ready=True,
+                     unschedulable: bool = False, taints: list | None = None, labels: dict | None = None, **extra) -> dict:
+        """extra: cpu, memory, rdma, pods, annotations. gpus=0 makes a CPU-only node; ready=None a node that
+        has just registered (no Ready condition, not-ready:NoSchedule taint)."""
+        return self._call("POST", "nodes", {"name": name, "gpus": gpus, "product": product, "ready": ready,
+                                            "unschedulable": unschedulable, "taints": taints, "labels": labels, **extra})
 
     def patch_node(self, name: str, **changes) -> dict:
         """changes: ready (True/False/"Unknown"), unschedulable, labels (None deletes a key), taints, gpus."""
@@ -285,38 +201,15 @@ class EmulatorProcess:
     def cordon(self, name: str, unschedulable: bool = True) -> dict:
         return self.patch_node(name, unschedulable=unschedulable)
 
-    def remove_node(self, name: str) -> dict:
-        return self._call("DELETE", f"nodes/{name}")
-
-    def add_user_pod(
-        self,
-        node: str | None,
-        *,
-        gpus: int = 8,
-        kind: str = "Job",
-        phase: str = "Running",
-        run_seconds: float | None = None,
-        **extra,
-    ) -> dict:
+    def add_user_pod(self, node: str | None, *, gpus: int = 8, kind: str = "Job", phase: str = "Running",
+                     run_seconds: float | None = None, **extra) -> dict:
         """extra: name, namespace, labels, priority_class, image, cpu, memory."""
-        return self._call(
-            "POST",
-            "pods",
-            {"node": node, "gpus": gpus, "kind": kind, "phase": phase, "run_seconds": run_seconds, **extra},
-        )
+        return self._call("POST", "pods", {"node": node, "gpus": gpus, "kind": kind, "phase": phase,
+                                           "run_seconds": run_seconds, **extra})
 
-    def set_script(
-        self,
-        node: str = "*",
-        action: str = "exit",
-        *,
-        labels: dict | None = None,
-        once: bool = False,
-        **params,
-    ) -> dict:
-        return self._call(
-            "POST", "scripts", {"node": node, "action": action, "labels": labels, "once": once, **params}
-        )
+    def set_script(self, node: str = "*", action: str = "exit", *, labels: dict | None = None, once: bool = False,
+                   **params) -> dict:
+        return self._call("POST", "scripts", {"node": node, "action": action, "labels": labels, "once": once, **params})
 
     def clear_scripts(self, node: str | None = None):
         return self._call("DELETE", "scripts", query={"node": node})
@@ -336,11 +229,9 @@ class EmulatorProcess:
         return self._call("POST", f"pods/{namespace}/{name}/complete", {"exit_code": exit_code})
 
     def pod_history(self, label_selector: str | None = None, namespace: str | None = None) -> list[dict]:
-        """Every pod ever created through the API or the control API (bulk-loaded ones excluded), with
-        deleted (tombstones), deletion_requested, node, phase, reason, labels."""
-        return self._call("GET", "history", query={"labelSelector": label_selector, "namespace": namespace})[
-            "items"
-        ]
+        """Every pod created through the API or the control API (not bulk-loaded ones), with deleted
+        (tombstones), deleted_at, deletion_requested, node, phase, reason and labels."""
+        return self._call("GET", "history", query={"labelSelector": label_selector, "namespace": namespace})["items"]
 
     def live_pods(self, label_selector: str | None = None) -> list[dict]:
         return [p for p in self.pod_history(label_selector) if not p["deleted"]]
@@ -359,8 +250,7 @@ class EmulatorProcess:
 
     def bulk_generate(self, nodes: int = 5000, pods: int = 150000, **params) -> dict:
         """params: seed, gpus_per_node, busy_share, terminal_share, pending_share, cordoned_share,
-        notready_share,
-        daemonsets_per_node, node_prefix, namespaces."""
+        notready_share, daemonsets_per_node, node_prefix, namespaces."""
         return self._call("POST", "bulk", {"nodes": nodes, "pods": pods, **params}, timeout=600)
 
     def set_pvc_dir(self, claim: str, path: str) -> dict:
@@ -370,16 +260,8 @@ class EmulatorProcess:
         info = self._call("GET", "pvcs")
         return info["claims"].get(claim) or os.path.join(info["default_root"], claim)
 
-    def load_scenario(self, scenario: str | dict) -> dict:
-        if not isinstance(scenario, dict):
-            import yaml
-
-            with open(scenario) as f:
-                scenario = yaml.safe_load(f) or {}
-        return self._call("POST", "scenario", scenario)
-
     def compact(self):
-        """Expire every outstanding continue token (like etcd compaction)."""
+        """Expire every open continue token (like an etcd compaction)."""
         return self._call("POST", "compact")
 
     def processes(self) -> list[int]:
@@ -388,10 +270,15 @@ class EmulatorProcess:
     def wait_for(self, predicate, timeout: float = 10.0, interval: float = 0.05, message: str = "condition"):
         """Poll predicate() until it returns a truthy value; returns it."""
         deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
+        while not (value := predicate()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout}s waiting for {message}")
             time.sleep(interval)
+        return value
+
+
+def _killpg(pid: int, sig: int):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,10 +1,11 @@
-"""What runs "inside" a container: a local process (exec mode) or a simulation (scripted mode).
+"""What runs "inside" a container: a local process (exec mode) or a simulation (scripted mode), and the
+container log buffer behind GET .../pods/NAME/log.
 
 Exec mode maps the pod's filesystem view onto host directories: every volumeMount's mountPath and the
 terminationMessagePath are rewritten to host paths wherever they appear in args, env values and workingDir
 (as whole words: "/data/x", "--out=/data/x", "a:/data/x", inside "bash -c '...'"). The first word of the
 command goes through the executable map ("python" -> the test's interpreter), and a shim directory with the
-same names is put first on PATH so shell commands find them too.
+same names comes first on PATH so that shell commands find them too.
 """
 
 from __future__ import annotations
@@ -17,26 +18,74 @@ import subprocess
 import threading
 import time
 
-from .logs import LogBuffer
-from .util import new_uid
+from .util import new_uid, rfc3339, rfc3339_nano
 
-TERM_MSG_MAX = 4096  # kubelet: at most 4096 bytes of the termination-message file
-FALLBACK_LINES, FALLBACK_BYTES = 80, 2048  # FallbackToLogsOnError: last 80 lines / 2048 bytes
+TERM_MSG_MAX = 4096  # the kubelet reads at most 4096 bytes of the termination-message file
+FALLBACK_LINES, FALLBACK_BYTES = 80, 2048  # FallbackToLogsOnError: the last 80 lines / 2048 bytes
+
+
+class LogBuffer:
+    """Timestamped lines, follow-able until the container ends (like the kubelet's CRI log files)."""
+
+    def __init__(self):
+        self._lines: list[tuple[float, bytes]] = []
+        self._cond = threading.Condition()
+        self.closed, self.size = False, 0
+
+    def write_line(self, data: bytes):
+        if data:
+            data = data if data.endswith(b"\n") else data + b"\n"
+            with self._cond:
+                self._lines.append((time.time(), data))
+                self.size += len(data)
+                self._cond.notify_all()
+
+    def close(self):
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def tail_bytes(self, max_lines: int, max_bytes: int) -> str:
+        with self._cond:
+            data = b"".join(d for _, d in self._lines[-max_lines:])
+        return data[-max_bytes:].decode("utf-8", "replace")
+
+    def _start(self, since, tail) -> int:
+        start = next((i for i, (ts, _) in enumerate(self._lines) if ts >= since), len(self._lines)) if since else 0
+        return max(start, len(self._lines) - tail) if tail is not None else start
+
+    @staticmethod
+    def _fmt(batch, timestamps: bool) -> bytes:
+        return b"".join((rfc3339_nano(ts).encode() + b" " + d) if timestamps else d for ts, d in batch)
+
+    def read(self, *, since=None, tail=None, timestamps=False, limit_bytes=None) -> bytes:
+        with self._cond:
+            out = self._fmt(self._lines[self._start(since, tail):], timestamps)
+        return out[:limit_bytes] if limit_bytes else out
+
+    def follow(self, *, since=None, tail=None, timestamps=False):
+        """Yield lines as they come; ends when the buffer is closed (the container terminated)."""
+        with self._cond:
+            i = self._start(since, tail)
+        while True:
+            with self._cond:
+                while i >= len(self._lines) and not self.closed:
+                    self._cond.wait(0.5)
+                batch, done = self._lines[i:], self.closed
+                i += len(batch)
+            if batch:
+                yield self._fmt(batch, timestamps)
+            if done and i >= len(self._lines):
+                return
 
 
 class PathMap:
     def __init__(self, mapping: dict[str, str]):
         self.mapping = {k.rstrip("/") or "/": v for k, v in mapping.items() if k}
-        alts = sorted(self.mapping, key=len, reverse=True)
-        self._re = (
-            re.compile(
-                r"(?<![\w.\-/])(" + "|".join(re.escape(a) for a in alts) + r")(?=/|$|[\s\"'`;:,)=|&>])"
-            )
-            if alts
-            else None
-        )
+        alts = "|".join(re.escape(a) for a in sorted(self.mapping, key=len, reverse=True))
+        self._re = re.compile(r"(?<![\w.\-/])(" + alts + r")(?=/|$|[\s\"'`;:,)=|&>])") if alts else None
 
-    def rewrite(self, text: str) -> str:
+    def rewrite(self, text):
         if not self._re or not isinstance(text, str):
             return text
         return self._re.sub(lambda m: self.mapping[m.group(1)], text)
@@ -45,58 +94,38 @@ class PathMap:
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.\-]*)\)")
 
 
-def expand(text: str, env: dict) -> str:
-    """Kubernetes $(VAR) expansion in command/args/env ($$ escapes a literal $)."""
-
-    def sub(m):
-        if m.group(0) == "$$":
-            return "$"
-        name = m.group(1)
-        return env[name] if name in env else m.group(0)
-
-    return _VAR.sub(sub, text) if isinstance(text, str) else text
+def expand(text, env: dict):
+    """Kubernetes $(VAR) expansion in command, args and env ($$ escapes a literal $)."""
+    if not isinstance(text, str):
+        return text
+    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
 def field_ref(pod: dict, path: str) -> str:
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    simple = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName"),
-        "status.podIP": status.get("podIP"),
-        "status.hostIP": status.get("hostIP"),
-        "status.podIPs": status.get("podIP"),
-    }
+    simple = {"metadata.name": meta.get("name"), "metadata.namespace": meta.get("namespace"),
+              "metadata.uid": meta.get("uid"), "spec.nodeName": spec.get("nodeName"),
+              "spec.serviceAccountName": spec.get("serviceAccountName"), "status.podIP": status.get("podIP"),
+              "status.hostIP": status.get("hostIP")}
     if path in simple:
         return simple[path] or ""
     m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
-    if m:
-        return (meta.get(m.group(1)) or {}).get(m.group(2), "")
-    return ""
+    return (meta.get(m.group(1)) or {}).get(m.group(2), "") if m else ""
 
 
 def materialize_configmap(cm: dict, vol: dict, target: str):
-    """Write a ConfigMap volume's files (honouring items/mode) under target."""
-    os.makedirs(target, exist_ok=True)
-    data = dict(cm.get("data") or {})
-    binary = {k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()}
-    default_mode = vol.get("defaultMode", 0o644)
-    items = vol.get("items")
-    entries = (
-        [(i["key"], i["path"], i.get("mode", default_mode)) for i in items]
-        if items
-        else [(k, k, default_mode) for k in list(data) + list(binary)]
-    )
-    for key, rel, mode in entries:
-        if key not in data and key not in binary:
-            continue
-        path = os.path.join(target, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(binary[key] if key in binary else data[key].encode())
-        os.chmod(path, mode)
+    """Write a ConfigMap volume's files (honouring items and modes) under target."""
+    data = {k: v.encode() for k, v in (cm.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
+    mode = vol.get("defaultMode", 0o644)
+    items = vol.get("items") or [{"key": k, "path": k} for k in data]
+    for item in items:
+        if item["key"] in data:
+            path = os.path.join(target, item["path"])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data[item["key"]])
+            os.chmod(path, item.get("mode", mode))
 
 
 class Container:
@@ -104,123 +133,70 @@ class Container:
 
     def __init__(self, spec: dict, init: bool, on_change):
         self.spec, self.init, self.on_change = spec, init, on_change
-        self.name = spec["name"]
-        self.image = spec.get("image", "")
+        self.name, self.image = spec["name"], spec.get("image", "")
         self.log = LogBuffer()
-        self.state = "waiting"
-        self.waiting_reason, self.waiting_message = "ContainerCreating", ""
-        self.started_at = self.finished_at = None
-        self.exit_code = None
-        self.reason = self.message = ""
-        self.restart_count = 0
-        self.last_state: dict = {}
-        self.container_id = ""
-        self.oom = False
+        self.state, self.waiting_reason, self.waiting_message = "waiting", "ContainerCreating", ""
+        self.started_at = self.finished_at = self.exit_code = None
+        self.reason = self.message = self.container_id = ""
+        self.oom, self.config_error = False, None
         self.done = threading.Event()
-        self.killed_by_signal = False
-
-    # interface
-    def start(self):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def signal(self, sig: int):  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def _running(self):
         self.state, self.started_at = "running", time.time()
-        self.container_id = "containerd://" + new_uid().replace("-", "") + new_uid().replace("-", "")[:32]
+        self.container_id = "containerd://" + (new_uid() + new_uid()).replace("-", "")[:64]
         self.on_change()
 
     def _terminated(self, code: int, reason: str | None = None, message: str = ""):
-        self.exit_code = code
+        self.exit_code, self.message, self.finished_at = code, message, time.time()
         self.reason = reason or ("Completed" if code == 0 else ("OOMKilled" if self.oom else "Error"))
-        self.message = message
-        self.finished_at = time.time()
         self.state = "terminated"
         self.log.close()
         self.done.set()
         self.on_change()
 
-    def reset_for_restart(self):
-        self.last_state = {"terminated": self.terminated_dict()}
-        self.restart_count += 1
-        self.log = LogBuffer()
-        self.done = threading.Event()
-        self.state, self.waiting_reason, self.waiting_message = (
-            "waiting",
-            "CrashLoopBackOff",
-            f"back-off restarting failed container {self.name}",
-        )
-        self.exit_code = None
+    def _fallback(self, msg: str, code: int) -> str:
+        if not msg and code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            return self.log.tail_bytes(FALLBACK_LINES, FALLBACK_BYTES)
+        return msg
 
     def terminated_dict(self) -> dict:
-        d = {"exitCode": self.exit_code, "reason": self.reason}
-        if self.message:
-            d["message"] = self.message
-        d["startedAt"] = _ts(self.started_at)
-        d["finishedAt"] = _ts(self.finished_at)
-        if self.container_id:
-            d["containerID"] = self.container_id
-        return d
-
-
-def _ts(t):
-    from .util import rfc3339
-
-    return rfc3339(t) if t else None
+        return {"exitCode": self.exit_code, "reason": self.reason, **({"message": self.message} if self.message else {}),
+                "startedAt": rfc3339(self.started_at) if self.started_at else None,
+                "finishedAt": rfc3339(self.finished_at) if self.finished_at else None,
+                **({"containerID": self.container_id} if self.container_id else {})}
 
 
 class SimContainer(Container):
-    """Scripted container: prints its log, runs for run_seconds (None = forever), exits with exit_code."""
+    """A scripted container: prints its log, runs for run_seconds (None = forever), exits with exit_code."""
 
-    def __init__(
-        self,
-        spec,
-        init,
-        on_change,
-        *,
-        exit_code=0,
-        run_seconds=0.0,
-        log="",
-        termination_message="",
-        oom=False,
-    ):
+    def __init__(self, spec, init, on_change, *, exit_code=0, run_seconds=0.0, log="", termination_message="",
+                 oom=False):
         super().__init__(spec, init, on_change)
         self.sim_exit_code, self.run_seconds, self.sim_log = exit_code, run_seconds, log
         self.termination_message, self.oom = termination_message, oom
-        self._sig = threading.Event()
-        self._sig_code = None
+        self._sig, self._sig_code = threading.Event(), None
 
     def start(self):
         self._running()
         threading.Thread(target=self._run, daemon=True, name=f"sim-{self.name}").start()
 
     def _run(self):
-        lines = self.sim_log if isinstance(self.sim_log, list) else str(self.sim_log or "").splitlines()
-        for line in lines:
+        for line in self.sim_log if isinstance(self.sim_log, list) else str(self.sim_log or "").splitlines():
             self.log.write_line(str(line).encode())
         self._sig.wait(self.run_seconds)
         if self._sig_code is not None:
-            self._terminated(self._sig_code)
-            return
-        msg = self.termination_message or ""
-        if (
-            not msg
-            and self.sim_exit_code != 0
-            and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-        ):
-            msg = self.log.tail_bytes(FALLBACK_LINES, FALLBACK_BYTES)
+            return self._terminated(self._sig_code)
+        msg = self._fallback(self.termination_message or "", self.sim_exit_code)
         self._terminated(self.sim_exit_code, "OOMKilled" if self.oom else None, msg[:TERM_MSG_MAX])
 
     def signal(self, sig: int):
         if self.state == "running" and self._sig_code is None:
             self._sig_code = 128 + int(sig)  # a well-behaved process dies on SIGTERM too
-            self.killed_by_signal = True
             self._sig.set()
 
 
 class ExecContainer(Container):
-    """A real local process. Its process group is ours to signal; stdout+stderr become the container log."""
+    """A real local process in its own session; stdout and stderr become the container log."""
 
     def __init__(self, spec, init, on_change, *, argv, env, cwd, term_file, registry):
         super().__init__(spec, init, on_change)
@@ -228,31 +204,19 @@ class ExecContainer(Container):
         self.proc: subprocess.Popen | None = None
 
     def start(self):
-        if not self.argv:
-            # No command: the image entrypoint is unknown to us; act like an entrypoint that exits 0.
+        if not self.argv:  # the image's entrypoint is unknown here: act like one that exits 0
             self._running()
             self.log.write_line(b"[k8s-emulator] no command/args: image entrypoint not emulated, exiting 0")
-            self._terminated(0)
-            return
+            return self._terminated(0)
         try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                cwd=self.cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             self.started_at = time.time()
-            msg = (
-                f"failed to create containerd task: failed to create shim task: OCI runtime create failed: "
-                f'runc create failed: unable to start container process: exec: "{self.argv[0]}": '
-                f"{exc.strerror or exc}: unknown"
-            )
-            self._terminated(128, "StartError", msg)
-            return
+            return self._terminated(128, "StartError", (
+                "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc "
+                f'create failed: unable to start container process: exec: "{self.argv[0]}": {exc.strerror or exc}: '
+                "unknown"))
         self.registry.add(self.proc.pid)
         self._running()
         threading.Thread(target=self._pump, daemon=True, name=f"exec-{self.name}").start()
@@ -264,10 +228,7 @@ class ExecContainer(Container):
             # When PID 1 of a container exits, the rest of the container goes with it; a leftover child
             # holding stdout open would otherwise keep the container "running" forever.
             proc.wait()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _killpg(proc.pid, signal.SIGKILL)
 
         threading.Thread(target=reap_group, daemon=True, name=f"reap-{self.name}").start()
         for line in iter(proc.stdout.readline, b""):
@@ -275,35 +236,32 @@ class ExecContainer(Container):
         code = proc.wait()
         proc.stdout.close()
         self.registry.discard(proc.pid)
-        if code < 0:
-            code = 128 - code  # killed by signal N -> 128+N, as containerd reports it
-        msg = ""
+        code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as containerd reports it
         try:
             with open(self.term_file, "rb") as f:
                 msg = f.read(TERM_MSG_MAX).decode("utf-8", "replace")
         except OSError:
-            pass
-        if not msg and code != 0 and self.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            msg = self.log.tail_bytes(FALLBACK_LINES, FALLBACK_BYTES)
-        self._terminated(code, None, msg)
+            msg = ""
+        self._terminated(code, None, self._fallback(msg, code))
 
     def signal(self, sig: int):
         if self.proc is not None and self.proc.poll() is None:
-            self.killed_by_signal = True
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
+            _killpg(self.proc.pid, sig)
+
+
+def _killpg(pid: int, sig: int):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class ProcessRegistry:
-    """Live pod processes, mirrored as files under <state>/pids so the parent can reap them even if we die."""
+    """Live pod processes, mirrored as files under <state>/pids so the parent can reap them if we die."""
 
     def __init__(self, directory: str):
-        self.dir = directory
+        self.dir, self.pids, self._lock = directory, set(), threading.Lock()
         os.makedirs(directory, exist_ok=True)
-        self._lock = threading.Lock()
-        self.pids: set[int] = set()
 
     def add(self, pid: int):
         with self._lock:
@@ -321,27 +279,18 @@ class ProcessRegistry:
     def kill_all(self, grace: float = 1.0):
         with self._lock:
             pids = list(self.pids)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids:
-                try:
-                    os.killpg(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            deadline = time.time() + grace
-            while sig == signal.SIGTERM and time.time() < deadline and any(_alive(p) for p in pids):
-                time.sleep(0.05)
         for pid in pids:
+            _killpg(pid, signal.SIGTERM)
+        deadline = time.time() + grace
+        while time.time() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.05)
+        for pid in pids:
+            _killpg(pid, signal.SIGKILL)
             self.discard(pid)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (child of ours not yet reaped) counts as dead
+def alive(pid: int) -> bool:
+    """True for a live process; a zombie (exited, not yet reaped) counts as dead."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"

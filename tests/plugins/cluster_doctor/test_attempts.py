@@ -29,6 +29,21 @@ def test_minimal_attempt_normalizes_timestamps_to_utc():
     ({"try_number": "1"}, "try_number"),
     ({"surprise": 1}, "unknown attempt field"),
     ({"reason": "a\x00b"}, "NUL"),
+    # what Postgres would refuse is refused here, with the field named, before anything is written
+    ({"reason": "bad \ud800"}, "reason: not valid Unicode"),
+    ({"metrics": {"x": "a\x00b"}}, r"metrics.x: contains a NUL"),
+    ({"metrics": {"a\x00": 1}}, "metrics key: contains a NUL"),
+    ({"metrics": {"x": 2**63}}, "metrics.x: an integer out of range"),
+    ({"checks": [{"name": "c", "value": -(2**63) - 1}]}, r"checks\[0\].value"),
+    ({"duration_s": 10**400}, "duration_s: must be a finite number"),
+    ({"finished_at": 1e12}, "finished_at: not a Unix timestamp between the years 1 and 9999"),
+    ({"finished_at": 1e20}, "finished_at: not a Unix timestamp"),
+    ({"finished_at": "0001-01-01T00:00:00+01:00"}, "out of range in UTC"),
+    ({"gpu_count": 2**31}, "gpu_count"),
+    ({"try_number": 2**31}, "try_number"),
+    ({"map_index": -(2**31) - 1}, "map_index"),
+    ({"run_id": "r\x00"}, "run_id: contains a NUL"),
+    ({"test_name": "dl_unit\n"}, "invalid test name"),
 ])
 def test_malformed_attempts_are_refused_naming_the_field(change, message):
     with pytest.raises(InvalidAttempt, match=message):
@@ -83,3 +98,14 @@ def test_attempt_from_a_full_result_takes_the_model_from_the_environment():
 def test_a_suite_can_only_report_executed_statuses(status):
     with pytest.raises(InvalidAttempt, match="status"):
         from_suite_result({**SUMMARY, "status": status})
+
+
+def test_the_largest_values_postgres_takes_are_accepted(store):
+    extremes = {**BASE, "metrics": {"x": 2**63 - 1, "y": -(2**63), "z": 1.7e308}, "gpu_count": 2**31 - 1,
+                "try_number": 2**31 - 1, "map_index": -(2**31), "duration_s": 1e300,
+                "finished_at": "9999-12-31T23:59:59Z", "started_at": "0001-01-01T00:00:00Z"}
+    far_future = Attempt.from_dict(extremes)  # a valid Attempt: Postgres could store it ...
+    with pytest.raises(InvalidAttempt, match="in the future"):  # ... but a future finish would pin the pair
+        store.record([far_future])
+    a = Attempt.from_dict({**extremes, "finished_at": dt.datetime.now(dt.UTC).isoformat()})
+    assert store.record([a]).inserted == 1

@@ -51,3 +51,50 @@ def test_label_selectors_accepted():
 def test_every_setting_is_documented():
     for name, _default, doc in Settings.docs():
         assert doc and len(doc) > 10, name
+
+
+# ------------------------------------------------------------------ what runs on GPU nodes
+@pytest.mark.parametrize("name, value", [
+    ("pod_template_file", "/tmp/evil.yaml"), ("suites_dir", "/tmp/evil"), ("service_account", "default"),
+    ("pod_capabilities", ["SYS_ADMIN"]), ("pod_env", {"LD_PRELOAD": "/data/x.so"}),
+    ("pod_resources", {"hostdev/all": 1}), ("priority_class", "system-node-critical"),
+    ("allowed_images", ["evil/image:1"]),
+])
+def test_the_variable_cannot_change_what_runs_on_gpu_nodes(name, value):
+    for source in ("variable", "overrides"):
+        with pytest.raises(InvalidSettings, match=f"{name} can only be set in the deployment environment "
+                                                  f"\\(CLUSTER_DOCTOR_{name.upper()}\\), not from the UI"):
+            Settings.load(env={}, **{source: {name: value}})
+
+
+def test_the_environment_sets_them():
+    s = Settings.load(env={"CLUSTER_DOCTOR_POD_CAPABILITIES": "[]", "CLUSTER_DOCTOR_SERVICE_ACCOUNT": "sa",
+                           "CLUSTER_DOCTOR_POD_ENV": '{"NCCL_IB_HCA": "mlx5"}'})
+    assert s.pod_capabilities == [] and s.service_account == "sa" and s.pod_env == {"NCCL_IB_HCA": "mlx5"}
+    assert Settings.load(env={"CLUSTER_DOCTOR_POD_CAPABILITIES": "IPC_LOCK"}).pod_capabilities == ["IPC_LOCK"]
+    assert Settings().pod_capabilities == ["IPC_LOCK", "SYSLOG"]
+
+
+def test_the_variable_chooses_images_only_among_those_the_environment_allows():
+    env = {"CLUSTER_DOCTOR_IMAGE": "reg/validation:1", "CLUSTER_DOCTOR_ALLOWED_IMAGES": "reg/validation:2",
+           "CLUSTER_DOCTOR_SUITE_IMAGES": '{"nccl_loopback": "reg/nccl:1"}'}
+    s = Settings.load(env=env, variable={"image": "reg/validation:2", "suite_images": {"dl_unit": "reg/nccl:1"}})
+    assert s.image == "reg/validation:2" and s.suite_images == {"dl_unit": "reg/nccl:1"}
+    assert Settings.load(env=env, variable={"image": "reg/validation:1"}).image == "reg/validation:1"
+    with pytest.raises(InvalidSettings, match="image 'evil/miner:latest' is not an allowed image"):
+        Settings.load(env=env, variable={"image": "evil/miner:latest"})
+    with pytest.raises(InvalidSettings, match="suite_images.gpu_health 'evil:1' is not an allowed image"):
+        Settings.load(env=env, variable={"suite_images": {"gpu_health": "evil:1"}})
+    with pytest.raises(InvalidSettings, match="is not an allowed image"):
+        Settings.load(env={}, overrides={"image": "reg/validation:2"})
+
+
+def test_the_ui_still_tunes_scheduling():
+    s = Settings.load(env={}, variable={"staleness_days": 3, "tolerations": [], "max_pairs_per_run": 4})
+    assert (s.staleness_days, s.tolerations, s.max_pairs_per_run) == (3, [], 4)
+
+
+@pytest.mark.parametrize("caps", [["CAP_SYS_ADMIN"], ["ALL"], ["ipc_lock"], [""], "IPC_LOCK"])
+def test_bad_capability_names_are_refused(caps):
+    with pytest.raises(InvalidSettings, match="pod_capabilities"):
+        Settings(pod_capabilities=caps)

@@ -266,3 +266,27 @@ def test_write_run_report_never_raises_on_io(tmp_path, caplog):
     assert ctrf.write_run_report(run_attempts(), summary(), settings=blocked, dag_id=DAG, run_id=RUN, now=T0) is None
     assert "CTRF report not written" in caplog.text
 
+
+
+def test_check_codes_and_recommended_actions_reach_the_report():
+    """A suite's stable code travels into the trace and `extra`, with the action codes.yaml recommends."""
+    remap = {"name": "row_remap_pending", "status": "fail", "value": True, "unit": None, "threshold": None,
+             "message": "row remapping pending (2 uncorrectable rows): reset the GPU", "device": "cuda:2",
+             "code": "ROW_REMAP_PENDING"}
+    warn = dict(WARN, code="CLOCK_THROTTLE_SW")
+    doc = build([attempt("gpu-010", "gpu_health", "fail", 1, reason="row_remap_pending[cuda:2]: pending",
+                         checks=[OK, remap, warn])])
+    validate(doc)
+    test = doc["results"]["tests"][0]
+    assert test["trace"].endswith("[ROW_REMAP_PENDING: drain and reset the GPU]")
+    extra = test["extra"]
+    assert extra["code"] == "ROW_REMAP_PENDING" and extra["codes"] == ["ROW_REMAP_PENDING", "CLOCK_THROTTLE_SW"]
+    assert extra["recommended_actions"]["ROW_REMAP_PENDING"] == "drain and reset the GPU"
+    assert extra["failing_checks"][0]["recommended_action"] == "drain and reset the GPU"
+    assert extra["warnings"][0]["code"] == "CLOCK_THROTTLE_SW" and extra["warnings"][0]["recommended_action"]
+
+
+def test_checks_without_codes_keep_the_old_shape():
+    fail = next(t for t in build()["results"]["tests"] if t["rawStatus"] == "fail")
+    assert fail["extra"]["code"] is None and fail["extra"]["codes"] == []
+    assert fail["extra"]["recommended_actions"] == {} and "recommended_action" not in fail["extra"]["failing_checks"][0]

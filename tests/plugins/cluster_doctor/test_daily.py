@@ -302,3 +302,53 @@ def test_bounded_size_at_5000_nodes(store):
     assert groups[("storage_fio", "never")]["nodes"] == "gpu-[0001-5000]"
     assert len(md.encode()) < 1_000_000 and len(page.encode()) < 1_500_000
     assert report_s < 30  # a sanity bound on a 2-core machine; the print above is the real figure
+
+
+def test_markdown_neutralises_links_and_control_characters(store):
+    hostile = "[click me](javascript:alert(1)) ![img](http://x/y.png) <https://evil> \x1b[31mred\x07 `code`"
+    store.record([a("gpu-001", "dl_unit", "fail", at(0, 10), reason=hostile,
+                    checks=[{**GEMM_FAIL, "message": "[x](javascript:void(0))"}])])
+    data = daily.build(store, D, tests=TESTS, staleness_days=7, now=NOW)
+    md = daily.render_markdown(data)
+    # no link or image syntax survives: every bracket is escaped, no raw autolink
+    assert not re.search(r"(?<!\\)[\[\]]", md.split("\n", 2)[2]) and "<https" not in md
+    assert "javascript:" not in md
+    assert "\x1b" not in md and "\x07" not in md
+    assert "\\[click me\\]" in md and "\\`code\\`" in md
+    page = daily.render_html(data)
+    assert "<script" not in page and "\x1b" not in page.replace("&#27;", "")
+    assert "[click me](javascript:alert(1))" in page  # literal text in HTML (escaped, never a link)
+    assert "href=" not in page
+
+
+def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
+    """A JSON number beyond float8 in a key metric (NumericValueOutOfRange on main), a huge check value
+    and a time past year 9999: the report is written, the values are skipped and counted."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    from cluster_doctor import report_format
+
+    store.record([a("gpu-001", "dl_unit", "pass", at(0, 3), metrics={"gemm_bf16_tflops_min": 700.0})])
+    before = dict(report_format.SKIPPED_VALUES)
+    # written around the Attempt boundary on purpose: rows stored before it, or by another writer
+    with psycopg.connect(**db_dsn) as conn:
+        conn.execute("INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, checks, "
+                     "dag_id, run_id, map_index, try_number) VALUES ('gpu-002', 'dl_unit', 'fail', %s, %s, %s, 'd', "
+                     "'huge-check', 0, 1)", (at(0, 3), at(0, 4), Jsonb([{**GEMM_FAIL, "value": 10 ** 400}])))
+        conn.execute("INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, metrics, "
+                     "dag_id, run_id, map_index, try_number) VALUES ('gpu-003', 'dl_unit', 'pass', %s, %s, %s, 'd', "
+                     "'huge', 0, 1)", (at(0, 5), at(0, 6), Jsonb({"gemm_bf16_tflops_min": 10 ** 400})))
+        conn.execute("INSERT INTO validation_history (node_name, test_name, status, finished_at, dag_id, run_id, "
+                     "map_index, try_number) VALUES ('gpu-004', 'dl_unit', 'pass', '20000-01-01T00:00:00Z', 'd', "
+                     "'future', 0, 1)")
+    data = daily.build(store, D, tests=TESTS, staleness_days=7, now=NOW,
+                       gpu_nodes=["gpu-001", "gpu-002", "gpu-003", "gpu-004"])
+    metric = {(m["test_name"], m["metric"]): m for m in data["per_model"][0]["metrics"]}
+    assert metric[("dl_unit", "gemm_bf16_tflops_min")]["n"] == 1  # the huge value is not a sample
+    assert metric[("dl_unit", "gemm_bf16_tflops_min")]["median"] == 700.0
+    assert report_format.SKIPPED_VALUES["metric"] >= before.get("metric", 0) + 1
+    md = daily.render_markdown(data)
+    assert "out of range" in md  # the huge check value
+    assert "gpu-004" in md  # its unreadable result counts as not fresh, not as a crash
+    assert "</html>" in daily.render_html(data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import hostlist
-import psycopg2
+import psycopg
 import pytest
 
 from cluster_doctor import database, fleet, report
@@ -191,7 +191,7 @@ def test_pairs_cover_every_known_node_and_enabled_test(fq):
 
 
 def test_open_fleet_is_read_only(fq):
-    with pytest.raises(psycopg2.errors.ReadOnlySqlTransaction):
+    with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
         with fq.conn.cursor() as cur:
             cur.execute("DELETE FROM validation_history")
 

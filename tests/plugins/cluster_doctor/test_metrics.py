@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import gzip
 import logging
 import math
@@ -90,24 +91,24 @@ def test_per_pair_status_timestamps_and_staleness(small_db):
     assert status[("gpu-010", "dl_unit")] == "never"  # never even attempted
 
     pair = {"node": "gpu-003", "test": "nccl_loopback"}
-    assert value(s, "cluster_doctor_validation_last_executed_timestamp_seconds", **pair) == NOW_TS - 3600
     assert value(s, "cluster_doctor_validation_status_since_timestamp_seconds", **pair) == NOW_TS - 3600
+    # "since when" only where it matters (failing pairs): passing pairs carry no since series
+    assert ("cluster_doctor_validation_status_since_timestamp_seconds",
+            frozenset({"node": "gpu-001", "test": "dl_unit"}.items())) not in s
     assert value(s, "cluster_doctor_validation_staleness_seconds", **pair) == 3600
     assert value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-005", test="dl_unit") == \
         10 * 86400 + 300
     assert math.isinf(value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-006", test="dl_unit"))
-    assert ("cluster_doctor_validation_last_executed_timestamp_seconds",
-            frozenset({"node": "gpu-006", "test": "dl_unit"}.items())) not in s
+    assert "cluster_doctor_validation_last_executed_timestamp_seconds" not in names(s)  # = time() - staleness
 
 
 def test_key_figures_one_family_per_catalog_metric(small_db):
     s = samples(scrape(small_db)[0])
     h100 = seed.H100
-    assert value(s, "cluster_doctor_gemm_bf16_tflops_min", node="gpu-001", test="dl_unit", gpu_model=h100) == 731.5
-    assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback", gpu_model=h100) == 12.5
-    assert value(s, "cluster_doctor_fio_seq_read_mibps", node="gpu-002", test="storage_fio",
-                 gpu_model=seed.A100) == 5120.0
-    assert value(s, "cluster_doctor_gpus_visible", node="gpu-001", test="gpu_health", gpu_model=h100) == 8
+    assert value(s, "cluster_doctor_gemm_bf16_tflops_min", node="gpu-001", test="dl_unit") == 731.5
+    assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback") == 12.5
+    assert value(s, "cluster_doctor_fio_seq_read_mibps", node="gpu-002", test="storage_fio") == 5120.0
+    assert value(s, "cluster_doctor_gpus_visible", node="gpu-001", test="gpu_health") == 8
     # one family per key metric of the catalog, whatever the suites rename them to
     from cluster_doctor import suites
 
@@ -132,7 +133,8 @@ def test_database_down_is_up_0_with_one_log_line(small_db, caplog):
     text, _ = scrape({**small_db, "host": "127.0.0.1", "port": 1})
     s = samples(text)
     assert value(s, "cluster_doctor_up") == 0
-    assert names(s) == {"cluster_doctor_up", "cluster_doctor_scrape_duration_seconds"}  # no partial data
+    # no partial data: only the self-metrics
+    assert names(s) == {"cluster_doctor_up", "cluster_doctor_scrape_duration_seconds", "cluster_doctor_skipped_values_total"}
     (record,) = [r for r in caplog.records if r.name == "cluster_doctor.metrics"]
     assert "cannot connect" in record.getMessage() and "\n" not in record.getMessage() and not record.exc_info
 
@@ -157,7 +159,7 @@ def test_key_metric_names_are_sanitized_and_never_shadow_fixed_families():
 
 # ---------------------------------------------------------------------------------------- plugin route
 def plugin_client(dsn: dict) -> TestClient:
-    sub = webapp.create_app(dsn_provider=lambda s: dsn, settings_provider=Settings, clock=lambda: seed.NOW)
+    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=Settings, clock=lambda: seed.NOW)
     root = FastAPI()
     root.mount(webapp.MOUNT_PREFIX, sub)
     return TestClient(root)
@@ -234,7 +236,7 @@ def _get(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
 def test_standalone_exporter_over_http(small_db):
     """`python -m cluster_doctor.metrics` as Prometheus would scrape it: gzip, bearer token."""
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("plugins", "include")),
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
            metrics.TOKEN_ENV: "exporter-token", "CLUSTER_DOCTOR_TESTS": "gpu_health,nccl_loopback"}
     env.pop("AIRFLOW_CONN_VALIDATION_DB", None)
     proc = subprocess.Popen(
@@ -289,3 +291,129 @@ def test_documented_config_and_rules_parse_and_name_real_families(small_db):
     mentioned = set(re.findall(r"\bcluster_doctor_[a-z0-9_]*[a-z0-9]\b", doc)) - {"cluster_doctor_settings"}
     assert mentioned - exported == set()
     assert "cluster_doctor_validation_status" in mentioned
+
+
+# ---------------------------------------------------------------------------------------- robustness
+def test_coverage_slo_gauges(small_db):
+    """Pair coverage now and over 30 days, worst staleness; the 30-day figure is recomputed here from
+    the seeded attempts (each day end T: pairs with an executed attempt finished in [T - 7 d, T))."""
+    from cluster_doctor import coverage
+
+    s = samples(scrape(small_db)[0])
+    assert value(s, "cluster_doctor_fleet_pair_coverage_ratio") == pytest.approx((32 - 11) / 32)
+    assert math.isinf(value(s, "cluster_doctor_fleet_worst_staleness_seconds"))  # gpu-006 never executed
+    store_rows = [a for a in _seeded_attempts() if a.status in ("pass", "fail", "error")]
+    fresh = []
+    for end in coverage.day_ends(seed.NOW, 30):
+        pairs = {(a.node_name, a.test_name) for a in store_rows
+                 if end - dt.timedelta(days=7) <= a.finished_at < end and a.test_name in seed.TESTS}
+        fresh.append(len(pairs))
+    expected = sum(fresh) / (30 * 32)
+    assert value(s, "cluster_doctor_fleet_pair_coverage_ratio_30d") == pytest.approx(expected)
+
+
+def _seeded_attempts():
+    class Capture:
+        rows: list = []
+
+        def record(self, rows):
+            self.rows = list(rows)
+
+    capture = Capture()
+    seed.small_fleet(capture)
+    return capture.rows
+
+
+def _insert_raw(dsn: dict, sql: str, params: tuple) -> None:
+    import psycopg
+
+    with psycopg.connect(**dsn) as conn:
+        conn.execute(sql, params)
+
+
+def test_one_unrepresentable_stored_value_is_skipped_and_counted(pg_admin_dsn, template_db):
+    """A huge integer in a metrics JSON and a time past year 9999 cost their own series, not the scrape."""
+    from psycopg.types.json import Jsonb
+
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        seed.small_fleet(ResultStore(dsn))
+        before = dict(metrics.report_format.SKIPPED_VALUES)
+        _insert_raw(dsn, "INSERT INTO validation_history (node_name, test_name, status, finished_at, metrics, dag_id, "
+                         "run_id, map_index, try_number) VALUES ('gpu-001', 'nccl_loopback', 'pass', %s, %s, 'd', 'huge', "
+                         "0, 1)", (seed.NOW - dt.timedelta(minutes=1), Jsonb({"nccl_busbw_gbps": 10 ** 400})))
+        _insert_raw(dsn, "INSERT INTO validation_history (node_name, test_name, status, finished_at, dag_id, run_id, "
+                         "map_index, try_number) VALUES ('gpu-002', 'dl_unit', 'pass', '20000-01-01T00:00:00Z', 'd', "
+                         "'future', 0, 1)", ())
+        s = samples(scrape(dsn)[0])
+        assert value(s, "cluster_doctor_up") == 1
+        assert ("cluster_doctor_nccl_busbw_gbps", frozenset({"node": "gpu-001", "test": "nccl_loopback"}.items())) \
+            not in s
+        assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback") == 12.5
+        # an unreadable time never makes a pair fresh
+        assert math.isinf(value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-002", test="dl_unit"))
+        assert value(s, "cluster_doctor_skipped_values_total", kind="metric") >= before.get("metric", 0) + 1
+        assert value(s, "cluster_doctor_skipped_values_total", kind="timestamp") >= before.get("timestamp", 0) + 1
+
+
+def test_families_are_cached_for_the_ttl(small_db):
+    calls = []
+
+    def connector(_settings):
+        calls.append(1)
+        return small_db
+
+    collector = metrics.ClusterDoctorCollector(connector, Settings, clock=lambda: seed.NOW, cache_ttl_s=60)
+    registry = metrics.make_registry(collector)
+    first, _ = metrics.render(registry)
+    second, _ = metrics.render(registry)
+    assert len(calls) == 2  # settings and connector are resolved per scrape (edits apply at once) ...
+    strip = lambda body: [l for l in body.decode().splitlines() if "scrape_duration" not in l]  # noqa: E731
+    assert strip(first) == strip(second)
+    collector.cache_ttl_s = 0  # ... and with the cache off every scrape reads the database again
+    assert value(samples(metrics.render(registry)[0].decode()), "cluster_doctor_up") == 1
+
+
+def test_fast_writer_matches_the_library_encoder(small_db):
+    """The one-pass writer and prometheus_client's encoders describe the same series."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: small_db, Settings, clock=lambda: seed.NOW))
+    ours = {k: v for k, v in samples(metrics.render(registry)[0].decode()).items()
+            if k[0] != "cluster_doctor_scrape_duration_seconds"}
+    theirs = {k: v for k, v in samples(generate_latest(registry).decode()).items()
+              if k[0] != "cluster_doctor_scrape_duration_seconds"}
+    assert ours.keys() == theirs.keys() and len(ours) > 100
+    assert all(ours[k] == theirs[k] or (math.isnan(ours[k]) and math.isnan(theirs[k])) for k in ours)
+    om, _ = metrics.render(registry, "application/openmetrics-text; version=1.0.0")
+    ours_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(om.decode()) for s in f.samples}
+    theirs_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(generate_openmetrics(registry).decode())
+                 for s in f.samples}
+    assert ours_om == theirs_om
+
+
+def test_label_values_are_escaped():
+    fam = metrics.FastGauge("cluster_doctor_node_info", "x", ["node", "gpu_model"])
+    fam.add_metric(["gpu-1", 'H100 "SXM"\\\nx'], 1.0)
+    registry = metrics.make_registry(type("C", (), {"collect": lambda self: [fam]})())
+    parsed = list(text_string_to_metric_families(metrics.render(registry)[0].decode()))
+    assert parsed[0].samples[0].labels["gpu_model"] == 'H100 "SXM"\\\nx'
+
+
+def test_exporter_binds_loopback_by_default_and_warns_without_a_token(small_db):
+    assert metrics.build_parser().parse_args([]).host == "127.0.0.1"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", metrics.TOKEN_ENV, metrics.TOKEN_FILE_ENV)}
+    for host, token, warned in (("0.0.0.0", None, True), ("0.0.0.0", "t0ken", False), ("127.0.0.1", None, False)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cluster_doctor.metrics", "--host", host, "--port", str(_free_port()),
+             "--db-url", dsn_to_url(small_db)],
+            env={**env, **({metrics.TOKEN_ENV: token} if token else {})}, stderr=subprocess.PIPE, text=True)
+        try:
+            first = proc.stderr.readline()  # the warning comes before serving; else the "serving" log line
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            proc.stderr.close()
+        assert ("without a token" in first) is warned, (host, token, first)
+        if warned:
+            assert first.startswith("warning: serving metrics on 0.0.0.0") and first.count("\n") == 1

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cluster_doctor.nodes import (
-    MAX_EXPANSION, InvalidNodeName, InvalidNodeRange, compress, parse_node_range, validate_node_name,
+    MAX_EXPANSION, InvalidNodeName, InvalidNodeRange, NodeRange, compress, parse_node_range, validate_node_name,
 )
 
 
@@ -74,3 +74,27 @@ def test_compress_round_trips():
 def test_compress_then_expand_is_identity(numbers):
     names = [f"gpu-{n:03d}" for n in sorted(numbers)]
     assert parse_node_range(compress(names)).expand() == names
+
+
+@pytest.mark.parametrize("name", ["gpu-001\n", "gpu-001\n\n", "\ngpu-001", "a" * 254, "gpu-.001",
+                                  ".".join(["a" * 63] * 4) + ".abc"])
+def test_node_names_must_match_whole_with_bounded_length(name):
+    with pytest.raises(InvalidNodeName):
+        validate_node_name(name)
+
+
+def test_longest_valid_labels_and_name():
+    assert validate_node_name("a" * 63) == "a" * 63
+    assert validate_node_name("a" * 70) == "a" * 70  # the apiserver does not bound the parts
+    name = ".".join(["a" * 63] * 3) + "." + "b" * 61  # 253 characters
+    assert validate_node_name(name) == name
+
+
+def test_a_glob_with_a_trailing_newline_is_refused_and_messages_stay_short():
+    with pytest.raises(InvalidNodeRange, match="unexpected character"):
+        NodeRange._check_glob("gpu-*\n")  # the expression is split on whitespace; the check stands alone
+    with pytest.raises(InvalidNodeRange) as info:
+        parse_node_range("x" * 5000 + "[")
+    assert len(str(info.value)) < 200
+    with pytest.raises(InvalidNodeRange, match="characters long"):
+        parse_node_range("gpu-1," * 5000)

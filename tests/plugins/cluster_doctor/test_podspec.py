@@ -39,7 +39,7 @@ def test_pod_hydration_from_settings():
     assert spec["tolerations"] == settings.tolerations
     assert spec["activeDeadlineSeconds"] == settings.pending_timeout_s + settings.suite_timeout("nccl_loopback")
     assert container["image"] == "registry/validation:1"
-    assert container["command"] == ["python", "-m", "suites.nccl_loopback", "--device", "cpu"]
+    assert container["command"] == ["python", "-m", "cluster_doctor_suites.nccl_loopback", "--device", "cpu"]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     res = container["resources"]
     assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "8"  # every GPU of the node
@@ -50,8 +50,10 @@ def test_pod_hydration_from_settings():
     assert env["CLUSTER_DOCTOR_SUITE_VERSION"] == "sha256:0123456789abcdef"
     assert env["CLUSTER_DOCTOR_GPU_MODEL"] == "NVIDIA-H100-80GB-HBM3"
     assert env["CLUSTER_DOCTOR_OUTPUT_DIR"] == "/mnt/results"
-    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts["results"] == "/mnt/results" and mounts["suites"] == "/opt/cluster-doctor"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["results"]["mountPath"] == "/mnt/results/nccl_loopback/gpu-017"
+    assert mounts["results"]["subPath"] == "nccl_loopback/gpu-017"
+    assert mounts["suites"]["mountPath"] == "/opt/cluster-doctor" and mounts["suites"]["readOnly"] is True
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["results"]["persistentVolumeClaim"]["claimName"] == "shared-rwx"
     assert volumes["suites"]["configMap"]["name"] == BASE["configmap"]
@@ -107,5 +109,5 @@ def test_gpu_mode_expects_every_gpu_of_the_node():
 def test_suite_code_is_projected_as_a_package():
     pod = podspec.build_pod(Settings(), **BASE, suite_files=["dl_unit.py", "__init__.py"])
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "suites")
-    assert volume["configMap"]["items"] == [{"key": "__init__.py", "path": "suites/__init__.py"},
-                                            {"key": "dl_unit.py", "path": "suites/dl_unit.py"}]
+    assert volume["configMap"]["items"] == [{"key": "__init__.py", "path": "cluster_doctor_suites/__init__.py"},
+                                            {"key": "dl_unit.py", "path": "cluster_doctor_suites/dl_unit.py"}]

@@ -2,12 +2,13 @@ import datetime as dt
 import random
 import threading
 
-import psycopg2
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cluster_doctor import database
-from cluster_doctor.attempts import EXECUTED_STATUSES, STATUSES, Attempt, InvalidAttempt
+from cluster_doctor.attempts import Attempt, InvalidAttempt
+from cluster_doctor.status import EXECUTED, Status
 from cluster_doctor.nodes import parse_node_range
 from cluster_doctor.store import ResultStore, RetryPolicy
 from tests.support.tcp_proxy import TcpProxy
@@ -34,7 +35,7 @@ VIEW_SQL = ("SELECT node_name, test_name, status, finished_at, last_attempt_at, 
 
 
 def rows(dsn, sql):
-    with psycopg2.connect(**dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(**dsn) as conn, conn.cursor() as cur:
         cur.execute(sql)
         return sorted(cur.fetchall())
 
@@ -72,8 +73,8 @@ def test_latest_view_semantics_with_mixed_statuses(store, db_dsn):
 
 
 def test_status_enforced_by_the_database(db_dsn):
-    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
-        with pytest.raises(psycopg2.errors.CheckViolation):
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
+        with pytest.raises(psycopg.errors.CheckViolation):
             cur.execute("INSERT INTO validation_history (node_name, test_name, status, finished_at) "
                         "VALUES ('gpu-1', 'dl_unit', 'passed', now())")
 
@@ -101,15 +102,15 @@ def test_out_of_order_updates_and_deletes_keep_the_view_exact(store, db_dsn):
     (row,) = store.latest()
     assert (row["status"], row["previous_status"]) == ("pass", "fail")
     assert row["status_since"] == T0 + dt.timedelta(hours=9)
-    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM validation_history WHERE run_id = 'new'")
     (row,) = store.latest()
     assert row["status"] == "fail" and row["status_since"] == T0 + dt.timedelta(hours=5)
-    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
         cur.execute("UPDATE validation_history SET node_name = 'gpu-777' WHERE run_id = 'late'")
     assert {(r["node_name"], r["status"]) for r in store.latest()} == {("gpu-001", "pass"), ("gpu-777", "fail")}
-    with psycopg2.connect(**db_dsn) as conn, conn.cursor() as cur:
-        cur.execute("TRUNCATE validation_history")
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
+        cur.execute("TRUNCATE validation_history CASCADE")  # verdicts reference history rows
     assert store.latest() == []
 
 
@@ -121,7 +122,7 @@ def expected_state(history):
         items = sorted(((a.finished_at, i, a) for a, i in history if (a.node_name, a.test_name) == (node, test)),
                        key=lambda x: (x[0], x[1]))
         last = items[-1][2]
-        executed = [a for _, _, a in items if a.status in EXECUTED_STATUSES]
+        executed = [a for _, _, a in items if a.status in EXECUTED]
         status = since = previous = None
         if executed:
             status = executed[-1].status
@@ -138,7 +139,7 @@ def expected_state(history):
 
 history_st = st.lists(
     st.tuples(st.sampled_from(["gpu-001", "gpu-002", "gpu-003"]), st.sampled_from(["dl_unit", "gpu_health"]),
-              st.sampled_from(STATUSES), st.integers(0, 40)),
+              st.sampled_from(list(Status)), st.integers(0, 40)),
     min_size=1, max_size=40)
 
 
@@ -156,7 +157,7 @@ def test_view_matches_the_contract_for_any_history_in_any_order(pg_admin_dsn, te
         for start in range(0, len(order), chunk):
             store.record(order[start:start + chunk])
         # ties on finished_at break on insertion id: recover the ids the database assigned
-        with psycopg2.connect(**dsn) as conn, conn.cursor() as cur:
+        with psycopg.connect(**dsn) as conn, conn.cursor() as cur:
             cur.execute("SELECT run_id, id FROM validation_history")
             ids = dict(cur.fetchall())
         expected = expected_state([(a, ids[a.run_id]) for a in attempts])
@@ -174,7 +175,7 @@ def test_concurrent_writers_of_one_pair(store, db_dsn):
     def writer(k):
         s = ResultStore(db_dsn)
         for i in range(15):
-            s.record([attempt(status=random.choice(STATUSES), hours=random.randint(0, 50), run=f"w{k}-{i}")])
+            s.record([attempt(status=random.choice(list(Status)), hours=random.randint(0, 50), run=f"w{k}-{i}")])
 
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
     for t in threads:
@@ -241,3 +242,80 @@ def test_one_call_can_record_thousands_of_pairs(store):
     batch = [attempt(node=f"gpu-{i:05d}", test=t, run="bulk") for i in range(2500) for t in ("dl_unit", "gpu_health", "storage_fio")]
     assert store.record(batch).inserted == 7500
     assert len(store.latest()) == 7500
+
+
+def test_db_check_never_reports_drift_while_writers_commit(store, db_dsn):
+    """Both sides of the comparison come from one snapshot: writers committing in between the two
+    reads must not look like drift."""
+    store.record([attempt(node=f"gpu-{i:03d}", run="seed") for i in range(40)])
+    done = threading.Event()
+    written = []
+
+    def writer(k):
+        s = ResultStore(db_dsn)
+        i = 0
+        while not done.is_set():
+            i += 1
+            s.record([attempt(node=f"gpu-{(i * 7 + k) % 40:03d}", status=random.choice(list(Status)),
+                              hours=random.randint(0, 60), run=f"w{k}-{i}")])
+            written.append(1)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        reports = [store.check_latest() for _ in range(25)]
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert len(written) > 25  # the checks really ran among commits
+    assert all(r == [] for r in reports), next(r for r in reports if r)[:3]
+
+
+def test_attempts_without_a_run_id_get_distinct_content_derived_keys(store, db_dsn):
+    plain = dict(node_name="gpu-001", test_name="dl_unit", finished_at=T0)
+    first = store.record([Attempt(status="pass", **plain)])
+    # a later fail of the same node and test, also without a run id, is a new attempt
+    second = store.record([Attempt(status="fail", reason="xid 79", **{**plain, "finished_at": T0 + dt.timedelta(hours=1)})])
+    again = store.record([Attempt(status="pass", **plain)])
+    assert (first.inserted, second.inserted, again.duplicates) == (1, 1, 1)
+    assert [r["status"] for r in store.latest()] == ["fail"]
+    run_ids = [r[0] for r in rows(db_dsn, "SELECT run_id FROM validation_history")]
+    assert len(set(run_ids)) == 2 and all(r.startswith("content-20261101T") for r in run_ids)
+
+
+def test_a_different_attempt_under_a_stored_identity_is_a_conflict_not_a_duplicate(store, db_dsn):
+    store.record([attempt(run="r1", metrics={"tflops": 1e300, "n": 1})])
+    same = store.record([attempt(run="r1", metrics={"tflops": 1e300, "n": 1})])
+    assert (same.inserted, same.duplicates, same.conflicts) == (0, 1, ())  # jsonb normalisation is no conflict
+    other = store.record([attempt(run="r1", status="fail"), attempt(node="gpu-002", run="r1")])
+    assert (other.inserted, other.duplicates, len(other.conflicts)) == (1, 0, 1)
+    assert "gpu-001 · dl_unit" in other.conflicts[0]
+    from cluster_doctor.store import AttemptConflict
+
+    with pytest.raises(AttemptConflict):
+        store.record([attempt(node="gpu-003", run="r1"), attempt(run="r1", status="fail")], refuse_conflicts=True)
+    assert rows(db_dsn, "SELECT node_name, status FROM validation_history") == [("gpu-001", "pass"), ("gpu-002", "pass")]
+
+
+def test_values_the_database_or_the_view_cannot_take_are_refused_up_front(store, db_dsn):
+    now = dt.datetime.now(dt.UTC)
+    future = Attempt(node_name="gpu-001", test_name="dl_unit", status="pass", finished_at=now + dt.timedelta(hours=2),
+                     run_id="r")
+    with pytest.raises(InvalidAttempt, match="gpu-001 · dl_unit .* finished_at .* in the future"):
+        store.record([attempt(run="ok"), future])
+    for bad, field in [(dict(gpu_count=2**31), "gpu_count"), (dict(try_number=2**40), "try_number"),
+                       (dict(metrics={"x": "a\x00b"}), "metrics"), (dict(checks=[{"name": "\ud800"}]), "checks"),
+                       (dict(run="r" * 251), "run_id")]:
+        with pytest.raises(InvalidAttempt, match=field):
+            store.record([attempt(run="ok"), attempt(node="gpu-002", **{"run": "bad", **bad})])
+    assert rows(db_dsn, "SELECT count(*) FROM validation_history") == [(0,)]
+    # a clock a little ahead is tolerated
+    assert store.record([dataclasses_replace(future, finished_at=now + dt.timedelta(minutes=2))]).inserted == 1
+
+
+def dataclasses_replace(a, **changes):
+    import dataclasses
+
+    return dataclasses.replace(a, **changes)

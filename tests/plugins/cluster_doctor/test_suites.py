@@ -13,7 +13,7 @@ def test_catalog_lists_the_four_suites_with_image_resources_and_timeouts():
         assert suite.image(settings) == settings.image
         assert suite.cpu and suite.memory and suite.key_metrics
         assert settings.suite_timeout(suite.name) > 0
-        assert suite.command(settings)[:3] == ["python", "-m", f"suites.{suite.name}"]
+        assert suite.command(settings)[:3] == ["python", "-m", f"cluster_doctor_suites.{suite.name}"]
 
 
 def test_every_catalog_module_exists_in_include_suites():
@@ -22,7 +22,7 @@ def test_every_catalog_module_exists_in_include_suites():
 
 
 def test_suite_version_matches_the_suites_own_algorithm(tmp_path):
-    from suites import version
+    from cluster_doctor_suites import version
 
     assert suites.content_hash(suites.DEFAULT_SUITES_DIR) == version.content_hash(suites.DEFAULT_SUITES_DIR)
     (tmp_path / "a.py").write_text("print(1)\n")

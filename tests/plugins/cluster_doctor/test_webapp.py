@@ -18,14 +18,14 @@ from fastapi.testclient import TestClient
 from cluster_doctor import webapp
 from cluster_doctor.config import Settings
 from cluster_doctor.store import ResultStore
-from tests.conftest import REPO, _fresh_database
+from tests.conftest import _fresh_database
 from tests.ui import fleet_seed as seed
 
 JWT_SECRET = "cluster-doctor-unit-tests-" + "0" * 64
 
 
 def make_client(dsn: dict, *, authenticated: bool = True, settings: Settings | None = None) -> TestClient:
-    sub = webapp.create_app(dsn_provider=lambda s: dsn, settings_provider=lambda: settings or Settings(),
+    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=lambda: settings or Settings(),
                             clock=lambda: seed.NOW)
     if authenticated:
         sub.dependency_overrides[webapp.require_ui_access] = lambda: "test-user"
@@ -217,7 +217,7 @@ def test_node_page_errors(client):
 
 def test_links_follow_the_mount_point_and_base_url(small_db):
     """Behind [api] base_url=/airflow/ the api-server's root_path is /airflow: links must follow it."""
-    sub = webapp.create_app(dsn_provider=lambda s: small_db, settings_provider=Settings, clock=lambda: seed.NOW)
+    sub = webapp.create_app(connector_provider=lambda s: small_db, settings_provider=Settings, clock=lambda: seed.NOW)
     sub.dependency_overrides[webapp.require_ui_access] = lambda: "u"
     root = FastAPI(root_path="/airflow")
     root.mount(webapp.MOUNT_PREFIX, sub)
@@ -231,14 +231,14 @@ def test_database_down_or_schema_missing_is_a_503_with_the_reason(small_db, empt
     r = down.get("/cluster-doctor/")
     assert r.status_code == 503 and "Results database unavailable" in r.text and "cannot connect" in r.text
     r = make_client(empty_db_dsn).get("/cluster-doctor/")
-    assert r.status_code == 503 and "python -m cluster_doctor db upgrade" in r.text
+    assert r.status_code == 503 and "cluster-doctor db upgrade" in r.text
 
 
 def test_missing_airflow_connection_is_reported(small_db):
     def missing(settings):
-        return webapp.airflow_dsn(settings.replace(validation_db_conn_id="no_such_connection_for_tests"))
+        return webapp.airflow_connector(settings.replace(validation_db_conn_id="no_such_connection_for_tests"))
 
-    sub = webapp.create_app(dsn_provider=missing, settings_provider=Settings, clock=lambda: seed.NOW)
+    sub = webapp.create_app(connector_provider=missing, settings_provider=Settings, clock=lambda: seed.NOW)
     sub.dependency_overrides[webapp.require_ui_access] = lambda: "u"
     root = FastAPI()
     root.mount(webapp.MOUNT_PREFIX, sub)
@@ -273,27 +273,56 @@ def test_5000_nodes_page_is_bounded_and_pages(big_db):
     assert c.get("/cluster-doctor/?per_page=5000").status_code == 422  # never the whole fleet at once
 
 
-# ---------------------------------------------------------------------------------------- plugin
-@pytest.mark.parametrize("syntax", ["glob", "regexp"])  # [core] dag_ignore_file_syntax applies to plugins/
-def test_plugin_folder_loads_exactly_the_plugin_file(syntax):
-    """Airflow imports every .py under plugins/ as a top-level module; .airflowignore must keep the
-    cluster_doctor package out (its __main__.py would otherwise replace the running program)."""
-    from airflow._shared.plugins_manager import _load_plugins_from_plugin_directory
-
-    plugins, errors = _load_plugins_from_plugin_directory(plugins_folder=str(REPO / "plugins"),
-                                                          ignore_file_syntax=syntax)
-    assert errors == {}
-    assert [(p.name, str(p.source)) for p in plugins] == [("cluster_doctor", "$PLUGINS_FOLDER/cluster_doctor_plugin.py")]
-    plugin = plugins[0]
-    (app,) = plugin.fastapi_apps
-    assert app["url_prefix"] == "/cluster-doctor" and isinstance(app["app"], FastAPI)
-    (view,) = plugin.external_views
-    assert view["url_route"] == "fleet-health" and view["destination"] == "nav"
-    assert not view["href"].startswith("/")  # resolved against the UI's <base href>
-
-
 def test_age_formatting():
     assert [webapp.format_age(s) for s in (None, 5, 300, 3600, 5400, 86400 * 3 + 7200, 86400 * 12)] == \
         ["never", "5s", "5m", "1h", "1h 30m", "3d 2h", "12d"]
     assert webapp.format_duration(3725) == "1h 2m" and webapp.format_duration(42.4) == "42s"
     assert webapp.format_ts(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)) == "2026-01-02 03:04 UTC"
+
+
+# ---------------------------------------------------------------------------------------- since when, SLO
+def _cell(html: str, node: str, test: str) -> str:
+    row = re.search(rf'<tr data-node="{node}">(.*?)</tr>', html, re.S).group(1)
+    return re.search(rf'data-test="{test}".*?</td>', row, re.S).group(0)
+
+
+def test_cells_show_how_long_the_status_has_held(client):
+    html = client.get("/cluster-doctor/").text
+    # gpu-003 nccl: failing for 1 h, ran 1 h ago; its other tests passed 5 days ago and still pass
+    assert "for 1h" in _cell(html, "gpu-003", "nccl_loopback")
+    health = _cell(html, "gpu-003", "gpu_health")
+    assert "for 5d" in health and "ran 5d ago" in health
+    # gpu-011 storage_fio: passing since its run 1 h ago (the later preemption is no executed result)
+    assert "for 1h" in _cell(html, "gpu-011", "storage_fio")
+    assert "class=\"since\"" not in _cell(html, "gpu-006", "dl_unit")  # never executed: no status to hold
+
+
+def test_status_age_is_the_streak_not_the_last_run(db_dsn, store):
+    """Three passes a day apart: the cell says 'for 3d' (the streak), 'ran 1h ago' (the last run)."""
+    now = seed.NOW
+    store.record([seed.attempt("gpu-001", "gpu_health", "pass", now - dt.timedelta(days=d, hours=1), map_index=d)
+                  for d in (3, 2, 1, 0)])
+    html = make_client(db_dsn).get("/cluster-doctor/").text
+    cell = _cell(html, "gpu-001", "gpu_health")
+    assert "for 3d 1h" in cell and "ran 1h ago" in cell
+
+
+def test_coverage_slo_and_chart(client):
+    html = client.get("/cluster-doctor/").text
+    assert re.search(r'id="slo">\s*<div class="value">65\.6 %</div>', html)  # 21 of 32 pairs fresh
+    assert "over the last 30 days" in html
+    assert re.search(r'id="worst-staleness">\s*<div class="value">never</div>', html)  # gpu-006
+    svg = re.search(r'<svg id="coverage-chart".*?</svg>', html, re.S).group(0)
+    assert svg.count("<circle") == 30 and "<script" not in svg and "href" not in svg
+
+
+def test_metrics_route_gzip(small_db, monkeypatch):
+    import gzip
+
+    monkeypatch.setenv("CLUSTER_DOCTOR_METRICS_TOKEN", "t0ken")
+    c = make_client(small_db, authenticated=False)
+    r = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+    assert b"cluster_doctor_up 1.0" in r.content  # the client decoded the gzip body
+    raw = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "identity"})
+    assert "content-encoding" not in raw.headers and gzip.compress(raw.content)

@@ -6,15 +6,19 @@ import time
 
 from kubernetes import client
 
-# a container that exits 0.5 s after SIGTERM, so tests can observe the pod while it terminates
-SLOW_EXIT = [
-    "python",
-    "-c",
-    (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0)))\ntime.sleep(60)"
-    ),
-]
+# a container that exits 0.5 s after SIGTERM, so tests can observe the pod while it terminates; it prints
+# "ready" once its handler is installed (see wait_ready)
+SLOW_EXIT = ["python", "-c", "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), "
+             "sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(60)"]
+
+
+def wait_ready(v1, name, namespace="default", timeout=10.0):
+    """Wait until a SLOW_EXIT container has installed its SIGTERM handler."""
+    deadline = time.monotonic() + timeout
+    while b"ready" not in v1.read_namespaced_pod_log(name, namespace, _preload_content=False).data:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod {name} never got ready")
+        time.sleep(0.05)
 
 
 def pod(

@@ -233,22 +233,6 @@ def test_active_deadline_seconds(emu, v1):
     assert emu.processes() == []
 
 
-def test_restart_policy_on_failure_restarts(emu, v1, tmp_path):
-    emu.add_gpu_node("gpu-1")
-    count = tmp_path / "count"
-    code = f"""
-        import os
-        n = int(open({str(count)!r}).read()) if os.path.exists({str(count)!r}) else 0
-        open({str(count)!r}, "w").write(str(n + 1))
-        raise SystemExit(0 if n >= 1 else 1)
-    """
-    v1.create_namespaced_pod("default", pod("flaky", command=_py(code), node="gpu-1", restart="OnFailure"))
-    done = wait_pod(v1, "flaky", timeout=8)
-    cs = done.status.container_statuses[0]
-    assert done.status.phase == "Succeeded" and cs.restart_count == 1
-    assert cs.last_state.terminated.exit_code == 1
-
-
 def test_container_ends_with_its_main_process(emu, v1, tmp_path):
     """A background child that keeps stdout open dies with PID 1, as in a real container."""
     emu.add_gpu_node("gpu-1")

@@ -11,7 +11,6 @@ import textwrap
 import time
 
 import pytest
-import yaml
 from k8s_emulator import EmulatorProcess
 from k8s_emulator.process import TOOLS_DIR
 from kubernetes import client, config
@@ -44,6 +43,8 @@ def _start_sleepers(emu, n=2):
         v1.create_namespaced_pod("default", pod(f"sleep-{i}", command=SLEEP, node="gpu-1", gpus=1))
     for i in range(n):
         wait_pod(v1, f"sleep-{i}", phases=("Running",))
+        # past its only write: a sleeper killed by SIGPIPE when the emulator dies would prove nothing
+        emu.wait_for(lambda i=i: b"up" in v1.read_namespaced_pod_log(f"sleep-{i}", "default", _preload_content=False).data)
     return emu.wait_for(lambda: len(emu.processes()) == n and emu.processes())
 
 
@@ -90,97 +91,28 @@ def test_emulator_exits_when_its_parent_dies(tmp_path):
     _wait_dead(pids, timeout=8)
 
 
-def test_cli_serve_with_scenario_kubeconfig_and_kubectl(tmp_path):
-    scenario = {
-        "settings": {"startup_delay": 0.01},
-        "namespaces": ["cluster-doctor"],
-        "priority_classes": [{"name": "cd-low", "value": -1000, "preemptionPolicy": "Never"}],
-        "pvcs": {"cd-data": str(tmp_path / "data")},
-        "nodes": [
-            {"name": "gpu-a", "gpus": 8},
-            {"name": "gpu-b", "ready": False},
-            {"name": "gpu-c", "unschedulable": True},
-            {"count": 2, "prefix": "gpu-x", "gpus": 4},
-        ],
-        "user_pods": [{"node": "gpu-a", "gpus": 8, "name": "trainer-0", "namespace": "cluster-doctor"}],
-        "scripts": [{"node": "gpu-x0", "action": "exit", "exit_code": 1}],
-        "objects": [
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "cfg", "namespace": "cluster-doctor"},
-                "data": {"a": "b"},
-            }
-        ],
-    }
-    path = tmp_path / "scenario.yaml"
-    path.write_text(yaml.safe_dump(scenario))
+def test_cli_serve_writes_kubeconfig_for_client_and_kubectl(tmp_path):
     port_file, kubeconfig = tmp_path / "port", tmp_path / "kubeconfig"
     env = dict(os.environ, PYTHONPATH=TOOLS_DIR)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "k8s_emulator",
-            "serve",
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--scenario",
-            str(path),
-            "--kubeconfig",
-            str(kubeconfig),
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    cmd = [sys.executable, "-m", "k8s_emulator", "serve", "--port", "0", "--port-file", str(port_file), "--state-dir",
+           str(tmp_path / "state"), "--kubeconfig", str(kubeconfig), "--settings-json", '{"startup_delay": 0.01}']
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 20
         while not port_file.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                proc.stderr.read() if proc.poll() else "timeout"
-            )
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
             time.sleep(0.02)
         cfg = client.Configuration()
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg, context="emulator")
         v1 = client.CoreV1Api(client.ApiClient(cfg))
-        assert sorted(n.metadata.name for n in v1.list_node().items) == [
-            "gpu-a",
-            "gpu-b",
-            "gpu-c",
-            "gpu-x0",
-            "gpu-x1",
-        ]
-        assert v1.list_namespaced_pod("cluster-doctor").items[0].status.phase == "Running"
-        assert v1.read_namespaced_config_map("cfg", "cluster-doctor").data == {"a": "b"}
-        assert client.SchedulingV1Api(v1.api_client).read_priority_class("cd-low").value == -1000
+        v1.create_node({"metadata": {"name": "gpu-a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        assert [n.metadata.name for n in v1.list_node().items] == ["gpu-a"]
         assert v1.get_api_resources().group_version == "v1"
         if shutil.which("kubectl"):
-            out = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes,pods", "-A"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
+            out = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "cordon", "gpu-a"], capture_output=True,
+                                 text=True, timeout=30, check=False)
             assert out.returncode == 0, out.stderr
-            assert "gpu-b    NotReady" in out.stdout.replace("node/", "") or "NotReady" in out.stdout
-            assert (
-                "SchedulingDisabled" in out.stdout and "trainer-0" in out.stdout and "Running" in out.stdout
-            )
-            out = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "cordon", "gpu-a"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            assert out.returncode == 0 and v1.read_node("gpu-a").spec.unschedulable is True
+            assert v1.read_node("gpu-a").spec.unschedulable is True
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
@@ -188,7 +120,5 @@ def test_cli_serve_with_scenario_kubeconfig_and_kubectl(tmp_path):
 
 
 def test_startup_failure_is_reported(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("nodes: [{name: Bad_Name}]\n")
     with pytest.raises(RuntimeError, match="did not start"):
-        EmulatorProcess(state_dir=str(tmp_path), scenario=str(bad), startup_timeout=15).start()
+        EmulatorProcess(state_dir=str(tmp_path), settings={"no_such_setting": 1}, startup_timeout=15).start()

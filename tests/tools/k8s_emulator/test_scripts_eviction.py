@@ -15,6 +15,7 @@ from tests.tools.k8s_emulator.emu_helpers import (
     unschedulable,
     wait_gone,
     wait_pod,
+    wait_ready,
 )
 
 
@@ -51,14 +52,12 @@ def test_exit_crash_oom_scripts(emu, v1):
     assert emu.processes() == []  # scripted pods run no local process
 
 
-def test_never_schedule_never_start_and_image_pull_backoff(emu, v1):
+def test_never_schedule_and_never_start(emu, v1):
     emu.add_gpu_node("nosched")
     emu.add_gpu_node("nostart")
-    emu.add_gpu_node("noimage")
     emu.set_script("nosched", "never_schedule")
     emu.set_script("nostart", "never_start")
-    emu.set_script("noimage", "image_pull_backoff")
-    for n in ("nosched", "nostart", "noimage"):
+    for n in ("nosched", "nostart"):
         v1.create_namespaced_pod("default", pod(f"p-{n}", command=["true"], node=n, gpus=8))
     p = wait_pod(v1, "p-nosched", until=unschedulable)
     assert "Insufficient nvidia.com/gpu" in p.status.conditions[-1].message
@@ -66,22 +65,9 @@ def test_never_schedule_never_start_and_image_pull_backoff(emu, v1):
     p = wait_pod(v1, "p-nostart", until=lambda p: scheduled(p) and p.status.container_statuses)
     assert p.status.phase == "Pending"
     assert p.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
-    p = wait_pod(
-        v1,
-        "p-noimage",
-        until=lambda p: (
-            p.status.container_statuses
-            and p.status.container_statuses[0].state.waiting.reason == "ImagePullBackOff"
-        ),
-    )
-    assert p.status.phase == "Pending"
-    assert "Back-off pulling image" in p.status.container_statuses[0].state.waiting.message
-    reasons = [e.reason for e in events_for(v1, "p-noimage")]
-    assert "Failed" in reasons and "BackOff" in reasons
-    # deleting them works from any of these states
-    for n in ("nosched", "nostart", "noimage"):
+    for n in ("nosched", "nostart"):  # deleting them works from either state
         v1.delete_namespaced_pod(f"p-{n}", "default")
-    for n in ("nosched", "nostart", "noimage"):
+    for n in ("nosched", "nostart"):
         wait_gone(v1, f"p-{n}")
 
 
@@ -104,6 +90,7 @@ def test_eviction_api_is_graceful_delete_with_disruption_condition(emu, v1):
     emu.add_gpu_node("gpu-1")
     v1.create_namespaced_pod("default", pod("victim", command=SLOW_EXIT, node="gpu-1"))
     wait_pod(v1, "victim", phases=("Running",))
+    wait_ready(v1, "victim")
     body = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -121,16 +108,15 @@ def test_eviction_api_is_graceful_delete_with_disruption_condition(emu, v1):
 def test_kubelet_eviction_leaves_failed_evicted_pod(emu, v1):
     emu.add_gpu_node("gpu-1")
     emu.add_gpu_node("gpu-2")
-    emu.set_script("gpu-1", "evict_after", seconds=0.3)
-    v1.create_namespaced_pod("default", pod("pressured", command=["x"], node="gpu-1"))
+    v1.create_namespaced_pod("default", pod("pressured", command=SLOW_EXIT, node="gpu-1"))
+    wait_pod(v1, "pressured", phases=("Running",))
+    emu.evict("default", "pressured")  # node-pressure eviction by the kubelet, not the Eviction API
     p = wait_pod(v1, "pressured", timeout=5)
     assert p.status.phase == "Failed" and p.status.reason == "Evicted"
     assert p.status.message.startswith("The node was low on resource: memory.")
-    assert any(
-        c.type == "DisruptionTarget" and c.reason == "TerminationByKubelet" for c in p.status.conditions
-    )
+    assert any(c.type == "DisruptionTarget" and c.reason == "TerminationByKubelet" for c in p.status.conditions)
     assert "Evicted" in [e.reason for e in events_for(v1, "pressured")]
-    # control API eviction of a simulated user pod behaves the same
+    # a simulated user pod behaves the same
     emu.add_user_pod("gpu-2", name="user", gpus=8)
     emu.evict("default", "user")
     u = v1.read_namespaced_pod("user", "default")
@@ -138,16 +124,15 @@ def test_kubelet_eviction_leaves_failed_evicted_pod(emu, v1):
     assert u.status.container_statuses[0].state.terminated.exit_code == 137
 
 
-def test_preempt_running_pod_via_script_and_control(emu, v1):
+def test_preempt_running_pod_via_control(emu, v1):
     emu.add_gpu_node("gpu-1")
     emu.add_gpu_node("gpu-2")
-    emu.set_script("gpu-1", "preempt_after", seconds=0.3, exec=True)  # exec: run the real command meanwhile
     v1.create_namespaced_pod("default", pod("short-lived", command=SLOW_EXIT, node="gpu-1"))
     wait_pod(v1, "short-lived", phases=("Running",))
+    wait_ready(v1, "short-lived")
+    emu.preempt("default", "short-lived")
     p = wait_pod(v1, "short-lived", until=lambda p: p.metadata.deletion_timestamp is not None, timeout=5)
-    assert any(
-        c.type == "DisruptionTarget" and c.reason == "PreemptionByScheduler" for c in p.status.conditions
-    )
+    assert any(c.type == "DisruptionTarget" and c.reason == "PreemptionByScheduler" for c in p.status.conditions)
     wait_gone(v1, "short-lived")
     emu.add_user_pod("gpu-2", name="user", gpus=8)
     emu.preempt("default", "user")

@@ -1,0 +1,68 @@
+"""make bench-page: the fleet page's first page at 5,000 nodes x 4 tests.
+
+Seeds a throwaway embedded PostgreSQL like bench-metrics (the 5,000-node fleet of
+tests/ui/fleet_seed.py plus 35 days of older history), then requests ``/cluster-doctor/`` through
+the real FastAPI app (auth dependency overridden: Airflow's JWT check is not what is measured).
+The first request fills the 30-day coverage samples cache, as the first visit after a restart
+would; the figure is the median of the following ones. Last line: ``page_ms=<p50> nodes=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    import bench_metrics
+    from cluster_doctor import database, webapp
+    from cluster_doctor.config import Settings
+    from tests.ui import fleet_seed
+
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="cd-bench-page-") as tmp:
+        server = database.embedded_server(pathlib.Path(tmp) / "pg", cleanup_mode="delete")
+        dsn = database.libpq_params(server.get_uri())
+        bench_metrics.seed(dsn, args.nodes)
+        settings = Settings(tests=bench_metrics.TESTS, staleness_days=7)
+        sub = webapp.create_app(connector_provider=lambda _s: dsn, settings_provider=lambda: settings,
+                                clock=lambda: fleet_seed.NOW)
+        sub.dependency_overrides[webapp.require_ui_access] = lambda: "bench"
+        root = FastAPI()
+        root.mount(webapp.MOUNT_PREFIX, sub)
+        client = TestClient(root)
+        started = time.perf_counter()
+        first = client.get("/cluster-doctor/")
+        first_ms = (time.perf_counter() - started) * 1000
+        assert first.status_code == 200 and 'data-node="gpu-0001"' in first.text, first.status_code
+        times = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            r = client.get("/cluster-doctor/")
+            times.append((time.perf_counter() - started) * 1000)
+            assert r.status_code == 200
+        print(f"first request (fills the 30-day coverage cache): {first_ms:.0f} ms; page size {len(r.content)} "
+              f"bytes; load average {load:.1f} on {os.cpu_count()} CPUs")
+        print(f"page_ms={statistics.median(times):.0f} nodes={args.nodes}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

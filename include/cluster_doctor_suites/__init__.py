@@ -1,0 +1,9 @@
+"""Cluster Doctor validation suites: the code that runs inside the validation pods (or under Slurm).
+
+Flat package (shipped as a Kubernetes ConfigMap, which has no subdirectories); no Airflow imports.
+Each suite is a module run as `python -m cluster_doctor_suites.<name>`: dl_unit, nccl_loopback, storage_fio, gpu_health.
+See README.md in this folder for the checks, the result contract and the exit codes.
+"""
+
+SUITES = ("dl_unit", "nccl_loopback", "storage_fio", "gpu_health")
+SCHEMA_VERSION = "1"

@@ -1,0 +1,163 @@
+"""Load baselines.yaml and turn it into expectations for one node (model, GPU count)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .common import SuiteError
+
+SCALES = ("none", "per_gpu", "nic_share")
+
+
+def normalize_model(name: str | None) -> str:
+    """'NVIDIA-H100-80GB-HBM3', 'NVIDIA H100 80GB HBM3' -> 'nvidia h100 80gb hbm3'.
+
+    GPU feature discovery appends '-SHARED' for time-sliced GPUs; the hardware is the same."""
+    if not name:
+        return ""
+    s = name.strip().lower()
+    s = re.sub(r"[-_\s]+shared$", "", s)
+    return re.sub(r"[-_\s]+", " ", s).strip()
+
+
+@dataclass(frozen=True)
+class Expectation:
+    metric: str
+    value: float
+    tolerance: float
+    source: str
+    scale: str = "none"
+
+    @property
+    def floor(self) -> float:
+        return self.value * (1.0 - self.tolerance)
+
+    def scaled(self, n_gpus: int, nics_per_node: int | None = None) -> "Expectation":
+        """The expectation for a run over n_gpus GPUs."""
+        factor = 1.0
+        if self.scale == "per_gpu":
+            factor = float(n_gpus)
+        elif self.scale == "nic_share" and nics_per_node and n_gpus:
+            factor = min(1.0, nics_per_node / n_gpus)
+        if factor == 1.0:
+            return self
+        return Expectation(
+            self.metric,
+            self.value * factor,
+            self.tolerance,
+            f"{self.source}; scaled x{factor:.3g} for {n_gpus} GPU(s)",
+            "none",
+        )
+
+    def basis(self) -> str:
+        return f"baseline {self.value:.4g} -{self.tolerance:.0%}; {self.source}"
+
+
+class Baselines:
+    def __init__(self, data: dict, path: str = "<memory>"):
+        self.path = path
+        self.data = data
+        self.models: dict[str, dict] = data.get("models") or {}
+        self._alias: dict[str, str] = {}
+        for key, model in self.models.items():
+            for alias in [key, model.get("name", "")] + list(model.get("aliases") or []):
+                if alias:
+                    self._alias.setdefault(normalize_model(alias), key)
+        self.relative_tolerance = float((data.get("defaults") or {}).get("relative_tolerance", 0.10))
+
+    @classmethod
+    def load(cls, path: str) -> "Baselines":
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - yaml is in the image
+            raise SuiteError(f"pyyaml missing, cannot read baselines: {exc}") from exc
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except OSError as exc:
+            raise SuiteError(f"cannot read baselines {path}: {exc.strerror or exc}") from exc
+        except yaml.YAMLError as exc:
+            raise SuiteError(f"baselines {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+            raise SuiteError(f"baselines {path}: expected a mapping with a 'models' section")
+        b = cls(data, path)
+        b.validate()
+        return b
+
+    def validate(self) -> None:
+        for key, model in self.models.items():
+            for metric, spec in (model.get("metrics") or {}).items():
+                try:
+                    Expectation(
+                        metric,
+                        float(spec["value"]),
+                        float(spec["tolerance"]),
+                        str(spec["source"]),
+                        spec.get("scale", "none"),
+                    )
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise SuiteError(
+                        f"baselines {self.path}: models.{key}.metrics.{metric} needs numeric "
+                        f"value, tolerance and a source ({exc})"
+                    ) from exc
+                if spec.get("scale", "none") not in SCALES or not 0 <= float(spec["tolerance"]) < 1:
+                    raise SuiteError(
+                        f"baselines {self.path}: models.{key}.metrics.{metric}: bad scale or tolerance"
+                    )
+
+    def resolve(self, name: str | None) -> str | None:
+        return self._alias.get(normalize_model(name)) if name else None
+
+    def model(self, key: str | None) -> dict:
+        return self.models.get(key or "", {}) if key else {}
+
+    def expectation(
+        self, key: str | None, metric: str, n_gpus: int = 1, nics: int | None = None
+    ) -> Expectation | None:
+        """The expectation for a run over n_gpus GPUs; `nics` is the number of NICs the run actually
+        used (e.g. NCCL restricted by NCCL_IB_HCA), default the model's nics_per_node."""
+        spec = (self.model(key).get("metrics") or {}).get(metric)
+        if not spec:
+            return None
+        e = Expectation(
+            metric,
+            float(spec["value"]),
+            float(spec["tolerance"]),
+            str(spec["source"]),
+            spec.get("scale", "none"),
+        )
+        return e.scaled(n_gpus, nics if nics else self.model(key).get("nics_per_node"))
+
+    def relative_tol(self, key: str | None) -> float:
+        return float(self.model(key).get("relative_tolerance", self.relative_tolerance))
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.data.get(name) or {}
+
+
+def model_for_node(ctx, baselines: Baselines, detected_names: list[str]) -> tuple[str | None, str | None]:
+    """(baseline key, model name) from the label (--gpu-model) or the detected GPU names.
+
+    CPU mode always uses the `cpu` entry. A label that disagrees with the hardware is a warning:
+    the hardware wins because it is what the numbers were measured on."""
+    if ctx.cpu:
+        return ("cpu" if "cpu" in baselines.models else None), (ctx.args.gpu_model or None)
+    label = ctx.args.gpu_model
+    detected = next((n for n in detected_names if n), None)
+    key_label = baselines.resolve(label)
+    key_hw = baselines.resolve(detected)
+    if label and detected and key_label and key_hw and key_label != key_hw:
+        ctx.warn(
+            f"GPU model label {label!r} ({key_label}) disagrees with the hardware {detected!r} ({key_hw}); "
+            f"using {key_hw}"
+        )
+    key = key_hw or key_label
+    name = detected or label
+    if key is None and name:
+        ctx.warn(
+            f"unknown GPU model {name!r}: no baseline in {baselines.path}; only relative checks "
+            f"(each GPU vs the best GPU of this node)"
+        )
+    return key, name

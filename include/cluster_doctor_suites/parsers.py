@@ -1,0 +1,575 @@
+"""Parsers for the outputs of the tools the suites drive. Pure functions, no I/O.
+
+Each parser raises ValueError on output it cannot make sense of: the caller turns that into an
+`error` check ("garbage output"), never a pass.
+
+  fio --output-format=json          parse_fio
+  NCCL_DEBUG=INFO logs              parse_nccl_log
+  nccl-tests all_reduce_perf        parse_nccl_tests
+  nvidia-smi -q -x                  parse_smi_xml
+  nvidia-smi nvlink -s              parse_nvlink_status
+  dcgmi diag -r N (DCGM 3.x / 4.x)  parse_dcgmi_diag
+  kernel log (dmesg)                parse_xids
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------------
+# fio
+# --------------------------------------------------------------------------------------------------
+def extract_json_object(text: str) -> dict:
+    """The first complete JSON object in text. fio may print notes ("fio: ...") before or after it."""
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"(?m)^\s*\{", text)] or [
+        m.start() for m in re.finditer(r"\{", text)
+    ]
+    for pos in starts:
+        pos = text.index("{", pos)
+        try:
+            obj, _ = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    raise ValueError("no JSON object in fio output")
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v else None
+
+
+def _p99_ms(d: dict) -> float | None:
+    """p99 completion latency in ms: fio 3 `clat_ns` (ns), fio 2 `clat` (usec), else `lat_ns`."""
+    for key, scale in (("clat_ns", 1e-6), ("clat", 1e-3), ("lat_ns", 1e-6)):
+        block = d.get(key)
+        if not isinstance(block, dict):
+            continue
+        pct = block.get("percentile")
+        if isinstance(pct, dict):
+            for k, v in pct.items():
+                if abs(float(k) - 99.0) < 1e-6 and _num(v) is not None:
+                    return _num(v) * scale
+    return None
+
+
+def _direction(d: Any) -> dict | None:
+    if not isinstance(d, dict):
+        return None
+    bw_bytes = _num(d.get("bw_bytes"))
+    if bw_bytes is None and _num(d.get("bw")) is not None:
+        bw_bytes = _num(d.get("bw")) * 1024  # fio reports bw in KiB/s
+    io_bytes = _num(d.get("io_bytes"))
+    if io_bytes is None and _num(d.get("io_kbytes")) is not None:
+        io_bytes = _num(d.get("io_kbytes")) * 1024
+    return {
+        "bw_mibps": None if bw_bytes is None else bw_bytes / MIB,
+        "iops": _num(d.get("iops")),
+        "p99_ms": _p99_ms(d),
+        "io_bytes": io_bytes,
+        "runtime_ms": _num(d.get("runtime")),
+    }
+
+
+def parse_fio(text: str) -> dict:
+    """{'version': str, 'jobs': {jobname: {'error': int, 'read': {...}, 'write': {...}}}}.
+
+    Clones of one job (numjobs > 1 without group_reporting) are merged: bandwidth and IOPS add up,
+    p99 takes the worst clone, an error in any clone is kept."""
+    data = extract_json_object(text)
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        raise ValueError("fio JSON has no 'jobs' list")
+    out: dict[str, dict] = {}
+    for job in jobs:
+        if not isinstance(job, dict) or "jobname" not in job:
+            raise ValueError("fio JSON job without a jobname")
+        name = str(job["jobname"])
+        err = int(_num(job.get("error")) or 0)
+        cur = {"error": err, "read": _direction(job.get("read")), "write": _direction(job.get("write"))}
+        if name not in out:
+            out[name] = cur
+            continue
+        prev = out[name]
+        prev["error"] = prev["error"] or err
+        for side in ("read", "write"):
+            a, b = prev[side], cur[side]
+            if a is None or b is None:
+                prev[side] = a or b
+                continue
+            for k in ("bw_mibps", "iops", "io_bytes"):
+                if a[k] is not None or b[k] is not None:
+                    a[k] = (a[k] or 0) + (b[k] or 0)
+            ps = [p for p in (a["p99_ms"], b["p99_ms"]) if p is not None]
+            a["p99_ms"] = max(ps) if ps else None
+    return {"version": str(data.get("fio version", "")), "jobs": out}
+
+
+# --------------------------------------------------------------------------------------------------
+# NCCL INFO logs
+# --------------------------------------------------------------------------------------------------
+_NCCL_LINE = re.compile(r"NCCL (INFO|WARN) (.*)$")
+_CHANNEL = re.compile(
+    r"Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\](?: \[(send|receive)\])? via (.+?)\s*$"
+)
+_IB_DEV = re.compile(r"\[\d+\]([A-Za-z0-9_.\-]+):(\d+)/([A-Za-z]+)")
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
+_IB_COMPLETION = re.compile(
+    r"(Got completion.*(error|status=\s*[1-9])|IBV_WC_\w+_ERR|NET/IB.*(timeout|retry))", re.I
+)
+
+
+def parse_nccl_log(text: str) -> dict:
+    """What NCCL said about itself: version, chosen network, IB devices, channel transports, warnings."""
+    networks: Counter = Counter()
+    transports: Counter = Counter()
+    ib_devices: dict[str, str] = {}
+    warns: list[str] = []
+    ib_errors: list[str] = []
+    version = None
+    ib_no_device = False
+    socket_ifs: list[str] = []
+    init_complete = 0
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = _VERSION.search(line)
+        if m and not version:
+            version = m.group(1)
+        m = _NCCL_LINE.search(line)
+        if not m:
+            continue
+        level, msg = m.group(1), m.group(2).strip()
+        if level == "WARN":
+            if len(warns) < 20:
+                warns.append(msg)
+            if _IB_COMPLETION.search(msg):
+                ib_errors.append(msg)
+            continue
+        if msg.startswith("Using network "):
+            networks[msg[len("Using network ") :].strip()] += 1
+        elif msg.startswith("NET/IB : No device found"):
+            ib_no_device = True
+        elif re.match(r"NET/IB\w* ?: Using ", msg):
+            for dev, port, layer in _IB_DEV.findall(msg):
+                ib_devices[f"{dev}:{port}"] = layer
+        elif msg.startswith("NET/Socket : Using "):
+            socket_ifs = re.findall(r"\[\d+\]([^:\s]+):", msg)
+        elif "Init COMPLETE" in msg:
+            init_complete += 1
+        else:
+            cm = _CHANNEL.search(msg)
+            if cm:
+                transports[cm.group(2)] += 1
+    families: Counter = Counter()
+    gdr = 0
+    for t, n in transports.items():
+        parts = t.split("/")
+        fam = parts[0]
+        if fam == "NET" and len(parts) > 1:
+            fam = "NET/" + parts[1]
+        families[fam] += n
+        if "GDRDMA" in t:
+            gdr += n
+    return {
+        "version": version,
+        "networks": dict(networks),
+        "ib_devices": ib_devices,
+        "ib_no_device": ib_no_device,
+        "socket_interfaces": socket_ifs,
+        "transports": dict(transports),
+        "transport_families": dict(families),
+        "gdr_channels": gdr,
+        "channel_count": sum(transports.values()),
+        "warnings": warns,
+        "ib_errors": ib_errors,
+        "init_complete": init_complete,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# nccl-tests (all_reduce_perf)
+# --------------------------------------------------------------------------------------------------
+_TYPES = {
+    "int8",
+    "uint8",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "half",
+    "float",
+    "double",
+    "bfloat16",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "f8e4m3",
+    "f8e5m2",
+}
+
+
+def _wrong(tok: str) -> int | None:
+    if tok.upper() == "N/A":
+        return None
+    v = float(tok)  # old versions print a max error like 0e+00; ValueError propagates
+    return int(v) if v.is_integer() else (0 if v == 0 else 1)
+
+
+def parse_nccl_tests(text: str) -> dict:
+    """Rows of the out-of-place / in-place table, the header, the OOB line and the average busbw.
+
+    Supports the current layout (with `root` and `#wrong` columns, nccl-tests >= 2.13) and the older
+    one (no root column, `error` column). Interleaved NCCL INFO lines are ignored."""
+    header: dict[str, Any] = {}
+    rows: list[dict] = []
+    oob = None
+    oob_ok = None
+    avg = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("# nThread"):
+            for k, v in re.findall(r"(\w[\w ]*?):?\s+(\d+)", line[1:]):
+                header[k.strip().replace(" ", "_")] = int(v)
+            continue
+        m = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s*(\w+)?", line)
+        if m:
+            oob, oob_ok = int(m.group(1)), (m.group(2) or "").upper() == "OK"
+            continue
+        m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)", line)
+        if m:
+            avg = float(m.group(1))
+            continue
+        if not line or line.startswith("#") or not line[0].isdigit():
+            continue
+        tok = line.split()
+        if len(tok) not in (12, 13) or tok[2] not in _TYPES:
+            continue  # NCCL INFO lines start with a hostname that may begin with a digit
+        off = 1 if len(tok) == 13 else 0  # `root` column
+        try:
+            row = {
+                "size": int(tok[0]),
+                "count": int(tok[1]),
+                "type": tok[2],
+                "redop": tok[3],
+                "oop_time_us": float(tok[4 + off]),
+                "oop_algbw": float(tok[5 + off]),
+                "oop_busbw": float(tok[6 + off]),
+                "oop_wrong": _wrong(tok[7 + off]),
+                "ip_time_us": float(tok[8 + off]),
+                "ip_algbw": float(tok[9 + off]),
+                "ip_busbw": float(tok[10 + off]),
+                "ip_wrong": _wrong(tok[11 + off]),
+            }
+        except ValueError as exc:
+            raise ValueError(f"unparseable all_reduce_perf row: {line!r}") from exc
+        rows.append(row)
+    if not rows:
+        raise ValueError("no result rows in all_reduce_perf output")
+    return {"header": header, "rows": rows, "oob": oob, "oob_ok": oob_ok, "avg_busbw": avg}
+
+
+# --------------------------------------------------------------------------------------------------
+# nvidia-smi -q -x
+# --------------------------------------------------------------------------------------------------
+def _txt(node: ET.Element | None, path: str) -> str | None:
+    if node is None:
+        return None
+    el = node.find(path)
+    if el is None or el.text is None:
+        return None
+    t = el.text.strip()
+    return None if t in ("", "N/A", "Unknown Error", "Not Supported") or "deprecated" in t.lower() else t
+
+
+def _int(node: ET.Element | None, path: str) -> int | None:
+    t = _txt(node, path)
+    if t is None:
+        return None
+    m = re.match(r"-?\d+", t)
+    return int(m.group(0)) if m else None
+
+
+def _yes(node: ET.Element | None, path: str) -> bool | None:
+    t = _txt(node, path)
+    return None if t is None else t.strip().lower() in ("yes", "active", "enabled", "true")
+
+
+def _sum_ints(node: ET.Element | None, paths: list[str]) -> int | None:
+    vals = [_int(node, p) for p in paths]
+    vals = [v for v in vals if v is not None]
+    return sum(vals) if vals else None
+
+
+_UNC_PATHS = [
+    "dram_uncorrectable",
+    "sram_uncorrectable",
+    "sram_uncorrectable_parity",
+    "sram_uncorrectable_secded",
+    "double_bit/total",
+]
+
+
+def parse_smi_xml(text: str) -> dict:
+    """Normalised per-GPU health state from `nvidia-smi -q -x` (old and new tag names)."""
+    start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0), default=-1)
+    if start < 0:
+        raise ValueError("no nvidia_smi_log XML in the output")
+    body = text[start:]
+    end = body.rfind("</nvidia_smi_log>")
+    body = body[: end + len("</nvidia_smi_log>")] if end >= 0 else body
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        try:  # some expat builds choke on the external DTD reference: drop it and retry
+            root = ET.fromstring(re.sub(r"<!DOCTYPE[^>]*>", "", body))
+        except ET.ParseError as exc:
+            raise ValueError(f"nvidia-smi XML does not parse: {exc}") from exc
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"unexpected XML root <{root.tag}>")
+    gpus = []
+    for i, g in enumerate(root.findall("gpu")):
+        throttle_block = g.find("clocks_event_reasons")
+        prefix = "clocks_event_reason_"
+        if throttle_block is None:
+            throttle_block = g.find("clocks_throttle_reasons")
+            prefix = "clocks_throttle_reason_"
+        active: list[str] | None = None
+        if throttle_block is not None:
+            active = [
+                el.tag.replace(prefix, "")
+                for el in throttle_block
+                if (el.text or "").strip().lower() == "active"
+            ]
+        pstate = _txt(g, "performance_state")
+        gpus.append(
+            {
+                "index": i,
+                "name": _txt(g, "product_name"),
+                "uuid": _txt(g, "uuid"),
+                "pci_bus_id": g.get("id") or _txt(g, "pci/pci_bus_id"),
+                "ecc_enabled": _yes(g, "ecc_mode/current_ecc"),
+                "volatile_uncorrected": _sum_ints(g.find("ecc_errors/volatile"), _UNC_PATHS),
+                "aggregate_uncorrected": _sum_ints(g.find("ecc_errors/aggregate"), _UNC_PATHS),
+                "retired_pending": _yes(g, "retired_pages/pending_retirement"),
+                "retired_dbe": _int(g, "retired_pages/double_bit_retirement/retired_count"),
+                "remap_pending": _yes(g, "remapped_rows/remapped_row_pending"),
+                "remap_failure": _yes(g, "remapped_rows/remapped_row_failure"),
+                "remap_uncorrectable": _int(g, "remapped_rows/remapped_row_unc"),
+                "throttle_active": sorted(active) if active is not None else None,
+                "pcie_gen": _int(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
+                "pcie_gen_max": _int(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen"),
+                "pcie_gen_gpu_max": _int(g, "pci/pci_gpu_link_info/pcie_gen/max_device_link_gen"),
+                "pcie_width": _int(g, "pci/pci_gpu_link_info/link_widths/current_link_width"),
+                "pcie_width_max": _int(g, "pci/pci_gpu_link_info/link_widths/max_link_width"),
+                "pcie_replays": _int(g, "pci/replay_counter"),
+                "pstate": int(pstate[1:]) if pstate and re.fullmatch(r"P\d+", pstate) else None,
+                "temp_c": _int(g, "temperature/gpu_temp"),
+                "slowdown_temp_c": _int(g, "temperature/gpu_temp_slow_threshold"),
+                "fabric_state": _txt(g, "fabric/state"),
+                "fabric_status": _txt(g, "fabric/status"),
+                "recovery_action": _txt(g, "gpu_recovery_action"),
+                "reset_required": _yes(g, "gpu_reset_status/reset_required"),
+                "drain_and_reset": _yes(g, "gpu_reset_status/drain_and_reset_recommended"),
+                "persistence": _yes(g, "persistence_mode"),
+                "processes": len(g.findall("processes/process_info")),
+                "process_mib": sum(_int(p, "used_memory") or 0 for p in g.findall("processes/process_info")),
+                "nvlinks": None,  # not in -q -x; see parse_nvlink_status
+            }
+        )
+    attached = _int(root, "attached_gpus")
+    return {
+        "driver": _txt(root, "driver_version"),
+        "cuda": _txt(root, "cuda_version"),
+        "attached_gpus": attached,
+        "gpus": gpus,
+    }
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
+    """`nvidia-smi nvlink -s`: {gpu: {link: GB/s, or None when <inactive>}}."""
+    out: dict[int, dict[int, float | None]] = {}
+    cur = None
+    for line in text.splitlines():
+        m = re.match(r"\s*GPU (\d+):", line)
+        if m:
+            cur = int(m.group(1))
+            out[cur] = {}
+            continue
+        m = re.match(r"\s*Link (\d+):\s*(.+?)\s*$", line)
+        if m and cur is not None:
+            val = m.group(2)
+            num = re.match(r"([0-9.]+)\s*GB/s", val)
+            out[cur][int(m.group(1))] = float(num.group(1)) if num else None
+    if not out:
+        raise ValueError("no GPU sections in nvidia-smi nvlink -s output")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# DCGM
+# --------------------------------------------------------------------------------------------------
+_DCGM_STATUS = re.compile(r"^(Pass|Fail|Skip|Warn|Not Run)\b", re.I)
+
+
+def parse_dcgmi_diag(text: str) -> dict:
+    """Tests and per-GPU results of the `dcgmi diag` table, DCGM 3.x and 4.x layouts.
+
+    3.x: '| Memory | Fail - GPU: 0 |' and continuation rows '|  | Pass - GPU: 1 |';
+    4.x: '| memory | Fail |' then '|  | GPU0: Fail |'. 'Warning' / 'Info' rows are wrapped at a fixed
+    width (even mid-word), so their continuation cells are joined without adding spaces."""
+    tests: list[dict] = []
+    meta: dict[str, str] = {}
+    section = None
+    cur: dict | None = None
+    in_msg = False
+    saw_table = False
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.startswith("|-----") or line.startswith("+-----"):
+            m = re.match(r"[|+]-+\s+([A-Za-z ]+?)\s+-+", line)
+            section = m.group(1).strip() if m else section
+            cur, in_msg, saw_table = None, False, True
+            continue
+        if not line.startswith("|") or line.count("|") < 3:
+            continue
+        parts = line.split("|")
+        left = parts[1].strip()
+        right_raw = parts[2][1:] if parts[2].startswith(" ") else parts[2]  # drop the padding space only
+        right = right_raw.strip()
+        if left == "Diagnostic" and right == "Result":
+            saw_table = True
+            continue
+        if section == "Metadata":
+            if left:
+                meta[left] = right
+            continue
+        if left in ("Warning", "Info", "Error"):
+            if cur is not None:
+                cur["messages"].append([left, right_raw.rstrip()])
+                in_msg = True
+            continue
+        if left:
+            sm = _DCGM_STATUS.match(right)
+            cur = {
+                "category": section,
+                "name": left,
+                "status": sm.group(1).title() if sm else right,
+                "gpus": {},
+                "messages": [],
+            }
+            tests.append(cur)
+            in_msg = False
+            _dcgm_gpu_results(cur, right)
+            continue
+        if cur is None or not right:
+            continue
+        if _DCGM_STATUS.match(right) or re.match(r"GPU\d+:", right):
+            in_msg = False
+            _dcgm_gpu_results(cur, right)
+        elif in_msg and cur["messages"]:
+            cur["messages"][-1][1] += right_raw.rstrip()
+    if not saw_table or not tests:
+        raise ValueError("no dcgmi diag result table found")
+    for t in tests:
+        t["messages"] = [f"{k}: {' '.join(v.split())}" for k, v in t["messages"]]
+        if any(s == "Fail" for s in t["gpus"].values()):
+            t["status"] = "Fail"
+    return {
+        "version": meta.get("DCGM Version"),
+        "driver": meta.get("Driver Version Detected"),
+        "metadata": meta,
+        "tests": tests,
+    }
+
+
+def _dcgm_gpu_results(test: dict, cell: str) -> None:
+    m = re.match(r"GPU(\d+):\s*(\w+)", cell)  # DCGM 4.x
+    if m:
+        test["gpus"][int(m.group(1))] = m.group(2).title()
+        return
+    m = re.match(r"(Pass|Fail|Skip|Warn)\s*-\s*GPUs?:\s*([\d,\s]+)", cell, re.I)  # DCGM 3.x
+    if m:
+        for g in re.findall(r"\d+", m.group(2)):
+            test["gpus"][int(g)] = m.group(1).title()
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernel log Xids
+# --------------------------------------------------------------------------------------------------
+_XID = re.compile(
+    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+    r"[^)]*\): (\d+),\s*(.*)$"
+)
+
+
+# "GPU has fallen off the bus" without an Xid token. The driver prints it as one multi-line kernel
+# message (R525..R570+: "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5) installed in
+# this system has / NVRM: fallen off the bus and is not responding to commands."): dmesg indents the
+# continuation lines, journalctl prefixes each with the host and "kernel:". Older drivers print
+# "NVRM: GPU at 0000:01:00.0 has fallen off the bus." on one line.
+_FALLEN_START = re.compile(
+    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+)
+_FALLEN_ONE_LINE = re.compile(
+    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: GPU at (?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
+    r"[.0-9]*:? has fallen off the bus"
+)
+_KERNEL_TS = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
+
+
+def parse_xids(text: str) -> list[dict]:
+    """Xid events of the NVIDIA driver: [{'uptime_s', 'pci', 'xid', 'message'}], and the GPUs the
+    driver reported as fallen off the bus without an Xid line ({'xid': None, 'kind': 'fallen_off_bus'})."""
+    out = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _XID.search(line)
+        if m:
+            out.append(
+                {
+                    "uptime_s": float(m.group(1)) if m.group(1) else None,
+                    "pci": m.group(2).lower(),
+                    "xid": int(m.group(3)),
+                    "message": m.group(4).strip()[:200],
+                    "kind": "xid",
+                }
+            )
+            continue
+        m = _FALLEN_ONE_LINE.search(line)
+        if not m:
+            m = _FALLEN_START.search(line)
+            # the rest of the message sits on the next (continuation) lines
+            if not m or "fallen off the bus" not in " ".join([line, *lines[i + 1 : i + 3]]):
+                continue
+        pci = short_pci(m.group(2)) or m.group(2).lower()
+        out.append(
+            {
+                "uptime_s": float(m.group(1)) if m.group(1) else None,
+                "pci": pci,
+                "xid": None,
+                "message": "GPU has fallen off the bus and is not responding to commands",
+                "kind": "fallen_off_bus",
+            }
+        )
+    return out
+
+
+def short_pci(bus_id: str | None) -> str | None:
+    """'00000000:3B:00.0' -> '0000:3b:00' (the form the kernel log uses)."""
+    if not bus_id:
+        return None
+    m = re.search(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", bus_id)
+    if not m:
+        return None
+    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}".lower()

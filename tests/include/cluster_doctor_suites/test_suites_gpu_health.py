@@ -1,0 +1,447 @@
+"""gpu_health: CPU mode for real; the GPU paths through recorded nvidia-smi / dcgmi / dmesg output and
+a fake NVML module."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from cluster_doctor_suites import gpu_health
+
+
+@pytest.fixture
+def tools(fake_tool, h):
+    def make(
+        xml="nvidia-smi-q-x_8xH100_healthy.xml",
+        nvlink="nvidia-smi-nvlink-s_8xH100_healthy.txt",
+        dmesg="dmesg_clean_6.18_firecracker.txt",
+        dmesg_rc=0,
+        dcgm=None,
+        smi_rc=0,
+        dcgm_rc=0,
+    ):
+        F = h.FIXTURES
+        smi = fake_tool(
+            "nvidia-smi",
+            f"""case "$1" in
+  -q) cat "{F / "smi" / xml}"; exit {smi_rc} ;;
+  nvlink) cat "{F / "smi" / nvlink}" ;;
+  *) exit 2 ;;
+esac""",
+        )
+        # util-linux dmesg: the log on stdout, or its error on stderr with exit code 1
+        stream = ">&2" if dmesg_rc else ""
+        dm = fake_tool("dmesg", f'cat "{F / "kernel" / dmesg}" {stream}; exit {dmesg_rc}')
+        args = ["--source", "nvidia-smi", "--nvidia-smi", str(smi), "--dmesg", str(dm)]
+        if dcgm:
+            args += ["--dcgmi", str(fake_tool("dcgmi", f'cat "{F / "dcgm" / dcgm}"; exit {dcgm_rc}'))]
+        else:
+            args += ["--dcgmi", "dcgmi-not-installed"]
+        return args
+
+    return make
+
+
+def by_name(ns, name):
+    return {c["device"]: c for c in ns.result["checks"] if c["name"] == name}
+
+
+def test_cpu_mode_passes(run_cli, h):
+    ns = run_cli("gpu_health", "--device", "cpu")
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    checks = {c["name"]: c["status"] for c in ns.result["checks"]}
+    assert checks["gpu_count"] == "pass" and checks["gpu_state_source"] == "skip"
+    assert checks["xid"] in ("pass", "skip")  # skip where the kernel log is not readable
+
+
+def test_no_gpu_visible_with_expected_8_fails(run_cli, h):
+    ns = run_cli(
+        "gpu_health", "--device", "cuda", "--expected-gpus", "8", "--nvidia-smi", "nvidia-smi-not-here"
+    )
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert ns.summary["reason"].startswith("gpu_count: expected 8 GPUs, found 0")
+
+
+def test_cuda_mode_without_expectation_still_needs_a_gpu(run_cli, h):
+    ns = run_cli("gpu_health", "--device", "cuda", "--nvidia-smi", "nvidia-smi-not-here")
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert "expected at least 1 GPU, found 0" in ns.summary["reason"]
+
+
+def test_healthy_h100_node_passes(run_cli, tools, h):
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools())
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    env = ns.result["environment"]
+    assert env["driver"] == "550.90.07" and env["gpu_count"] == 8 and env["baseline"] == "h100-sxm"
+    assert env["gpu_model"] == "NVIDIA H100 80GB HBM3" and ns.summary["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    for name in (
+        "ecc_uncorrected_volatile",
+        "clock_throttle",
+        "pcie_width",
+        "pcie_gen",
+        "fabric",
+        "nvlink",
+        "row_remap",
+    ):
+        got = by_name(ns, name)
+        assert sorted(got) == [f"cuda:{i}" for i in range(8)] and {c["status"] for c in got.values()} == {
+            "pass"
+        }, name
+    assert by_name(ns, "nvlink")["cuda:0"]["value"] == 18
+    assert by_name(ns, "xid")[None]["status"] == "pass"
+
+
+def test_faulty_h100_node_names_every_bad_gpu(run_cli, tools, h):
+    ns = run_cli(
+        "gpu_health",
+        "--expected-gpus",
+        "8",
+        *tools(
+            xml="nvidia-smi-q-x_8xH100_faulty.xml", nvlink="nvidia-smi-nvlink-s_8xH100_gpu1_link5_down.txt"
+        ),
+    )
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    fails = {(c["name"], c["device"]) for c in h.failing(ns)}
+    assert fails == {
+        ("ecc_uncorrected_volatile", "cuda:2"),
+        ("row_remap_pending", "cuda:2"),
+        ("clock_throttle", "cuda:3"),
+        ("pcie_width", "cuda:4"),
+        ("fabric", "cuda:5"),
+        ("recovery_action", "cuda:6"),
+        ("nvlink", "cuda:1"),
+    }
+    warns = {(c["name"], c["device"]) for c in h.failing(ns, status="warn")}
+    assert {
+        ("leftover_processes", "cuda:7"),
+        ("temperature", "cuda:7"),
+        ("ecc_uncorrected_aggregate", "cuda:2"),
+    } <= warns
+    assert by_name(ns, "pcie_width")["cuda:4"]["value"] == 8
+    assert "hw_power_brake_slowdown, hw_slowdown" in by_name(ns, "clock_throttle")["cuda:3"]["message"]
+    assert "link(s) 5 inactive; 17 active, expected 18" in by_name(ns, "nvlink")["cuda:1"]["message"]
+    assert "00000000:3A:00.0" in by_name(ns, "row_remap_pending")["cuda:2"]["message"]
+    assert ns.summary["check_counts"]["fail"] == 7 and ns.summary["checks"][0]["status"] == "fail"
+
+
+def test_driver_not_loaded_is_a_failure(run_cli, tools, h):
+    ns = run_cli(
+        "gpu_health", "--expected-gpus", "8", *tools(xml="nvidia-smi_driver_not_loaded.txt", smi_rc=9)
+    )
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    q = h.failing(ns, "gpu_query")
+    assert q and "couldn't communicate with the NVIDIA driver" in q[0]["message"]
+
+
+def test_garbage_nvidia_smi_output_is_an_error(run_cli, tools, h, tmp_path):
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools(xml="../kernel/dmesg_clean_6.18_firecracker.txt"))
+    h.check_artifacts(ns, status="error", suite="gpu_health")
+    assert "unparseable" in ns.summary["reason"]
+
+
+@pytest.mark.parametrize("window, status79", [(24, "fail"), (0.5, "warn")])
+def test_xids_from_the_kernel_log(run_inproc, tools, h, monkeypatch, window, status79):
+    monkeypatch.setattr(gpu_health, "uptime_seconds", lambda: 90000.0)  # 1 h after the Xid 79 in the fixture
+    ns = run_inproc(
+        gpu_health, "--expected-gpus", "8", "--xid-window-hours", str(window),
+        *tools(dmesg="dmesg_xids_derived.txt"),
+    )
+    xids = by_name(ns, "xid")
+    assert xids["cuda:7"]["status"] == status79 and "Xid 79 (critical, 1 h ago)" in xids["cuda:7"]["message"]
+    assert xids["cuda:7"]["code"] == ("XID_CRITICAL" if status79 == "fail" else "XID_WARNING")
+    assert xids["cuda:1"]["status"] == "warn" and "Xid 13 (application" in xids["cuda:1"]["message"]
+    assert xids["cuda:4"]["status"] == status79 and "Xid 94" in xids["cuda:4"]["message"]
+    h.check_artifacts(ns, status=status79 if status79 == "fail" else "pass", suite="gpu_health")
+    assert ns.result["metrics"]["xid_events"] == 5
+
+
+@pytest.mark.parametrize(
+    "fixture, device",
+    [
+        ("dmesg_fallen_off_bus_570.158.01.txt", "pci:0000:b3:00"),  # multi-line, no Xid token (R570)
+        ("dmesg_fallen_off_bus_one_line.txt", "pci:0000:01:00"),  # older one-line report
+    ],
+)
+def test_gpu_fallen_off_the_bus_without_an_xid_fails(run_cli, tools, h, fixture, device):
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools(dmesg=fixture))
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    bad = h.failing(ns, "gpu_fallen_off_bus")
+    assert [c["device"] for c in bad] == [device] and bad[0]["code"] == "GPU_FALLEN_OFF_BUS"
+    assert by_name(ns, "xid")[None]["status"] == "pass", "no Xid line: only the fallen-off-bus check catches it"
+
+
+def test_unreadable_kernel_log_is_a_visible_skip_never_a_clean_pass(run_cli, tools, h):
+    """dmesg under kernel.dmesg_restrict=1 without CAP_SYSLOG (recorded from util-linux 2.38.1)."""
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools(dmesg="dmesg_restricted.stderr", dmesg_rc=1))
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    xid = by_name(ns, "xid")[None]
+    assert xid["status"] == "skip" and xid["code"] == "KERNEL_LOG_UNREADABLE"
+    assert "read kernel buffer failed: Operation not permitted" in xid["message"]
+    assert ns.summary["incomplete"] is True and ns.result["incomplete"] is True
+    assert ns.summary["reason"].startswith("pass, 1 check(s) could not run: xid: kernel log not readable")
+    assert {"name": "xid", "status": "skip"}.items() <= ns.summary["checks"][0].items()
+
+
+def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, fake_tool, h, tmp_path):
+    jdir = tmp_path / "journal"
+    jdir.mkdir()
+    F = h.FIXTURES / "kernel"
+    jctl = fake_tool("journalctl", f'cat "{F / "journal_xid45_after_xid149_590.48.01.txt"}"')
+    args = tools(dmesg="dmesg_restricted.stderr", dmesg_rc=1)
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *args, "--journal-dir", str(jdir), "--journalctl", str(jctl))
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    xid = [c for c in ns.result["checks"] if c["name"] == "xid"]
+    assert {c["status"] for c in xid} == {"warn"} and all("Xid 45 (application" in c["message"] for c in xid)
+    assert "node journal" in xid[0]["message"] and not ns.result["incomplete"]
+
+
+def test_genuine_a100_mig_output_passes_but_says_what_it_could_not_check(run_cli, tools, h):
+    ns = run_cli("gpu_health", "--expected-gpus", "1", *tools(xml="nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"))
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    skipped = {c["name"]: c["code"] for c in ns.result["checks"] if c["status"] == "skip"}
+    assert skipped["ecc_uncorrected_volatile"] == "ECC_COUNTERS_UNAVAILABLE"  # MIG: volatile ECC is N/A
+    assert skipped["recovery_action"] == "GPU_RECOVERY_STATE_UNAVAILABLE"  # R510 has no recovery action
+    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, ")
+    assert by_name(ns, "pcie_width")["cuda:0"]["status"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "fixture, status, device, name",
+    [
+        ("dcgmi-diag-r1_3.3.5_pass.txt", "pass", None, None),
+        ("dcgmi-diag-r1_3.3.5_row_remap_fail.txt", "fail", "cuda:2", "dcgm_page_retirement_row_remap"),
+        ("dcgmi-diag-r1_4.2.3_memory_fail.txt", "fail", "cuda:1", "dcgm_memory"),
+    ],
+)
+def test_dcgm_diag(run_cli, tools, h, fixture, status, device, name):
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools(dcgm=fixture))
+    h.check_artifacts(ns, status=status, suite="gpu_health")
+    dcgm = [c for c in ns.result["checks"] if c["name"].startswith("dcgm_")]
+    assert dcgm, "dcgmi results must become checks"
+    assert ns.result["environment"]["dcgm"] in ("3.3.5", "4.2.3")
+    if name:
+        bad = h.failing(ns, name)
+        assert [c["device"] for c in bad] == [device]
+
+
+def test_dcgm_without_hostengine_is_skipped_with_a_warning(run_cli, tools, h):
+    ns = run_cli(
+        "gpu_health", "--expected-gpus", "8", *tools(dcgm="dcgmi-diag_no_hostengine.txt", dcgm_rc=255)
+    )
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert by_name(ns, "dcgm_diag")[None]["status"] == "skip"
+    assert any("no DCGM host engine" in w for w in ns.result["warnings"])
+
+
+def test_dcgm_garbage_is_an_error_never_a_pass(run_cli, tools, h):
+    ns = run_cli("gpu_health", "--expected-gpus", "8", *tools(dcgm="../kernel/dmesg_clean_6.18_firecracker.txt"))
+    h.check_artifacts(ns, status="error", suite="gpu_health")
+    assert "unparseable dcgmi diag output" in ns.summary["reason"]
+
+
+# ------------------------------------------------------------------ NVML path with a fake module
+class FakeNVMLError(Exception):
+    def __init__(self, value):
+        super().__init__({3: "Not Supported", 15: "GPU is lost", 10: "Timeout"}.get(value, "error"))
+        self.value = value
+
+
+class FabricInfo(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_uint), ("state", ctypes.c_uint)]
+
+
+class Handle:
+    """Opaque like nvmlDevice_t: code that passes an index where a handle belongs breaks."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+class FakeNVML:
+    """The subset of nvidia-ml-py gpu_health uses; GPU 1 is sick, GPU 2 has fallen off the bus."""
+
+    NVML_NVLINK_MAX_LINKS = 18
+    nvmlEventTypeXidCriticalError = 8
+    c_nvmlGpuFabricInfo_t = FabricInfo
+
+    def __init__(self):
+        self.samples = {}
+        self.shutdown = False
+        self.live_xids = [(0, 79)]
+
+    def nvmlShutdown(self):
+        self.shutdown = True
+
+    def nvmlSystemGetDriverVersion(self):
+        return "570.124.06"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12080
+
+    def nvmlDeviceGetCount(self):
+        return 3
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return Handle(i)
+
+    def nvmlDeviceGetName(self, h):
+        h = h.i
+        if h == 2:
+            raise FakeNVMLError(15)
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h):
+        h = h.i
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetPciInfo(self, h):
+        h = h.i
+        return type("P", (), {"busId": f"00000000:{0x18 + h:02X}:00.0".encode()})()
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        h = h.i
+        self.samples[h] = self.samples.get(h, 0) + 1
+        if h == 0 and self.samples[h] == 1:
+            return 0x1 | 0x8  # HW slowdown in one sample only: transient
+        return 0x1  # idle
+
+    def nvmlDeviceGetEccMode(self, h):
+        h = h.i
+        return [1, 1]
+
+    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        h = h.i
+        return 0
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        h = h.i
+        return (0, 3, 0, 1) if h == 1 else (0, 0, 0, 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        h = h.i
+        raise FakeNVMLError(3)  # Hopper: row remapping instead of page retirement
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        h = h.i
+        raise FakeNVMLError(3)
+
+    def nvmlDeviceGetPerformanceState(self, h):
+        h = h.i
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        h = h.i
+        return []
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        h = h.i
+        return 5
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        h = h.i
+        return 5
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h):
+        h = h.i
+        return 5
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        h = h.i
+        return 16
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        h = h.i
+        return 16
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        h = h.i
+        return 0
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        h = h.i
+        return 35
+
+    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
+        h = h.i
+        return 89
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        h = h.i
+        if link >= 18:
+            raise FakeNVMLError(3)
+        return 0 if (h == 1 and link == 3) else 1
+
+    def nvmlDeviceGetGpuFabricInfo(self, h, ref):
+        h = h.i
+        ref._obj.state, ref._obj.status = 3, 0  # Completed / NVML_SUCCESS
+
+    recovery = {0: 0, 1: 0}  # nvmlGpuRecoveryAction_t per GPU index (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+
+    def nvmlDeviceGetFieldValues(self, h, ids):
+        """Like nvidia-ml-py: an array of c_nvmlFieldValue_t; unsupported fields carry nvmlReturn 3."""
+        import pynvml
+
+        out = (pynvml.c_nvmlFieldValue_t * len(ids))()
+        for slot, fid in zip(out, ids):
+            slot.fieldId = fid
+            if fid == 230 and h.i in self.recovery:
+                slot.nvmlReturn, slot.value.uiVal = 0, self.recovery[h.i]
+            elif fid in (226, 227) and h.i in self.recovery:
+                slot.nvmlReturn, slot.value.uiVal = 0, 0
+            else:
+                slot.nvmlReturn = 3
+        return out
+
+    def nvmlEventSetCreate(self):
+        return "set"
+
+    def nvmlDeviceRegisterEvents(self, h, kind, es):
+        h = h.i
+        pass
+
+    def nvmlEventSetWait(self, es, timeout_ms):
+        if not self.live_xids:
+            raise FakeNVMLError(10)
+        dev, xid = self.live_xids.pop()
+        return type("E", (), {"device": Handle(dev), "eventData": xid})()
+
+    def nvmlEventSetFree(self, es):
+        pass
+
+
+def test_nvml_path(run_inproc, h, monkeypatch, tools):
+    fake = FakeNVML()
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: fake)
+    args = tools()
+    args[args.index("--source") + 1] = "auto"
+    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--xid-listen-seconds", "0.2", *args)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    fails = {(c["name"], c["device"]) for c in h.failing(ns)}
+    assert fails == {
+        ("row_remap_failure", "cuda:1"),
+        ("nvlink", "cuda:1"),
+        ("gpu_reachable", "cuda:2"),
+        ("xid", "cuda:0"),
+    }
+    env = ns.result["environment"]
+    assert env["gpu_state_source"] == "NVML" and env["driver"] == "570.124.06" and env["cuda"] == "12.8"
+    assert by_name(ns, "fabric")["cuda:0"]["status"] == "pass"
+    assert "live NVML event" in by_name(ns, "xid")["cuda:0"]["message"]
+    thr = by_name(ns, "clock_throttle")
+    assert thr["cuda:0"]["status"] == "warn" and "hw_slowdown seen in one sample" in thr["cuda:0"]["message"]
+    assert thr["cuda:1"]["status"] == "pass" and fake.samples[1] == 3
+    assert fake.shutdown, "NVML must be shut down"
+
+
+def test_nvml_recovery_action_is_read_and_judged(run_inproc, h, monkeypatch, tools):
+    fake = FakeNVML()
+    fake.recovery = {0: 1, 1: 0}  # the driver asks for a GPU reset of GPU 0
+    fake.live_xids = []
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: fake)
+    args = tools()
+    args[args.index("--source") + 1] = "auto"
+    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--xid-listen-seconds", "0.1", *args)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    rec = by_name(ns, "recovery_action")
+    assert rec["cuda:0"]["status"] == "fail" and rec["cuda:0"]["value"] == "GPU Reset"
+    assert rec["cuda:0"]["code"] == "GPU_RECOVERY_ACTION" and rec["cuda:1"]["status"] == "pass"

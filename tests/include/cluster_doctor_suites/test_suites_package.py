@@ -1,0 +1,111 @@
+"""The suites folder as shipped: flat ConfigMap-sized package, no Airflow, valid schema, docs, image."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import cluster_doctor_suites
+from jsonschema import Draft202012Validator
+
+SHIPPED = (".py", ".yaml", ".yml", ".json")
+
+
+def test_flat_and_configmap_sized(h):
+    d = h.SUITES_DIR
+    assert not [p for p in d.iterdir() if p.is_dir() and p.name != "__pycache__"], "a ConfigMap is flat"
+    files = [p for p in d.iterdir() if p.is_file() and p.name.endswith(SHIPPED)]
+    total = sum(p.stat().st_size for p in files)
+    assert total < 512 * 1024, f"{total} bytes: stay well under the 1 MiB ConfigMap limit"
+    for p in files:  # ConfigMap keys: [-._a-zA-Z0-9]+
+        assert re.fullmatch(r"[-._a-zA-Z0-9]+", p.name)
+
+
+def test_no_airflow_imports(h):
+    for p in h.SUITES_DIR.glob("*.py"):
+        assert not re.search(r"^\s*(from|import)\s+airflow", p.read_text(), re.M), p.name
+
+
+def test_every_suite_is_a_module_with_help(h):
+    for name in cluster_doctor_suites.SUITES:
+        assert (h.SUITES_DIR / f"{name}.py").exists()
+        p = subprocess.run(
+            [sys.executable, "-m", f"cluster_doctor_suites.{name}", "--help"],
+            capture_output=True,
+            text=True,
+            env=h.env(),
+            timeout=60,
+        )
+        assert p.returncode == 0 and "--output-dir" in p.stdout and "--expected-gpus" in p.stdout, name
+
+
+def test_schema_is_valid_2020_12(h):
+    schema = json.loads((h.SUITES_DIR / "result.schema.json").read_text())
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert {"check", "result", "summary"} <= set(schema["$defs"])
+    assert set(schema["$defs"]["result"]["properties"]["suite"]["enum"]) == set(cluster_doctor_suites.SUITES)
+
+
+def test_schema_rejects_what_it_should(h):
+    v = h.summary_validator()
+    good = {
+        "schema_version": "1",
+        "suite": "dl_unit",
+        "node": "n",
+        "status": "pass",
+        "reason": "ok",
+        "started_at": "2026-01-01T00:00:00.000Z",
+        "finished_at": "2026-01-01T00:00:01Z",
+        "duration_s": 1,
+        "suite_version": "sha256:0123456789abcdef",
+        "gpu_model": None,
+        "gpu_count": 0,
+        "metrics": {"a": 1},
+        "checks": [{"name": "x", "status": "pass"}],
+        "truncated": False,
+        "log_path": None,
+        "result_path": None,
+        "check_counts": {"pass": 1, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+    }
+    v.validate(good)
+    for bad in (
+        {**good, "status": "timeout"},
+        {**good, "reason": "two\nlines"},
+        {**good, "metrics": {"a": [1]}},
+        {**good, "started_at": "yesterday"},
+        {k: v_ for k, v_ in good.items() if k != "check_counts"},
+    ):
+        assert list(v.iter_errors(bad)), bad
+
+
+def test_readme_documents_the_contract(h):
+    text = (h.SUITES_DIR / "README.md").read_text()
+    for word in (
+        *cluster_doctor_suites.SUITES,
+        "srun",
+        "kubectl",
+        "CLUSTER_DOCTOR_RESULT",
+        "termination",
+        "exit code",
+        "baselines.yaml",
+        "suite_version",
+        "--device cpu",
+        "SIGTERM",
+    ):
+        assert word in text, word
+
+
+def test_dockerfile_builds_the_tools(h):
+    text = (h.SUITES_DIR / "Dockerfile").read_text()
+    assert re.search(r"^ARG TORCH_IMAGE=pytorch/pytorch:", text, re.M) and "\nFROM ${TORCH_IMAGE}\n" in text
+    assert "nccl-tests" in text and "MPI=0" in text and "fio" in text and "nvidia-ml-py" in text
+    assert "PYTHONPATH=/opt/cluster-doctor" in text
+
+
+def test_requirements(h):
+    reqs = (h.SUITES_DIR / "requirements.txt").read_text()
+    for pkg in ("torch==", "pyyaml==", "nvidia-ml-py=="):
+        assert pkg in reqs
