@@ -15,10 +15,10 @@ from cluster_doctor import suites
 from cluster_doctor.config import Settings
 from cluster_doctor.operator import NodeValidationPodOperator
 
-# Parse-time settings come from the environment (CLUSTER_DOCTOR_*); the Variable
-# cluster_doctor_settings is read at run time by the first task.
+# Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
+# other setting, per-task timeouts included, is read at run time with the Variable
+# cluster_doctor_settings, and discover refuses a Variable that changes what parsing fixed.
 SETTINGS = Settings.load()
-LONGEST_SUITE_S = max(SETTINGS.suite_timeout(t) for t in suites.CATALOG)
 
 DOC_MD = """
 ### Continuous validation of GPU nodes
@@ -89,7 +89,8 @@ with DAG(
 
         context = get_current_context()
         settings = airflow_support.load_settings()
-        return tasks.discover(context["params"], settings, airflow_support.core_v1(settings.kubernetes_conn_id))
+        return tasks.discover(context["params"], settings, airflow_support.core_v1(settings.kubernetes_conn_id),
+                              parsed=SETTINGS)
 
     @task
     def load_latest(discovered: dict) -> list:
@@ -156,8 +157,7 @@ with DAG(
     validate = NodeValidationPodOperator.partial(
         task_id="validate",
         pool=SETTINGS.pool,
-        # pending window + the longest suite's run budget + a margin for pre-checks and log draining
-        execution_timeout=dt.timedelta(seconds=SETTINGS.pending_timeout_s + LONGEST_SUITE_S + 600),
+        # execution_timeout: set by the operator from the run's settings (pending + suite budget + margin)
         retries=0,
         map_index_template="{{ task.node_name }} · {{ task.test_name }}",
     ).expand_kwargs(pairs)

@@ -29,6 +29,8 @@ DEPLOYMENT_ONLY = frozenset({
     "pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env", "pod_resources",
     "priority_class", "allowed_images",
 })
+# Fixed when the DAG file is parsed (pool, dagrun_timeout): a Variable cannot change them per run.
+PARSE_TIME = ("pool", "dagrun_timeout_s")
 # The Variable may set these only to a value the environment allows (see allowed_images).
 IMAGE_SETTINGS = ("image", "suite_images")
 
@@ -57,18 +59,23 @@ class Settings:
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
     # --- how pods are run ---
-    pool: str = _field("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default).")
+    pool: str = _field("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default). "
+                                         "Read when the DAG is parsed: set it in the environment.")
     pool_slots: int = _field(2, "Slots the pool is created with by `make demo` / the compose init.")
     pending_timeout_s: int = _field(1200, "A pod still Pending after this long is deleted: status timeout.")
     availability_check_s: int = _field(
         300, "While our pod is Pending, re-check this often that no user pod claimed the node.")
     max_queue_s: int = _field(
         1800, "A planned pair whose task starts later than this after the decision is skipped, no pod.")
-    dagrun_timeout_s: int = _field(3300, "A run is stopped after this long, shorter than the hourly schedule.")
+    dagrun_timeout_s: int = _field(3300, "A run is stopped after this long, shorter than the hourly schedule. "
+                                         "Read when the DAG is parsed: set it in the environment.")
     suite_timeouts_s: dict = _field(
         {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900},
         "Run-time budget of each suite once its pod is Running (pod activeDeadlineSeconds adds the "
-        "pending timeout; the task's execution_timeout adds both plus a margin).")
+        "pending timeout; the task's execution_timeout adds both plus task_margin_s), read at run time.")
+    task_margin_s: int = _field(
+        600, "Added to pending timeout + suite budget for the validate task's execution_timeout: time for "
+             "the pre-checks, draining the log and recording.")
     # --- the cluster ---
     kubernetes_conn_id: str = _field("kubernetes_default", "Airflow connection to the Kubernetes API.")
     gpu_resource: str = _field("nvidia.com/gpu", "Extended resource that marks and counts GPUs.")
@@ -120,7 +127,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         positive = ("staleness_days", "max_pairs_per_run", "pool_slots", "pending_timeout_s",
-                    "availability_check_s", "max_queue_s", "dagrun_timeout_s")
+                    "availability_check_s", "max_queue_s", "dagrun_timeout_s", "task_margin_s")
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -206,6 +213,30 @@ class Settings:
 
     def suite_timeout(self, test: str) -> int:
         return int(self.suite_timeouts_s.get(test, 900))
+
+    def pod_deadline_s(self, test: str) -> int:
+        """The pod's activeDeadlineSeconds: the pending window plus the suite's run-time budget."""
+        return self.pending_timeout_s + self.suite_timeout(test)
+
+    def task_timeout_s(self, test: str) -> int:
+        """The validate task's execution_timeout, from the same settings as the pod's deadline, so a
+        budget raised in the Variable is never cut short by the task."""
+        return self.pod_deadline_s(test) + self.task_margin_s
+
+    def check_parse_time(self, parsed: Settings) -> None:
+        """Refuse run-time settings that the DAG, fixed when it was parsed, cannot honour."""
+        for name in PARSE_TIME:
+            if getattr(self, name) != getattr(parsed, name):
+                raise InvalidSettings(
+                    f"setting {name}: {getattr(self, name)!r} from the Airflow Variable cannot take effect, the "
+                    f"DAG was parsed with {getattr(parsed, name)!r}; set {ENV_PREFIX}{name.upper()} in the "
+                    "deployment environment instead")
+        for test in self.tests:
+            if self.task_timeout_s(test) > self.dagrun_timeout_s:
+                raise InvalidSettings(
+                    f"setting suite_timeouts_s: {test} needs up to {self.task_timeout_s(test)} s (pending "
+                    f"{self.pending_timeout_s} + budget {self.suite_timeout(test)} + margin {self.task_margin_s}), "
+                    f"longer than the DagRun timeout of {self.dagrun_timeout_s} s")
 
 
 def _known(values: Mapping[str, Any], source: str) -> dict[str, Any]:

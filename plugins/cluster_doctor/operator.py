@@ -1,8 +1,13 @@
 """NodeValidationPodOperator: one validation pod pinned to one node, and the truth about how it ended.
 
-A subclass of the provider's KubernetesPodOperator (sync mode): the provider creates the pod, streams
-its log into the task log, reattaches after a worker restart (durable) and deletes the pod on every
-path (``on_finish_action="delete_pod"``, ``on_kill``). This class adds what validation needs:
+A subclass of the provider's KubernetesPodOperator (sync mode) whose lifecycle runs unchanged: the
+provider creates the pod, waits for it (schedule/startup timeouts, events logged), streams its log
+into the task log, reattaches after a worker restart, labels it already-checked and deletes it on
+every path (``on_finish_action="delete_pod"``, ``on_kill``). This class adds what validation needs
+through the provider's extension points: ``build_pod_request_obj`` (the pod spec), ``log_formatter``
+(the log tail), a ``KubernetesPodOperatorCallback`` (pod started, pod completed) and two small
+overrides that call ``super()`` (``await_pod_start``: the availability watch; ``cleanup``: the final
+pod state). What an exception out of the provider means is decided in ``provider_errors``:
 
 * before the pod exists: the decision is not older than the max queue time and the node is still
   free, else no pod and the attempt is ``skipped``;
@@ -21,30 +26,25 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.utils.pod_manager import (
-    PodLaunchTimeoutException,
-    PodPhase,
-    detect_pod_terminate_early_issues,
-)
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException, PodPhase
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from cluster_doctor import discovery, podspec, results, suites
+from cluster_doctor import discovery, podspec, provider_errors, results, suites
 from cluster_doctor.attempts import Attempt, parse_timestamp
 from cluster_doctor.config import Settings
 from cluster_doctor.nodes import validate_node_name
+from cluster_doctor.provider_errors import PodLaunchFailedException
+from cluster_doctor.status import EXECUTED
 from cluster_doctor.store import RetryPolicy
-
-try:  # moved between provider versions
-    from airflow.providers.cncf.kubernetes.exceptions import PodLaunchFailedException
-except ImportError:  # pragma: no cover
-    from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchFailedException
 
 LOG_TAIL_LINES = 200
 # A short budget inside the pool slot; the record task retries longer.
@@ -61,6 +61,60 @@ class _Ended(Exception):
     def __init__(self, status: str, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class _Observer(KubernetesPodOperatorCallback):
+    """The provider's own signals, kept for the verdict: the pod started; the pod completed."""
+
+    @staticmethod
+    def on_pod_starting(*, operator: NodeValidationPodOperator, **kwargs: Any) -> None:
+        operator._reached_running = True
+
+    @staticmethod
+    def on_pod_completion(*, pod: Any, operator: NodeValidationPodOperator, **kwargs: Any) -> None:
+        if pod is not None:
+            operator._final_pod = ApiClient().sanitize_for_serialization(pod)
+
+
+class _PendingWatch(threading.Thread):
+    """Runs beside the provider's wait for the pod to start. Deletes our pod when a user pod claims
+    the node, or when it stayed Pending for the whole pending window (the provider's schedule and
+    startup timeouts restart when the pod is bound; this one counts from creation)."""
+
+    def __init__(self, operator: NodeValidationPodOperator, pod: Any):
+        super().__init__(name=f"pending-watch-{pod.metadata.name}", daemon=True)
+        self.operator, self.pod = operator, pod
+        self.stopped = threading.Event()
+        self.claimed_by: str | None = None
+        self.timed_out = False
+
+    def run(self) -> None:
+        s = self.operator.cd_settings
+        start = time.monotonic()
+        next_check = start + s.availability_check_s
+        while not self.stopped.wait(min(1.0, s.availability_check_s)):
+            now = time.monotonic()
+            try:
+                if now >= next_check:
+                    holders = discovery.node_gpu_pods(self.operator.client, self.operator.node_name,
+                                                      s.gpu_resource, exclude_pod=self.pod.metadata.name)
+                    if holders:
+                        self.claimed_by = holders[0]
+                    else:
+                        self.operator.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
+                                               now - start, self.operator.node_name)
+                    next_check = now + s.availability_check_s
+                if not self.claimed_by and now - start >= s.pending_timeout_s:
+                    self.timed_out = True
+                if self.claimed_by or self.timed_out:
+                    self.operator.pod_manager.delete_pod(self.pod)  # ends the provider's wait
+                    return
+            except Exception as exc:  # the provider's own wait still bounds this try
+                self.operator.log.warning("availability check failed: %s", _one_line(exc))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=30)
 
 
 class NodeValidationPodOperator(KubernetesPodOperator):
@@ -89,9 +143,13 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self.planned_at = planned_at
         self.why = why
         self.run_config = dict(run_config)
+        # Mapped tasks are built at run time from the run's settings (the Variable included), so the
+        # task timeout and the pod's deadline come from the same numbers.
         self.cd_settings = Settings(**self.run_config["settings"])
         s = self.cd_settings
         kwargs.setdefault("kubernetes_conn_id", s.kubernetes_conn_id)
+        kwargs["execution_timeout"] = dt.timedelta(seconds=s.task_timeout_s(test_name))
+        kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _Observer]
         super().__init__(
             namespace=s.namespace,
             name=podspec.pod_name_prefix(node_name, test_name),
@@ -141,49 +199,56 @@ class NodeValidationPodOperator(KubernetesPodOperator):
     def execute(self, context):
         started = dt.datetime.now(dt.UTC)
         self._context = context  # on_kill records the attempt under this try's identity
-        outcome: results.PodOutcome | None = None
         try:
             if self.find_pod(self.namespace, context=context) is None:  # no pod to reattach to
                 self._precheck(started)
             super().execute(context)
-            outcome = results.classify(
-                self._final_pod if not self._pod_vanished else None,
-                node_name=self.node_name,
-                test_name=self.test_name,
-                log_tail=list(self._log_tail),
-                run_budget_s=self.cd_settings.suite_timeout(self.test_name),
-            )
-        except _Ended as ended:
-            outcome = results.PodOutcome(ended.status, ended.reason)
-        except NodeClaimed as claimed:
-            outcome = results.PodOutcome("preempted", f"a user pod claimed the node while ours was Pending: {claimed}")
-        except PodLaunchFailedException as exc:
-            outcome = results.PodOutcome("timeout", f"the pod could not start: {_one_line(exc)}")
-        except PodLaunchTimeoutException as exc:
-            outcome = results.PodOutcome("timeout", _one_line(exc))
-        except ApiException as exc:
-            if exc.status == 404 and self._reached_running:
-                outcome = results.PodOutcome("preempted", "the pod disappeared while running (deleted or preempted)")
-            else:
-                outcome = self._orchestration_error(exc)
-        except Exception as exc:
-            # The provider wraps launch timeouts in a generic AirflowException: tell them apart.
-            if isinstance(exc.__context__, PodLaunchTimeoutException):
-                outcome = results.PodOutcome("timeout", _one_line(exc.__context__))
-            elif _is_task_timeout(exc):
+            outcome = self._judge()
+        except (Exception, AirflowTaskTimeout) as exc:
+            timeout = provider_errors.find(exc, AirflowTaskTimeout)
+            if timeout is not None:
+                # Recorded before Airflow's timeout handling calls on_kill and fails the task.
                 reason = "the validation task hit its execution_timeout; pod deleted"
-                outcome = results.PodOutcome("error" if self._reached_running else "timeout", reason)
-                self._record(context, outcome, started)
-                raise
-            else:
-                outcome = self._orchestration_error(exc)
-        return self._finish(context, outcome, started)
+                self._record(context, results.PodOutcome("error" if self._reached_running else "timeout", reason))
+                raise timeout from None
+            outcome = self._outcome_of(exc)
+        return self._finish(context, outcome)
 
-    def _orchestration_error(self, exc: BaseException) -> results.PodOutcome:
+    def _judge(self) -> results.PodOutcome:
+        return results.classify(
+            self._final_pod if not self._pod_vanished else None,
+            node_name=self.node_name,
+            test_name=self.test_name,
+            log_tail=list(self._log_tail),
+            run_budget_s=self.cd_settings.suite_timeout(self.test_name),
+        )
+
+    def _outcome_of(self, exc: BaseException) -> results.PodOutcome:
+        """What an exception out of the provider's lifecycle (or our additions to it) means."""
+        ended = provider_errors.find(exc, _Ended)
+        if ended is not None:
+            return results.PodOutcome(ended.status, ended.reason)
+        claimed = provider_errors.find(exc, NodeClaimed)
+        if claimed is not None:
+            return results.PodOutcome("preempted", f"a user pod claimed the node while ours was Pending: {claimed}")
+        explained = provider_errors.explain(exc)
+        kind = explained.kind
+        if kind == provider_errors.LAUNCH_TIMEOUT:
+            return results.PodOutcome(
+                "timeout", f"the pod was still Pending after {self.cd_settings.pending_timeout_s} s; pod deleted"
+                + self._last_scheduling_message())
+        if kind == provider_errors.LAUNCH_FAILED:
+            return results.PodOutcome("timeout", f"the pod could not start: {explained.message}")
+        if kind == provider_errors.POD_GONE and self._reached_running:
+            return results.PodOutcome("preempted", "the pod disappeared while running (deleted or preempted)")
+        if kind == provider_errors.OTHER and self._reached_running and self._final_pod is not None:
+            # The provider's own "Pod ... returned a failure" (a suite that exits 1 or 2): the pod's
+            # final state and its termination message say what happened.
+            return self._judge()
         # An orchestration failure says nothing about the node: unless the suite was already running,
         # record it as skipped so the pair stays due.
         status = "error" if self._reached_running else "skipped"
-        return results.PodOutcome(status, f"orchestration error: {_one_line(exc)}")
+        return results.PodOutcome(status, f"orchestration error: {explained.message}")
 
     def _precheck(self, started: dt.datetime) -> None:
         planned = parse_timestamp(self.planned_at, "planned_at")
@@ -200,46 +265,43 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
     # ------------------------------------------------------------------ while Pending
     def await_pod_start(self, pod) -> None:
-        """Wait for the pod to leave Pending, re-checking the node's availability on the way."""
-        s = self.cd_settings
-        start = time.monotonic()
-        next_check = start + s.availability_check_s
-        interval = self.startup_check_interval_seconds
-        while True:
-            remote = self.pod_manager.read_pod(pod)
-            phase = remote.status.phase
-            if phase == PodPhase.FAILED and not remote.status.container_statuses:
-                self._final_pod = ApiClient().sanitize_for_serialization(remote)
-                disrupted = results.classify(self._final_pod, node_name=self.node_name, test_name=self.test_name)
-                if disrupted.status == "preempted":
-                    raise _Ended("preempted", disrupted.reason)
-                raise PodLaunchFailedException(f"pod failed before its container started: {remote.status.reason}")
-            if phase not in (PodPhase.PENDING, "Unknown"):
-                self._reached_running = True
-                self.log.info("Pod %s is %s on %s", pod.metadata.name, phase, self.node_name)
-                return
-            problem = detect_pod_terminate_early_issues(remote)
-            if problem:
-                raise PodLaunchFailedException(problem)
-            now = time.monotonic()
-            if now >= next_check:
-                holders = discovery.node_gpu_pods(self.client, self.node_name, s.gpu_resource,
-                                                  exclude_pod=pod.metadata.name)
-                if holders:
-                    raise NodeClaimed(holders[0])
-                self.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
-                              now - start, self.node_name)
-                next_check = now + s.availability_check_s
-            if now - start >= s.pending_timeout_s:
-                raise PodLaunchTimeoutException(
-                    f"the pod was still Pending after {s.pending_timeout_s} s; pod deleted"
-                    + self._last_scheduling_message(pod)
-                )
-            time.sleep(min(interval, max(0.05, s.pending_timeout_s - (now - start))))
-
-    def _last_scheduling_message(self, pod) -> str:
+        """The provider's wait, unchanged (schedule/startup timeouts, early-failure detection, events
+        logged on failure), with ``_PendingWatch`` beside it."""
+        watch = _PendingWatch(self, pod)
+        watch.start()
         try:
-            events = self.pod_manager.read_pod_events(pod).items
+            super().await_pod_start(pod)
+        except Exception as exc:
+            watch.stop()
+            self._raise_if_watched(watch, exc)
+            if isinstance(exc, PodLaunchFailedException):
+                self._raise_if_disrupted(pod, exc)
+            raise
+        watch.stop()
+        self._raise_if_watched(watch, None)
+        self._reached_running = True
+
+    def _raise_if_watched(self, watch: _PendingWatch, cause: BaseException | None) -> None:
+        if watch.claimed_by:
+            raise NodeClaimed(watch.claimed_by) from cause
+        if watch.timed_out:
+            raise PodLaunchTimeoutException(f"still Pending after {self.cd_settings.pending_timeout_s} s") from cause
+
+    def _raise_if_disrupted(self, pod, cause: BaseException) -> None:
+        """A pod Failed before its container started may have been preempted or evicted: not a launch problem."""
+        try:
+            final = ApiClient().sanitize_for_serialization(self.pod_manager.read_pod(pod))
+        except Exception:
+            return
+        disrupted = results.classify(final, node_name=self.node_name, test_name=self.test_name)
+        if disrupted.status == "preempted":
+            raise _Ended("preempted", disrupted.reason) from cause
+
+    def _last_scheduling_message(self) -> str:
+        if self.pod is None:
+            return ""
+        try:
+            events = self.pod_manager.read_pod_events(self.pod).items
         except Exception:
             return ""
         warnings = [e for e in events if e.type == "Warning"]
@@ -250,19 +312,24 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
     # ------------------------------------------------------------------ after the run
     def cleanup(self, pod, remote_pod, xcom_result=None, context=None) -> None:
-        """Read the pod's final state, then delete it. Never raises: the outcome is decided in execute."""
-        if self._killed or not remote_pod:
-            return
-        try:
-            final = self.pod_manager.read_pod(remote_pod)
-            self._final_pod = ApiClient().sanitize_for_serialization(final)
-            if final.status and final.status.phase not in (PodPhase.PENDING, "Unknown", None):
-                self._reached_running = True
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            self._pod_vanished = True
-        self.process_pod_deletion(remote_pod, reraise=False)
+        """The provider's cleanup (already-checked label, events on failure, deletion, its failure
+        exception), given the pod's final state: on a failure path the provider still holds the pod as
+        read at creation. The final state is kept for the verdict."""
+        if not self._killed and remote_pod is not None:
+            terminal = getattr(remote_pod.status, "phase", None) in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+            if not terminal:
+                try:
+                    remote_pod = self.pod_manager.read_pod(remote_pod)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        self._pod_vanished = True
+                    else:
+                        self.log.warning("could not read the pod's final state: %s", _one_line(exc))
+            if not self._pod_vanished:
+                self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
+                if getattr(remote_pod.status, "phase", None) not in (PodPhase.PENDING, "Unknown", None):
+                    self._reached_running = True
+        super().cleanup(pod, remote_pod, xcom_result, context)
 
     def on_kill(self) -> None:
         super().on_kill()  # deletes the pod
@@ -271,38 +338,21 @@ class NodeValidationPodOperator(KubernetesPodOperator):
                 "skipped", "the validation task was killed before the suite finished (DagRun timeout or a "
                            "manual stop); pod deleted")
             try:
-                self._write(self._attempt(self._context, outcome, dt.datetime.now(dt.UTC)))
+                self._record(self._context, outcome)
             except Exception as exc:  # best effort: the record task fills any gap
                 self.log.warning("could not record the killed attempt: %s", _one_line(exc))
 
     # ------------------------------------------------------------------ recording
-    def _attempt(self, context, outcome: results.PodOutcome, started: dt.datetime) -> Attempt:
-        summary = outcome.summary or {}
-        finished = outcome.finished_at or dt.datetime.now(dt.UTC)
-        began = outcome.started_at
-        duration = summary.get("duration_s")
-        if duration is None and began is not None:
-            duration = max(0.0, (finished - began).total_seconds())
+    def _attempt(self, context, outcome: results.PodOutcome) -> Attempt:
         ti = context["ti"] if context else None
-        if outcome.status in ("pass", "fail", "error"):
-            metrics, checks = summary.get("metrics") or {}, summary.get("checks") or []
-        else:
-            metrics, checks = {}, []
-        return Attempt(
+        return results.to_attempt(
+            outcome,
             node_name=self.node_name,
             test_name=self.test_name,
-            status=outcome.status,
-            started_at=began,
-            finished_at=finished,
-            duration_s=duration,
-            metrics=metrics if isinstance(metrics, Mapping) else {},
-            checks=checks if isinstance(checks, list) else [],
-            reason=outcome.reason,
-            log_path=summary.get("log_path"),
-            pod_name=self.pod.metadata.name if self.pod is not None else None,
-            gpu_model=summary.get("gpu_model") or self.gpu_model,
             gpu_count=self.gpu_count,
-            suite_version=summary.get("suite_version") or self.run_config.get("suite_version"),
+            gpu_model=self.gpu_model,
+            suite_version=self.run_config.get("suite_version"),
+            pod_name=self.pod.metadata.name if self.pod is not None else None,
             dag_id=ti.dag_id if ti else self.dag_id,
             run_id=ti.run_id if ti else "",
             map_index=ti.map_index if ti else -1,
@@ -314,35 +364,44 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
         results_store(self.cd_settings.validation_db_conn_id, retry=DIRECT_WRITE_RETRY).record([attempt])
 
-    def _record(self, context, outcome: results.PodOutcome, started: dt.datetime) -> Attempt:
-        attempt = self._attempt(context, outcome, started)
-        context["ti"].xcom_push(key="attempt", value=attempt.to_dict())
+    def _record(self, context, outcome: results.PodOutcome) -> Attempt:
+        """XCom first (the record task's source, so it never adds a second row for this try), then
+        the results DB directly; both keyed by the try's identity."""
+        attempt = self._attempt(context, outcome)
         self._recorded = True
+        context["ti"].xcom_push(key="attempt", value=attempt.to_dict())
         try:
             self._write(attempt)
         except Exception as exc:  # the record task writes it from XCom, with longer retries
             self.log.warning("results DB write deferred to the record task: %s", _one_line(exc))
         return attempt
 
-    def _finish(self, context, outcome: results.PodOutcome, started: dt.datetime):
-        attempt = self._record(context, outcome, started)
-        headline = f"{self.node_name} · {self.test_name}: {outcome.status.upper()}"
-        if outcome.reason:
-            headline += f" — {outcome.reason}"
-        if outcome.status == "pass":
+    def _finish(self, context, outcome: results.PodOutcome):
+        attempt = self._record(context, outcome)
+        status = attempt.status  # what was recorded, after the boundary's checks
+        headline = f"{self.node_name} · {self.test_name}: {str(status).upper()}"
+        if attempt.reason:
+            headline += f" — {attempt.reason}"
+        if status == "pass":
             self.log.info(headline)
             return attempt.to_dict()
-        if outcome.status in ("fail", "error"):
+        if status in EXECUTED:
             for line in results.failing_checks(outcome.summary):
                 self.log.error("  %s", line)
             self.log.error(headline)
             raise AirflowFailException(headline)
-        if outcome.status == "timeout" and (outcome.reason or "").startswith("the pod could not start"):
+        if status == "timeout" and (attempt.reason or "").startswith("the pod could not start"):
             # An image or configuration problem, not the node: make it red so someone fixes it.
             self.log.error(headline)
             raise AirflowFailException(headline)
         self.log.warning(headline)
         raise AirflowSkipException(headline)
+
+
+def _as_list(callbacks: Any) -> list:
+    if not callbacks:
+        return []
+    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
 def _one_line(exc: BaseException | str) -> str:
@@ -351,7 +410,3 @@ def _one_line(exc: BaseException | str) -> str:
 
 def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
-
-
-def _is_task_timeout(exc: BaseException) -> bool:
-    return type(exc).__name__ == "AirflowTaskTimeout"

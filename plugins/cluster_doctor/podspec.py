@@ -167,7 +167,7 @@ def build_pod(
     spec["schedulerName"] = settings.scheduler_name
     spec["restartPolicy"] = "Never"
     # Kubernetes kills a pod that outlives its pending window plus run budget, even if Airflow is gone.
-    spec["activeDeadlineSeconds"] = settings.pending_timeout_s + settings.suite_timeout(test_name)
+    spec["activeDeadlineSeconds"] = settings.pod_deadline_s(test_name)
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
 

@@ -24,9 +24,13 @@ def _now() -> dt.datetime:
 
 
 # ---------------------------------------------------------------------------- 1. discover
-def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None) -> dict:
-    """Validate the run's params, then find the free GPU nodes (and why the others are not)."""
+def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
+             parsed: Settings | None = None) -> dict:
+    """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
+    then find the free GPU nodes (and why the others are not)."""
     now = now or _now()
+    if parsed is not None:
+        settings.check_parse_time(parsed)
     run = planning.parse_params(params, settings, now=now)
     found = discovery.discover(core_v1, settings, run.node_range)
     log.info("%d GPU node(s) in range %s: %d free, %d not eligible (%d API calls, %d pods read)",

@@ -275,3 +275,32 @@ def test_no_pod_when_the_node_became_busy_after_planning(runner, cluster, db_dsn
     assert "default/batch-eval-0" in by_node["gpu-001"]["reason"]
     assert by_node["gpu-002"]["status"] == "pass"
     assert sorted(p["node"] for p in validation_pods(cluster)) == ["gpu-002"]  # no pod for gpu-001
+
+
+# settings read at run time -----------------------------------------------------------------------
+def test_a_suite_budget_raised_in_the_variable_is_honoured_by_the_pod_and_the_task(runner, cluster, db_dsn):
+    # Parsed with a 2 s budget: pod deadline 3 + 2 s, task timeout 3 + 2 + 2 s. The Variable raises the
+    # budget to 40 s at run time; the suite needs 9 s and must pass, cut short by neither.
+    runner.env_overrides.update({
+        "CLUSTER_DOCTOR_PENDING_TIMEOUT_S": "3", "CLUSTER_DOCTOR_TASK_MARGIN_S": "2",
+        "CLUSTER_DOCTOR_SUITE_TIMEOUTS_S": '{"gpu_health": 2}',
+        "AIRFLOW_VAR_CLUSTER_DOCTOR_SETTINGS": '{"suite_timeouts_s": {"gpu_health": 40}}',
+    })
+    cluster.add_gpu_node("gpu-001")
+    text = summary("gpu-001")
+    cluster.set_script("gpu-001", "exit", exit_code=0, run_seconds=9, termination_message=text,
+                       log=f"CLUSTER_DOCTOR_RESULT {text}\n")
+    result = runner.run()
+    assert validate_states(result) == {"gpu-001 · gpu_health": "success"}, runner.last_log[-3000:]
+    assert [r["status"] for r in rows(db_dsn)] == ["pass"]
+    assert result["state"] == "success"
+
+
+def test_a_variable_changing_what_parsing_fixed_is_refused_before_any_pod(runner, cluster, db_dsn):
+    runner.env_overrides["AIRFLOW_VAR_CLUSTER_DOCTOR_SETTINGS"] = '{"pool": "elsewhere"}'
+    cluster.add_gpu_node("gpu-001")
+    script_result(cluster, "gpu-001")
+    result = runner.run()
+    assert result["state"] == "failed" and result["states"][("discover", -1)] == "failed"
+    assert "setting pool: 'elsewhere' from the Airflow Variable cannot take effect" in runner.last_log
+    assert validation_pods(cluster) == [] and rows(db_dsn) == []

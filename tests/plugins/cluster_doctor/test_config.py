@@ -98,3 +98,23 @@ def test_the_ui_still_tunes_scheduling():
 def test_bad_capability_names_are_refused(caps):
     with pytest.raises(InvalidSettings, match="pod_capabilities"):
         Settings(pod_capabilities=caps)
+
+
+def test_run_time_settings_that_parsing_fixed_are_refused_with_the_variable_to_fix():
+    parsed = Settings()
+    Settings(suite_timeouts_s={"dl_unit": 1400}).check_parse_time(parsed)  # 1200 + 1400 + 600 < 3300
+    with pytest.raises(InvalidSettings, match=r"setting pool: 'other' from the Airflow Variable cannot take "
+                                              r"effect.*CLUSTER_DOCTOR_POOL"):
+        Settings(pool="other").check_parse_time(parsed)
+    with pytest.raises(InvalidSettings, match="setting dagrun_timeout_s"):
+        Settings(dagrun_timeout_s=9000).check_parse_time(parsed)
+    with pytest.raises(InvalidSettings, match=r"dl_unit needs up to 3800 s \(pending 1200 \+ budget 2000 \+ "
+                                              r"margin 600\), longer than the DagRun timeout of 3300 s"):
+        Settings(suite_timeouts_s={"dl_unit": 2000}).check_parse_time(parsed)
+    # a suite that is not enabled does not count
+    Settings(tests=["gpu_health"], suite_timeouts_s={"dl_unit": 9000}).check_parse_time(parsed)
+
+
+def test_the_task_timeout_and_the_pod_deadline_come_from_the_same_numbers():
+    s = Settings(pending_timeout_s=100, suite_timeouts_s={"gpu_health": 50}, task_margin_s=7)
+    assert s.pod_deadline_s("gpu_health") == 150 and s.task_timeout_s("gpu_health") == 157
