@@ -233,6 +233,14 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             return results.PodOutcome("preempted", f"a user pod claimed the node while ours was Pending: {claimed}")
         explained = provider_errors.explain(exc)
         kind = explained.kind
+        if kind in (provider_errors.API_ERROR, provider_errors.OTHER) and self._pod_ended():
+            # The pod ended and its final state was read: the termination message and the pod status
+            # are the truth, an API error on the way (pods/log proxied to an unreachable kubelet: 500)
+            # never changes the verdict. The provider's "Pod ... returned a failure" lands here too.
+            outcome = self._judge()
+            if kind == provider_errors.API_ERROR:
+                outcome.reason = f"{outcome.reason or ''} (pod log unavailable: {explained.message})".strip()
+            return outcome
         if kind == provider_errors.LAUNCH_TIMEOUT:
             return results.PodOutcome(
                 "timeout", f"the pod was still Pending after {self.cd_settings.pending_timeout_s} s; pod deleted"
@@ -241,10 +249,11 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             return results.PodOutcome("timeout", f"the pod could not start: {explained.message}")
         if kind == provider_errors.POD_GONE and self._reached_running:
             return results.PodOutcome("preempted", "the pod disappeared while running (deleted or preempted)")
-        if kind == provider_errors.OTHER and self._reached_running and self._final_pod is not None:
-            # The provider's own "Pod ... returned a failure" (a suite that exits 1 or 2): the pod's
-            # final state and its termination message say what happened.
-            return self._judge()
+        if kind == provider_errors.POD_GONE and self.pod is not None:
+            # Removed while Pending: the scheduler preempted it for a higher-priority pod (before
+            # Kubernetes 1.26 only a Preempted event says so) or someone deleted it. The suite never ran.
+            return results.PodOutcome("preempted", "the pod was removed while Pending"
+                                      + (self._last_event_message("Preempted") or " (no preemption event)"))
         # An orchestration failure says nothing about the node: unless the suite was already running,
         # record it as skipped so the pair stays due.
         status = "error" if self._reached_running else "skipped"
@@ -298,17 +307,26 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             raise _Ended("preempted", disrupted.reason) from cause
 
     def _last_scheduling_message(self) -> str:
+        return self._last_event_message()
+
+    def _last_event_message(self, reason: str | None = None) -> str:
+        """The pod's last Warning event (or last event with ``reason``), whole: the scheduler's
+        message lists every filter and the end of it matters."""
         if self.pod is None:
             return ""
         try:
             events = self.pod_manager.read_pod_events(self.pod).items
         except Exception:
             return ""
-        warnings = [e for e in events if e.type == "Warning"]
-        if not warnings:
+        chosen = [e for e in events if (e.reason == reason if reason else e.type == "Warning")]
+        if not chosen:
             return ""
-        last = warnings[-1]
-        return f" (last event {last.reason}: {_one_line(last.message)})"
+        last = chosen[-1]
+        return f" (last event {last.reason}: {results.clean_text(last.message or '', results.MAX_REASON)})"
+
+    def _pod_ended(self) -> bool:
+        status = (self._final_pod or {}).get("status") or {}
+        return not self._pod_vanished and status.get("phase") in (PodPhase.SUCCEEDED, PodPhase.FAILED)
 
     # ------------------------------------------------------------------ after the run
     def cleanup(self, pod, remote_pod, xcom_result=None, context=None) -> None:

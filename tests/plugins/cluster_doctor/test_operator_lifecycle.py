@@ -167,3 +167,39 @@ def test_overrides_call_the_provider():
         assert hasattr(KubernetesPodOperator, name)
         source = inspect.getsource(getattr(NodeValidationPodOperator, name))
         assert f"super().{name}(" in source, name
+
+
+@pytest.mark.parametrize("version", ["1.25", "1.31"])  # before 1.26: no DisruptionTarget, only the event
+def test_a_pending_pod_preempted_and_removed_is_preempted_not_an_orchestration_error(cluster, version):
+    cluster.configure(kubernetes_version=version)
+    cluster.set_script("gpu-001", "never_schedule", message="0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
+
+    def scheduler_preempts_ours():
+        (pod,) = cluster.wait_for(lambda: cluster.pod_history(POD_SELECTOR), timeout=30, message="our pod")
+        time.sleep(0.5)
+        cluster.preempt(NS, pod["name"])
+
+    thread = threading.Thread(target=scheduler_preempts_ours, daemon=True)
+    thread.start()
+    _, written, _, raised = run(operator())
+    thread.join(5)
+    assert isinstance(raised, AirflowSkipException)
+    (attempt,) = written
+    assert attempt.status == "preempted" and "Preempted by pod" in attempt.reason, attempt.reason
+
+
+def test_an_unreachable_kubelet_after_a_pass_never_changes_the_verdict(cluster):
+    cluster.configure(unreachable_kubelets=["gpu-001"])  # pods/log answers 500, as the apiserver's proxy does
+    script_result(cluster, "gpu-001")
+    _, written, returned, raised = run(operator())
+    assert raised is None and returned["status"] == "pass", (raised, written)
+    assert [a.status for a in written] == ["pass"]
+
+
+def test_a_long_scheduler_message_is_kept_whole(cluster):
+    filters = ", ".join(f"{i} node(s) didn't match Pod's node affinity/selector" for i in range(1, 25))
+    message = f"0/4000 nodes are available: {filters}. preemption: 0/4000 nodes are available: END-OF-MESSAGE."
+    cluster.set_script("gpu-001", "never_schedule", message=message)
+    _, written, _, _ = run(operator(pending_timeout_s=3))
+    (attempt,) = written
+    assert 1000 < len(message) < 1800 and "END-OF-MESSAGE" in attempt.reason
