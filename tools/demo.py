@@ -38,8 +38,9 @@ def say(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def results_db() -> str:
-    server = database.embedded_server(DEMO / "pgdata")
+def results_db(pgdata: pathlib.Path) -> tuple[object, str]:
+    """A fresh demo results DB on the embedded server in ``pgdata``; the caller stops the server."""
+    server = database.embedded_server(pgdata, cleanup_mode="stop")
     admin = database.libpq_params(server.get_uri())
     conn = psycopg.connect(**admin)
     conn.autocommit = True
@@ -48,8 +49,14 @@ def results_db() -> str:
         cur.execute("CREATE DATABASE cluster_doctor_demo")
     conn.close()
     host = admin["host"]
-    return f"postgresql://{admin.get('user', 'postgres')}@/cluster_doctor_demo?host={host}" + (
+    return server, f"postgresql://{admin.get('user', 'postgres')}@/cluster_doctor_demo?host={host}" + (
         f"&port={admin['port']}" if admin.get("port") else "")
+
+
+def stop_results_db(server) -> None:
+    """The demo stops the PostgreSQL it started: nothing of it keeps running after `make demo`."""
+    server.cleanup()
+    print(f"embedded PostgreSQL in {DEMO / 'pgdata'} stopped (its data stays for the next demo)")
 
 
 def seed_history(url: str) -> None:
@@ -100,8 +107,9 @@ def cluster(emu: EmulatorProcess) -> None:
         ns, name = ref.split("/")
         emu.add_user_pod(node, gpus=8, namespace=ns, name=name)
     summary = fault_summary(FAULTY)
-    emu.set_script(FAULTY, "exit", exit_code=1, run_seconds=1.0, termination_message=summary,
-                   log=f"gpu_health on {FAULTY}\nCLUSTER_DOCTOR_RESULT {summary}\n")
+    # only gpu_health pods play the ECC fault; another suite on this node runs for real
+    emu.set_script(FAULTY, "exit", labels={"cluster-doctor.io/test": "gpu_health"}, exit_code=1, run_seconds=1.0,
+                   termination_message=summary, log=f"gpu_health on {FAULTY}\nCLUSTER_DOCTOR_RESULT {summary}\n")
     print(f"{len(NODES)} GPU nodes + 1 CPU node; busy: {', '.join(BUSY)}; injected fault: {FAULTY} (GPU 3 ECC)")
 
 
@@ -113,7 +121,14 @@ def main() -> int:
         (DEMO / stale).mkdir()
 
     say("results database (embedded PostgreSQL)")
-    url = results_db()
+    server, url = results_db(DEMO / "pgdata")
+    try:
+        return demo(url, started)
+    finally:
+        stop_results_db(server)
+
+
+def demo(url: str, started: float) -> int:
     print(ResultStore(url).upgrade().describe())
     seed_history(url)
 
