@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from cluster_doctor import suites
 from cluster_doctor.config import Settings
+from cluster_doctor.nodes import NODE_RANGE_PATTERN
 from cluster_doctor.operator import NodeValidationPodOperator
 
 # Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
@@ -64,12 +65,14 @@ with DAG(
     doc_md=DOC_MD,
     default_args={"retries": 0, "owner": "cluster-doctor"},
     params={
+        # nullable: the UI makes a plain string field required, and "empty = every node" must submit
         "node_range": Param(
-            "", type="string", title="Node range",
+            None, type=["null", "string"], pattern=NODE_RANGE_PATTERN, maxLength=4096, title="Node range",
             description="Hostlist or glob expression, e.g. gpu-[001-064,100] or gpu-a*. Empty: every GPU node."),
+        # `examples` is what makes the Airflow UI render an array as a multi-select
         "tests": Param(
-            list(SETTINGS.tests), type="array", title="Tests",
-            items={"type": "string", "enum": list(suites.CATALOG)},
+            list(SETTINGS.tests), type="array", title="Tests", examples=list(suites.CATALOG),
+            items={"type": "string", "enum": list(suites.CATALOG)}, minItems=1,
             description="Suites to run: " + "; ".join(f"{s.name}: {s.title}" for s in suites.CATALOG.values())),
         "stale_before": Param(
             None, type=["null", "string"], format="date-time", title="Stale before",

@@ -156,6 +156,13 @@ class NodeRange:
         return f"NodeRange({self.expression!r})"
 
 
+# A coarse JSON-schema pattern for the trigger form (ECMAScript regex, checked in the browser and by
+# Param validation at trigger time): names, globs and bracketed numeric ranges only, brackets closed.
+# It refuses obvious typos at once; parse_node_range still validates fully at run time. Empty (or
+# null) means every GPU node.
+NODE_RANGE_PATTERN = r"^(?:[a-z0-9.*?,-]|\[[0-9a-z,-]+\])*$"
+
+
 def parse_node_range(expression: str | None) -> NodeRange:
     if expression is not None and not isinstance(expression, str):
         raise InvalidNodeRange(f"node range must be text, got {type(expression).__name__}")

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 from tests.conftest import REPO
 
@@ -78,3 +80,32 @@ def test_parse_time_is_small():
     seconds = float(out.stdout.strip().splitlines()[-1])
     print(f"DAG file parse time: {seconds:.3f} s")
     assert seconds < 5  # generous: a sanity bound, the benchmark reports the real figure
+
+
+def test_the_default_trigger_form_is_valid_and_tests_render_as_a_multi_select(dagbag):
+    import jsonschema
+
+    params = dagbag.dags["continuous_validation"].params
+    # every default validates against its own schema (the UI disables Trigger otherwise)
+    for name in params:
+        param = params.get_param(name)
+        jsonschema.validate(param.value, param.schema)
+    node_range = params.get_param("node_range").schema
+    assert "null" in node_range["type"]  # not required: empty means every GPU node
+    # the UI's rule for a multi-select: type array with `examples` (or a top-level enum)
+    tests = params.get_param("tests").schema
+    assert tests["type"] == "array" and set(tests["examples"]) == set(tests["items"]["enum"])
+
+
+@pytest.mark.parametrize("value, ok", [
+    (None, True), ("gpu-001", True), ("gpu-[001-064,100]", True), ("gpu-a*", True), ("gpu-00?", True),
+    ("gpu-[001-004],cpu-01", True), ("node.example.com", True),
+    ("gpu-[001-", False), ("GPU_01", False), ("gpu 001", False), ("rm -rf /", False), ("gpu-001;ls", False),
+    ("", True), ("gpu-[]", False),
+])
+def test_obviously_bad_node_ranges_are_refused_at_trigger_time(dagbag, value, ok):
+    import jsonschema
+
+    schema = dagbag.dags["continuous_validation"].params.get_param("node_range").schema
+    valid = jsonschema.Draft7Validator(schema).is_valid(value)
+    assert valid is ok

@@ -229,12 +229,21 @@ def test_non_gpu_nodes_and_an_empty_plan_create_no_pod(runner, cluster, db_dsn, 
 # bad input ---------------------------------------------------------------------------------------
 def test_a_bad_node_range_is_refused_before_any_pod(runner, cluster, db_dsn):
     cluster.add_gpu_node("gpu-001")
-    result = runner.run({"node_range": "gpu-[001-"})
+    # what the form's pattern lets through is still validated in full at run time
+    result = runner.run({"node_range": "gpu-[064-001]"})
     assert result["state"] == "failed"
     assert result["states"][("discover", -1)] == "failed"
     assert result["states"][("record", -1)] in ("skipped", "upstream_failed")  # nothing planned to record
     assert result["states"][("verdict", -1)] == "failed"  # the DagRun tells alerting
-    assert "param node_range" in runner.last_log and "gpu-[001-" in runner.last_log
+    assert "param node_range" in runner.last_log and "gpu-[064-001]': start > stop" in runner.last_log
+    assert validation_pods(cluster) == [] and rows(db_dsn) == []
+
+
+def test_an_obviously_bad_node_range_is_refused_at_trigger_time(runner, cluster, db_dsn):
+    cluster.add_gpu_node("gpu-001")
+    with pytest.raises(AssertionError, match="dag_runner failed"):
+        runner.run({"node_range": "gpu-[001-"})
+    assert "ParamValidationError" in runner.last_log and "node_range" in runner.last_log
     assert validation_pods(cluster) == [] and rows(db_dsn) == []
 
 
