@@ -203,3 +203,19 @@ def test_a_long_scheduler_message_is_kept_whole(cluster):
     _, written, _, _ = run(operator(pending_timeout_s=3))
     (attempt,) = written
     assert 1000 < len(message) < 1800 and "END-OF-MESSAGE" in attempt.reason
+
+
+def test_a_killed_task_records_its_try_once_through_xcom_too():
+    """on_kill (DagRun timeout, manual stop) records the try and pushes it to XCom, so the record task
+    sees it and never adds a second 'did not report' row for the same try."""
+    op = operator()
+    ti = FakeTI()
+    op._context = {"ti": ti, "run_id": ti.run_id}
+    written = []
+    op._write = written.append
+    op.on_kill()  # no pod yet: the provider's on_kill has nothing to delete
+    (attempt,) = written
+    assert attempt.status == "skipped" and "killed" in attempt.reason
+    assert ti.xcom["attempt"] == attempt.to_dict() and attempt.try_number == 1 and attempt.map_index == 3
+    op.on_kill()  # a second signal records nothing more
+    assert len(written) == 1
