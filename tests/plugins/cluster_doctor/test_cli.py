@@ -189,7 +189,8 @@ def test_a_batch_with_bad_rows_is_refused_whole_naming_every_bad_row(db_url):
     code, out, err = run("record", "--attempts", "-", "--db-url", db_url, stdin=json.dumps(batch).encode())
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "5 of 7 attempt(s) invalid, nothing recorded" in err
-    for label, why in [("#2", "finished_at: timestamp out of range"), ("#3", "finished_at: timestamp out of range"),
+    out_of_range = "finished_at: not a Unix timestamp between the years 1 and 9999"
+    for label, why in [("#2", out_of_range), ("#3", out_of_range),
                        ("#4", "invalid Kubernetes node name 'gpu-004\\n'"), ("#5", "gpu_count"),
                        ("#6", "finished_at ")]:
         assert f"attempt {label}: {why}" in err, err

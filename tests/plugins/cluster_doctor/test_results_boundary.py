@@ -172,7 +172,7 @@ def test_the_operator_records_a_hostile_report_with_its_status():
                                    planned_at=NOW.isoformat(), run_config=run_config)
     for exit_code, message, expected in HOSTILE.values():
         outcome = results.classify(pod(exit_code, message), node_name=NODE, test_name=TEST, now=NOW)
-        attempt = op._attempt(None, outcome, NOW)
+        attempt = op._attempt(None, outcome)
         assert attempt.status == expected
         assert Attempt.from_dict(attempt.to_dict()) == attempt  # survives XCom to the record task
 
