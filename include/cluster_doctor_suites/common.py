@@ -53,6 +53,7 @@ class SuiteError(Exception):
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.output = ""  # what a tool printed before it was stopped (run_tool on timeout)
 
 
 def utcnow() -> _dt.datetime:
@@ -379,7 +380,8 @@ class Context:
         """Run a tool in its own session (so SIGTERM can take its whole process group down).
 
         Raises FileNotFoundError when the binary is missing; returns rc, stdout, stderr; on timeout
-        the group is killed and SuiteError raised."""
+        the group is killed and SuiteError raised, carrying what the tool printed until then in
+        `.output` (a hung tool may already have said why, e.g. NCCL falling back to sockets)."""
         self.log("$ " + " ".join(argv))
         proc = subprocess.Popen(
             argv,
@@ -398,8 +400,10 @@ class Context:
             _terminate(proc, signal.SIGTERM)
             if not _wait_dead(proc, 3):
                 _terminate(proc, signal.SIGKILL)
-            proc.communicate()
-            raise SuiteError(f"{os.path.basename(argv[0])} did not finish within {fmt(timeout)} s") from None
+            out, err = proc.communicate()
+            exc = SuiteError(f"{os.path.basename(argv[0])} did not finish within {fmt(timeout)} s")
+            exc.output = (out or "") + "\n" + (err or "")
+            raise exc from None
         finally:
             self.unregister_child(proc)
         return proc.returncode, out, err

@@ -317,8 +317,12 @@ def judge_ecc(g: dict, model: dict) -> list[Check]:
     dev, where, out = _dev(g), _where(g), []
     v = g.get("volatile_uncorrected")
     if v is None:
-        out.append(Check("ecc_uncorrected_volatile", "skip", device=dev,
-                         message="ECC counters not reported by the driver", code="ECC_COUNTERS_UNAVAILABLE"))
+        # with ECC off the driver reports the counters as N/A: say so rather than blame the driver
+        why = "ECC is disabled on this GPU"
+        if g.get("ecc_enabled") is not False:
+            why = "ECC counters not reported by the driver"
+        out.append(Check("ecc_uncorrected_volatile", "skip", device=dev, message=why + where,
+                         code="ECC_COUNTERS_UNAVAILABLE"))
     else:
         out.append(Check("ecc_uncorrected_volatile", "pass" if v == 0 else "fail", v, "errors", "== 0",
                          f"{v} uncorrected ECC error(s) since driver load{where}", dev))

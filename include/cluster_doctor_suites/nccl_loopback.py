@@ -406,7 +406,9 @@ def run_nccl_tests(
     try:
         rc, out, err = ctx.run_tool(argv, timeout=timeout, env={**os.environ, **env})
     except SuiteError as exc:
-        return [], "", f"all_reduce_perf hung: {exc}"
+        for line in exc.output.splitlines():
+            ctx.log(f"| {line}")
+        return [], exc.output, f"all_reduce_perf hung: {exc}"
     text = out + "\n" + err
     for line in text.splitlines():
         ctx.log(f"| {line}")
@@ -588,8 +590,13 @@ def run(ctx: Context) -> None:
     if info and info.get("version"):
         ctx.environment["nccl"] = info["version"]
     if problem:
-        if info and info["transport_families"]:
+        if info and (info["transport_families"] or info["networks"]):
+            # NCCL said which network it chose before the run broke: a fall-back to sockets (no IB
+            # device, e.g. NVIDIA/nccl-tests#217) is the node's fault even without a result table
             judge_transport(ctx, info, a.transport, a.expect_net, n, a.expected_hcas)
+            if any(c.name == "transport" and c.status == "fail" for c in ctx.checks):
+                ctx.warn(f"run did not complete: {one_line(problem, 200)}")
+                return
         if info and info["ib_errors"]:
             # the run broke because the fabric did: that is a verdict on the node, not "could not judge"
             ctx.check(

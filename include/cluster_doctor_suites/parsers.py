@@ -121,8 +121,11 @@ def parse_fio(text: str) -> dict:
 # NCCL INFO logs
 # --------------------------------------------------------------------------------------------------
 _NCCL_LINE = re.compile(r"NCCL (INFO|WARN) (.*)$")
+# `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`, `Channel 01 : 2[c7000] -> 0[87000] ...`
+# (bus ids in the brackets, nccl#707), `Ring 00 : 15 -> 0 [send] via NET/Socket/0` (NCCL 2.4, nccl#398)
 _CHANNEL = re.compile(
-    r"Channel \d+(?:/\d+)? : \d+\[[0-9a-fx]+\] -> \d+\[[0-9a-fx]+\](?: \[(send|receive)\])? via (.+?)\s*$"
+    r"(?:Channel|Ring) \d+(?:/\d+)? : \d+(?:\[[0-9a-fx]+\])? -> \d+(?:\[[0-9a-fx]+\])?"
+    r"(?: \[(send|receive)\])? via (.+?)\s*$"
 )
 _IB_DEV = re.compile(r"\[\d+\]([A-Za-z0-9_.\-]+):(\d+)/([A-Za-z]+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
@@ -219,18 +222,29 @@ _TYPES = {
 }
 
 
-def _wrong(tok: str) -> int | None:
+# nccl-tests before 2.13 print the largest absolute error of a size (`error`, e.g. 4e-07) instead of
+# the number of wrong elements (`#wrong`), and count a size as wrong only beyond DeltaMaxValue(type)
+# of their common.cu: a float sum legitimately differs by rounding (NVIDIA/nccl#1244, #527).
+_MAX_DELTA = {"half": 1e-2, "bfloat16": 1e-2, "float": 1e-5, "double": 1e-12}
+
+
+def _wrong(tok: str, dtype: str) -> int | None:
+    """Wrong elements of one column: the count (`#wrong`), or 0/1 for a max error within/beyond the
+    tool's tolerance (`error`; the old layout does not say how many); None when not validated."""
     if tok.upper() == "N/A":
         return None
-    v = float(tok)  # old versions print a max error like 0e+00; ValueError propagates
-    return int(v) if v.is_integer() else (0 if v == 0 else 1)
+    if tok.isdigit():
+        return int(tok)
+    delta = float(tok)  # ValueError propagates: the row is garbage
+    return 0 if delta <= _MAX_DELTA.get(dtype, 0.0) else 1
 
 
 def parse_nccl_tests(text: str) -> dict:
     """Rows of the out-of-place / in-place table, the header, the OOB line and the average busbw.
 
     Supports the current layout (with `root` and `#wrong` columns, nccl-tests >= 2.13) and the older
-    one (no root column, `error` column). Interleaved NCCL INFO lines are ignored."""
+    one (no root column, `error` column holding the largest absolute error, judged against the tool's
+    own tolerance per type). Interleaved NCCL INFO lines are ignored."""
     header: dict[str, Any] = {}
     rows: list[dict] = []
     oob = None
@@ -265,11 +279,11 @@ def parse_nccl_tests(text: str) -> dict:
                 "oop_time_us": float(tok[4 + off]),
                 "oop_algbw": float(tok[5 + off]),
                 "oop_busbw": float(tok[6 + off]),
-                "oop_wrong": _wrong(tok[7 + off]),
+                "oop_wrong": _wrong(tok[7 + off], tok[2]),
                 "ip_time_us": float(tok[8 + off]),
                 "ip_algbw": float(tok[9 + off]),
                 "ip_busbw": float(tok[10 + off]),
-                "ip_wrong": _wrong(tok[11 + off]),
+                "ip_wrong": _wrong(tok[11 + off], tok[2]),
             }
         except ValueError as exc:
             raise ValueError(f"unparseable all_reduce_perf row: {line!r}") from exc
@@ -426,8 +440,9 @@ def parse_dcgmi_diag(text: str) -> dict:
     """Tests and per-GPU results of the `dcgmi diag` table, DCGM 3.x and 4.x layouts.
 
     3.x: '| Memory | Fail - GPU: 0 |' and continuation rows '|  | Pass - GPU: 1 |';
-    4.x: '| memory | Fail |' then '|  | GPU0: Fail |'. 'Warning' / 'Info' rows are wrapped at a fixed
-    width (even mid-word), so their continuation cells are joined without adding spaces."""
+    4.x: '| memory | Fail |' then '|  | GPU0: Fail |'. 'Warning' / 'Info' texts are cut every `width`
+    characters, mid-word or not: a piece that fills the cell continues in the next row as is, a shorter
+    one ended in a space that the padding hides (go-dcgm#52: 'cuCtxCreate Check' / 'DCGM and ...')."""
     tests: list[dict] = []
     meta: dict[str, str] = {}
     section = None
@@ -456,7 +471,7 @@ def parse_dcgmi_diag(text: str) -> dict:
             continue
         if left in ("Warning", "Info", "Error"):
             if cur is not None:
-                cur["messages"].append([left, right_raw.rstrip()])
+                cur["messages"].append([left, right_raw.rstrip(), _fills_cell(parts[2])])
                 in_msg = True
             continue
         if left:
@@ -478,11 +493,13 @@ def parse_dcgmi_diag(text: str) -> dict:
             in_msg = False
             _dcgm_gpu_results(cur, right)
         elif in_msg and cur["messages"]:
-            cur["messages"][-1][1] += right_raw.rstrip()
+            msg = cur["messages"][-1]
+            msg[1] += ("" if msg[2] else " ") + right_raw.rstrip()
+            msg[2] = _fills_cell(parts[2])
     if not saw_table or not tests:
         raise ValueError("no dcgmi diag result table found")
     for t in tests:
-        t["messages"] = [f"{k}: {' '.join(v.split())}" for k, v in t["messages"]]
+        t["messages"] = [f"{k}: {' '.join(v.split())}" for k, v, _ in t["messages"]]
         if any(s == "Fail" for s in t["gpus"].values()):
             t["status"] = "Fail"
     return {
@@ -491,6 +508,11 @@ def parse_dcgmi_diag(text: str) -> dict:
         "metadata": meta,
         "tests": tests,
     }
+
+
+def _fills_cell(cell: str) -> bool:
+    """Whether a wrapped piece of text uses the whole cell: ' text' + padding, two columns of slack."""
+    return len(cell[1:].rstrip()) >= len(cell) - 3
 
 
 def _dcgm_gpu_results(test: dict, cell: str) -> None:
@@ -517,13 +539,14 @@ _XID = re.compile(
 # message (R525..R570+: "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5) installed in
 # this system has / NVRM: fallen off the bus and is not responding to commands."): dmesg indents the
 # continuation lines, journalctl prefixes each with the host and "kernel:". Older drivers print
-# "NVRM: GPU at 0000:01:00.0 has fallen off the bus." on one line.
+# "NVRM: GPU at 0000:01:00.0 has fallen off the bus." on one line; R525 adds
+# "NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus." to its Xid 79.
 _FALLEN_START = re.compile(
     r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
 )
 _FALLEN_ONE_LINE = re.compile(
-    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: GPU at (?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-    r"[.0-9]*:? has fallen off the bus"
+    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: GPU (?:at )?(?:PCI:)?"
+    r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.0-9]*:? (?:GPU )?has fallen off the bus"
 )
 _KERNEL_TS = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
 
