@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import math
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -28,7 +30,7 @@ import hostlist
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster_doctor import coverage, database, suites
+from cluster_doctor import coverage, database, fleet_baseline, suites
 from cluster_doctor.attempts import validate_test_name
 from cluster_doctor.nodes import NodeRange, validate_node_name
 from cluster_doctor.report_format import epoch_time, finite, lenient_timestamps, skip
@@ -47,6 +49,18 @@ MAX_PER_PAGE = 200  # keeps a page of the matrix well under 300 KB
 MAX_HISTORY = 200
 TREND_CACHE_S = 300.0
 _TREND_CACHE: dict[tuple, tuple[float, list[dict[str, Any]]]] = {}
+# The fleet page's snapshot (every pair's coverage state, the summary) is reused by later requests for up to
+# this long while no attempt was recorded since (the history's largest id is unchanged): paging,
+# filtering and several viewers then cost one page of cells, not 20,000 rows. Only the staleness
+# threshold's passing can lag by this much; new results never do. 0 turns it off.
+PAGE_SNAPSHOT_CACHE_S = 30.0
+_SNAPSHOT_CACHE: dict[tuple, tuple[float, tuple, dt.datetime, coverage.Assessment, dict[str, Any]]] = {}
+_SNAPSHOT_LOCK = threading.Lock()
+# Fleet bands of the node page's plots: a 14-day statistic, the same for every node of a GPU model.
+BAND_CACHE_S = 900.0
+_BAND_CACHE: dict[tuple, tuple[float, dt.datetime, dict[tuple[str, str], dict[str, Any]]]] = {}
+PLOT_DAYS = 90  # the node page plots a node's last PLOT_POINTS executed attempts per test within this
+PLOT_POINTS = 120
 STATEMENT_TIMEOUT_MS = 15_000  # a page or a scrape never holds the database longer than this
 
 # The GPU model of a pair: its latest executed attempt's, else (never executed: timeouts only) the
@@ -60,9 +74,14 @@ MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_histor
 # and a time past year 9999 cannot fail the query). {figures} adds one text column per key metric.
 SNAPSHOT_SQL = """
 SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8 AS finished_ts,
-       extract(epoch FROM l.status_since)::float8 AS since_ts,
-       extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model{figures}
+       extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model,
+       {since} AS since_ts{figures}
   FROM validation_latest l
+"""
+# What a cached page snapshot is checked against: a new attempt (any insert) raises max(id); the
+# database's oid tells a dropped and re-created database of the same name apart. One index probe.
+DATA_VERSION_SQL = """
+SELECT (SELECT max(id) FROM validation_history), (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 
 
@@ -78,6 +97,7 @@ def _ts(seconds: float | None) -> float | None:
     return None
 
 
+@functools.lru_cache(maxsize=65536)  # the same few thousand names, sorted on every page and scrape
 def natural_key(name: str) -> tuple:
     """gpu-2 before gpu-10 (hostlist's numeric order), ties broken by the plain name."""
     return hostlist.numeric_sort_key(name), name
@@ -123,7 +143,8 @@ def utcnow() -> dt.datetime:
 class FleetQueries:
     """Read queries over one open connection (one consistent snapshot per page or scrape)."""
 
-    def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime):
+    def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime,
+                 snapshot_cache_s: float = 0.0):
         if not tests:
             raise ValueError("at least one enabled test is needed")
         self.conn = conn
@@ -134,6 +155,12 @@ class FleetQueries:
         self.now = now
         self._assessment: coverage.Assessment | None = None
         self._with_figures = False
+        self._summary: dict[str, Any] | None = None
+        self.snapshot_cache_s = snapshot_cache_s
+        self._cache_key: tuple | None = None
+        self._version: tuple | None = None
+        if snapshot_cache_s > 0:
+            self._reuse_snapshot()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -154,6 +181,26 @@ class FleetQueries:
         return list(keys)
 
     # ------------------------------------------------------------------ the snapshot
+    def _reuse_snapshot(self) -> None:
+        """Take the assessment and summary of a recent request over the same data, if there is one."""
+        with self.conn.cursor() as cur:
+            cur.execute(DATA_VERSION_SQL)
+            self._version = tuple(cur.fetchone())
+        self._cache_key = (self.conn.info.dsn, tuple(self.tests), self.staleness)
+        with _SNAPSHOT_LOCK:
+            hit = _SNAPSHOT_CACHE.get(self._cache_key)
+        if (hit is not None and hit[1] == self._version and time.monotonic() - hit[0] <= self.snapshot_cache_s
+                and abs((self.now - hit[2]).total_seconds()) <= self.snapshot_cache_s):
+            self._assessment, self._summary = hit[3], hit[4]
+
+    def _keep_snapshot(self) -> None:
+        if self._cache_key is None or self._assessment is None or self._summary is None:
+            return
+        with _SNAPSHOT_LOCK:
+            _SNAPSHOT_CACHE.clear()  # one fleet per process in practice: keep the newest only
+            _SNAPSHOT_CACHE[self._cache_key] = (time.monotonic(), self._version, self.now, self._assessment,
+                                                self._summary)
+
     def assessment(self, *, figures: bool = False) -> coverage.Assessment:
         """Every known node's coverage from one query; ``figures`` also reads the key metrics of each
         pair (a ``metrics`` dict of finite numbers, for the exporter)."""
@@ -161,23 +208,30 @@ class FleetQueries:
             return self._assessment
         keys = self.figure_keys() if figures else []
         columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
+        # the status's start only feeds the exporter (converting a time costs ~6 ms per 20,000 rows)
+        since = "extract(epoch FROM l.status_since)::float8" if figures else "NULL::float8"
         with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
-            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, figures=columns),
+            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, figures=columns),
                         {f"k{i}": k for i, k in enumerate(keys)})
             raw = cur.fetchall()
         per_test = {t: set(suites.CATALOG[t].key_metrics) if t in suites.CATALOG else set() for t in self.tests}
         rows = []
-        for r in raw:
-            node, test, status, finished_ts, since_ts, last_ts, model = r[:7]
-            finished_ts, since_ts, last_ts = _ts(finished_ts), _ts(since_ts), _ts(last_ts)
+        append, lo, hi = rows.append, _MIN_TS, _MAX_TS
+        for node, test, status, finished_ts, last_ts, model, since_ts, *texts in raw:
+            # range checks inline: this loop runs once per pair (20,000 at 5,000 nodes) on every page
+            if finished_ts is not None and not lo <= finished_ts <= hi:
+                finished_ts = _ts(finished_ts)
+            if last_ts is not None and not lo <= last_ts <= hi:
+                last_ts = _ts(last_ts)
             row = {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
-                   "since_ts": since_ts, "last_attempt_at": last_ts, "gpu_model": model}
+                   "last_attempt_at": last_ts, "gpu_model": model}
             if figures:
+                row["since_ts"] = _ts(since_ts)
                 wanted = per_test.get(test, ())
-                row["metrics"] = {k: v for k, text in zip(keys, r[7:], strict=True)
+                row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
                                   if k in wanted and text is not None and (v := finite(text)) is not None}
-            rows.append(row)
-        nodes = sorted({r["node_name"] for r in rows}, key=natural_key)
+            append(row)
+        nodes = sorted({r[0] for r in raw}, key=natural_key)
         self._assessment = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness,
                                            nodes=nodes)
         self._with_figures = figures
@@ -186,6 +240,15 @@ class FleetQueries:
     # ------------------------------------------------------------------ fleet summary
     def summary(self, *, slo_days: int = coverage.SLO_DAYS) -> dict[str, Any]:
         """Coverage, never validated, failing nodes, the coverage SLO, validation GPU-hours (7 days)."""
+        if self._summary is not None and slo_days == coverage.SLO_DAYS:
+            return self._summary
+        result = self._compute_summary(slo_days)
+        if slo_days == coverage.SLO_DAYS:
+            self._summary = result
+            self._keep_snapshot()
+        return result
+
+    def _compute_summary(self, slo_days: int) -> dict[str, Any]:
         assessed = self.assessment()
         s = assessed.summary()
         gpu = self.gpu_hours(days=7)
@@ -344,6 +407,63 @@ class FleetQueries:
         params.append(max(1, min(int(limit), MAX_HISTORY)))
         return self._rows(sql, params)
 
+    # ------------------------------------------------------------------ plots of one node
+    def metric_series(self, node_name: str, tests: Sequence[str], *, days: float = PLOT_DAYS,
+                      per_test: int = PLOT_POINTS) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """(test, metric) -> the node's executed attempts of that test, oldest first, as plot points
+        ``{"at", "status", "value"}`` (value None when the attempt lacks the metric as a finite JSON
+        number), for the judged
+        metrics of ``tests``: the last ``per_test`` attempts per test within ``days``, one query over
+        the history's per-pair index."""
+        validate_node_name(node_name)
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in fleet_baseline.JUDGED_METRICS]
+        if not tests:
+            return {}
+        keys = list(dict.fromkeys(k for t in tests for k in fleet_baseline.JUDGED_METRICS[t]))
+        # JSON numbers only, as the verdicts read them: a value stored as text is no measurement
+        columns = "".join(f", CASE WHEN jsonb_typeof(h.metrics->%(k{i})s) = 'number' THEN h.metrics->>%(k{i})s END"
+                          for i in range(len(keys)))
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT t.test_name, h.status, h.finished_at{columns} "
+                "  FROM unnest(%(tests)s::text[]) AS t(test_name) "
+                " CROSS JOIN LATERAL ("
+                "   SELECT id, status, finished_at, metrics FROM validation_history "
+                "    WHERE node_name = %(node)s AND test_name = t.test_name AND status = ANY(%(executed)s) "
+                "      AND finished_at >= %(since)s AND finished_at <= %(now)s "
+                "    ORDER BY finished_at DESC, id DESC LIMIT %(limit)s) h "
+                " ORDER BY h.finished_at, h.id",
+                {"tests": tests, "node": node_name, "executed": list(EXECUTED), "limit": max(1, int(per_test)),
+                 "since": self.now - dt.timedelta(days=days), "now": self.now,
+                 **{f"k{i}": k for i, k in enumerate(keys)}})
+            raw = cur.fetchall()
+        out: dict[tuple[str, str], list[dict[str, Any]]] = {
+            (t, m): [] for t in tests for m in fleet_baseline.JUDGED_METRICS[t]}
+        for test, status, finished, *values in raw:
+            wanted = fleet_baseline.JUDGED_METRICS[test]
+            for key, text in zip(keys, values, strict=True):
+                if key in wanted:
+                    out[(test, key)].append({"at": finished, "status": status,
+                                             "value": finite(text) if text is not None else None})
+        return out
+
+    def fleet_bands(self, gpu_model: str | None, tests: Sequence[str],
+                    policy: fleet_baseline.BaselinePolicy) -> dict[tuple[str, str], dict[str, Any]]:
+        """The fleet band (median, p10, p90 of the straggler baseline) of each judged metric of ``tests``
+        for one GPU model; kept BAND_CACHE_S (a 14-day statistic: every node page of the model shares it)."""
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests)]
+        key = (self.conn.info.dsn, gpu_model, tuple(tests), policy)
+        hit = _BAND_CACHE.get(key)
+        if (hit is not None and time.monotonic() - hit[0] <= BAND_CACHE_S
+                and abs((self.now - hit[1]).total_seconds()) <= BAND_CACHE_S):
+            return hit[2]
+        with self.conn.cursor() as cur:
+            bands = fleet_baseline.fleet_bands(cur, gpu_model, tests, policy, now=self.now)
+        if len(_BAND_CACHE) > 64:  # a handful of GPU models in practice
+            _BAND_CACHE.clear()
+        _BAND_CACHE[key] = (time.monotonic(), self.now, bands)
+        return bands
+
     # ------------------------------------------------------------------ metrics
     def pairs(self) -> list[dict[str, Any]]:
         """Every known node x enabled test with its latest executed result and key figures.
@@ -361,8 +481,10 @@ def open_fleet(
     staleness: dt.timedelta,
     now: dt.datetime | None = None,
     application_name: str = "cluster-doctor-ui",
+    snapshot_cache_s: float = 0.0,
 ) -> Iterator[FleetQueries]:
     """A read-only, snapshot-consistent FleetQueries on a fresh connection, closed afterwards.
+    ``snapshot_cache_s`` > 0 lets it reuse a recent request's fleet snapshot (PAGE_SNAPSHOT_CACHE_S).
 
     Raises database.DatabaseUnavailable (one line) when the database cannot be reached and
     SchemaMissing when it has no (current) schema."""
@@ -378,7 +500,8 @@ def open_fleet(
             # short queries over many rows: JIT compilation costs more than it saves here
             cur.execute("SELECT set_config('jit', 'off', true)")
         require_schema(conn, str(connect))
-        yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow())
+        yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
+                           snapshot_cache_s=snapshot_cache_s)
     finally:
         with contextlib.suppress(Exception):
             conn.rollback()
@@ -386,7 +509,8 @@ def open_fleet(
 
 
 def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | str, *, now: dt.datetime | None = None,
-             application_name: str = "cluster-doctor-ui") -> contextlib.AbstractContextManager[FleetQueries]:
+             application_name: str = "cluster-doctor-ui",
+             snapshot_cache_s: float = 0.0) -> contextlib.AbstractContextManager[FleetQueries]:
     """open_fleet with the enabled suites and the staleness threshold of a config.Settings."""
     return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
-                      application_name=application_name)
+                      application_name=application_name, snapshot_cache_s=snapshot_cache_s)

@@ -28,7 +28,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor import charts, database, fleet, metrics, suites
+from cluster_doctor import charts, database, fleet, fleet_baseline, metrics, suites
 from cluster_doctor.attempts import validate_test_name
 from cluster_doctor.config import InvalidSettings, Settings
 from cluster_doctor.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, validate_node_name
@@ -320,6 +320,25 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
     }
 
 
+def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
+               test: str | None = None) -> list[dict[str, Any]]:
+    """The node page's plots: per judged metric of each of the node's tests (or of ``test``), its
+    history with the fleet band of its GPU model, on one shared time axis."""
+    tests = [test] if test else [c["test_name"] for c in node["cells"]]
+    series = fq.metric_series(node["node_name"], tests)
+    if not any(p["value"] is not None for points in series.values() for p in points):
+        return []
+    policy = fleet_baseline.BaselinePolicy.from_mapping(settings.fleet_verdicts)
+    bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in series], policy)
+    times = [p["at"] for points in series.values() for p in points]
+    start, end = min(times), max([fq.now, *times])
+    start = min(start, end - dt.timedelta(days=1))  # a day at least: a single run is not a line
+    return [{"test": t, "metric": m, "band": bands.get((t, m)),
+             "svg": charts.metric_svg(points, metric=m, chart_id=f"plot-{t}-{m}", band=bands.get((t, m)),
+                                      start=start, end=end)}
+            for (t, m), points in series.items()]
+
+
 # ---------------------------------------------------------------------------------------- routes
 pages = APIRouter(dependencies=[Depends(require_ui_access)])
 scrape = APIRouter()
@@ -350,7 +369,7 @@ def fleet_page(
         flt, code = None, 400
     try:
         settings, connect = backend.load()
-        with fleet.open_for(settings, connect, now=now) as q:
+        with fleet.open_for(settings, connect, now=now, snapshot_cache_s=fleet.PAGE_SNAPSHOT_CACHE_S) as q:
             ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests)
             if flt is not None:
                 page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
@@ -383,7 +402,7 @@ def node_page(
         raise HTTPException(status_code=400, detail=str(exc)) from None
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
-    ctx.update(node_name=node_name, node=None, history=[], test=test or None,
+    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[],
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -391,7 +410,8 @@ def node_page(
         with fleet.open_for(settings, connect, now=now) as fq:
             node = fq.node(node_name)
             if node is not None:
-                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit))
+                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit),
+                           plots=node_plots(fq, node, settings, test or None))
     except Exception as exc:  # noqa: BLE001
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)

@@ -31,7 +31,7 @@ def free_port() -> int:
 
 
 def airflow_env(home: pathlib.Path, *, users: Mapping[str, str], passwords_file: pathlib.Path,
-                results_db_url: str) -> dict[str, str]:
+                results_db_url: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "CLUSTER_DOCTOR_")) and k != "PYTHONPATH"}
     env.update({
         "AIRFLOW_HOME": str(home),
@@ -49,6 +49,7 @@ def airflow_env(home: pathlib.Path, *, users: Mapping[str, str], passwords_file:
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
         "AIRFLOW_CONN_VALIDATION_DB": results_db_url,
         "PYTHONDONTWRITEBYTECODE": "1",
+        **(extra or {}),  # e.g. CLUSTER_DOCTOR_* settings of the test
     })
     return env
 
@@ -65,12 +66,14 @@ def _http_status(url: str) -> int | None:
 
 @contextlib.contextmanager
 def api_server(home: pathlib.Path, *, users: Mapping[str, str], passwords: Mapping[str, str],
-               results_db_url: str, startup_timeout: float = 90) -> Iterator[str]:
+               results_db_url: str, startup_timeout: float = 90,
+               extra_env: Mapping[str, str] | None = None) -> Iterator[str]:
     """Migrate the metadata DB, start the api-server, yield its base URL; always stop it."""
     (home / "dags").mkdir(parents=True, exist_ok=True)
     passwords_file = home / "passwords.json"
     passwords_file.write_text(json.dumps(dict(passwords)))
-    env = airflow_env(home, users=users, passwords_file=passwords_file, results_db_url=results_db_url)
+    env = airflow_env(home, users=users, passwords_file=passwords_file, results_db_url=results_db_url,
+                      extra=extra_env)
     migrate = subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True, timeout=180)
     if migrate.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n{migrate.stderr[-3000:]}")

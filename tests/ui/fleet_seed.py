@@ -8,6 +8,7 @@ function the migration ships), for the size and paging tests.
 from __future__ import annotations
 
 import datetime as dt
+import random
 from typing import Any
 
 import psycopg
@@ -100,6 +101,27 @@ def small_fleet(store: ResultStore, now: dt.datetime = NOW) -> dict[str, Any]:
         "gpu_hours_7d": hours,
         "attempts": rows,
     }
+
+
+def plot_history(store: ResultStore, now: dt.datetime = NOW) -> list[Attempt]:
+    """Older executed attempts of small_fleet's nodes for the node page's plots: every 3 days from 11
+    to 41 days ago (older than every node's latest result, so the fleet page's figures stay those of
+    small_fleet), values within a deterministic +-3 % of FIGURES. gpu-003's dl_unit failed 20 days ago
+    (GEMM at 60 %) and passed again from 17 days ago: a red and a green status change on its plots."""
+    models = {"gpu-001": H100, "gpu-002": A100, "gpu-003": H100, "gpu-004": H100, "gpu-005": H100,
+              "gpu-011": H100}
+    rows = []
+    for node, model in models.items():
+        for days in range(11, 42, 3):
+            for i, test in enumerate(TESTS):
+                noise = random.Random(f"{node}/{test}/{days}").uniform(-0.03, 0.03)
+                status = "fail" if (node, test, days) == ("gpu-003", "dl_unit", 20) else "pass"
+                metrics = key_metrics(test, 0.6 if status == "fail" else 1 + noise)
+                rows.append(attempt(node, test, status, now - dt.timedelta(days=days, minutes=5 * i), gpu_model=model,
+                                    map_index=i, metrics=metrics,
+                                    reason="dl_unit: GEMM 438.9 TFLOPS below the floor" if status == "fail" else None))
+    store.record(rows)
+    return rows
 
 
 def bulk_fleet(dsn: dict, n_nodes: int = 5000, now: dt.datetime = NOW) -> list[str]:

@@ -3,8 +3,9 @@
 One real ``airflow api-server`` for the module (SimpleAuthManager with a known user, this repo's
 plugins/), a seeded results DB passed as AIRFLOW_CONN_VALIDATION_DB. Proves: the page and the
 metrics are behind auth; a user logs in through the real login form, opens the page from the
-navigation, sees seeded pass and fail rows, narrows them with a filter, opens a node's history and
-follows the link to the task instance. Saves artifacts/fleet_page.png (and fleet_node.png).
+navigation, sees seeded pass and fail rows and the coverage chart, narrows them with a filter, opens a
+node's history and metric plots and follows the link to the task instance. Saves
+artifacts/fleet_page.png (with the coverage chart) and artifacts/fleet_node.png (with the plots).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ ARTIFACTS = REPO / "artifacts"
 def results_db(pg_admin_dsn, template_db):
     with _fresh_database(pg_admin_dsn, template_db) as dsn:
         # relative to the real clock: the api-server computes ages with it
-        expected = seed.small_fleet(ResultStore(dsn), now=dt.datetime.now(dt.UTC))
+        now = dt.datetime.now(dt.UTC)
+        expected = seed.small_fleet(ResultStore(dsn), now=now)
+        seed.plot_history(ResultStore(dsn), now=now)  # six weeks of older runs: plots and a coverage trend
         yield dsn_to_url(dsn), expected
 
 
@@ -40,8 +43,10 @@ def results_db(pg_admin_dsn, template_db):
 def server(tmp_path_factory, results_db):
     if not pathlib.Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (the UI test never downloads a browser)")
+    # five H100 nodes in the seed: the fleet band needs three here (ten by default)
     with api_server(tmp_path_factory.mktemp("airflow_home"), users={USER: "viewer"}, passwords={USER: PASSWORD},
-                    results_db_url=results_db[0]) as base:
+                    results_db_url=results_db[0],
+                    extra_env={"CLUSTER_DOCTOR_FLEET_VERDICTS": '{"min_fleet_nodes": 3}'}) as base:
         yield base
 
 
@@ -91,6 +96,15 @@ def test_page_and_metrics_are_behind_auth(server, browser):
         context.close()
 
 
+def visible_box(locator) -> dict:
+    """The element's box on screen; it must be rendered with a size (not hidden, not collapsed)."""
+    locator.scroll_into_view_if_needed()
+    assert locator.is_visible()
+    box = locator.bounding_box()
+    assert box is not None and box["width"] > 50 and box["height"] > 50, box
+    return box
+
+
 def test_login_navigate_filter_and_open_history(server, browser, results_db):
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -122,6 +136,11 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         assert frame.locator("tr[data-node='gpu-001'] td[data-test='dl_unit']").get_attribute("data-status") == "pass"
         # the reason shows on hover as plain text: escaped once, never executed
         assert seed.XSS_REASON in fail_cell.get_attribute("title")
+        # the coverage chart: drawn, with one point per day of the last 30 (the last one now)
+        chart = frame.locator("svg#coverage-chart")
+        visible_box(chart)
+        assert chart.locator("circle").count() == 30
+        assert chart.locator("polyline.series-pair_coverage").count() == 1
         page.screenshot(path=str(ARTIFACTS / "fleet_page.png"), full_page=True)
 
         # 3. a filter narrows the rows (server-side), and the UI's URL keeps it
@@ -146,9 +165,28 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         assert latest.get_attribute("data-status") == "fail"
         assert seed.XSS_REASON in latest.locator("td.reason").inner_text()
         history = frame.locator("#history tbody tr")
-        assert history.count() == 5 and history.first.get_attribute("data-status") == "fail"
+        assert history.count() == 49 and history.first.get_attribute("data-status") == "fail"  # 5 + 44 older
         assert frame.locator("body").evaluate("() => window.__xss") is None  # nothing injected ran
+        # the metric plots: every judged metric drawn with points, the fleet band and status changes
+        plots = frame.locator("#plots svg.metric-plot")
+        assert plots.count() == 7
+        for i in range(plots.count()):
+            visible_box(plots.nth(i))
+        nccl = frame.locator("svg#plot-nccl_loopback-nccl_busbw_gbps")
+        assert nccl.locator("circle.point").count() == 13 and nccl.locator("circle.st-fail").count() == 1
+        band = nccl.locator("rect.band").bounding_box()
+        assert band is not None and band["width"] > 10 and band["height"] > 0
+        assert nccl.locator("g.transition.to-fail").count() == 1
+        gemm = frame.locator("svg#plot-dl_unit-gemm_bf16_tflops_min")
+        assert gemm.locator("g.transition.to-fail").count() == 1 and gemm.locator("g.transition.to-pass").count() == 1
+        marker = gemm.locator("g.transition.to-fail path").bounding_box()
+        assert marker is not None and marker["width"] > 0 and marker["height"] > 0
+        # the UI sizes its iframe to the window: a taller one shows the latest results and every plot
+        page.set_viewport_size({"width": 1400, "height": 1400})
+        frame.locator("#back").scroll_into_view_if_needed()
+        visible_box(frame.locator("#plots"))
         page.screenshot(path=str(ARTIFACTS / "fleet_node.png"), full_page=True)
+        page.set_viewport_size({"width": 1400, "height": 900})
         frame.locator("#back").click()  # back to the filtered fleet
         frame.locator("#match-count", has_text="2 nodes match").wait_for(timeout=10_000)
 

@@ -203,3 +203,111 @@ def test_open_fleet_reports_missing_schema_and_unreachable_database(empty_db_dsn
     with pytest.raises(database.DatabaseUnavailable, match="cannot connect"):
         with fleet.open_fleet({**small_db[0], "host": "127.0.0.1", "port": 1}, tests=seed.TESTS, staleness=WEEK):
             pass
+
+
+# ---------------------------------------------------------------------------- the fleet page's snapshot
+def test_page_snapshot_is_reused_until_an_attempt_is_recorded(db_dsn, store):
+    seed.small_fleet(store)
+
+    def summary(now=seed.NOW, cache_s=60.0):
+        with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=now, snapshot_cache_s=cache_s) as q:
+            return q.summary(), q.nodes_page(fleet.FleetFilter(status="never"))
+
+    first, _ = summary()
+    again, page = summary()
+    assert again is first  # the same snapshot: no 20,000-row read for the next page or viewer
+    assert names(page) == ["gpu-006"]  # a page's cells are still read from the database
+    store.record([seed.attempt("gpu-006", t, "pass", seed.NOW - dt.timedelta(minutes=2)) for t in seed.TESTS])
+    fresh, page = summary()  # a new attempt makes the next request read the fleet again
+    assert fresh is not first and fresh["never_validated_nodes"] == 0 and names(page) == []
+    assert summary()[0] is fresh
+    assert summary(now=seed.NOW + dt.timedelta(minutes=5))[0] is not fresh  # the clock moved past the cache
+    assert summary(cache_s=0)[0] is not summary(cache_s=0)[0]  # off by default: every request reads
+
+
+# ---------------------------------------------------------------------------- node page plots
+@pytest.fixture(scope="module")
+def plots_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        store = ResultStore(dsn)
+        yield dsn, seed.small_fleet(store)["attempts"] + seed.plot_history(store)
+
+
+def test_metric_series_of_a_node(plots_db):
+    with fleet.open_fleet(plots_db[0], tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+        series = q.metric_series("gpu-003", seed.TESTS)
+        few = q.metric_series("gpu-003", ["nccl_loopback"], per_test=3)
+        recent = q.metric_series("gpu-003", ["dl_unit"], days=15)
+        assert q.metric_series("gpu-003", ["gpu_health"]) == {}  # counts, not judged: nothing to plot
+        with pytest.raises(InvalidNodeName):
+            q.metric_series("gpu-003'; --", seed.TESTS)
+    # the judged metrics of each suite (gpu_health's key figures are counts the suite judges exactly)
+    assert set(series) == {("dl_unit", "gemm_bf16_tflops_min"), ("dl_unit", "mem_bw_gbps_min"),
+                           ("nccl_loopback", "nccl_busbw_gbps"), ("storage_fio", "fio_seq_read_mibps"),
+                           ("storage_fio", "fio_seq_write_mibps"), ("storage_fio", "fio_rand_read_iops"),
+                           ("storage_fio", "fio_rand_write_iops")}
+    expected = sorted((a.finished_at, a.status, a.metrics["nccl_busbw_gbps"]) for a in plots_db[1]
+                      if (a.node_name, a.test_name) == ("gpu-003", "nccl_loopback"))
+    nccl = series[("nccl_loopback", "nccl_busbw_gbps")]
+    assert [(p["at"], p["status"], p["value"]) for p in nccl] == expected  # oldest first
+    assert nccl[-1] == {"at": seed.NOW - dt.timedelta(hours=1), "status": "fail", "value": 12.5}
+    assert [p["at"] for p in few[("nccl_loopback", "nccl_busbw_gbps")]] == [at for at, _, _ in expected[-3:]]
+    gemm = recent[("dl_unit", "gemm_bf16_tflops_min")]
+    assert [p["status"] for p in gemm] == ["pass", "pass", "pass"]  # 14 and 11 days ago, then 5 days ago
+    assert min(p["at"] for p in gemm) >= seed.NOW - dt.timedelta(days=15)
+
+
+def test_fleet_bands_are_the_straggler_baseline_with_p10_and_p90(plots_db):
+    import statistics
+
+    from cluster_doctor.fleet_baseline import BaselinePolicy
+
+    policy = BaselinePolicy(min_fleet_nodes=3)
+    with fleet.open_fleet(plots_db[0], tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+        bands = q.fleet_bands(seed.H100, seed.TESTS, policy)
+        a100 = q.fleet_bands(seed.A100, seed.TESTS, policy)
+        strict = q.fleet_bands(seed.H100, seed.TESTS, BaselinePolicy(min_fleet_nodes=10))
+    # by hand: per H100 node the median of its latest 3 values of the last 14 days, then over nodes
+    since = seed.NOW - dt.timedelta(days=14)
+    per_node: dict[str, list] = {}
+    for a in sorted(plots_db[1], key=lambda a: a.finished_at, reverse=True):
+        if a.test_name == "nccl_loopback" and a.gpu_model == seed.H100 and a.status in ("pass", "fail") \
+                and a.finished_at >= since:
+            per_node.setdefault(a.node_name, []).append(a.metrics["nccl_busbw_gbps"])
+    values = sorted(statistics.median(v[:3]) for v in per_node.values())
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    band = bands[("nccl_loopback", "nccl_busbw_gbps")]
+    assert band["nodes"] == len(values) == 5 and band["gpu_model"] == seed.H100 and band["since"] == since
+    assert (band["p10"], band["median"], band["p90"]) == pytest.approx((deciles[0], statistics.median(values),
+                                                                        deciles[8]))
+    assert band["p10"] < band["median"] < band["p90"]
+    assert ("gpu_health", "gpus_visible") not in bands and len(bands) == 7
+    assert a100 == {} and strict == {}  # one A100 node, five H100 nodes: below the minimum, no band
+
+
+def test_fleet_bands_read_numbers_only(db_dsn, store):
+    """A metric stored as text, a boolean or a number no float holds is no measurement (as for verdicts)."""
+    from cluster_doctor.fleet_baseline import BaselinePolicy
+
+    when = seed.NOW - dt.timedelta(hours=2)
+    good = [seed.attempt(f"gpu-00{i}", "nccl_loopback", "pass", when, metrics={"nccl_busbw_gbps": v})
+            for i, v in ((1, 470.0), (2, 480), (3, 490.5))]
+    odd = [seed.attempt(f"gpu-00{i}", "nccl_loopback", "pass", when, metrics={"nccl_busbw_gbps": v})
+           for i, v in ((4, "475"), (5, True), (6, None))]
+    store.record(good + odd)
+    with psycopg.connect(**db_dsn) as conn:  # a JSON number past float range, as a suite could write it
+        conn.execute("UPDATE validation_history SET metrics = '{\"nccl_busbw_gbps\": 1e400}'::jsonb "
+                     "WHERE node_name = 'gpu-006'")
+    with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+        band = q.fleet_bands(seed.H100, ["nccl_loopback"], BaselinePolicy(min_fleet_nodes=3))
+    assert band[("nccl_loopback", "nccl_busbw_gbps")]["nodes"] == 3
+    assert band[("nccl_loopback", "nccl_busbw_gbps")]["median"] == 480.0
+
+
+def test_metric_series_reads_numbers_only(db_dsn, store):
+    when = seed.NOW - dt.timedelta(hours=4)
+    store.record([seed.attempt("gpu-001", "nccl_loopback", "pass", when + dt.timedelta(hours=h), map_index=h,
+                               metrics={"nccl_busbw_gbps": v}) for h, v in enumerate((470.5, "475", True, 1e308))])
+    with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+        points = q.metric_series("gpu-001", ["nccl_loopback"])[("nccl_loopback", "nccl_busbw_gbps")]
+    assert [p["value"] for p in points] == [470.5, None, None, 1e308]  # every attempt kept: a status to mark

@@ -208,6 +208,47 @@ def test_node_page_history_metrics_and_task_instance_links(client):
     assert {t for t, _ in re.findall(r'<tr data-test="([a-z_]+)" data-status="([a-z]+)">', only)} == {"nccl_loopback"}
 
 
+@pytest.fixture(scope="module")
+def plots_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        store = ResultStore(dsn)
+        seed.small_fleet(store)
+        seed.plot_history(store)
+        yield dsn
+
+
+def _svgs(html: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r'<svg id="plot-([a-z_]+-[a-z0-9_]+)".*?</svg>', html, re.S)}
+
+
+def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots_db):
+    # five H100 nodes in the seed: a band needs three here (the default minimum is ten)
+    settings = Settings(fleet_verdicts={"min_fleet_nodes": 3})
+    c = make_client(plots_db, settings=settings)
+    html = c.get("/cluster-doctor/nodes/gpu-003").text
+    plots = _svgs(html)
+    assert set(plots) == {"dl_unit-gemm_bf16_tflops_min", "dl_unit-mem_bw_gbps_min", "nccl_loopback-nccl_busbw_gbps",
+                          "storage_fio-fio_seq_read_mibps", "storage_fio-fio_seq_write_mibps",
+                          "storage_fio-fio_rand_read_iops", "storage_fio-fio_rand_write_iops"}
+    assert html.index('id="plots"') < html.index('id="history"')  # the plots come before the long table
+    nccl = plots["nccl_loopback-nccl_busbw_gbps"]
+    assert nccl.count('<circle class="point') == 13  # 11 older runs (11 to 41 days ago), 5 days and 1 h ago
+    assert nccl.count('class="point st-fail"') == 1 and "12.5 GB/s (fail)" in nccl
+    assert 'class="band"' in nccl and 'class="band-median"' in nccl and "fleet p10–p90, 5 nodes" in nccl
+    assert nccl.count('class="transition to-fail"') == 1 and 'class="transition to-pass"' not in nccl
+    gemm = plots["dl_unit-gemm_bf16_tflops_min"]  # failed 20 days ago, passed again 17 days ago
+    assert gemm.count('class="transition to-fail"') == 1 and gemm.count('class="transition to-pass"') == 1
+    assert "pass → fail, 2026-10-31 11:55 UTC" in gemm and "fail → pass, 2026-11-03 11:55 UTC" in gemm
+    assert "<script" not in "".join(plots.values())
+    # one test only: its plots only; a node of a model without enough peers: plots without a band
+    only = _svgs(c.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text)
+    assert set(only) == {"nccl_loopback-nccl_busbw_gbps"}
+    a100 = c.get("/cluster-doctor/nodes/gpu-002").text
+    assert len(_svgs(a100)) == 7 and 'class="band"' not in a100 and "no fleet band" in a100
+    # a node without any plotted value (timeouts only): no plot section at all
+    assert 'id="plots"' not in c.get("/cluster-doctor/nodes/gpu-006").text
+
+
 def test_node_page_errors(client):
     assert client.get("/cluster-doctor/nodes/gpu-999").status_code == 404
     r = client.get("/cluster-doctor/nodes/Bad_Node", headers={"Accept": "text/html"})
