@@ -9,10 +9,12 @@ SUITES_REQS := include/cluster_doctor_suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test test-slow demo bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints clean help
+.PHONY: .venv test test-slow demo up down bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
+	@echo "make up               the product running locally with its UI (Airflow, Postgres, a changing cluster)"
+	@echo "make down             stop everything make up started"
 	@echo "make test             the test suite (real Postgres, Kubernetes API emulator, CPU suites)"
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make bench-store      validation_latest view vs naive query on ~10M history rows"
@@ -48,6 +50,16 @@ test-slow: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py
 
+# In the background under $(STACK_DIR): STACK_PORT=8090 make up for another port; CLUSTER_DOCTOR_*
+# settings in the environment reach the stack. `make down` needs no venv build: nothing runs without one.
+STACK_DIR ?= .stack
+STACK_PORT ?= 8080
+up: $(STAMP)
+	$(BIN)/python tools/stack.py up --state-dir $(STACK_DIR) --port $(STACK_PORT)
+
+down:
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/stack.py down --state-dir $(STACK_DIR)
+
 bench-store: $(STAMP)
 	$(BIN)/python bench/bench_store.py
 
@@ -73,5 +85,5 @@ constraints: $(STAMP)
 		--all-extras pyproject.toml $(SUITES_REQS); } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-clean:
-	rm -rf $(VENV) .pytest_cache .demo
+clean: down
+	rm -rf $(VENV) .pytest_cache .demo $(STACK_DIR)
