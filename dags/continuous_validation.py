@@ -29,9 +29,11 @@ taking nodes from users:
 
 1. **discover** — GPU nodes of the cluster (`kubernetes_default`): free ones, and why the others are
    not eligible (busy, cordoned, not ready, tainted).
+   Then **reap_orphans**: pods of tasks that died hard (OOM, SIGKILL) are recorded from the pod and deleted.
 2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
 3. **prioritize** — never-validated pairs first, then the oldest; failed pairs are retested after
-   6 h; one test per node, at most `max_pairs`.
+   6 h; one test per node, at most `max_pairs`. The planned nodes are claimed in the results DB
+   (`validation_claims`): a node another live run holds (backfill, manual trigger) is left to it.
 4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).
 5. **validate** — one pod per node · test (pool `gpu_validation`), pinned by node affinity, lowest
    priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long.
@@ -46,7 +48,9 @@ not run the suite (timeout, preempted by a user job, node busy at submit time); 
 **The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
 check (or a suite erroring) — `verdict` names them — or the run broke: discovery, planning,
 recording or summarizing failed (cluster API or results DB unreachable), or a planned validation
-never reported. Timeouts, preemptions and skips never fail a run.
+never reported, or the results PVC the pods mount is missing or unbound (checked once per run in
+`discover`: then no pod is created and `verdict` names the claim). Timeouts, preemptions and skips
+never fail a run.
 
 **Trigger form.** `node_range` (e.g. `gpu-[001-064]`, `gpu-a*`), `tests`, `stale_before` (re-validate
 results older than this, e.g. after a driver upgrade), `max_pairs`, `dry_run` (plan only). The same
@@ -95,6 +99,18 @@ with DAG(
         return tasks.discover(context["params"], settings, airflow_support.core_v1(settings.kubernetes_conn_id),
                               parsed=SETTINGS)
 
+    # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
+    # delete them. Reports and carries on: its problems never block this run's planning.
+    @task
+    def reap_orphans(discovered: dict) -> dict:
+        from cluster_doctor import airflow_support, orphans
+        from cluster_doctor.config import Settings
+
+        settings = Settings(**discovered["settings"])
+        return orphans.reap(airflow_support.core_v1(settings.kubernetes_conn_id),
+                            airflow_support.results_store(settings.validation_db_conn_id), settings,
+                            run_state=get_current_context()["ti"].get_dagrun_state).to_dict()
+
     @task
     def load_latest(discovered: dict) -> list:
         from cluster_doctor import airflow_support, tasks
@@ -102,11 +118,15 @@ with DAG(
         conn_id = discovered["settings"]["validation_db_conn_id"]
         return tasks.load_latest(discovered, airflow_support.results_store(conn_id))
 
+    # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task
     def prioritize(discovered: dict, latest: list) -> dict:
-        from cluster_doctor import tasks
+        from cluster_doctor import airflow_support, tasks
 
-        return tasks.prioritize(discovered, latest)
+        context = get_current_context()
+        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        return tasks.prioritize(discovered, latest, store=store, dag_id=dag.dag_id, run_id=context["run_id"],
+                                run_ended=airflow_support.dagrun_ended(context["ti"]))
 
     @task
     def ship_suites(discovered: dict, planned: dict) -> list:
@@ -155,7 +175,10 @@ with DAG(
         tasks.verdict(summary)
 
     discovered = discover()
+    reaped = reap_orphans(discovered)
     planned = prioritize(discovered, load_latest(discovered))
+    # before planning, and before the latest results are read, so what it records counts in this run
+    reaped >> [planned, dag.get_task("load_latest")]
     pairs = ship_suites(discovered, planned)
     validate = NodeValidationPodOperator.partial(
         task_id="validate",

@@ -6,7 +6,7 @@ Imported only from Airflow-facing modules (operator, tasks, plugin); the schedul
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cluster_doctor import database
@@ -38,3 +38,14 @@ def core_v1(conn_id: str) -> Any:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     return KubernetesHook(conn_id=conn_id).core_v1_client
+
+
+def dagrun_ended(ti: Any) -> Callable[[str, str], bool]:
+    """Whether a DagRun has ended (success or failed), asked through the Task SDK: tasks cannot read
+    the metadata DB. Lets prioritize take over the claims of a run that ended without releasing them."""
+
+    def ended(dag_id: str, run_id: str) -> bool:
+        state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        return getattr(state, "value", state) in ("success", "failed")
+
+    return ended

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from cluster_doctor import database, migrations, priority, simulate, spool, suites
+from cluster_doctor import claims, database, migrations, priority, simulate, spool, suites
 from cluster_doctor.attempts import Attempt, InvalidAttempt, from_suite_result, parse_timestamp, validate_test_name
 from cluster_doctor.config import InvalidSettings, Settings
 from cluster_doctor.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, shown, validate_node_name
@@ -161,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("version", help="print the schema version", parents=[common])
     db_sub.add_parser("check", help="verify validation_latest against the history", parents=[common])
     db_sub.add_parser("rebuild-latest", help="recompute validation_latest from the history", parents=[common])
+    db_sub.add_parser("claims", help="live run-to-run claims: which DagRun is validating which node now",
+                      parents=[common])
     replay = db_sub.add_parser(
         "replay", parents=[common],
         help="record the attempts spooled while the database was unreachable (oldest first; idempotent)")
@@ -295,6 +297,13 @@ def cmd_db(args: argparse.Namespace, out) -> int:
         print(store.schema_version(), file=out)
     elif args.db_command == "rebuild-latest":
         print(f"validation_latest rebuilt: {store.rebuild_latest()} node-test pairs", file=out)
+    elif args.db_command == "claims":
+        live = claims.live(store.connect)
+        stamp = lambda t: t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")  # noqa: E731
+        print(table([[c.node_name, c.test_name, clean(c.dag_id), clean(c.run_id), stamp(c.claimed_at),
+                      stamp(c.expires_at)] for c in live],
+                    ["NODE", "TEST", "DAG", "RUN", "CLAIMED", "EXPIRES"]), file=out)
+        print(f"\n{len(live)} node(s) claimed by live runs", file=out)
     elif args.db_command == "check":
         problems = store.check_latest()
         for line in problems[:50]:

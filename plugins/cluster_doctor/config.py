@@ -162,6 +162,14 @@ class Settings:
             raise InvalidSettings(f"setting {exc}") from None
         if self.node_selector:
             _validate_label_selector(self.node_selector)
+        # both end up in API paths (the once-per-run claim read, pods, ConfigMaps): refuse them here, clearly
+        if not (isinstance(self.namespace, str) and len(self.namespace) <= 63
+                and _DNS_LABEL.fullmatch(self.namespace)):
+            raise InvalidSettings(f"setting namespace: {self.namespace!r} is not a Kubernetes namespace name "
+                                  "(lowercase letters, digits and '-', at most 63)")
+        if not (isinstance(self.pvc, str) and len(self.pvc) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.pvc)):
+            raise InvalidSettings(f"setting pvc: {self.pvc!r} is not a PersistentVolumeClaim name "
+                                  "(lowercase letters, digits, '-' and '.', at most 253)")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -299,6 +307,10 @@ _SELECTOR_TERM = (
     r"!?[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?"
     r"(\s*(=|==|!=)\s*[A-Za-z0-9._-]*|\s+(in|notin)\s+\([A-Za-z0-9._,\s-]*\))?"
 )
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def _validate_label_selector(selector: str) -> None:

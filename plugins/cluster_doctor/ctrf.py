@@ -300,7 +300,9 @@ def build_report(
                       "gate": "fail when failed + other > 0 (other = the suite could not judge the node)"},
         },
         "tests": tests,
-        "environment": _environment(summary, dag_id, run_id, settings, healthy=blocking == 0),
+        # a run that could not create its pods (an unusable volume) is not healthy, even with no failure
+        "environment": _environment(summary, dag_id, run_id, settings,
+                                    healthy=blocking == 0 and not summary.get("blocked")),
     }
     extra: dict[str, Any] = {}
     if summary.get("not_eligible") is not None:
@@ -308,6 +310,8 @@ def build_report(
                                  for reason, names in summary["not_eligible"].items()}
     if summary.get("newly_failing"):
         extra["newly_failing"] = [dict(n) for n in summary["newly_failing"]]
+    if summary.get("blocked"):
+        extra["blocked"] = dict(summary["blocked"])
     if extra:
         results["extra"] = extra
     return {

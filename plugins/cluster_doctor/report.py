@@ -66,14 +66,30 @@ def run_summary(
         "gpu_nodes": len(gpu_nodes),
         "free_nodes": len(discovered["free"]),
         "planned": len(planned["pairs"]),
+        # pairs left to another live run that held their node (cluster_doctor.claims)
+        "deferred": [{k: h.get(k) for k in ("node_name", "test_name", "run_id")}
+                     for h in planned.get("held_by_other_runs") or ()],
         "counts": counts,
         "attempts": [{k: a.get(k) for k in ("node_name", "test_name", "status", "reason")} for a in recorded],
         "newly_failing": newly_failing,
         "not_eligible": not_eligible,
         "not_eligible_detail": list(discovered["ineligible"]),
+        "blocked": blocked(discovered),
         "coverage": coverage(latest_rows, gpu_nodes, discovered["params"]["tests"], now,
                              dt.timedelta(days=settings["staleness_days"])),
     }
+
+
+def blocked(discovered: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Tests none of whose pods were created because they could not mount a volume, and why (one line)."""
+    volumes = discovered.get("volumes") or {}
+    if not volumes.get("blocked_tests"):
+        return None
+    return {"tests": list(volumes["blocked_tests"]), "reason": volumes["problem"], "codes": list(volumes.get("codes") or [])}
+
+
+def blocked_line(item: Mapping[str, Any]) -> str:
+    return f"{item['reason']}: no validation pod of {', '.join(item['tests'])} was created"
 
 
 def render(summary: Mapping[str, Any]) -> str:
@@ -84,6 +100,11 @@ def render(summary: Mapping[str, Any]) -> str:
     if summary["attempts"]:
         lines.append(table([[a["node_name"], a["test_name"], a["status"], a["reason"] or ""]
                             for a in summary["attempts"]], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
+    if summary.get("blocked"):
+        lines.append(f"NOT RUN: {blocked_line(summary['blocked'])}")
+    if summary.get("deferred"):
+        lines.append(f"deferred: {len(summary['deferred'])} pair(s), their node held by another live run: "
+                     f"{compress(d['node_name'] for d in summary['deferred'])}")
     for item in summary["newly_failing"]:
         lines.append(f"NEWLY FAILING: {item['node_name']} · {item['test_name']}: {item['reason']}")
     for reason, names in summary["not_eligible"].items():
@@ -98,13 +119,15 @@ def render(summary: Mapping[str, Any]) -> str:
 
 def verdict(summary: Mapping[str, Any]) -> str | None:
     """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
-    or a suite erroring. Timeouts, preemptions and skips never fail a run."""
+    or a suite erroring, or it could not run its validations (a volume the pods need is unusable).
+    Timeouts, preemptions and skips never fail a run."""
     bad = [a for a in summary["attempts"] if cov.is_failing(a["status"])]
     # a planned validation that never reported means the run broke (suite shipping, a killed task)
     lost = [a for a in summary["attempts"] if (a.get("reason") or "").startswith("the validation task did not report")]
-    if not bad and not lost:
+    if not bad and not lost and not summary.get("blocked"):
         return None
-    problems = []
+    # the deployment problem first: it is why this run (and the next ones) validated nothing
+    problems = [blocked_line(summary["blocked"])] if summary.get("blocked") else []
     if bad:
         shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
         more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""

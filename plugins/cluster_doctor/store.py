@@ -294,6 +294,54 @@ class ResultStore:
                 for node, test, dag_id, run_id, try_number in
                 ((r[2], r[3], r[0], r[1], r[4]) for r in cur.fetchall())]
 
+    def record_over_placeholder(self, attempt: Attempt, *, placeholder_reason: str,
+                                now: dt.datetime | None = None) -> str:
+        """Record one attempt found after its run ended (an orphaned pod). When that run's record task
+        stored the pair as a try-0 ``skipped`` placeholder with ``placeholder_reason`` (no report came),
+        that row becomes this attempt, so the try keeps one row and the latest state (maintained by
+        trigger) tells the truth. Anything else stored for the run is never overwritten: the attempt
+        is then inserted as ``record`` does. Returns "superseded", "inserted", "duplicate" or "conflict"."""
+        now = now or dt.datetime.now(dt.UTC)
+        problems = storable_problems(attempt, now)
+        if problems:
+            raise InvalidAttempt(f"{describe(attempt)}: {'; '.join(problems)}")
+        if not attempt.run_id:
+            outcome = self.record([attempt], now=now)
+        else:
+            sets = ", ".join(f"{c} = %s::{COLUMN_TYPES[c]}" for c in Attempt.COLUMNS)
+            pair = "dag_id = %s AND run_id = %s AND node_name = %s AND test_name = %s"
+            # The placeholder's own columns are re-checked on the row being updated, so a concurrent
+            # reaper that got there first makes this a no-op instead of a second overwrite.
+            sql = (f"UPDATE validation_history SET {sets} "
+                   f"WHERE id = (SELECT id FROM validation_history WHERE {pair} AND try_number = 0 "
+                   "AND status = 'skipped' AND reason = %s ORDER BY id LIMIT 1) "
+                   "AND try_number = 0 AND status = 'skipped' AND reason = %s "
+                   f"AND NOT EXISTS (SELECT 1 FROM validation_history WHERE {pair} AND try_number = %s) "
+                   "RETURNING id")
+            pair_values = [attempt.dag_id, attempt.run_id, attempt.node_name, attempt.test_name]
+            params = [*attempt.row(), *pair_values, placeholder_reason, placeholder_reason, *pair_values,
+                      attempt.try_number]
+
+            def update() -> bool:
+                with self.connection() as conn:
+                    try:
+                        with conn.cursor() as cur:
+                            cur.execute(sql, params)
+                            updated = cur.fetchone() is not None
+                        conn.commit()
+                    except BaseException:
+                        with contextlib.suppress(Exception):
+                            conn.rollback()
+                        raise
+                return updated
+
+            if self._with_retries(update, what=f"superseding the placeholder of {describe(attempt)}"):
+                return "superseded"
+            outcome = self.record([attempt], now=now)
+        if outcome.inserted:
+            return "inserted"
+        return "conflict" if outcome.conflicts else "duplicate"
+
     def _with_retries(self, operation: Callable[[], Any], *, what: str) -> Any:
         delay = self.retry.initial_delay_s
         for attempt in range(1, self.retry.attempts + 1):

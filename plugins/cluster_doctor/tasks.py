@@ -5,12 +5,13 @@ Every function takes and returns plain JSON-able values (they travel as XComs).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor import discovery, fleet_baseline, planning, priority, spool, suites
+from cluster_doctor import claims, discovery, fleet_baseline, planning, priority, spool, suites, volumes
 from cluster_doctor.attempts import Attempt, InvalidAttempt, parse_timestamp
 from cluster_doctor.config import Settings
 from cluster_doctor.nodes import compress
@@ -43,8 +44,13 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         by_reason.setdefault(node.reason, []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         log.info("not eligible (%s): %s", reason, compress(names))
+    # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
+    # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
+    mounts = volumes.check(core_v1, settings, run.tests)
+    if mounts.blocked_tests:
+        log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
     return {"settings": settings.to_dict(), "params": run.to_dict(), "started_at": now.isoformat(),
-            **found.to_dict()}
+            **found.to_dict(), "volumes": mounts.to_dict()}
 
 
 # ---------------------------------------------------------------------------- 2. load latest
@@ -75,12 +81,21 @@ def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.Pai
 
 
 # ---------------------------------------------------------------------------- 3. prioritize
-def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], now: dt.datetime | None = None) -> dict:
+def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], now: dt.datetime | None = None,
+               *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
+               run_ended: Callable[[str, str], bool] | None = None) -> dict:
+    """Plan this run's pairs. With ``store`` (the DAG), the plan's nodes are claimed for the run
+    ``dag_id``/``run_id`` (cluster_doctor.claims; ``run_ended`` tells a dead holder from a live one);
+    without it (planning only), nothing is claimed."""
     now = now or _now()
     settings = Settings(**discovered["settings"])
     run = planning.parse_params(discovered["params"], settings, now=now)
     free = {n["name"]: n for n in discovered["free"]}
-    pairs = priority.plan(list(free), run.tests, _states(latest), now=now, policy=planning.policy(settings, run))
+    # pods of these tests could not mount their volume (discover said why): plan none, record none
+    blocked = set((discovered.get("volumes") or {}).get("blocked_tests") or ())
+    tests = [t for t in run.tests if t not in blocked]
+    pairs, held = _claimed_plan(list(free), tests, _states(latest), now, settings, run, store, dag_id, run_id,
+                                run_ended)
     planned = [{**p.to_dict(), "gpu_count": free[p.node_name]["gpu_count"],
                 "gpu_model": free[p.node_name]["gpu_model"]} for p in pairs]
     if planned:
@@ -88,9 +103,36 @@ def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], n
             [[i + 1, p["node_name"], p["test_name"], p["why"], p["last_status"] or "-",
               age(parse_timestamp(p["last_finished_at"], "t") if p["last_finished_at"] else None, now)]
              for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
-    else:
+    elif not blocked and not held:
         log.info("nothing is due on the %d free node(s): a quiet run", len(free))
-    return {"planned_at": now.isoformat(), "dry_run": run.dry_run, "pairs": planned}
+    if blocked:
+        log.error("not planned: %s (%s)", ", ".join(t for t in run.tests if t in blocked),
+                  discovered["volumes"]["problem"])
+    if held:
+        log.warning("deferred %d pair(s), their node is held by another live run: %s", len(held), "; ".join(
+            f"{h['node_name']} · {h['test_name']} (run {h['run_id']}, until {h['expires_at']})" for h in held))
+    return {"planned_at": now.isoformat(), "dry_run": run.dry_run, "pairs": planned, "held_by_other_runs": held}
+
+
+def _claimed_plan(free: list[str], tests: list[str], states: Mapping[tuple[str, str], priority.PairState],
+                  now: dt.datetime, settings: Settings, run: planning.RunParams, store: Any, dag_id: str | None,
+                  run_id: str | None, run_ended: Callable[[str, str], bool] | None,
+                  ) -> tuple[list[priority.PlannedPair], list[dict]]:
+    """The plan, and the pairs given up because another live run holds their node: every free node's
+    best due pair in priority order, of which the claims keep the first max_pairs nodes no other run
+    holds (a dry run claims nothing but defers the same way)."""
+    policy = planning.policy(settings, run)
+    if store is None:
+        return priority.plan(free, tests, states, now=now, policy=policy), []
+    if not dag_id or not run_id:
+        raise ValueError("prioritize with a store needs the run's dag_id and run_id to claim its nodes")
+    ordered = priority.plan(free, tests, states, now=now, policy=dataclasses.replace(policy, max_pairs=len(free)))
+    outcome = claims.claim(store.connect, [(p.node_name, p.test_name, claims.ttl_s(settings, p.test_name))
+                                           for p in ordered],
+                           dag_id=dag_id, run_id=run_id, limit=policy.max_pairs, dry_run=run.dry_run,
+                           run_ended=run_ended)
+    granted = {c.node_name for c in outcome.granted}
+    return [p for p in ordered if p.node_name in granted], [h.to_dict() for h in outcome.held]
 
 
 # ---------------------------------------------------------------------------- 4. ship suites
@@ -201,12 +243,26 @@ def record(
     # Earlier runs' spooled attempts first (quiet runs too); if the database stays unavailable beyond
     # the store's retries, this run's attempts are spooled durably and the task still fails.
     result = spool.record_or_spool(store, list(attempts.values()))
+    if not planned["dry_run"] and planned["pairs"]:
+        _release_claims(store, planned["pairs"], dag_id=dag_id, run_id=run_id)
     if attempts:
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
         fleet_baseline.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
                                       fleet_baseline.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
     return [a.to_dict() for a in attempts.values()]
+
+
+def _release_claims(store: Any, pairs: Sequence[Mapping[str, Any]], *, dag_id: str, run_id: str) -> None:
+    """The run is done with its nodes once their attempts are stored. Best effort: the rows are
+    committed already, and a claim not released just expires (claims.ttl_s)."""
+    try:
+        released = claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[p["node_name"] for p in pairs])
+    except Exception as exc:
+        log.warning("could not release this run's claims on %d node(s) (%s); they expire on their own",
+                    len(pairs), " ".join(str(exc).split())[:300])
+        return
+    log.info("released this run's claims on %d node(s)", released)
 
 
 # ---------------------------------------------------------------------------- 7. summarize, verdict

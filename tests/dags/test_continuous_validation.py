@@ -33,6 +33,15 @@ def test_tasks_flow_in_one_direction(dagbag):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
 
 
+def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_plans(dagbag):
+    dag = dagbag.dags["continuous_validation"]
+    reap = dag.get_task("reap_orphans")
+    assert reap.upstream_task_ids == {"discover"}
+    assert {"load_latest", "prioritize"} <= reap.downstream_task_ids
+    # it never fails, so the default trigger rule is enough for the run to go on
+    assert "reap_orphans" in dag.doc_md
+
+
 def test_validate_is_a_mapped_kpo_subclass_in_the_pool_with_timeouts(dagbag):
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 

@@ -26,14 +26,18 @@ AIRFLOW_SA = "cluster-doctor-airflow"
 VALIDATION_SA = "cluster-doctor-validation"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 
-# What the Airflow side does, and therefore all it may do (core API group only).
-CLUSTER_READ = {"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"}}
+# What the Airflow side does, and therefore all it may do ("<resource>.<group>" outside the core group).
+CLUSTER_READ = {"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"},
+                "storageclasses.storage.k8s.io": {"get"}}
 NAMESPACE_RULES = {
     "pods": {"create", "get", "list", "watch", "patch", "delete"},
     "pods/log": {"get"},
     "events": {"get", "list", "watch"},
     "configmaps": {"create", "get", "list", "delete"},
+    "persistentvolumeclaims": {"get"},
 }
+# Read only by name: the results claim the validation pods mount (setting pvc).
+NARROWED = {"persistentvolumeclaims": [Settings().pvc]}
 DANGEROUS_VERBS = {"escalate", "bind", "impersonate", "*"}
 DANGEROUS_RESOURCES = {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "nodes/proxy",
                        "serviceaccounts/token", "pods/ephemeralcontainers", "*"}
@@ -86,14 +90,15 @@ def rbac_violations(docs: list[dict]) -> list[str]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 if any("*" in str(v) for v in rule.get(field) or []):
                     problems.append(f"{ident(doc)}: wildcard in {field}: {rule[field]}")
-            if groups != [""]:
-                problems.append(f"{ident(doc)}: apiGroups {groups}: only the core group is needed")
             for verb in set(verbs) & DANGEROUS_VERBS:
                 problems.append(f"{ident(doc)}: verb {verb!r}")
             for resource in resources:
                 if resource in DANGEROUS_RESOURCES or resource.split("/")[0] == "secrets":
                     problems.append(f"{ident(doc)}: resource {resource!r}")
-                granted.setdefault(resource, set()).update(verbs)
+                if resource in NARROWED and rule.get("resourceNames") != NARROWED[resource]:
+                    problems.append(f"{ident(doc)}: {resource} must be limited to resourceNames {NARROWED[resource]}")
+                for group in groups:
+                    granted.setdefault(f"{resource}.{group}" if group else resource, set()).update(verbs)
         for resource, verbs in granted.items():
             if resource not in allowed:
                 problems.append(f"{ident(doc)}: resource {resource!r} is not needed")
@@ -221,6 +226,10 @@ MUTATIONS = {
     "a Secret object": lambda d: d.append({"__file__": "x.yaml", "kind": "Secret", "apiVersion": "v1",
                                            "metadata": {"name": "x", "namespace": NAMESPACE}}),
     "aggregated ClusterRole": lambda d: _cluster_role(d).update(aggregationRule={"clusterRoleSelectors": []}),
+    "storageclasses listed": lambda d: _cluster_role(d)["rules"][1]["verbs"].append("list"),
+    "storageclasses in the core group": lambda d: _cluster_role(d)["rules"][1].update(apiGroups=[""]),
+    "every claim of the namespace": lambda d: _role(d)["rules"][4].pop("resourceNames"),
+    "claims created": lambda d: _role(d)["rules"][4]["verbs"].append("create"),
 }
 
 

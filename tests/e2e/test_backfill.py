@@ -51,7 +51,7 @@ def test_the_documented_backfill_command_validates_its_conf(airflow_home):
     good = json.dumps({"node_range": "gpu-[001-064]", "stale_before": "2026-11-21T00:00:00Z"})
     base = [str(dag_runner.pathlib.Path(sys.executable).with_name("airflow")), "backfill", "create",
             "--dag-id", "continuous_validation", "--from-date", "2026-11-20T00:00:00", "--to-date",
-            "2026-11-20T02:00:00", "--dry-run", "--dag-run-conf"]
+            "2026-11-20T02:00:00", "--max-active-runs", "1", "--dry-run", "--dag-run-conf"]
     ok = subprocess.run([*base, good], env=env, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "2026-11-20 02:00:00" in ok.stdout, ok.stderr[-2000:]
     bad = subprocess.run([*base, json.dumps({"max_pairs": "many"})], env=env, capture_output=True, text=True,

@@ -12,7 +12,7 @@ import pytest
 
 from cluster_doctor import priority
 from cluster_doctor.store import ResultStore
-from tests.e2e.conftest import script_result, summary, validation_pods
+from tests.e2e.conftest import NAMESPACE, PVC, script_result, summary, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
@@ -313,3 +313,26 @@ def test_a_variable_changing_what_parsing_fixed_is_refused_before_any_pod(runner
     assert result["state"] == "failed" and result["states"][("discover", -1)] == "failed"
     assert "setting pool: 'elsewhere' from the Airflow Variable cannot take effect" in runner.last_log
     assert validation_pods(cluster) == [] and rows(db_dsn) == []
+
+
+# the results volume ------------------------------------------------------------------------------
+def test_a_missing_results_pvc_fails_the_run_with_its_reason_before_any_pod(runner, cluster, db_dsn):
+    # the default 20-minute pending timeout: had a pod been created to wait for the claim, the run
+    # could not end within the runner's limit; the claim is read once, before any pod
+    runner.env_overrides["CLUSTER_DOCTOR_PENDING_TIMEOUT_S"] = "1200"
+    for node in ("gpu-001", "gpu-002"):
+        cluster.add_gpu_node(node)
+        script_result(cluster, node)
+    cluster.core_v1().delete_namespaced_persistent_volume_claim(PVC, NAMESPACE)
+
+    result = runner.run()
+
+    reason = f"PVC {NAMESPACE}/{PVC} does not exist (create it: include/k8s/pvc.yaml, or set pvc)"
+    assert result["state"] == "failed"
+    assert result["states"][("discover", -1)] == "success" and result["states"][("verdict", -1)] == "failed"
+    assert validate_states(result) == {-1: "skipped"}  # mapped over nothing: not one validation task ran
+    assert result["summary"]["blocked"] == {"tests": ["gpu_health"], "reason": reason, "codes": ["PVC_MISSING"]}
+    # the one-line reason the verdict task fails the DagRun with
+    assert f"{reason}: no validation pod of gpu_health was created" in runner.last_log
+    assert validation_pods(cluster) == []  # the emulator never saw a validation pod
+    assert rows(db_dsn) == []  # nothing per pair: no pass, no hourly duplicates

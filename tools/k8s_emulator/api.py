@@ -132,6 +132,8 @@ class Api:
                 self.c.kubelet.adopt(key, obj)
             if rt.plural in ("persistentvolumeclaims", "persistentvolumes"):
                 self.bind_volumes()
+            if rt.plural == "namespaces":
+                self.c.provision_claims([name])
             return self.store.current(rt.plural, key) or v
 
     def _admit(self, rt: ResourceType, obj: dict, old: dict | None):
@@ -163,6 +165,16 @@ class Api:
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj.setdefault("status", {"phase": "Active"})
+        elif kind == "storageclasses":
+            causes = adm.validate_metadata(obj)
+            if not obj.get("provisioner"):
+                causes.append(Cause("provisioner", "Required"))
+            if obj.get("volumeBindingMode", "Immediate") not in ("Immediate", "WaitForFirstConsumer"):
+                causes.append(Cause("volumeBindingMode", "Unsupported", obj["volumeBindingMode"],
+                                    'supported values: "Immediate", "WaitForFirstConsumer"'))
+            raise_if("StorageClass", name, causes, "storage.k8s.io")
+            obj.setdefault("volumeBindingMode", "Immediate")
+            obj.setdefault("reclaimPolicy", "Delete")
         elif kind in ("persistentvolumeclaims", "persistentvolumes"):
             raise_if(rt.kind, name, adm.validate_metadata(obj))
             obj.setdefault("spec", {})

@@ -9,6 +9,7 @@ import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 
+from . import fixtures
 from .admission import SYSTEM_PRIORITY_CLASSES
 from .api import Api
 from .events import EventRecorder
@@ -27,7 +28,8 @@ class Settings:
     startup_delay: float = 0.2  # simulated image pull per (node, image) the first time
     served_schedulers: list = field(default_factory=lambda: ["default-scheduler", "volcano"])
     executables: dict = field(default_factory=dict)  # first word of a command -> host executable
-    pvc_dirs: dict = field(default_factory=dict)  # claimName -> host dir (default <state>/pvc/<claim>)
+    # claimName -> host dir: such a claim exists, Bound, in every namespace (other claims: <state>/pvc/<claim>)
+    pvc_dirs: dict = field(default_factory=dict)
     exec_env: dict = field(default_factory=dict)  # extra env for exec-mode processes (e.g. PYTHONPATH)
     snapshot_ttl: float = 300.0  # continue tokens expire after this (etcd compaction)
     static_termination_seconds: float = 0.2  # how long a simulated pod takes to terminate
@@ -35,6 +37,7 @@ class Settings:
     node_lifecycle_taints: bool = True  # not-ready/unreachable/unschedulable taints, as the controllers write
     restart_backoff_seconds: float = 1.0  # CrashLoopBackOff base (real: 10 s)
     unreachable_kubelets: list = field(default_factory=list)  # nodes ("*": all) whose pods/log answers 500
+    forbidden: list = field(default_factory=list)  # "[verb ]<resource>[.<group>]" the RBAC authorizer refuses (403)
 
     def update(self, values: dict):
         unknown = set(values) - {f.name for f in fields(self)}
@@ -77,6 +80,16 @@ class Cluster:
             self.api.create(TYPES["namespaces"], None, {"metadata": {"name": ns}})
         for name, value in SYSTEM_PRIORITY_CLASSES.items():
             self.api.create(TYPES["priorityclasses"], None, {"metadata": {"name": name}, "value": value})
+
+    def provision_claims(self, namespaces: list[str] | None = None):
+        """Every claim named in pvc_dirs exists Bound in each namespace (all when None), as if an admin had
+        created it and a provisioner had bound it; one already there (a test's own) is left alone."""
+        with self.store.lock:
+            for ns in namespaces if namespaces is not None else [k for k, _ in self.store.all_current("namespaces")]:
+                for claim in self.settings.pvc_dirs:
+                    if self.store.current("persistentvolumeclaims", f"{ns}/{claim}") is None:
+                        self.api.create(TYPES["persistentvolumeclaims"], ns,
+                                        fixtures.bound_claim(claim, f"pvc-dir-{claim}"))
 
     def start(self):
         self.scheduler.start()

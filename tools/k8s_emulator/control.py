@@ -149,6 +149,8 @@ def handle(cluster, method: str, path: str, q: dict, body) -> tuple[int, object]
         path_ = os.path.abspath(body["path"])
         os.makedirs(path_, exist_ok=True)
         cluster.settings.pvc_dirs[body["claim"]] = path_
+        cluster.provision_claims()
+        cluster.scheduler.poke()
         return 200, {"claim": body["claim"], "path": path_}
     if route == "pvcs" and method == "GET":
         return 200, {"default_root": os.path.join(cluster.state_dir, "pvc"), "claims": dict(cluster.settings.pvc_dirs)}

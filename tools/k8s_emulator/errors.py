@@ -44,6 +44,19 @@ def forbidden(resource: str, name: str, why: str) -> ApiError:
     return _named(403, "Forbidden", resource, name, "", "{} is forbidden: " + why)
 
 
+def rbac_forbidden(verb: str, resource: str, group: str, name: str | None, namespace: str | None,
+                   user: str = "system:anonymous") -> ApiError:
+    """The RBAC authorizer's refusal, as the apiserver words it (the emulator has no authentication:
+    every request is the anonymous user's)."""
+    qualified = f"{resource.split('/')[0]}.{group}" if group else resource.split("/")[0]
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    what = f'{qualified} "{name}"' if name else qualified
+    message = f'{what} is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group "{group}" {scope}'
+    details = {**({"name": name} if name else {}), **({"group": group} if group else {}),
+               "kind": resource.split("/")[0]}
+    return ApiError(403, "Forbidden", message, details)
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(400, "BadRequest", message)
 

@@ -36,6 +36,16 @@ def _fake_uid(seed: str) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+def bound_claim(name: str, volume: str) -> dict:
+    """A PersistentVolumeClaim as the PV controller leaves it once bound (what `pvc_dirs` claims are)."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                                                       "pv.kubernetes.io/bound-by-controller": "yes"}},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Gi"}},
+                     "storageClassName": "", "volumeMode": "Filesystem", "volumeName": volume},
+            "status": {"phase": "Bound", "accessModes": ["ReadWriteMany"], "capacity": {"storage": "100Gi"}}}
+
+
 def gpu_node(name: str, gpus: int = 8, product: str = "NVIDIA-H100-80GB-HBM3", ready=True,
              unschedulable: bool = False, taints: list | None = None, labels: dict | None = None, cpu: str = "224",
              memory: str = "2063937Mi", rdma: int = 8, pods: int = 110, annotations: dict | None = None,

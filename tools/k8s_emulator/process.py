@@ -46,7 +46,7 @@ class EmulatorProcess:
         emu.add_gpu_node("gpu-1"); kubernetes.config.load_kube_config(emu.kubeconfig_path)
 
     executables: first-word rewrites for exec mode ({"python": sys.executable, ...} unless map_python=False);
-    pvc_dirs: claimName -> host dir; exec_env: extra env for pod processes; settings: any cluster Settings
+    pvc_dirs: claimName -> host dir (such a claim exists Bound in every namespace); exec_env: extra env for pod processes; settings: any cluster Settings
     field (startup_delay, scheduler_interval, kubernetes_version, ...).
     """
 
@@ -254,6 +254,7 @@ class EmulatorProcess:
         return self._call("POST", "bulk", {"nodes": nodes, "pods": pods, **params}, timeout=600)
 
     def set_pvc_dir(self, claim: str, path: str) -> dict:
+        """Map a claim to a host dir; the claim then exists Bound in every namespace that lacks it."""
         return self._call("POST", "pvcs", {"claim": claim, "path": os.path.abspath(path)})
 
     def pvc_dir(self, claim: str) -> str:

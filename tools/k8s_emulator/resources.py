@@ -185,5 +185,6 @@ TYPES = {t.plural: t for t in (
     ResourceType("persistentvolumes", "PersistentVolume", False, field_names=("metadata.name", "status.phase"),
                  fields_fn=_phase_fields, subresources=("status",)),
     ResourceType("priorityclasses", "PriorityClass", False, group="scheduling.k8s.io"),
+    ResourceType("storageclasses", "StorageClass", False, group="storage.k8s.io"),
 )}
-GROUPS = ("", "scheduling.k8s.io")
+GROUPS = ("", "scheduling.k8s.io", "storage.k8s.io")

@@ -164,17 +164,17 @@ class Scheduler:
         return self.lacking(ni.allocatable, usage[0], len(usage[1]), info.requests), usage
 
     def volume_error(self, pod: dict) -> str | None:
-        """VolumeBinding's pre-filter: every claim must exist and be bound. A claim with no object that is
-        mapped to a host dir (pvc_dirs) stands for a bound claim."""
+        """VolumeBinding's pre-filter: every claim must exist and be bound (claims of a WaitForFirstConsumer
+        class included: the emulator has no provisioner to bind them)."""
         ns = pod["metadata"]["namespace"]
         for vol in pod["spec"].get("volumes") or []:
             claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
             if claim is None:
                 continue
             v = self.store.current("persistentvolumeclaims", f"{ns}/{claim}")
-            if v is None and claim not in self.settings.pvc_dirs:
+            if v is None:
                 return f'persistentvolumeclaim "{claim}" not found'
-            if v is not None and (v.obj().get("status") or {}).get("phase") != "Bound":
+            if (v.obj().get("status") or {}).get("phase") != "Bound":
                 return "pod has unbound immediate PersistentVolumeClaims"
         return None
 

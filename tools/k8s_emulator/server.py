@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from . import control
 from .api import qbool
-from .errors import ApiError, bad_request, method_not_allowed
+from .errors import ApiError, bad_request, method_not_allowed, rbac_forbidden
 from .resources import GROUPS, TYPES
 from .util import dumps
 
@@ -144,6 +144,7 @@ class Handler(BaseHTTPRequestHandler):
                 or (sub is not None and sub not in rt.subresources) or (rt.namespaced and name and ns is None)):
             raise NOT_FOUND
         api, resource = cluster.api, rt.plural + (f"/{sub}" if sub else "")
+        self._authorize(method, q, rt, resource, ns, name)
         if method == "GET" and name is None:
             cluster.count("watch" if qbool(q, "watch") else "list", resource)
             lr = api.list(rt, ns, q)
@@ -169,6 +170,18 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, res.raw() if hasattr(res, "raw") else dumps(res))
         ctype = self.headers.get("Content-Type", "") if method == "PATCH" else None
         return self._send(200, api.update(rt, ns, name, body, sub, ctype).raw())
+
+    def _authorize(self, method: str, q: dict, rt, resource: str, ns: str | None, name: str | None):
+        """RBAC as far as tests need it: `forbidden` lists "<resource>[.<group>]" (every verb) or
+        "<verb> <resource>[.<group>]" that answer 403, checked before the object is looked up."""
+        denied = self.server.cluster.settings.forbidden
+        if not denied:
+            return
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method) or (
+            "get" if name else "watch" if qbool(q, "watch") else "list")
+        target = resource + (f".{rt.group}" if rt.group else "")
+        if target in denied or f"{verb} {target}" in denied:
+            raise rbac_forbidden(verb, resource, rt.group, name, ns)
 
     def _log(self, ns: str, name: str, q: dict):
         container, opts = self.server.cluster.api.log_source(ns, name, q)

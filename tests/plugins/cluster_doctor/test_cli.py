@@ -268,6 +268,25 @@ def test_db_check_reports_an_attempt_that_finishes_in_the_future(db_url):
     assert code == 1 and "gpu-001 · dl_unit" in out and "finish in the future" in err
 
 
+def test_db_claims_lists_the_live_claims(db_url):
+    from cluster_doctor import claims, database
+
+    connect = database.url_connector(db_url)
+    claims.claim(connect, [("gpu-002", "dl_unit", 600), ("gpu-001", "gpu_health", 600)], dag_id="continuous_validation",
+                 run_id="backfill__2026-11-20T03:00:00+00:00", limit=2)
+    claims.claim(connect, [("gpu-003", "dl_unit", 600)], dag_id="continuous_validation", run_id="dead", limit=1)
+    with psycopg.connect(db_url) as conn:  # that run died: its claim expired
+        conn.execute("UPDATE validation_claims SET expires_at = claimed_at WHERE run_id = 'dead'")
+    code, out, _ = run("db", "claims", "--db-url", db_url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["NODE", "TEST", "DAG", "RUN", "CLAIMED", "EXPIRES"]
+    assert [line.split()[:4] for line in lines[2:4]] == [
+        ["gpu-001", "gpu_health", "continuous_validation", "backfill__2026-11-20T03:00:00+00:00"],
+        ["gpu-002", "dl_unit", "continuous_validation", "backfill__2026-11-20T03:00:00+00:00"]]
+    assert "gpu-003" not in out and "2 node(s) claimed by live runs" in out
+
+
 def test_db_replay_records_the_spool(db_url, tmp_path):
     box = spool.Spool(tmp_path / "spool")
     box.put([Attempt.from_dict(good("gpu-001", run_id="r1", dag_id="continuous_validation")),
@@ -285,7 +304,7 @@ OPTIONS = ["--node-range", "--test", "--status", "--staleness-days", "--format",
            "--nodes-file", "--tests", "--max-pairs", "--stale-before", "--now", "--result", "--attempts",
            "--dag-id", "--run-id", "--spool-dir", "--help"]
 COMMANDS = [["status"], ["history"], ["plan"], ["record"], ["db", "check"], ["db", "version"], ["db", "replay"],
-            ["db", "rebuild-latest"], ["db"], ["nope"], []]
+            ["db", "rebuild-latest"], ["db", "claims"], ["db"], ["nope"], []]
 INTERESTING = ["nan", "inf", "-5", "0", "1", "1e12", "1e20", "1e300", "99999999999999999999999", "gpu-001",
                "gpu-001\n", "gpu-[001-003]", "gpu-*", "GPU-1", "-", "", "dl_unit", "dl_unit,nope", "json", "csv",
                "2026-11-22T10:00:00Z", "2999-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "\x1b[2J", "\x00",

@@ -37,6 +37,8 @@ def test_env_lists_and_objects():
     ({"overrides": {"failed_retest_hours": -1}}, "failed_retest_hours"),
     ({"overrides": {"suite_device": "tpu"}}, "suite_device"),
     ({"overrides": {"node_selector": "gpu=yes,,"}}, "node_selector"),
+    ({"overrides": {"pvc": "results/../x"}}, "setting pvc: 'results/../x' is not a PersistentVolumeClaim name"),
+    ({"overrides": {"namespace": "Cluster_Doctor"}}, "setting namespace: 'Cluster_Doctor' is not a Kubernetes"),
 ])
 def test_bad_settings_are_named(kwargs, message):
     with pytest.raises(InvalidSettings, match=message):

@@ -46,6 +46,18 @@ def test_upgrade_twice_changes_nothing_the_second_time(empty_db_dsn):
     assert cols["started_at"] == cols["finished_at"] == "timestamp with time zone"
     assert cols["metrics"] == cols["checks"] == "jsonb"
     assert LATEST_CONTRACT <= set(columns(empty_db_dsn, "validation_latest"))
+    claims = columns(empty_db_dsn, "validation_claims")
+    assert set(claims) == {"node_name", "test_name", "dag_id", "run_id", "claimed_at", "expires_at"}
+    assert claims["expires_at"] == "timestamp with time zone"
+
+
+def test_a_node_has_at_most_one_claim_row(db_dsn):
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO validation_claims VALUES ('gpu-1', 'dl_unit', 'd', 'r1', now(), now())")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            cur.execute("INSERT INTO validation_claims VALUES ('gpu-1', 'gpu_health', 'd', 'r2', now(), now())")
+    with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur, pytest.raises(psycopg.errors.CheckViolation):
+        cur.execute("INSERT INTO validation_claims VALUES ('gpu-2', 'dl_unit', 'd', 'r1', now(), now() - interval '1 s')")
 
 
 def _upgrade_in_process(dsn, queue):
@@ -91,7 +103,8 @@ def test_a_newer_schema_is_not_downgraded(empty_db_dsn):
 
 
 def test_a_failing_migration_leaves_nothing_behind(empty_db_dsn):
-    broken = [*migrations.available(), migrations.Migration(2, "broken", "CREATE TABLE t2 (x int); SELECT 1/0;")]
+    every = migrations.available()
+    broken = [*every, migrations.Migration(len(every) + 1, "broken", "CREATE TABLE t2 (x int); SELECT 1/0;")]
     conn = psycopg.connect(**empty_db_dsn)
     with pytest.raises(psycopg.errors.DivisionByZero):
         migrations.upgrade(conn, broken)

@@ -319,3 +319,34 @@ def dataclasses_replace(a, **changes):
     import dataclasses
 
     return dataclasses.replace(a, **changes)
+
+
+def test_an_orphans_attempt_replaces_only_its_runs_did_not_report_placeholder(store, db_dsn):
+    placeholder = "the validation task did not report (never ran, killed or lost); no result"
+    store.record([
+        attempt(status="pass", hours=0, run="earlier", try_number=1),
+        attempt(status="skipped", hours=3, run="killed", try_number=0, reason=placeholder),
+        attempt(node="gpu-002", status="skipped", hours=3, run="killed", try_number=0, reason=placeholder),
+    ])
+    found = attempt(status="fail", hours=2, run="killed", try_number=1, reason="GPU 3 off")
+
+    assert store.record_over_placeholder(found, placeholder_reason=placeholder) == "superseded"
+    # the same attempt again (a second reaper, a retry): nothing left to replace, and no second row
+    assert store.record_over_placeholder(found, placeholder_reason=placeholder) == "duplicate"
+    changed = attempt(status="pass", hours=2, run="killed", try_number=1)
+    assert store.record_over_placeholder(changed, placeholder_reason=placeholder) == "conflict"
+
+    history = {(r["node_name"], r["run_id"], r["try_number"]): r["status"] for r in store.history("gpu-001")}
+    assert history == {("gpu-001", "earlier", 1): "pass", ("gpu-001", "killed", 1): "fail"}
+    assert [r["status"] for r in store.history("gpu-002")] == ["skipped"]  # another pair's placeholder
+    assert rows(db_dsn, VIEW_SQL) == rows(db_dsn, EXPECTED_SQL) and store.check_latest() == []
+    (latest,) = store.latest(tests=["dl_unit"], node_range=parse_node_range("gpu-001"))
+    assert (latest["status"], latest["last_attempt_status"]) == ("fail", "fail")
+
+
+def test_an_orphans_attempt_without_a_placeholder_is_inserted_and_bad_ones_write_nothing(store):
+    assert store.record_over_placeholder(attempt(run="r9"), placeholder_reason="x") == "inserted"
+    future = attempt(run="r10", hours=24 * 365 * 10)
+    with pytest.raises(InvalidAttempt, match="in the future"):
+        store.record_over_placeholder(future, placeholder_reason="x")
+    assert [r["run_id"] for r in store.history("gpu-001")] == ["r9"]

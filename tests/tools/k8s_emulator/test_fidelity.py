@@ -102,6 +102,75 @@ def test_unbound_and_missing_claims_keep_the_pod_pending(emu, v1):
     assert [c.metadata.name for c in v1.list_persistent_volume_claim_for_all_namespaces().items] == ["results"]
 
 
+def test_pvc_dirs_claims_are_bound_objects_and_deleting_one_leaves_the_pod_pending(tmp_path):
+    """A claim named in pvc_dirs is a real Bound PVC (at start, in later namespaces, after reset), so a client
+    reading it sees what a cluster with a provisioned claim has; once deleted, nothing stands in for it."""
+    from k8s_emulator import EmulatorProcess
+
+    from tests.tools.k8s_emulator.conftest import FAST
+
+    with EmulatorProcess(pvc_dirs={"results": str(tmp_path)}, settings=dict(FAST)) as emu:
+        v1 = emu.core_v1()
+        for _ in range(2):  # as started, then after a reset
+            v1.create_namespace({"metadata": {"name": "validation"}})
+            claim = v1.read_namespaced_persistent_volume_claim("results", "validation")
+            assert claim.status.phase == "Bound" and claim.spec.volume_name and claim.metadata.uid
+            assert claim.metadata.annotations["pv.kubernetes.io/bind-completed"] == "yes"
+            assert v1.read_namespaced_persistent_volume_claim("results", "default").status.phase == "Bound"
+            emu.reset()
+        v1.create_namespace({"metadata": {"name": "validation"}})
+        emu.add_gpu_node("gpu-1")
+        emu.set_script("*", "never_start")
+        v1.delete_namespaced_persistent_volume_claim("results", "validation")
+        p = pod("needs-results", gpus=1, namespace="validation")
+        p["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "results"}}]
+        v1.create_namespaced_pod("validation", p)
+        p = wait_pod(v1, "needs-results", "validation", until=unschedulable)
+        assert p.status.conditions[-1].message.startswith(
+            '0/1 nodes are available: persistentvolumeclaim "results" not found.')
+        # set_pvc_dir at run time: the claim exists again where it is missing, and the pod schedules
+        emu.set_pvc_dir("results", str(tmp_path / "again"))
+        assert wait_pod(v1, "needs-results", "validation", until=scheduled).spec.node_name == "gpu-1"
+        v1.delete_namespace("validation")
+
+
+def test_storage_classes_are_served_with_their_defaults(emu, v1):
+    storage = client.StorageV1Api(v1.api_client)
+    made = storage.create_storage_class({"metadata": {"name": "standard"}, "provisioner": "kubernetes.io/no-provisioner"})
+    assert (made.volume_binding_mode, made.reclaim_policy) == ("Immediate", "Delete")
+    storage.create_storage_class({"metadata": {"name": "local"}, "provisioner": "rancher.io/local-path",
+                                  "volumeBindingMode": "WaitForFirstConsumer"})
+    assert storage.read_storage_class("local").volume_binding_mode == "WaitForFirstConsumer"
+    assert sorted(c.metadata.name for c in storage.list_storage_class().items) == ["local", "standard"]
+    with pytest.raises(client.ApiException) as info:
+        storage.create_storage_class({"metadata": {"name": "bad"}, "volumeBindingMode": "Later"})
+    body = json.loads(info.value.body)
+    assert info.value.status == 422 and body["message"] == (
+        'StorageClass.storage.k8s.io "bad" is invalid: [provisioner: Required value, volumeBindingMode: Unsupported '
+        'value: "Later": supported values: "Immediate", "WaitForFirstConsumer"]')
+    with pytest.raises(client.ApiException) as info:
+        storage.read_storage_class("nope")
+    assert info.value.status == 404 and json.loads(info.value.body)["message"] == \
+        'storageclasses.storage.k8s.io "nope" not found'
+
+
+def test_forbidden_resources_answer_the_rbac_authorizers_403(emu, v1):
+    emu.configure(forbidden=["get persistentvolumeclaims", "storageclasses.storage.k8s.io"])
+    with pytest.raises(client.ApiException) as info:
+        v1.read_namespaced_persistent_volume_claim("results", "default")
+    body = json.loads(info.value.body)
+    assert info.value.status == 403 and body["reason"] == "Forbidden"
+    assert body["message"] == ('persistentvolumeclaims "results" is forbidden: User "system:anonymous" cannot get '
+                               'resource "persistentvolumeclaims" in API group "" in the namespace "default"')
+    assert body["details"] == {"name": "results", "kind": "persistentvolumeclaims"}
+    assert v1.list_namespaced_persistent_volume_claim("default").items == []  # only "get" is refused
+    with pytest.raises(client.ApiException) as info:
+        client.StorageV1Api(v1.api_client).list_storage_class()
+    assert json.loads(info.value.body)["message"] == (
+        'storageclasses.storage.k8s.io is forbidden: User "system:anonymous" cannot list resource "storageclasses" '
+        'in API group "storage.k8s.io" at the cluster scope')
+
+
 def test_new_nodes_are_tainted_not_ready_until_ready(emu, v1):
     emu.add_gpu_node("gpu-1", ready=None)  # just registered: no Ready condition yet
     assert [(t.key, t.effect) for t in v1.read_node("gpu-1").spec.taints] == [("node.kubernetes.io/not-ready",
