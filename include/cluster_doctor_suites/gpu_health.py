@@ -740,25 +740,52 @@ def listen_xids(nv, seconds: float) -> list[dict] | None:
     return events
 
 
+_NO_HOSTENGINE = re.compile(
+    r"unable to establish a connection|Host engine connection invalid|is not running", re.I
+)
+
+
 def run_dcgm(ctx: Context, dcgmi: str, level: int) -> None:
-    argv = [dcgmi, "diag", "-r", str(level)] + (["--host", ctx.args.dcgm_host] if ctx.args.dcgm_host else [])
+    """`dcgmi diag -r N -j` (JSON, DCGM 3.x and 4.x); when dcgmi prints no JSON document (a dcgmi
+    without -j rejects the flag with its usage text), `dcgmi diag -r N` and its table.
+
+    dcgmi exits non-zero when a test fails (DCGM_ST_NVVS_ERROR, 226): the exit code is logged, the
+    verdict comes from the results it printed; no results at all is an error, never a pass."""
+    host = ["--host", ctx.args.dcgm_host] if ctx.args.dcgm_host else []
+    timeout = 240 if level <= 1 else 3600
+    base = [dcgmi, "diag", "-r", str(level)]
     try:
-        rc, out, err = ctx.run_tool(argv, timeout=240 if level <= 1 else 3600)
+        rc, out, err = ctx.run_tool(base + ["-j"] + host, timeout=timeout)
     except SuiteError as exc:
         ctx.check("dcgm_diag", "error", message=str(exc))
         return
-    text = out + "\n" + err
-    for line in text.strip().splitlines()[:200]:
-        ctx.log(f"| {line}")
-    if re.search(
-        r"unable to establish a connection|Host engine connection invalid|is not running", text, re.I
-    ):
-        ctx.check("dcgm_diag", "skip", message="dcgmi present but no nv-hostengine reachable")
-        ctx.warn("dcgmi found but no DCGM host engine: start nv-hostengine or use the DCGM exporter's engine")
+    if not _dcgm_log_and_engine(ctx, rc, out, err):
+        return
+    try:
+        judge_dcgm(ctx, parsers.parse_dcgmi_diag_json(out))
+        return
+    except ValueError as exc:
+        if _has_json_object(out):  # dcgmi understood -j; its document says why nothing ran
+            ctx.check(
+                "dcgm_diag",
+                "error",
+                value=rc,
+                message=f"dcgmi diag -j (exit code {rc}): {one_line(str(exc), 200)}",
+                code="DCGM_UNAVAILABLE" if "did not run" in str(exc) else None,
+            )
+            return
+        ctx.log(f"dcgmi diag -j printed no JSON ({exc}); falling back to the table output")
+    try:
+        rc, out, err = ctx.run_tool(base + host, timeout=timeout)
+    except SuiteError as exc:
+        ctx.check("dcgm_diag", "error", message=str(exc))
+        return
+    if not _dcgm_log_and_engine(ctx, rc, out, err):
         return
     try:
         parsed = parsers.parse_dcgmi_diag(out)
     except ValueError as exc:
+        text = out + "\n" + err
         ctx.check(
             "dcgm_diag",
             "error",
@@ -767,6 +794,27 @@ def run_dcgm(ctx: Context, dcgmi: str, level: int) -> None:
         )
         return
     judge_dcgm(ctx, parsed)
+
+
+def _has_json_object(text: str) -> bool:
+    try:
+        parsers.extract_json_object(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _dcgm_log_and_engine(ctx: Context, rc: int, out: str, err: str) -> bool:
+    """Log what dcgmi printed; False (and a skip) when it could not reach a host engine."""
+    text = out + "\n" + err
+    for line in text.strip().splitlines()[:200]:
+        ctx.log(f"| {line}")
+    ctx.log(f"dcgmi exit code {rc}")
+    if _NO_HOSTENGINE.search(text):
+        ctx.check("dcgm_diag", "skip", message="dcgmi present but no nv-hostengine reachable")
+        ctx.warn("dcgmi found but no DCGM host engine: start nv-hostengine or use the DCGM exporter's engine")
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ Each parser raises ValueError on output it cannot make sense of: the caller turn
   nccl-tests all_reduce_perf        parse_nccl_tests
   nvidia-smi -q -x                  parse_smi_xml
   nvidia-smi nvlink -s              parse_nvlink_status
-  dcgmi diag -r N (DCGM 3.x / 4.x)  parse_dcgmi_diag
+  dcgmi diag -r N -j (DCGM 3.x / 4.x) parse_dcgmi_diag_json
+  dcgmi diag -r N (DCGM 3.x / 4.x)  parse_dcgmi_diag (the table; the fallback)
   kernel log (dmesg)                parse_xids
 """
 
@@ -524,6 +525,149 @@ def _dcgm_gpu_results(test: dict, cell: str) -> None:
     if m:
         for g in re.findall(r"\d+", m.group(2)):
             test["gpus"][int(g)] = m.group(1).title()
+
+
+_DCGM_JSON_STATUS = {
+    "pass": "Pass",
+    "fail": "Fail",
+    "skip": "Skip",
+    "warn": "Warn",
+    "warning": "Warn",
+    "not run": "Not Run",
+    "not_run": "Not Run",
+    "notrun": "Not Run",
+}
+_DCGM_STATUS_RANK = {"Fail": 5, "Warn": 4, "Pass": 3, "Skip": 2, "Not Run": 1}
+
+
+def _dcgm_json_status(value: Any) -> str | None:
+    """'Pass' / 'PASS' (NVVS) / 'pass' -> 'Pass'; 'Fail - All' style suffixes are cut."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    word = re.split(r"\s+-\s+", value.strip(), maxsplit=1)[0].lower()
+    return _DCGM_JSON_STATUS.get(word, value.strip())
+
+
+def _dcgm_json_gpu(result: dict) -> int | None:
+    """The one GPU a result is about, or None for a result about the whole run (several GPUs, a CPU).
+
+    DCGM 4: `entity_group` "GPU" (`entity_group_id` 1) and `entity_id`; DCGM 3 dcgmi: `gpu_id` "0";
+    NVVS JSON: `gpu_ids` 0 or "0,1,2" (a list of GPUs is a global result, as the table's bare 'Pass')."""
+    if "entity_id" in result:
+        group = result.get("entity_group")
+        if group is not None and str(group).upper() != "GPU":
+            return None
+        if group is None and result.get("entity_group_id") not in (None, 1):
+            return None
+        ids: Any = result.get("entity_id")
+    else:
+        ids = result.get("gpu_id", result.get("gpu_ids"))
+    if isinstance(ids, bool):
+        return None
+    if isinstance(ids, int):
+        return ids
+    if isinstance(ids, str) and ids.strip().isdigit():
+        return int(ids.strip())
+    return None
+
+
+def _dcgm_json_messages(block: dict, out: list[str]) -> None:
+    """'Warning: ...' / 'Info: ...' from `warnings` (objects with `warning`, or strings) and `info`
+    (a string, DCGM 3, or a list of strings, DCGM 4)."""
+    for key, label in (("warnings", "Warning"), ("errors", "Error"), ("info", "Info")):
+        items = block.get(key)
+        if items is None:
+            continue
+        for item in items if isinstance(items, list) else [items]:
+            if isinstance(item, dict):
+                item = item.get("warning") or item.get("message") or item.get("msg")
+            if isinstance(item, str) and item.strip():
+                msg = f"{label}: {' '.join(item.split())}"
+                if msg not in out:
+                    out.append(msg)
+
+
+def parse_dcgmi_diag_json(text: str) -> dict:
+    """`dcgmi diag -r N -j`, the same dict as parse_dcgmi_diag: version, driver, metadata, tests
+    [{category, name, status, gpus {index: status}, messages}].
+
+    DCGM 3 (dcgmi `Diag.cpp`, NVVS `JsonOutput.cpp`): {"DCGM GPU Diagnostic": {"test_categories":
+    [{"category", "tests": [{"name", "results": [{"gpu_id"|"gpu_ids", "status", "warnings", "info"}]}]}],
+    "version", "Driver Version Detected"}}; NVVS 3.1 also puts `null` between tests and upper-case
+    statuses. DCGM 4 (`testing/python3/dcgm_diag_schema.json`): {"DCGM Diagnostic": {"test_categories":
+    [... results [{"entity_group", "entity_group_id", "entity_id", "status", "warnings", "info"}],
+    "test_summary": {"status"}]}, "entity_groups": [...], "metadata": {"version", "Driver Version
+    Detected"}}. Unknown keys are ignored. Text before the document (dcgmi or NVVS notes) is skipped.
+    ValueError when there is no such document, or when it only carries dcgmi's `runtime_error`."""
+    try:
+        doc = extract_json_object(text or "")
+    except ValueError:
+        raise ValueError("no JSON document in dcgmi diag -j output") from None
+    root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
+    if not isinstance(root, dict):
+        raise ValueError(
+            "JSON without a 'DCGM Diagnostic' (DCGM 4) or 'DCGM GPU Diagnostic' (DCGM 3) object: "
+            + ", ".join(sorted(map(str, doc))[:8])
+        )
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta: dict[str, str] = {}
+    for key, val in list(root.items()) + list(metadata.items()):
+        if isinstance(val, (str, int, float)) and not isinstance(val, bool):
+            meta[str(key)] = str(val)
+    version = meta.get("version") or meta.get("DCGM Version")
+    driver = meta.get("Driver Version Detected") or meta.get("driver_version") or meta.get("Driver Version")
+    if version:
+        meta.setdefault("DCGM Version", version)
+    if driver:
+        meta.setdefault("Driver Version Detected", driver)
+    dev_ids = [
+        str(e.get("device_id"))
+        for g in doc.get("entity_groups") or []
+        if isinstance(g, dict) and str(g.get("entity_group", "")).upper() == "GPU"
+        for e in g.get("entities") or []
+        if isinstance(e, dict) and e.get("device_id")
+    ]
+    if dev_ids:
+        meta.setdefault("GPU Device IDs Detected", ", ".join(dev_ids))
+
+    tests: list[dict] = []
+    categories = root.get("test_categories")
+    for cat in categories if isinstance(categories, list) else []:
+        if not isinstance(cat, dict):
+            continue
+        for t in cat.get("tests") or []:
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                continue  # NVVS 3.1 puts null between the tests
+            test: dict = {"category": cat.get("category"), "name": t["name"], "status": None}
+            test.update(gpus={}, messages=[])
+            seen = []
+            for r in t.get("results") or []:
+                if not isinstance(r, dict):
+                    continue
+                st = _dcgm_json_status(r.get("status"))
+                if st:
+                    seen.append(st)
+                    gpu = _dcgm_json_gpu(r)
+                    if gpu is not None:
+                        test["gpus"][gpu] = st
+                _dcgm_json_messages(r, test["messages"])
+            summary = t.get("test_summary") if isinstance(t.get("test_summary"), dict) else {}
+            _dcgm_json_messages(summary, test["messages"])
+            overall = _dcgm_json_status(summary.get("status"))
+            if overall is None and seen:
+                overall = max(seen, key=lambda s: _DCGM_STATUS_RANK.get(s, 0))
+            if overall is None:
+                continue  # a test without any result says nothing
+            if "Fail" in seen:
+                overall = "Fail"
+            test["status"] = overall
+            tests.append(test)
+    if not tests:
+        err = root.get("runtime_error") or doc.get("runtime_error")
+        if isinstance(err, str) and err.strip():
+            raise ValueError(f"dcgmi diag did not run: {' '.join(err.split())}")
+        raise ValueError("dcgmi diag JSON has no test results")
+    return {"version": version, "driver": driver, "metadata": meta, "tests": tests}
 
 
 # --------------------------------------------------------------------------------------------------

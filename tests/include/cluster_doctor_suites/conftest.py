@@ -163,6 +163,22 @@ def failing(ns, name: str | None = None, status: str = "fail") -> list[dict]:
     return [c for c in ns.result["checks"] if c["status"] == status and (name is None or c["name"] == name)]
 
 
+def dcgm4_document(excerpt: str, version: str | None = None) -> str:
+    """DCGM#215's DCGM 4 test object as a whole `dcgmi diag -j` document: the excerpt (its trailing
+    comma dropped) inside the DCGM 4 skeleton of DCGM's testing/python3/dcgm_diag_schema.json
+    ("DCGM Diagnostic" > "test_categories" > "Hardware", where dcgmi lists the diagnostic test).
+    `version` adds a `metadata` block; the reporter did not give the exact 4.x version."""
+    body = excerpt.rstrip().rstrip(",")
+    meta = f',\n\t"metadata" :\n\t{{\n\t\t"version" : "{version}"\n\t}}' if version else ""
+    return (
+        '{\n\t"DCGM Diagnostic" :\n\t{\n\t\t"test_categories" :\n\t\t[\n\t\t\t{\n'
+        '\t\t\t\t"category" : "Hardware",\n\t\t\t\t"tests" :\n\t\t\t\t[\n'
+        + body
+        + "\n\t\t\t\t]\n\t\t\t}\n\t\t]\n\t}" + meta + "\n}\n"
+    )
+
+
+
 @pytest.fixture
 def h():
     """Helpers for test modules (pytest's importlib mode gives test files no sibling imports)."""
@@ -177,6 +193,7 @@ def h():
         result_validator=result_validator,
         summary_validator=summary_validator,
         env=_env,
+        dcgm4_document=dcgm4_document,
     )
 
 

@@ -285,6 +285,140 @@ def test_dcgm_garbage_is_an_error_never_a_pass(run_cli, tools, h):
     assert "unparseable dcgmi diag output" in ns.summary["reason"]
 
 
+# ------------------------------------------------------------------ dcgmi diag -j first, the table as fallback
+NVVS_31 = "nvvs-json_3.1.0_8gpu_pass_dcgm-jsonresulttests.txt"
+DCGM4_DIAG_EXCERPT = "dcgmi-diag-r4-j_4.x_8gpu_diagnostic_test_excerpt.txt"
+# TCLAP's StdOutput::failure for an option it does not know (dcgmi parses its options with TCLAP), exit 1
+TCLAP_UNKNOWN_J = "PARSE ERROR: Argument: -j\n             Couldn't find match for argument\n"
+
+
+@pytest.fixture
+def dcgmi(fake_tool, h, tmp_path):
+    """A fake dcgmi that logs its arguments to calls.txt. `json`: what `diag ... -j` prints (fixture
+    name or text) and exits with (`json_rc`, 226 = DCGM_ST_NVVS_ERROR when a test failed); None: it
+    does not know -j and rejects it as TCLAP does. `table`: what `diag` without -j prints."""
+
+    def make(json=None, json_rc=0, table=None, table_rc=0):
+        calls = tmp_path / "calls.txt"
+
+        def path(what, name):
+            if what is None:
+                return None
+            if "\n" in what:
+                p = tmp_path / name
+                p.write_text(what)
+                return p
+            return h.FIXTURES / "dcgm" / what
+
+        jpath, tpath = path(json, "dcgm.json"), path(table, "dcgm-table.txt")
+        usage = tmp_path / "tclap-unknown-j.txt"
+        usage.write_text(TCLAP_UNKNOWN_J)
+        on_j = f'cat "{jpath}"; exit {json_rc}' if jpath else f'cat "{usage}" >&2; exit 1'
+        on_table = f'cat "{tpath}"; exit {table_rc}' if tpath else "exit 3"
+        body = f"""echo "$*" >> "{calls}"
+case " $* " in
+  *" -j "*) {on_j} ;;
+  *) {on_table} ;;
+esac"""
+        tool = fake_tool("dcgmi", body)
+        return ["--dcgmi", str(tool)], (lambda: calls.read_text().splitlines() if calls.exists() else [])
+
+    return make
+
+
+def _gpu_health(run_cli, tools, dcgmi_args):
+    base = tools()
+    i = base.index("--dcgmi")
+    return run_cli("gpu_health", "--expected-gpus", "2", *(base[:i] + base[i + 2:]), *dcgmi_args)
+
+
+def test_dcgm_json_is_preferred_over_the_table(run_cli, tools, dcgmi, h):
+    """dcgmi with -j: the JSON is judged and the table is never asked for (the table it would print
+    fails PCIe, the JSON passes everything)."""
+    args, calls = dcgmi(json=NVVS_31, table="dcgmi-diag-r2_3.3.0_530.30.02_pcie_fail.txt", table_rc=226)
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert calls() == ["diag -r 1 -j"]
+    assert ns.result["environment"]["dcgm"] == "3.1.0"
+    dcgm = {(c["name"], c["status"]) for c in ns.result["checks"] if c["name"].startswith("dcgm_")}
+    assert ("dcgm_environmental_variables", "pass") in dcgm  # NVVS's own test name, only in the JSON
+    assert ("dcgm_software", "pass") in dcgm and ("dcgm_page_retirement_row_remap", "pass") in dcgm
+    assert not any(name == "dcgm_pcie" for name, _ in dcgm)
+
+
+def test_dcgm_json_failure_on_one_gpu(run_cli, tools, dcgmi, h):
+    """DCGM 3 JSON with GPU 3's software result FAIL; dcgmi exits 226 as it does when a test failed."""
+    text = h.fx("dcgm", NVVS_31)
+    old = '"gpu_ids" : 3,\n\t\t\t\t\t\t\t\t"status" : "PASS"'
+    assert text.count(old) == 1
+    args, calls = dcgmi(json=text.replace(old, old.replace("PASS", "FAIL")), json_rc=226)
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert calls() == ["diag -r 1 -j"]
+    bad = [c for c in h.failing(ns) if c["name"].startswith("dcgm_")]
+    assert [(c["name"], c["device"], c["code"]) for c in bad] == [("dcgm_software", "cuda:3", "DCGM_DIAG_FAIL")]
+
+
+def test_dcgm_4x_json_failure(run_cli, tools, dcgmi, h):
+    """DCGM#215's DCGM 4 diagnostic test as a document, GPU 5 and the test summary set to Fail."""
+    text = h.dcgm4_document(h.fx("dcgm", DCGM4_DIAG_EXCERPT), "4.1.1")
+    text = derive(text, None, '"entity_id" : 5,\n' + " " * 64 + '"status" : "Pass"',
+                  '"entity_id" : 5,\n' + " " * 64 + '"status" : "Fail"')
+    text = derive(text, None, '{\n' + " " * 56 + '"status" : "Pass"\n' + " " * 48 + "}",
+                  '{\n' + " " * 56 + '"status" : "Fail"\n' + " " * 48 + "}")
+    args, _ = dcgmi(json=text, json_rc=226)
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert ns.result["environment"]["dcgm"] == "4.1.1"
+    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_")} == {
+        ("dcgm_diagnostic", "cuda:5")
+    }
+
+
+@pytest.mark.parametrize(
+    "table, rc, status, version, failing",
+    [
+        ("dcgmi-diag-r1_4.2.3_570.148.08_head.txt", 0, "pass", "4.2.3", set()),
+        ("dcgmi-diag-r2_3.3.1_535.129.03_gpu_memory_fail.txt", 226, "fail", "3.3.1",
+         {("dcgm_gpu_memory", "cuda:0"), ("dcgm_diagnostic", None), ("dcgm_targeted_stress", None)}),
+    ],
+)
+def test_dcgm_without_json_support_falls_back_to_the_table(
+    run_cli, tools, dcgmi, h, table, rc, status, version, failing
+):
+    """A dcgmi that rejects -j (TCLAP: 'Couldn't find match for argument', exit 1): the suite runs
+    `dcgmi diag -r 1` again and judges the table."""
+    args, calls = dcgmi(json=None, table=table, table_rc=rc)
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status=status, suite="gpu_health")
+    assert calls() == ["diag -r 1 -j", "diag -r 1"]
+    assert ns.result["environment"]["dcgm"] == version
+    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_")} == failing
+    assert not any(c["name"] == "dcgm_diag" for c in ns.result["checks"])
+
+
+def test_dcgm_json_runtime_error_is_not_retried_as_a_table(run_cli, tools, dcgmi, h):
+    """dcgmi understood -j but the diagnostic did not run: its `runtime_error` is the reason (the
+    document dcgmi's HelperDisplayFailureMessage prints), no second run."""
+    doc = ('{\n\t"DCGM GPU Diagnostic" : \n\t{\n\t\t"runtime_error" : "Error: Diagnostic could not be run '
+           'while DCGM is paused.",\n\t\t"version" : "3.3.1"\n\t}\n}\n')
+    args, calls = dcgmi(json=doc, json_rc=1, table="dcgmi-diag-r1_4.2.3_570.148.08_head.txt")
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status="error", suite="gpu_health")
+    assert calls() == ["diag -r 1 -j"]
+    check = by_name(ns, "dcgm_diag")[None]
+    assert check["status"] == "error" and check["code"] == "DCGM_UNAVAILABLE"
+    assert "could not be run while DCGM is paused" in check["message"]
+
+
+def test_dcgm_json_without_hostengine_is_skipped_without_a_second_run(run_cli, tools, dcgmi, h):
+    args, calls = dcgmi(json="dcgmi_no_hostengine_3.3.0.txt", json_rc=255, table="dcgmi_no_hostengine_3.3.0.txt")
+    ns = _gpu_health(run_cli, tools, args)
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert calls() == ["diag -r 1 -j"]
+    assert by_name(ns, "dcgm_diag")[None]["status"] == "skip"
+
+
 # ------------------------------------------------------------------ NVML path with a fake module
 class FakeNVMLError(Exception):
     def __init__(self, value):

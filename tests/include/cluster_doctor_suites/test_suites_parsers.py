@@ -296,6 +296,90 @@ def test_dcgmi_garbage_raises(text):
         parsers.parse_dcgmi_diag(text)
 
 
+NVVS_31 = "nvvs-json_3.1.0_8gpu_pass_dcgm-jsonresulttests.txt"  # DCGM 3 layout, 8 GPUs, all PASS
+DCGM4_DIAG_EXCERPT = "dcgmi-diag-r4-j_4.x_8gpu_diagnostic_test_excerpt.txt"  # DCGM 4: one test object
+
+
+def test_dcgmi_json_dcgm3_layout_nvvs_real_output():
+    """NVIDIA's 'real output' of DCGM 3.1.0 (JsonResultTests.cpp): a note line before the document,
+    `null` between the tests, upper-case PASS, `gpu_ids` "0,1,...,7" for the run-wide tests and one
+    `gpu_ids` integer per GPU for `software`."""
+    d = parsers.parse_dcgmi_diag_json(fx("dcgm", NVVS_31))
+    assert d["version"] == "3.1.0" and d["driver"] is None
+    assert [t["name"] for t in d["tests"]] == [
+        "Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS-related Blocks",
+        "Persistence Mode", "Environmental Variables", "Page Retirement/Row Remap", "Graphics Processes",
+        "Inforom", "software",
+    ]
+    assert {t["category"] for t in d["tests"][:9]} == {"Deployment"} and d["tests"][9]["category"] == "Custom"
+    assert all(t["status"] == "Pass" and t["messages"] == [] for t in d["tests"])
+    assert all(t["gpus"] == {} for t in d["tests"][:9]), "a result for GPUs 0-7 at once is run-wide"
+    assert d["tests"][9]["gpus"] == {g: "Pass" for g in range(8)}
+
+
+def test_dcgmi_json_dcgm3_failure_on_one_gpu():
+    """The same output with GPU 3's `software` result set to FAIL (one exact edit)."""
+    text = fx("dcgm", NVVS_31)
+    old = '"gpu_ids" : 3,\n\t\t\t\t\t\t\t\t"status" : "PASS"'
+    assert text.count(old) == 1
+    d = parsers.parse_dcgmi_diag_json(text.replace(old, old.replace("PASS", "FAIL")))
+    sw = {t["name"]: t for t in d["tests"]}["software"]
+    assert sw["status"] == "Fail" and sw["gpus"][3] == "Fail" and sw["gpus"][2] == "Pass"
+
+
+def test_dcgmi_json_dcgm4_layout(h):
+    """DCGM#215 (DCGM 4, 8 GPUs): `entity_group` GPU / `entity_id`, `info` lists, `test_summary`."""
+    d = parsers.parse_dcgmi_diag_json(h.dcgm4_document(fx("dcgm", DCGM4_DIAG_EXCERPT)))
+    assert d["version"] is None and d["driver"] is None
+    (t,) = d["tests"]
+    assert (t["category"], t["name"], t["status"]) == ("Hardware", "diagnostic", "Pass")
+    assert t["gpus"] == {g: "Pass" for g in range(8)}
+    assert "Info: GPU 1 calculated at approximately 859.08 gigaflops during this test" in t["messages"]
+    assert "Info: Running with precisions: FP64 1, FP32 1, FP16 1" in t["messages"]
+    assert not any(m.startswith("Warning") for m in t["messages"])
+    assert parsers.parse_dcgmi_diag_json(h.dcgm4_document(fx("dcgm", DCGM4_DIAG_EXCERPT), "4.1.1"))["version"] == "4.1.1"
+
+
+def test_dcgmi_json_dcgm4_test_summary_decides_and_a_failing_gpu_fails_the_test(h):
+    text = h.dcgm4_document(fx("dcgm", DCGM4_DIAG_EXCERPT))
+    old = '"entity_id" : 5,\n                                                                "status" : "Pass"'
+    assert text.count(old) == 1
+    d = parsers.parse_dcgmi_diag_json(text.replace(old, old.replace("Pass", "Fail")))
+    t = d["tests"][0]
+    assert t["status"] == "Fail" and t["gpus"][5] == "Fail" and t["gpus"][4] == "Pass"
+    summary = '"test_summary" :\n                                                {\n                                                        "status" : "Pass"'
+    assert text.count(summary) == 1
+    d = parsers.parse_dcgmi_diag_json(text.replace(summary, summary.replace("Pass", "Skip")))
+    assert d["tests"][0]["status"] == "Skip"
+
+
+def test_dcgmi_json_ignores_unknown_keys(h):
+    doc = json.loads(h.dcgm4_document(fx("dcgm", DCGM4_DIAG_EXCERPT)))
+    doc["something_new"] = {"x": [1, 2]}
+    doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"][0]["new_field"] = "?"
+    d = parsers.parse_dcgmi_diag_json(json.dumps(doc))
+    assert d["tests"][0]["gpus"][0] == "Pass"
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "no JSON document"),
+        ("PARSE ERROR: Argument: -j\n             Couldn't find match for argument\n", "no JSON document"),
+        (fx("dcgm", "dcgmi_no_hostengine_3.3.0.txt"), "no JSON document"),
+        (fx("dcgm", "dcgmi-diag-r1_4.2.3_570.148.08_head.txt"), "no JSON document"),  # the table is not JSON
+        ('{"jobs": []}', "DCGM Diagnostic"),
+        ('{"DCGM GPU Diagnostic": {"test_categories": [], "version": "3.3.1"}}', "no test results"),
+        # dcgmi's HelperDisplayFailureMessage document: version and runtime_error only
+        ('{"DCGM GPU Diagnostic": {"version": "3.3.1", "runtime_error": "Error: Diagnostic could not be '
+         'run while DCGM is paused."}}', "did not run: Error: Diagnostic could not be run while DCGM is paused."),
+    ],
+)
+def test_dcgmi_json_garbage_raises(text, why):
+    with pytest.raises(ValueError, match=why.replace(".", r"\.")):
+        parsers.parse_dcgmi_diag_json(text)
+
+
 # ---------------------------------------------------------------- kernel log
 def test_xids_from_dmesg():
     ev = parsers.parse_xids(fx("kernel", "dmesg_xids_derived.txt"))
