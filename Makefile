@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-SUITES_REQS := include/cluster_doctor_suites/requirements.txt
+SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 

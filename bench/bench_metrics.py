@@ -46,7 +46,7 @@ SELECT node_name, test_name, status, started_at - k * interval '7 days', finishe
 def seed(dsn: dict, nodes: int) -> None:
     import psycopg
 
-    from cluster_doctor.store import ResultStore
+    from cluster_doctor.store.history import ResultStore
     from tests.ui import fleet_seed
 
     ResultStore(dsn).upgrade()
@@ -62,8 +62,8 @@ def worker(dsn: dict, runs: int, cache: bool) -> dict:
     """Runs inside the implementation's process: scrape the exporter app ``runs`` times."""
     import inspect
 
-    from cluster_doctor import metrics
-    from cluster_doctor.config import Settings
+    from cluster_doctor.reports import metrics
+    from cluster_doctor.domain.config import Settings
     from tests.ui import fleet_seed
 
     settings = Settings(tests=TESTS, staleness_days=7)
@@ -140,7 +140,7 @@ def main() -> int:
         print(json.dumps(worker(json.loads(args.worker), args.runs, args.cache)))
         return 0
 
-    from cluster_doctor import database
+    from cluster_doctor.store import database
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="cd-bench-metrics-") as tmp:

@@ -40,8 +40,9 @@ def main() -> int:
     from fastapi.testclient import TestClient
 
     import bench_metrics
-    from cluster_doctor import database, fleet, webapp
-    from cluster_doctor.config import Settings
+    from cluster_doctor.store import database, fleet
+    from cluster_doctor.web import app as webapp
+    from cluster_doctor.domain.config import Settings
     from tests.ui import fleet_seed
 
     load = os.getloadavg()[0]

@@ -21,8 +21,8 @@ import time
 
 import psycopg
 
-from cluster_doctor import database
-from cluster_doctor.store import ResultStore
+from cluster_doctor.store import database
+from cluster_doctor.store.history import ResultStore
 
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 

@@ -1,7 +1,7 @@
 """continuous_validation: keep every GPU node's validation fresh, hourly, on free nodes only.
 
-Thin on purpose: the behaviour of each task lives in ``cluster_doctor.tasks`` (one hop away), the
-validation pod in ``cluster_doctor.operator``, the defaults in ``cluster_doctor.config``.
+Thin on purpose: the behaviour of each task lives in ``cluster_doctor.airflow.tasks`` (one hop away), the
+validation pod in ``cluster_doctor.airflow.operator``, the defaults in ``cluster_doctor.domain.config``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import datetime as dt
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from cluster_doctor import suites
-from cluster_doctor.config import Settings
-from cluster_doctor.nodes import NODE_RANGE_PATTERN
-from cluster_doctor.operator import NodeValidationPodOperator
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
 
 # Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
 # other setting, per-task timeouts included, is read at run time with the Variable
@@ -92,7 +92,7 @@ with DAG(
 
     @task
     def discover() -> dict:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         context = get_current_context()
         settings = airflow_support.load_settings()
@@ -103,8 +103,9 @@ with DAG(
     # delete them. Reports and carries on: its problems never block this run's planning.
     @task
     def reap_orphans(discovered: dict) -> dict:
-        from cluster_doctor import airflow_support, orphans
-        from cluster_doctor.config import Settings
+        from cluster_doctor.airflow import runtime as airflow_support
+        from cluster_doctor.kube import orphans
+        from cluster_doctor.domain.config import Settings
 
         settings = Settings(**discovered["settings"])
         return orphans.reap(airflow_support.core_v1(settings.kubernetes_conn_id),
@@ -113,7 +114,7 @@ with DAG(
 
     @task
     def load_latest(discovered: dict) -> list:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         conn_id = discovered["settings"]["validation_db_conn_id"]
         return tasks.load_latest(discovered, airflow_support.results_store(conn_id))
@@ -121,7 +122,7 @@ with DAG(
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task
     def prioritize(discovered: dict, latest: list) -> dict:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         context = get_current_context()
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
@@ -130,7 +131,7 @@ with DAG(
 
     @task
     def ship_suites(discovered: dict, planned: dict) -> list:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         conn_id = discovered["settings"]["kubernetes_conn_id"]
         return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
@@ -139,7 +140,7 @@ with DAG(
     # it skips itself when discovery or planning failed.
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
     def record(discovered: dict, planned: dict) -> list:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         context = get_current_context()
         if discovered is None or planned is None:
@@ -153,7 +154,7 @@ with DAG(
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
@@ -167,7 +168,7 @@ with DAG(
     # also when the run could not discover, plan, record or summarize.
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def verdict(summary: dict | None) -> None:
-        from cluster_doctor import tasks
+        from cluster_doctor.airflow import tasks
 
         if summary is None:
             raise AirflowFailException("the run did not complete (discover, plan, record or summarize failed): "
@@ -193,7 +194,7 @@ with DAG(
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task
     def quarantine(discovered: dict, recorded: list) -> dict:
-        from cluster_doctor import airflow_support, tasks
+        from cluster_doctor.airflow import runtime as airflow_support, tasks
 
         store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.quarantine(discovered, store, airflow_support.core_v1(discovered["settings"]["kubernetes_conn_id"]))

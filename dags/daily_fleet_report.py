@@ -1,6 +1,6 @@
 """daily_fleet_report: the daily summary of the fleet's validation, as markdown and HTML files.
 
-Thin on purpose: what the report contains and how it is computed lives in ``cluster_doctor.daily``.
+Thin on purpose: what the report contains and how it is computed lives in ``cluster_doctor.reports.daily``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ with DAG(
     # A dict, never a bare None: Airflow pushes no XCom for None and the downstream pull logs an error.
     @task
     def gpu_nodes() -> dict:
-        from cluster_doctor import airflow_support, daily
+        from cluster_doctor.airflow import runtime as airflow_support
+        from cluster_doctor.reports import daily
 
         if not get_current_context()["params"]["fleet_from_cluster"]:
             return {"nodes": None}
@@ -66,7 +67,8 @@ with DAG(
 
     @task
     def write_report(fleet: dict) -> dict:
-        from cluster_doctor import airflow_support, daily
+        from cluster_doctor.airflow import runtime as airflow_support
+        from cluster_doctor.reports import daily
 
         context = get_current_context()
         settings = airflow_support.load_settings()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-ENTRY_POINT = "cluster_doctor.plugin:ClusterDoctorPlugin"
+ENTRY_POINT = "cluster_doctor.airflow.plugin:ClusterDoctorPlugin"
 
 if not any(ep.value == ENTRY_POINT for ep in entry_points(group="airflow.plugins")):
-    from cluster_doctor.plugin import ClusterDoctorPlugin  # noqa: F401  (found by the plugin manager)
+    from cluster_doctor.airflow.plugin import ClusterDoctorPlugin  # noqa: F401  (found by the plugin manager)

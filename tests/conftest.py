@@ -13,8 +13,8 @@ import warnings
 import psycopg
 import pytest
 
-from cluster_doctor import database
-from cluster_doctor.store import ResultStore, RetryPolicy
+from cluster_doctor.store import database
+from cluster_doctor.store.history import ResultStore, RetryPolicy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LOCAL_URL = os.environ.get("CLUSTER_DOCTOR_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -25,8 +25,9 @@ def wheel(tmp_path_factory) -> pathlib.Path:
 
 def test_the_wheel_carries_both_packages_and_their_data(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("cluster_doctor/cli.py", "cluster_doctor/migrations/0001_validation_history.sql",
-                     "cluster_doctor/templates/fleet.html", "cluster_doctor/pod_templates/validation-pod.yaml",
+    for expected in ("cluster_doctor/cli/main.py", "cluster_doctor/store/migrations/0001_validation_history.sql",
+                     "cluster_doctor/web/templates/fleet.html", "cluster_doctor/reports/templates/base.html",
+                     "cluster_doctor/pod_templates/validation-pod.yaml",
                      "cluster_doctor_suites/dl_unit.py", "cluster_doctor_suites/baselines.yaml",
                      "cluster_doctor_suites/result.schema.json"):
         assert expected in names, expected
@@ -34,8 +35,8 @@ def test_the_wheel_carries_both_packages_and_their_data(wheel):
     assert not any(n.startswith(("k8s_emulator/", "tests/", "tools/", "dags/")) for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "[airflow.plugins]\ncluster_doctor = cluster_doctor.plugin:ClusterDoctorPlugin" in text
-    assert "[console_scripts]\ncluster-doctor = cluster_doctor.cli:main" in text
+    assert "[airflow.plugins]\ncluster_doctor = cluster_doctor.airflow.plugin:ClusterDoctorPlugin" in text
+    assert "[console_scripts]\ncluster-doctor = cluster_doctor.cli.main:main" in text
 
 
 def test_a_clean_venv_gets_the_cli_and_reads_package_data(wheel, tmp_path, db_dsn):
@@ -55,7 +56,7 @@ def test_a_clean_venv_gets_the_cli_and_reads_package_data(wheel, tmp_path, db_ds
     done = run(str(venv / "bin" / "cluster-doctor"), "--db-url", url, "db", "version")
     assert done.returncode == 0, done.stderr
     probe = run(str(venv / "bin" / "python"), "-c",
-                "import json, cluster_doctor.suites as s, cluster_doctor.results as r; "
+                "import json, cluster_doctor.domain.suites as s, cluster_doctor.domain.results as r; "
                 "print(json.dumps([str(s.DEFAULT_SUITES_DIR), str(s.DEFAULT_POD_TEMPLATE), "
                 "len(s.shipped_files(s.DEFAULT_SUITES_DIR))]))")
     assert probe.returncode == 0, probe.stderr

@@ -2,7 +2,7 @@
 
 import re
 
-from cluster_doctor.config import Settings
+from cluster_doctor.domain.config import Settings
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
@@ -37,6 +37,6 @@ def test_yaml_snippets_parse():
 
 
 def test_documented_files_exist():
-    for path in ("docs/deployment.md", "docs/metrics.md", "include/cluster_doctor_suites/README.md", "include/k8s",
-                 "deploy/compose/.env.example", "deploy/compose/Dockerfile", "include/cluster_doctor_suites/Dockerfile"):
+    for path in ("docs/deployment.md", "docs/metrics.md", "include/suites/README.md", "include/k8s",
+                 "deploy/compose/.env.example", "deploy/compose/Dockerfile", "include/suites/Dockerfile"):
         assert (REPO / path).exists(), path

@@ -23,8 +23,10 @@ import time
 import psycopg
 
 import dag_runner
-from cluster_doctor import cli, database, suites
-from cluster_doctor.store import ResultStore
+from cluster_doctor.cli import main as cli
+from cluster_doctor.store import database
+from cluster_doctor.domain import suites
+from cluster_doctor.store.history import ResultStore
 from k8s_emulator import EmulatorProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -376,7 +376,7 @@ def start_postgres(record: Record, say) -> tuple[str, str]:
     """The embedded server, its socket dir, and the two databases; returns (socket_dir, results URL)."""
     import psycopg
 
-    from cluster_doctor import database
+    from cluster_doctor.store import database
 
     pgdata = record.state / "pgdata"
     with warnings.catch_warnings():  # platformdirs on XDG_RUNTIME_DIR: noise, the socket lives in pgdata
@@ -436,7 +436,7 @@ def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, 
                   json.loads((cluster_dir / "ready.json").read_text()), procs, deadline - time.monotonic())
     say(f"simulated cluster: {len(ready['nodes'])} GPU nodes at {ready['url']}, churn every {churn_interval:g} s")
 
-    from cluster_doctor.store import ResultStore
+    from cluster_doctor.store.history import ResultStore
 
     ResultStore(results_url).upgrade()
     say("results DB migrated (cluster-doctor db upgrade)")

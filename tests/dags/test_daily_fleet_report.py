@@ -47,7 +47,7 @@ print("STATE", run.state)
 def test_a_real_run_writes_the_report(store, db_url, tmp_path):
     """dag.test() on a migrated SQLite metadata DB: the task reads the results DB through the
     validation_db connection and writes both files under reports_dir."""
-    from cluster_doctor.attempts import Attempt
+    from cluster_doctor.domain.attempts import Attempt
 
     day = dt.datetime(2026, 11, 10, 9, tzinfo=dt.UTC)
     store.record([

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cluster_doctor.config import Settings
+from cluster_doctor.domain.config import Settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 K8S = REPO / "include" / "k8s"

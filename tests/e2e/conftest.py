@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 NAMESPACE = "cluster-doctor"
 PVC = "cluster-doctor-results"
-SCHEMA = json.loads((REPO / "include" / "cluster_doctor_suites" / "result.schema.json").read_text())
+SCHEMA = json.loads((REPO / "include" / "suites" / "result.schema.json").read_text())
 
 
 @pytest.fixture(scope="session")
@@ -100,7 +100,7 @@ def runner(airflow_home, cluster, db_url):
 
 def summary(node: str, suite: str = "gpu_health", status: str = "pass", *, checks=None, metrics=None,
             reason: str | None = None, gpu_model: str = "NVIDIA-H100-80GB-HBM3", gpu_count: int = 8) -> str:
-    """A termination-message summary exactly as include/cluster_doctor_suites writes it (validated against its schema)."""
+    """A termination-message summary exactly as include/suites writes it (validated against its schema)."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     checks = checks or [{"name": "gpu_count", "status": "pass", "value": gpu_count, "unit": "GPUs",
                          "threshold": f"== {gpu_count}"}]

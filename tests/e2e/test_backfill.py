@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import dag_runner
-from cluster_doctor.store import ResultStore
+from cluster_doctor.store.history import ResultStore
 from tests.e2e.conftest import script_result, validation_pods
 
 pytestmark = pytest.mark.e2e

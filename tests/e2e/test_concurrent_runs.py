@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from cluster_doctor import claims, database
+from cluster_doctor.store import claims, database
 from tests.e2e.conftest import Runner, script_result, validation_pods
 
 pytestmark = pytest.mark.e2e

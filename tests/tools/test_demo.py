@@ -5,7 +5,7 @@ import pathlib
 import psycopg
 
 import demo
-from cluster_doctor import database
+from cluster_doctor.store import database
 
 
 def test_the_demo_database_is_stopped_when_the_demo_ends(tmp_path):

@@ -13,9 +13,9 @@ from typing import Any
 
 import psycopg
 
-from cluster_doctor import suites
-from cluster_doctor.attempts import Attempt
-from cluster_doctor.store import ResultStore
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.store.history import ResultStore
 
 NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]

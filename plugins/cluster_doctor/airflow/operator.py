@@ -1,0 +1,432 @@
+"""NodeValidationPodOperator: one validation pod pinned to one node, and the truth about how it ended.
+
+A subclass of the provider's KubernetesPodOperator (sync mode) whose lifecycle runs unchanged: the
+provider creates the pod, waits for it (schedule/startup timeouts, events logged), streams its log
+into the task log, reattaches after a worker restart, labels it already-checked and deletes it on
+every path (``on_finish_action="delete_pod"``, ``on_kill``). This class adds what validation needs
+through the provider's extension points: ``build_pod_request_obj`` (the pod spec), ``log_formatter``
+(the log tail), a ``KubernetesPodOperatorCallback`` (pod started, pod completed) and two small
+overrides that call ``super()`` (``await_pod_start``: the availability watch; ``cleanup``: the final
+pod state). What an exception out of the provider means is decided in ``provider_errors``:
+
+* before the pod exists: the decision is not older than the max queue time and the node is still
+  free, else no pod and the attempt is ``skipped``;
+* while Pending: every availability interval, whether a user pod claimed the node (ours is deleted:
+  ``preempted``), and a pending timeout (pod deleted: ``timeout``, with the scheduler's last word);
+* after the run: the suite's summary from the termination message, checked against the pod's exit
+  code and final state (evicted or preempted while running is ``preempted``, never ``fail``);
+* exactly one attempt record per try, whatever happened, pushed to XCom for the record task and
+  written straight to the results DB as well (idempotent on the attempt identity).
+
+Task states: pass -> success; fail or error -> failed, failing checks at the end of the log;
+timeout, preempted, skipped -> skipped with the reason. No automatic retries: the next hour re-plans.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException, PodPhase
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from cluster_doctor.kube import discovery, podspec
+from cluster_doctor.airflow import provider_errors
+from cluster_doctor.domain import results, suites
+from cluster_doctor.domain.attempts import Attempt, parse_timestamp
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.nodes import validate_node_name
+from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
+from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.store.history import RetryPolicy
+
+LOG_TAIL_LINES = 200
+# A short budget inside the pool slot; the record task retries longer.
+DIRECT_WRITE_RETRY = RetryPolicy(attempts=2, initial_delay_s=1.0)
+
+
+class NodeClaimed(Exception):
+    """A user pod claimed the node while ours was Pending."""
+
+
+class _Ended(Exception):
+    """Internal: the attempt ended with ``status`` before (or instead of) a suite result."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+class _Observer(KubernetesPodOperatorCallback):
+    """The provider's own signals, kept for the verdict: the pod started; the pod completed."""
+
+    @staticmethod
+    def on_pod_starting(*, operator: NodeValidationPodOperator, **kwargs: Any) -> None:
+        operator._reached_running = True
+
+    @staticmethod
+    def on_pod_completion(*, pod: Any, operator: NodeValidationPodOperator, **kwargs: Any) -> None:
+        if pod is not None:
+            operator._final_pod = ApiClient().sanitize_for_serialization(pod)
+
+
+class _PendingWatch(threading.Thread):
+    """Runs beside the provider's wait for the pod to start. Deletes our pod when a user pod claims
+    the node, or when it stayed Pending for the whole pending window (the provider's schedule and
+    startup timeouts restart when the pod is bound; this one counts from creation)."""
+
+    def __init__(self, operator: NodeValidationPodOperator, pod: Any):
+        super().__init__(name=f"pending-watch-{pod.metadata.name}", daemon=True)
+        self.operator, self.pod = operator, pod
+        self.stopped = threading.Event()
+        self.claimed_by: str | None = None
+        self.timed_out = False
+
+    def run(self) -> None:
+        s = self.operator.cd_settings
+        start = time.monotonic()
+        next_check = start + s.availability_check_s
+        while not self.stopped.wait(min(1.0, s.availability_check_s)):
+            now = time.monotonic()
+            try:
+                if now >= next_check:
+                    holders = discovery.node_gpu_pods(self.operator.client, self.operator.node_name,
+                                                      s.gpu_resource, exclude_pod=self.pod.metadata.name)
+                    if holders:
+                        self.claimed_by = holders[0]
+                    else:
+                        self.operator.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
+                                               now - start, self.operator.node_name)
+                    next_check = now + s.availability_check_s
+                if not self.claimed_by and now - start >= s.pending_timeout_s:
+                    self.timed_out = True
+                if self.claimed_by or self.timed_out:
+                    self.operator.pod_manager.delete_pod(self.pod)  # ends the provider's wait
+                    return
+            except Exception as exc:  # the provider's own wait still bounds this try
+                self.operator.log.warning("availability check failed: %s", _one_line(exc))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=30)
+
+
+class NodeValidationPodOperator(KubernetesPodOperator):
+    """Validate one node with one suite. Mapped with ``expand_kwargs`` over the run's plan."""
+
+    ui_color = "#d4f1d4"
+
+    def __init__(
+        self,
+        *,
+        node_name: str,
+        test_name: str,
+        gpu_count: int,
+        gpu_model: str | None = None,
+        planned_at: str,
+        why: str | None = None,
+        run_config: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        validate_node_name(node_name)
+        suites.get(test_name)
+        self.node_name = node_name
+        self.test_name = test_name
+        self.gpu_count = int(gpu_count)
+        self.gpu_model = gpu_model
+        self.planned_at = planned_at
+        self.why = why
+        self.run_config = dict(run_config)
+        # Mapped tasks are built at run time from the run's settings (the Variable included), so the
+        # task timeout and the pod's deadline come from the same numbers.
+        self.cd_settings = Settings(**self.run_config["settings"])
+        s = self.cd_settings
+        kwargs.setdefault("kubernetes_conn_id", s.kubernetes_conn_id)
+        kwargs["execution_timeout"] = dt.timedelta(seconds=s.task_timeout_s(test_name))
+        kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _Observer]
+        super().__init__(
+            namespace=s.namespace,
+            name=podspec.pod_name_prefix(node_name, test_name),
+            random_name_suffix=True,
+            in_cluster=kwargs.pop("in_cluster", None),
+            get_logs=True,
+            log_events_on_failure=True,
+            on_finish_action="delete_pod",
+            on_kill_action="delete_pod",
+            termination_message_policy="FallbackToLogsOnError",
+            schedule_timeout_seconds=s.pending_timeout_s,
+            startup_timeout_seconds=s.pending_timeout_s,
+            startup_check_interval_seconds=min(5, s.availability_check_s),
+            deferrable=False,
+            do_xcom_push=False,
+            log_formatter=self._capture_log_line,
+            **kwargs,
+        )
+        self._log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._final_pod: dict[str, Any] | None = None
+        self._pod_vanished = False
+        self._reached_running = False
+        self._recorded = False
+        self._context = None
+
+    # ------------------------------------------------------------------ pod request
+    def build_pod_request_obj(self, context=None, *, dry_run: bool = False):
+        ti_run_id = context["run_id"] if context else "dry-run"
+        self.pod_template_dict = podspec.build_pod(
+            self.cd_settings,
+            node_name=self.node_name,
+            test_name=self.test_name,
+            gpu_count=self.gpu_count,
+            gpu_model=self.gpu_model,
+            run_id=ti_run_id,
+            configmap=self.run_config["configmap"],
+            suite_version=self.run_config["suite_version"],
+            suite_files=self.run_config.get("suite_files"),
+        )
+        return super().build_pod_request_obj(context, dry_run=dry_run)
+
+    def _capture_log_line(self, container_name: str, line: str) -> str:
+        self._log_tail.append(line)
+        return f"[{container_name}] {line}"
+
+    # ------------------------------------------------------------------ execute
+    def execute(self, context):
+        started = dt.datetime.now(dt.UTC)
+        self._context = context  # on_kill records the attempt under this try's identity
+        try:
+            if self.find_pod(self.namespace, context=context) is None:  # no pod to reattach to
+                self._precheck(started)
+            super().execute(context)
+            outcome = self._judge()
+        except (Exception, AirflowTaskTimeout) as exc:
+            timeout = provider_errors.find(exc, AirflowTaskTimeout)
+            if timeout is not None:
+                # Recorded before Airflow's timeout handling calls on_kill and fails the task.
+                reason = "the validation task hit its execution_timeout; pod deleted"
+                self._record(context, results.PodOutcome("error" if self._reached_running else "timeout", reason))
+                raise timeout from None
+            outcome = self._outcome_of(exc)
+        return self._finish(context, outcome)
+
+    def _judge(self) -> results.PodOutcome:
+        return results.classify(
+            self._final_pod if not self._pod_vanished else None,
+            node_name=self.node_name,
+            test_name=self.test_name,
+            log_tail=list(self._log_tail),
+            run_budget_s=self.cd_settings.suite_timeout(self.test_name),
+        )
+
+    def _outcome_of(self, exc: BaseException) -> results.PodOutcome:
+        """What an exception out of the provider's lifecycle (or our additions to it) means."""
+        ended = provider_errors.find(exc, _Ended)
+        if ended is not None:
+            return results.PodOutcome(ended.status, ended.reason)
+        claimed = provider_errors.find(exc, NodeClaimed)
+        if claimed is not None:
+            return results.PodOutcome("preempted", f"a user pod claimed the node while ours was Pending: {claimed}")
+        explained = provider_errors.explain(exc)
+        kind = explained.kind
+        if kind in (provider_errors.API_ERROR, provider_errors.OTHER) and self._pod_ended():
+            # The pod ended and its final state was read: the termination message and the pod status
+            # are the truth, an API error on the way (pods/log proxied to an unreachable kubelet: 500)
+            # never changes the verdict. The provider's "Pod ... returned a failure" lands here too.
+            outcome = self._judge()
+            if kind == provider_errors.API_ERROR:
+                outcome.reason = f"{outcome.reason or ''} (pod log unavailable: {explained.message})".strip()
+            return outcome
+        if kind == provider_errors.LAUNCH_TIMEOUT:
+            return results.PodOutcome(
+                "timeout", f"the pod was still Pending after {self.cd_settings.pending_timeout_s} s; pod deleted"
+                + self._last_scheduling_message())
+        if kind == provider_errors.LAUNCH_FAILED:
+            return results.PodOutcome("timeout", f"the pod could not start: {explained.message}")
+        if kind == provider_errors.POD_GONE and self._reached_running:
+            return results.PodOutcome("preempted", "the pod disappeared while running (deleted or preempted)")
+        if kind == provider_errors.POD_GONE and self.pod is not None:
+            # Removed while Pending: the scheduler preempted it for a higher-priority pod (before
+            # Kubernetes 1.26 only a Preempted event says so) or someone deleted it. The suite never ran.
+            return results.PodOutcome("preempted", "the pod was removed while Pending"
+                                      + (self._last_event_message("Preempted") or " (no preemption event)"))
+        # An orchestration failure says nothing about the node: unless the suite was already running,
+        # record it as skipped so the pair stays due.
+        status = "error" if self._reached_running else "skipped"
+        return results.PodOutcome(status, f"orchestration error: {explained.message}")
+
+    def _precheck(self, started: dt.datetime) -> None:
+        planned = parse_timestamp(self.planned_at, "planned_at")
+        waited = (started - planned).total_seconds()
+        if waited > self.cd_settings.max_queue_s:
+            raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
+                                    f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
+        holders = discovery.node_gpu_pods(self.client, self.node_name, self.cd_settings.gpu_resource)
+        if holders:
+            raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
+        node = self.client.read_node(self.node_name)
+        if node.spec and node.spec.unschedulable:
+            raise _Ended("skipped", "the node was cordoned after planning; no pod created")
+
+    # ------------------------------------------------------------------ while Pending
+    def await_pod_start(self, pod) -> None:
+        """The provider's wait, unchanged (schedule/startup timeouts, early-failure detection, events
+        logged on failure), with ``_PendingWatch`` beside it."""
+        watch = _PendingWatch(self, pod)
+        watch.start()
+        try:
+            super().await_pod_start(pod)
+        except Exception as exc:
+            watch.stop()
+            self._raise_if_watched(watch, exc)
+            if isinstance(exc, PodLaunchFailedException):
+                self._raise_if_disrupted(pod, exc)
+            raise
+        watch.stop()
+        self._raise_if_watched(watch, None)
+        self._reached_running = True
+
+    def _raise_if_watched(self, watch: _PendingWatch, cause: BaseException | None) -> None:
+        if watch.claimed_by:
+            raise NodeClaimed(watch.claimed_by) from cause
+        if watch.timed_out:
+            raise PodLaunchTimeoutException(f"still Pending after {self.cd_settings.pending_timeout_s} s") from cause
+
+    def _raise_if_disrupted(self, pod, cause: BaseException) -> None:
+        """A pod Failed before its container started may have been preempted or evicted: not a launch problem."""
+        try:
+            final = ApiClient().sanitize_for_serialization(self.pod_manager.read_pod(pod))
+        except Exception:
+            return
+        disrupted = results.classify(final, node_name=self.node_name, test_name=self.test_name)
+        if disrupted.status == "preempted":
+            raise _Ended("preempted", disrupted.reason) from cause
+
+    def _last_scheduling_message(self) -> str:
+        return self._last_event_message()
+
+    def _last_event_message(self, reason: str | None = None) -> str:
+        """The pod's last Warning event (or last event with ``reason``), whole: the scheduler's
+        message lists every filter and the end of it matters."""
+        if self.pod is None:
+            return ""
+        try:
+            events = self.pod_manager.read_pod_events(self.pod).items
+        except Exception:
+            return ""
+        chosen = [e for e in events if (e.reason == reason if reason else e.type == "Warning")]
+        if not chosen:
+            return ""
+        last = chosen[-1]
+        return f" (last event {last.reason}: {results.clean_text(last.message or '', results.MAX_REASON)})"
+
+    def _pod_ended(self) -> bool:
+        status = (self._final_pod or {}).get("status") or {}
+        return not self._pod_vanished and status.get("phase") in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+
+    # ------------------------------------------------------------------ after the run
+    def cleanup(self, pod, remote_pod, xcom_result=None, context=None) -> None:
+        """The provider's cleanup (already-checked label, events on failure, deletion, its failure
+        exception), given the pod's final state: on a failure path the provider still holds the pod as
+        read at creation. The final state is kept for the verdict."""
+        if not self._killed and remote_pod is not None:
+            terminal = getattr(remote_pod.status, "phase", None) in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+            if not terminal:
+                try:
+                    remote_pod = self.pod_manager.read_pod(remote_pod)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        self._pod_vanished = True
+                    else:
+                        self.log.warning("could not read the pod's final state: %s", _one_line(exc))
+            if not self._pod_vanished:
+                self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
+                if getattr(remote_pod.status, "phase", None) not in (PodPhase.PENDING, "Unknown", None):
+                    self._reached_running = True
+        super().cleanup(pod, remote_pod, xcom_result, context)
+
+    def on_kill(self) -> None:
+        super().on_kill()  # deletes the pod
+        if not self._recorded and self._context is not None:
+            outcome = results.PodOutcome(
+                "skipped", "the validation task was killed before the suite finished (DagRun timeout or a "
+                           "manual stop); pod deleted")
+            try:
+                self._record(self._context, outcome)
+            except Exception as exc:  # best effort: the record task fills any gap
+                self.log.warning("could not record the killed attempt: %s", _one_line(exc))
+
+    # ------------------------------------------------------------------ recording
+    def _attempt(self, context, outcome: results.PodOutcome) -> Attempt:
+        ti = context["ti"] if context else None
+        return results.to_attempt(
+            outcome,
+            node_name=self.node_name,
+            test_name=self.test_name,
+            gpu_count=self.gpu_count,
+            gpu_model=self.gpu_model,
+            suite_version=self.run_config.get("suite_version"),
+            pod_name=self.pod.metadata.name if self.pod is not None else None,
+            dag_id=ti.dag_id if ti else self.dag_id,
+            run_id=ti.run_id if ti else "",
+            map_index=ti.map_index if ti else -1,
+            try_number=ti.try_number if ti else 1,
+        )
+
+    def _write(self, attempt: Attempt) -> None:
+        from cluster_doctor.airflow.runtime import results_store
+
+        results_store(self.cd_settings.validation_db_conn_id, retry=DIRECT_WRITE_RETRY).record([attempt])
+
+    def _record(self, context, outcome: results.PodOutcome) -> Attempt:
+        """XCom first (the record task's source, so it never adds a second row for this try), then
+        the results DB directly; both keyed by the try's identity."""
+        attempt = self._attempt(context, outcome)
+        self._recorded = True
+        context["ti"].xcom_push(key="attempt", value=attempt.to_dict())
+        try:
+            self._write(attempt)
+        except Exception as exc:  # the record task writes it from XCom, with longer retries
+            self.log.warning("results DB write deferred to the record task: %s", _one_line(exc))
+        return attempt
+
+    def _finish(self, context, outcome: results.PodOutcome):
+        attempt = self._record(context, outcome)
+        status = attempt.status  # what was recorded, after the boundary's checks
+        headline = f"{self.node_name} · {self.test_name}: {str(status).upper()}"
+        if attempt.reason:
+            headline += f" — {attempt.reason}"
+        if status == "pass":
+            self.log.info(headline)
+            return attempt.to_dict()
+        if status in EXECUTED:
+            for line in results.failing_checks(outcome.summary):
+                self.log.error("  %s", line)
+            self.log.error(headline)
+            raise AirflowFailException(headline)
+        if status == "timeout" and (attempt.reason or "").startswith("the pod could not start"):
+            # An image or configuration problem, not the node: make it red so someone fixes it.
+            self.log.error(headline)
+            raise AirflowFailException(headline)
+        self.log.warning(headline)
+        raise AirflowSkipException(headline)
+
+
+def _as_list(callbacks: Any) -> list:
+    if not callbacks:
+        return []
+    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+
+
+def _one_line(exc: BaseException | str) -> str:
+    return " ".join(str(exc).split())[:400]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"

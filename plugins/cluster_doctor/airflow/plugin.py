@@ -1,0 +1,33 @@
+"""The Airflow plugin of Cluster Doctor: the fleet health page in the Airflow UI.
+
+Registered through the ``airflow.plugins`` entry point of the installed distribution, so an image
+that runs ``pip install cluster-doctor`` needs no plugins-folder copy.
+
+- ``fastapi_apps``: the page, the node history and ``/metrics``, served by the api-server under
+  ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.web.app``).
+- ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
+  the UI at ``/plugin/fleet-health``.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from cluster_doctor.web import app as webapp
+
+
+class ClusterDoctorPlugin(AirflowPlugin):
+    name = "cluster_doctor"
+    fastapi_apps = [
+        {"app": webapp.create_app(), "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
+    ]
+    external_views = [
+        {
+            "name": "Fleet health",
+            # relative (no leading slash): the UI resolves it against its <base href>, so a
+            # deployment under [api] base_url=/airflow/ still reaches /airflow/cluster-doctor/
+            "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",
+            "destination": "nav",  # no category: a top-level entry of the navigation bar
+            "url_route": webapp.URL_ROUTE,
+        },
+    ]

@@ -1,0 +1,315 @@
+"""What each task of the continuous_validation DAG does. The DAG file only wires these together.
+
+Every function takes and returns plain JSON-able values (they travel as XComs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cluster_doctor.store import claims, fleet_baseline, spool
+from cluster_doctor.kube import discovery, volumes
+from cluster_doctor.domain import planning, priority, suites
+from cluster_doctor.domain.attempts import Attempt, InvalidAttempt, parse_timestamp
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.nodes import compress
+from cluster_doctor.reports.text import age, table
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# ---------------------------------------------------------------------------- 1. discover
+def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
+             parsed: Settings | None = None) -> dict:
+    """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
+    then find the free GPU nodes (and why the others are not)."""
+    now = now or _now()
+    if parsed is not None:
+        settings.check_parse_time(parsed)
+    run = planning.parse_params(params, settings, now=now)
+    found = discovery.discover(core_v1, settings, run.node_range)
+    log.info("%d GPU node(s) in range %s: %d free, %d not eligible (%d API calls, %d pods read)",
+             len(found.free) + len(found.ineligible), run.node_range, len(found.free), len(found.ineligible),
+             found.api_calls, found.pods_seen)
+    if found.free:
+        log.info("free: %s", compress(n.name for n in found.free))
+    by_reason: dict[str, list[str]] = {}
+    for node in found.ineligible:
+        by_reason.setdefault(node.reason, []).append(node.name)
+    for reason, names in sorted(by_reason.items()):
+        log.info("not eligible (%s): %s", reason, compress(names))
+    # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
+    # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
+    mounts = volumes.check(core_v1, settings, run.tests)
+    if mounts.blocked_tests:
+        log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
+    return {"settings": settings.to_dict(), "params": run.to_dict(), "started_at": now.isoformat(),
+            **found.to_dict(), "volumes": mounts.to_dict()}
+
+
+# ---------------------------------------------------------------------------- 2. load latest
+def load_latest(discovered: Mapping[str, Any], store: Any) -> list[list[Any]]:
+    """The latest state of every (free node, enabled test) pair, compact: [node, test, status,
+    finished_at, last_attempt_at, last_attempt_status]."""
+    nodes = [n["name"] for n in discovered["free"]]
+    if not nodes:
+        return []
+    states = store.pair_states(nodes, discovered["params"]["tests"])
+    iso = lambda t: t.isoformat() if t else None  # noqa: E731
+    rows = [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
+            for (node, test), s in sorted(states.items())]
+    # a pair with a straggler/drift verdict goes through the failed-retest path: the retest confirms it
+    return fleet_baseline.mark_suspects(store.connect, rows)
+
+
+def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.PairState]:
+    out = {}
+    for node, test, status, finished, attempted, attempt_status in rows:
+        out[(node, test)] = priority.PairState(
+            status=status,
+            finished_at=parse_timestamp(finished, "finished_at") if finished else None,
+            last_attempt_at=parse_timestamp(attempted, "last_attempt_at") if attempted else None,
+            last_attempt_status=attempt_status,
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------- 3. prioritize
+def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], now: dt.datetime | None = None,
+               *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
+               run_ended: Callable[[str, str], bool] | None = None) -> dict:
+    """Plan this run's pairs. With ``store`` (the DAG), the plan's nodes are claimed for the run
+    ``dag_id``/``run_id`` (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from a live one);
+    without it (planning only), nothing is claimed."""
+    now = now or _now()
+    settings = Settings(**discovered["settings"])
+    run = planning.parse_params(discovered["params"], settings, now=now)
+    free = {n["name"]: n for n in discovered["free"]}
+    # pods of these tests could not mount their volume (discover said why): plan none, record none
+    blocked = set((discovered.get("volumes") or {}).get("blocked_tests") or ())
+    tests = [t for t in run.tests if t not in blocked]
+    pairs, held = _claimed_plan(list(free), tests, _states(latest), now, settings, run, store, dag_id, run_id,
+                                run_ended)
+    planned = [{**p.to_dict(), "gpu_count": free[p.node_name]["gpu_count"],
+                "gpu_model": free[p.node_name]["gpu_model"]} for p in pairs]
+    if planned:
+        log.info("plan (%d pair(s)%s):\n%s", len(planned), ", dry run: no pods" if run.dry_run else "", table(
+            [[i + 1, p["node_name"], p["test_name"], p["why"], p["last_status"] or "-",
+              age(parse_timestamp(p["last_finished_at"], "t") if p["last_finished_at"] else None, now)]
+             for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
+    elif not blocked and not held:
+        log.info("nothing is due on the %d free node(s): a quiet run", len(free))
+    if blocked:
+        log.error("not planned: %s (%s)", ", ".join(t for t in run.tests if t in blocked),
+                  discovered["volumes"]["problem"])
+    if held:
+        log.warning("deferred %d pair(s), their node is held by another live run: %s", len(held), "; ".join(
+            f"{h['node_name']} · {h['test_name']} (run {h['run_id']}, until {h['expires_at']})" for h in held))
+    return {"planned_at": now.isoformat(), "dry_run": run.dry_run, "pairs": planned, "held_by_other_runs": held}
+
+
+def _claimed_plan(free: list[str], tests: list[str], states: Mapping[tuple[str, str], priority.PairState],
+                  now: dt.datetime, settings: Settings, run: planning.RunParams, store: Any, dag_id: str | None,
+                  run_id: str | None, run_ended: Callable[[str, str], bool] | None,
+                  ) -> tuple[list[priority.PlannedPair], list[dict]]:
+    """The plan, and the pairs given up because another live run holds their node: every free node's
+    best due pair in priority order, of which the claims keep the first max_pairs nodes no other run
+    holds (a dry run claims nothing but defers the same way)."""
+    policy = planning.policy(settings, run)
+    if store is None:
+        return priority.plan(free, tests, states, now=now, policy=policy), []
+    if not dag_id or not run_id:
+        raise ValueError("prioritize with a store needs the run's dag_id and run_id to claim its nodes")
+    ordered = priority.plan(free, tests, states, now=now, policy=dataclasses.replace(policy, max_pairs=len(free)))
+    outcome = claims.claim(store.connect, [(p.node_name, p.test_name, claims.ttl_s(settings, p.test_name))
+                                           for p in ordered],
+                           dag_id=dag_id, run_id=run_id, limit=policy.max_pairs, dry_run=run.dry_run,
+                           run_ended=run_ended)
+    granted = {c.node_name for c in outcome.granted}
+    return [p for p in ordered if p.node_name in granted], [h.to_dict() for h in outcome.held]
+
+
+# ---------------------------------------------------------------------------- 4. ship suites
+def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_v1: Any) -> list[dict]:
+    """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
+    content hash) and hand every planned pair to the mapped validation task."""
+    if planned["dry_run"] or not planned["pairs"]:
+        return []
+    settings = Settings(**discovered["settings"])
+    directory = suites.suites_dir(settings)
+    version = suites.content_hash(directory)
+    name = suites.configmap_name(settings, version)
+    files = suites.shipped_files(directory)
+    ensure_configmap(core_v1, settings.namespace, name, files, version)
+    prune_configmaps(core_v1, settings.namespace, keep=name)
+    run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version,
+                  "suite_files": sorted(files)}
+    return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
+             "gpu_model": p["gpu_model"], "planned_at": planned["planned_at"], "why": p["why"],
+             "run_config": run_config} for p in planned["pairs"]]
+
+
+def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str, bytes], version: str) -> bool:
+    """Create the ConfigMap unless it exists; True when created."""
+    from kubernetes.client.exceptions import ApiException
+
+    body = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "cluster-doctor", "app.kubernetes.io/component": "suites"},
+                     "annotations": {"cluster-doctor.io/suite-version": version}},
+        "immutable": True,
+        "data": {k: v.decode("utf-8") for k, v in files.items()},
+    }
+    try:
+        core_v1.create_namespaced_config_map(namespace, body)
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    log.info("suite code %s shipped as ConfigMap %s/%s (%d files)", version, namespace, name, len(files))
+    return True
+
+
+KEEP_SUITE_VERSIONS = 3
+
+
+def prune_configmaps(core_v1: Any, namespace: str, *, keep: str, versions: int = KEEP_SUITE_VERSIONS) -> list[str]:
+    """Delete old suite ConfigMaps, keeping the current one and the newest few (a pod of an earlier run
+    may still be starting with its version)."""
+    from kubernetes.client.exceptions import ApiException
+
+    listed = core_v1.list_namespaced_config_map(
+        namespace, label_selector="app.kubernetes.io/name=cluster-doctor,app.kubernetes.io/component=suites")
+    items = sorted(listed.items, key=lambda cm: cm.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.UTC),
+                   reverse=True)
+    kept = {keep} | {cm.metadata.name for cm in items[:versions]}
+    deleted = []
+    for cm in items:
+        if cm.metadata.name in kept:
+            continue
+        try:
+            core_v1.delete_namespaced_config_map(cm.metadata.name, namespace)
+            deleted.append(cm.metadata.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("could not delete old suite ConfigMap %s: %s", cm.metadata.name, exc.reason)
+    if deleted:
+        log.info("removed %d old suite ConfigMap(s): %s", len(deleted), ", ".join(deleted))
+    return deleted
+
+
+# ---------------------------------------------------------------------------- 6. record
+UNREPORTED = "the validation task did not report (never ran, killed or lost); no result"
+
+def record(
+    planned: Mapping[str, Any],
+    reported: Sequence[Mapping[str, Any] | None],
+    store: Any,
+    *,
+    dag_id: str,
+    run_id: str,
+    now: dt.datetime | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """Write every attempt of the run; a planned pair whose task never reported gets a row too. Then
+    judge the executed ones against the fleet and their own past (straggler/drift verdicts)."""
+    now = now or _now()
+    attempts: dict[tuple[str, str], Attempt] = {}
+    for item in reported:
+        if not item:
+            continue
+        try:
+            attempt = Attempt.from_dict(item)
+        except InvalidAttempt as exc:
+            log.error("ignoring a malformed attempt from XCom: %s", exc)
+            continue
+        attempts[(attempt.node_name, attempt.test_name)] = attempt
+    if not planned["dry_run"]:
+        for index, pair in enumerate(planned["pairs"]):
+            key = (pair["node_name"], pair["test_name"])
+            if key not in attempts:
+                attempts[key] = Attempt(
+                    node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
+                    reason=UNREPORTED,
+                    gpu_model=pair.get("gpu_model"), gpu_count=pair.get("gpu_count"), dag_id=dag_id,
+                    run_id=run_id, map_index=index, try_number=0)
+    # Earlier runs' spooled attempts first (quiet runs too); if the database stays unavailable beyond
+    # the store's retries, this run's attempts are spooled durably and the task still fails.
+    result = spool.record_or_spool(store, list(attempts.values()))
+    if not planned["dry_run"] and planned["pairs"]:
+        _release_claims(store, planned["pairs"], dag_id=dag_id, run_id=run_id)
+    if attempts:
+        log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
+                 result.inserted, result.duplicates)
+        fleet_baseline.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
+                                      fleet_baseline.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
+    return [a.to_dict() for a in attempts.values()]
+
+
+def _release_claims(store: Any, pairs: Sequence[Mapping[str, Any]], *, dag_id: str, run_id: str) -> None:
+    """The run is done with its nodes once their attempts are stored. Best effort: the rows are
+    committed already, and a claim not released just expires (claims.ttl_s)."""
+    try:
+        released = claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[p["node_name"] for p in pairs])
+    except Exception as exc:
+        log.warning("could not release this run's claims on %d node(s) (%s); they expire on their own",
+                    len(pairs), " ".join(str(exc).split())[:300])
+        return
+    log.info("released this run's claims on %d node(s)", released)
+
+
+# ---------------------------------------------------------------------------- 7. summarize, verdict
+def summarize(discovered: Mapping[str, Any], planned: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]] | None,
+              store: Any, *, dag_id: str | None = None, run_id: str | None = None,
+              now: dt.datetime | None = None) -> dict:
+    """Counts, newly failing nodes, ineligible nodes, coverage; and the run's CTRF report on disk."""
+    from cluster_doctor.reports import ctrf, summary as report
+
+    now = now or _now()
+    nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
+    latest_rows = store.latest(tests=discovered["params"]["tests"]) if nodes else []
+    summary = report.run_summary(discovered, planned, recorded or [], latest_rows, now=now)
+    log.info("%s", report.render(summary))
+    if dag_id and run_id:
+        path = ctrf.write_run_report(recorded or [], summary, settings=discovered["settings"],
+                                     dag_id=dag_id, run_id=run_id, now=now)
+        summary["ctrf_path"] = str(path) if path else None
+    return summary
+
+
+def verdict(summary: Mapping[str, Any]) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from cluster_doctor.reports import summary as report
+
+    problem = report.verdict(summary)
+    if problem:
+        raise AirflowFailException(problem)
+    log.info("no node failed a check in this run")
+
+
+# ---------------------------------------------------------------------------- 8. quarantine (opt-in)
+def quarantine(discovered: Mapping[str, Any], store: Any, core_v1: Any) -> dict:
+    """Label (and optionally taint) nodes with confirmed failures, release recovered ones; off by default.
+    An open circuit breaker fails the task: a human decides."""
+    from cluster_doctor.kube import quarantine as q
+
+    settings = Settings(**discovered["settings"])
+    report = q.reconcile(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
+                         tests=discovered["params"]["tests"], gpu_resource=settings.gpu_resource,
+                         node_selector=settings.node_selector)
+    log.info("%s", report.describe())
+    if report.breaker_open:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"quarantine circuit breaker open: {report.breaker_reason}")
+    return report.to_dict()

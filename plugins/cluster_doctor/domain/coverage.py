@@ -1,0 +1,335 @@
+"""Coverage, staleness and "failing": the one definition every view of the fleet uses.
+
+The end-of-run summary (``report``), the fleet page (``fleet``/``webapp``), the daily report
+(``daily``) and the Prometheus metrics (``metrics``) all feed this module the latest executed result
+of each node · test pair and read its verdicts; none of them decides freshness on its own.
+
+Definitions (shown on the fleet page and in docs/metrics.md):
+
+- A pair (node, test) is **fresh** when its latest executed result (pass, fail or error) finished
+  less than ``staleness`` before the moment of the assessment. Never-executed pairs are infinitely
+  old. Timeouts, preemptions and skips never make a pair fresh.
+- The **state** of a pair: ``fail`` / ``error`` when its latest executed result is one (however old:
+  a failing pair is a problem until it passes again), ``pass`` when it passed and is fresh, ``stale``
+  when it passed longer ago (or its time is unreadable), ``never`` when it never executed.
+- A node is **covered** when every enabled test is fresh on it; **coverage** is covered / fleet nodes.
+- **Never validated**: no executed result on any enabled test. **Failing**: the latest executed
+  result of some enabled test is fail or error.
+- **Pair coverage** (the coverage SLO): fresh pairs / (fleet nodes × enabled tests). Over a period,
+  the mean of daily samples (each taken at the end of a UTC day). **Worst staleness**: the age of the
+  oldest pair (+inf when a pair never executed).
+
+No Airflow imports and no connection handling: callers pass rows (``assess``) or an open cursor
+(``trend``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from cluster_doctor.domain.status import EXECUTED, FAILING, Status
+
+_EXECUTED = frozenset(str(s) for s in EXECUTED)
+_FAILING = frozenset(str(s) for s in FAILING)
+STATES = ("pass", "fail", "error", "stale", "never")
+STATE_TITLES = {"pass": "fresh pass", "fail": "fail", "error": "error", "stale": "stale",
+                "never": "never validated"}
+SLO_DAYS = 30
+
+
+def is_fresh(status: str | None, finished_at: dt.datetime | None, fresh_after: dt.datetime) -> bool:
+    """Executed and finished at or after ``fresh_after`` (an unreadable time is never fresh)."""
+    return status in _EXECUTED and finished_at is not None and finished_at >= fresh_after
+
+
+def pair_state(status: str | None, finished_at: dt.datetime | None, fresh_after: dt.datetime) -> str:
+    """One of STATES for a pair's latest executed status and time."""
+    if status not in _EXECUTED:
+        return "never"
+    if status in _FAILING:
+        return status
+    return "pass" if is_fresh(status, finished_at, fresh_after) else "stale"
+
+
+def is_failing(status: str | None) -> bool:
+    return status in _FAILING
+
+
+def age_s(status: str | None, finished_at: dt.datetime | None, now: dt.datetime) -> float | None:
+    """Seconds since the latest executed result (never negative: a clock ahead reads as 0); None when
+    the pair never executed or its time is unreadable."""
+    if status not in _EXECUTED or finished_at is None:
+        return None
+    return max(0.0, (now - finished_at).total_seconds())
+
+
+def _seconds(value: dt.datetime | float | None) -> float:
+    """A time as comparable seconds (datetimes and Unix seconds alike); -inf when unknown."""
+    if value is None:
+        return -math.inf
+    return value.timestamp() if isinstance(value, dt.datetime) else float(value)
+
+
+@dataclasses.dataclass
+class NodeCoverage:
+    """What the fleet's node filters and figures need about one node."""
+
+    node_name: str
+    n_tests: int
+    gpu_model: str | None = None
+    executed_tests: int = 0
+    fresh_tests: int = 0
+    fresh_pass_tests: int = 0
+    fail_tests: int = 0
+    error_tests: int = 0
+    last_attempt_at: dt.datetime | None = None
+    _model_key: tuple = dataclasses.field(default=(), repr=False)
+
+    @property
+    def covered(self) -> bool:
+        return self.fresh_tests >= self.n_tests
+
+    @property
+    def never(self) -> bool:
+        return self.executed_tests == 0
+
+    @property
+    def failing(self) -> bool:
+        return self.fail_tests + self.error_tests > 0
+
+    @property
+    def stale(self) -> bool:
+        return self.fresh_tests < self.n_tests
+
+    @property
+    def healthy(self) -> bool:
+        return self.fresh_pass_tests >= self.n_tests
+
+
+# Node-level filters of the fleet page: value -> (label, predicate).
+NODE_FILTERS: dict[str, tuple[str, Callable[[NodeCoverage], bool]]] = {
+    "failing": ("failing (fail or error on any test)", lambda n: n.failing),
+    "fail": ("a check failed (fail)", lambda n: n.fail_tests > 0),
+    "error": ("a suite errored (error)", lambda n: n.error_tests > 0),
+    "stale": ("stale (a test older than the threshold or never run)", lambda n: n.stale),
+    "never": ("never validated", lambda n: n.never),
+    "healthy": ("healthy (every test passed and is fresh)", lambda n: n.healthy),
+}
+
+
+@dataclasses.dataclass
+class Assessment:
+    """The fleet's coverage at one moment, from the latest executed result of each pair."""
+
+    tests: list[str]
+    now: dt.datetime
+    staleness: dt.timedelta
+    nodes: dict[str, NodeCoverage]  # the fleet, in the caller's order
+    pairs: list[dict[str, Any]]  # one per fleet node x enabled test, with state / stale / age_s
+
+    @property
+    def fresh_after(self) -> dt.datetime:
+        return self.now - self.staleness
+
+    def summary(self) -> dict[str, Any]:
+        nodes = self.nodes.values()
+        total = len(self.nodes)
+        covered = sum(1 for n in nodes if n.covered)
+        n_pairs = len(self.pairs)
+        fresh = sum(1 for p in self.pairs if p["fresh"])
+        ages = [p["age_s"] for p in self.pairs]
+        worst = (math.inf if any(a is None for a in ages) else max(ages)) if ages else None
+        return {
+            "gpu_nodes": total,
+            "covered_nodes": covered,
+            "coverage": covered / total if total else None,
+            "never_validated": [n.node_name for n in nodes if n.never],
+            "failing_nodes": [n.node_name for n in nodes if n.failing],
+            "stale_pairs": n_pairs - fresh,
+            "pairs": n_pairs,
+            "fresh_pairs": fresh,
+            "pair_coverage": fresh / n_pairs if n_pairs else None,
+            "worst_staleness_s": worst,
+            "state_counts": {s: sum(1 for p in self.pairs if p["state"] == s) for s in STATES},
+        }
+
+    def select(self, status_filter: str | None = None, names: Iterable[str] | None = None,
+               gpu_model: str | None = None) -> list[NodeCoverage]:
+        wanted = set(names) if names is not None else None
+        predicate = NODE_FILTERS[status_filter][1] if status_filter else None
+        return [n for n in self.nodes.values()
+                if (wanted is None or n.node_name in wanted)
+                and (predicate is None or predicate(n))
+                and (gpu_model is None or n.gpu_model == gpu_model)]
+
+
+def assess(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    tests: Sequence[str],
+    now: dt.datetime,
+    staleness: dt.timedelta,
+    nodes: Sequence[str] | None = None,
+) -> Assessment:
+    """Coverage of ``nodes`` (default: every node in ``rows``) over the enabled ``tests``.
+
+    ``rows``: at most one per (node_name, test_name) with the pair's latest executed ``status`` and
+    its time, as ``finished_at`` (datetime) or ``finished_ts`` (Unix seconds), None when never
+    executed or unreadable; optional ``gpu_model`` and ``last_attempt_at`` (datetime or Unix seconds).
+    Rows of other tests still make their node known and give it a GPU model; rows of nodes outside
+    ``nodes`` are ignored. A missing pair is never executed."""
+    tests = list(dict.fromkeys(tests))
+    enabled = set(tests)
+    now_ts = now.timestamp()
+    fresh_after_ts = now_ts - staleness.total_seconds()
+    rows = rows if isinstance(rows, list) else list(rows)
+    order = list(dict.fromkeys(nodes)) if nodes is not None else list(dict.fromkeys(r["node_name"] for r in rows))
+    fleet = {name: NodeCoverage(name, len(tests)) for name in order}
+    model_keys: dict[str, tuple[float, float]] = {}
+    last_ts: dict[str, float] = {}
+    by_pair: dict[tuple[str, str], tuple[Mapping[str, Any], str | None, float | None]] = {}
+    for r in rows:
+        name = r["node_name"]
+        node = fleet.get(name)
+        if node is None:
+            continue
+        status = r.get("status")
+        if status not in _EXECUTED:
+            status = None
+        ts = r["finished_ts"] if "finished_ts" in r else _seconds_or_none(r.get("finished_at"))
+        last = _seconds(r.get("last_attempt_at"))
+        model = r.get("gpu_model")
+        if model:
+            # the node's model: that of its newest executed result, else of its newest attempt
+            key = (ts if ts is not None else -math.inf, last)
+            if name not in model_keys or key > model_keys[name]:
+                node.gpu_model, model_keys[name] = model, key
+        if last > last_ts.get(name, -math.inf):
+            last_ts[name] = last
+            node.last_attempt_at = r.get("last_attempt_at")
+        test = r["test_name"]
+        if test not in enabled:
+            continue
+        by_pair[(name, test)] = (r, status, ts)
+        if status is None:
+            continue
+        node.executed_tests += 1
+        if ts is not None and ts >= fresh_after_ts:
+            node.fresh_tests += 1
+            if status == "pass":
+                node.fresh_pass_tests += 1
+        if status == "fail":
+            node.fail_tests += 1
+        elif status == "error":
+            node.error_tests += 1
+    pairs = []
+    append = pairs.append
+    for name in order:
+        model = fleet[name].gpu_model
+        for test in tests:
+            r, status, ts = by_pair.get((name, test), (None, None, None))
+            fresh = status is not None and ts is not None and ts >= fresh_after_ts
+            if status is None:
+                state = "never"
+            elif status in _FAILING:
+                state = status
+            else:
+                state = "pass" if fresh else "stale"
+            pair = dict(r) if r is not None else {"node_name": name, "test_name": test}
+            pair["status"] = status
+            pair["state"] = state
+            pair["fresh"] = fresh
+            pair["stale"] = not fresh
+            pair["age_s"] = max(0.0, now_ts - ts) if status is not None and ts is not None else None
+            if not pair.get("gpu_model"):
+                pair["gpu_model"] = model
+            append(pair)
+    return Assessment(tests=tests, now=now, staleness=staleness, nodes=fleet, pairs=pairs)
+
+
+def _seconds_or_none(value: dt.datetime | float | None) -> float | None:
+    return None if value is None else _seconds(value)
+
+
+# ---------------------------------------------------------------------------- over time
+# A pair is fresh at moment T when it has an executed result finished in [T - staleness, T). Each
+# executed result of the window is turned into a bit mask of the moments it makes its pair fresh
+# (width_bucket counts the moments at or before a time), OR-ed per pair, AND-ed per node over the
+# enabled tests; then one bit test per moment. One range scan, no rows x moments join.
+TREND_SQL = """
+WITH pair AS MATERIALIZED (
+    SELECT h.node_name, h.test_name,
+           bit_or(((1::bigint << width_bucket(h.finished_at + %(staleness)s, %(moments)s::timestamptz[])) - 1)
+                  # ((1::bigint << width_bucket(h.finished_at, %(moments)s::timestamptz[])) - 1)) AS mask
+      FROM validation_history h
+      JOIN unnest(%(nodes)s::text[]) AS n(node_name) ON n.node_name = h.node_name
+     WHERE h.status = ANY(%(executed)s) AND h.test_name = ANY(%(tests)s)
+       AND h.finished_at >= %(since)s AND h.finished_at < %(until)s
+     GROUP BY h.node_name, h.test_name
+),
+node AS MATERIALIZED (
+    SELECT node_name, CASE WHEN count(*) >= %(n_tests)s THEN bit_and(mask) ELSE 0 END AS mask
+      FROM pair GROUP BY node_name
+)
+SELECT g.i,
+       (SELECT count(*) FROM node WHERE (node.mask >> g.i) & 1 = 1) AS covered_nodes,
+       (SELECT count(*) FROM pair WHERE (pair.mask >> g.i) & 1 = 1) AS fresh_pairs
+  FROM generate_series(0, %(n_moments)s - 1) AS g(i)
+ ORDER BY g.i
+"""
+MAX_MOMENTS = 62  # bits of a bigint mask
+
+
+def day_ends(last: dt.datetime, days: int) -> list[dt.datetime]:
+    """The ends of the ``days`` UTC days up to ``last`` (the last one is ``last`` itself)."""
+    start = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC)
+    ends = [start - dt.timedelta(days=i) for i in range(days - 2, -1, -1)]
+    return [e for e in ends if e < last] + [last]
+
+
+def trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests: Sequence[str],
+          staleness: dt.timedelta) -> list[dict[str, Any]]:
+    """Coverage of a fixed fleet at each moment of ``ends`` (ascending, at most MAX_MOMENTS), from
+    validation_history."""
+    tests = list(dict.fromkeys(tests))
+    nodes = list(dict.fromkeys(nodes))
+    ends = list(ends)
+    if len(ends) > MAX_MOMENTS:
+        raise ValueError(f"at most {MAX_MOMENTS} coverage samples at once, got {len(ends)}")
+    n_pairs = len(nodes) * len(tests)
+    counts: dict[int, tuple[int, int]] = {}
+    if nodes and tests and ends:
+        cur.execute(TREND_SQL, {
+            "moments": ends, "staleness": staleness, "nodes": nodes, "executed": [str(s) for s in EXECUTED],
+            "tests": tests, "n_tests": len(tests), "since": ends[0] - staleness, "until": ends[-1],
+            "n_moments": len(ends)})
+        for row in cur.fetchall():
+            i, covered, fresh = (row["i"], row["covered_nodes"], row["fresh_pairs"]) if isinstance(row, Mapping) \
+                else row
+            counts[int(i)] = (int(covered), int(fresh))
+    out = []
+    for i, end in enumerate(ends):
+        covered, fresh = counts.get(i, (0, 0))
+        out.append({"as_of": end, "covered_nodes": covered, "nodes": len(nodes),
+                    "coverage": covered / len(nodes) if nodes else None,
+                    "fresh_pairs": fresh, "pairs": n_pairs,
+                    "pair_coverage": fresh / n_pairs if n_pairs else None})
+    return out
+
+
+def now_sample(assessed: Assessment) -> dict[str, Any]:
+    """The current moment as a trend sample (same fields as ``trend``'s)."""
+    s = assessed.summary()
+    return {"as_of": assessed.now, "covered_nodes": s["covered_nodes"], "nodes": s["gpu_nodes"],
+            "coverage": s["coverage"], "fresh_pairs": s["fresh_pairs"], "pairs": s["pairs"],
+            "pair_coverage": s["pair_coverage"]}
+
+
+def period_pair_coverage(samples: Sequence[Mapping[str, Any]]) -> float | None:
+    """Share of (pair, sample) combinations that were fresh: the coverage SLO over a period."""
+    pairs = sum(s["pairs"] for s in samples)
+    return sum(s["fresh_pairs"] for s in samples) / pairs if pairs else None

@@ -1,0 +1,510 @@
+"""Reading a validation pod's outcome: the suite's summary and the pod's final state.
+
+Pure: takes the pod as the plain dict the API returns (``ApiClient().sanitize_for_serialization``)
+and the last log lines, and says pass / fail / error / preempted with a one-line reason. Kept apart
+from the operator so every way a pod can end is tested without a cluster.
+
+This is also the one sanitising boundary between what a pod said and an ``Attempt``: whatever a pod
+prints, ``classify`` returns an outcome whose every value ``Attempt`` accepts and Postgres stores,
+and ``to_attempt`` turns it into the attempt without raising. The bounds (``REPORT_BOUNDS``):
+
+* text: NUL, control and bidi-override characters removed, lone surrogates dropped, whitespace runs
+  folded to one space; a reason keeps at most 2,000 characters (scheduler messages list every filter),
+  other text 1,000, a metric or check string 200.
+* numbers: finite, integers within Postgres bigint; ``duration_s`` within [0, 7 days]. Anything else
+  becomes null (metrics, check values) or the pod's own timing (duration).
+* timestamps: the container's start/finish must lie between the pod's creation (minus 5 min of clock
+  skew) and now (plus 5 min); a finish in that allowance is clamped to now, so no attempt is ever in
+  the future and cannot hide later ones in the latest view. Out of range: now / the pod's start time.
+* structure: metrics are a flat object of scalars, checks objects of scalars with a name.
+
+Every adjusted value is noted in the reason and as a ``warn`` check named ``reported_values``; a
+summary that breaks the contract is ``error`` with the problem, never ``skipped``; a non-zero exit
+is never ``pass``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import json
+import math
+import pathlib
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.status import EXECUTED, Status
+
+RESULT_PREFIX = "CLUSTER_DOCTOR_RESULT "
+EXIT_STATUS = {0: "pass", 1: "fail", 2: "error"}
+SEVERITY = {"pass": 0, "error": 1, "fail": 2}
+SCHEMA_FILE = "result.schema.json"
+
+MAX_REASON = 2000
+MAX_TEXT = 1000
+MAX_VALUE_TEXT = 200
+MAX_NOTE = 160  # a compact check's message limit in the result schema
+MAX_DURATION_S = 7 * 24 * 3600
+CLOCK_SKEW = dt.timedelta(minutes=5)
+# Without the pod's creation time, a container time older than this is not believed.
+MAX_POD_AGE = dt.timedelta(days=7)
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+NOTE_CHECK = "reported_values"
+REPORT_BOUNDS = {
+    "reason_chars": MAX_REASON, "text_chars": MAX_TEXT, "value_chars": MAX_VALUE_TEXT,
+    "duration_s": (0, MAX_DURATION_S), "integers": (BIGINT_MIN, BIGINT_MAX), "floats": "finite",
+    "clock_skew_s": int(CLOCK_SKEW.total_seconds()),
+}
+_BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+
+@dataclasses.dataclass
+class PodOutcome:
+    status: str  # pass | fail | error | preempted (timeout, skipped from the operator)
+    reason: str | None
+    summary: dict[str, Any] | None = None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    exit_code: int | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- text and numbers
+def clean_text(value: Any, limit: int = MAX_TEXT) -> str:
+    """One line of printable text: controls, NUL, bidi overrides and lone surrogates removed."""
+    if not isinstance(value, str):
+        value = str(value)
+    out = []
+    for ch in value[: limit * 4]:  # bounded work for megabytes of garbage
+        code = ord(ch)
+        if ch in "\t\n\r\v\f":
+            out.append(" ")
+        elif code in _BIDI or unicodedata.category(ch) in ("Cc", "Cs"):
+            continue
+        else:
+            out.append(ch)
+    text = " ".join("".join(out).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _note(notes: list[str], text: str) -> None:
+    notes.append(clean_text(text, MAX_NOTE))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and not BIGINT_MIN <= value <= BIGINT_MAX:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
+    return clean_text(repr(value), 40)
+
+
+def _number(value: Any, where: str, notes: list[str]) -> Any:
+    """A JSON scalar Postgres and every reader can take; out-of-range numbers become None (noted)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if BIGINT_MIN <= value <= BIGINT_MAX:
+            return value
+        _note(notes, f"{where}: {_show(value)} is outside the bigint range; recorded as null")
+        return None
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        _note(notes, f"{where}: {value!r} is not a finite number; recorded as null")
+        return None
+    return value
+
+
+def _scalar(value: Any, where: str, notes: list[str]) -> Any:
+    if isinstance(value, str):
+        return clean_text(value, MAX_VALUE_TEXT)
+    if value is None or isinstance(value, (bool, int, float)):
+        return _number(value, where, notes)
+    _note(notes, f"{where}: a {type(value).__name__} where a scalar belongs; recorded as null")
+    return None
+
+
+def _optional(value: Any, limit: int = MAX_TEXT) -> str | None:
+    return None if value is None else clean_text(value, limit) or None
+
+
+def _duration(value: Any, notes: list[str]) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if math.isfinite(number) and 0 <= number <= MAX_DURATION_S:
+            return number
+    _note(notes, f"duration_s: {_show(value)} is not within [0, {MAX_DURATION_S}] s; the pod's timing is used")
+    return None
+
+
+def sanitize_summary(summary: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A copy of a parsed summary holding only values an Attempt accepts, and what was adjusted."""
+    notes: list[str] = []
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        if not isinstance(key, str) or key in ("metrics", "checks", "duration_s"):
+            continue
+        if key == "reason":
+            out[key] = clean_text(value, MAX_REASON) if value is not None else None
+        elif key in ("check_counts",):
+            out[key] = value if isinstance(value, Mapping) else None
+        elif isinstance(value, str):
+            out[key] = clean_text(value, MAX_TEXT)
+        else:
+            out[key] = _scalar(value, key, notes) if not isinstance(value, (Mapping, list)) else value
+    out["duration_s"] = _duration(summary.get("duration_s"), notes)
+    metrics = summary.get("metrics")
+    out["metrics"] = {}
+    if isinstance(metrics, Mapping):
+        for key, value in list(metrics.items())[:1000]:
+            name = clean_text(key, MAX_VALUE_TEXT)
+            if not name or name in out["metrics"]:
+                _note(notes, f"metrics: key {_show(key)} is empty or repeated once cleaned; dropped")
+                continue
+            out["metrics"][name] = _scalar(value, f"metrics.{name}", notes)
+    elif metrics is not None:
+        _note(notes, f"metrics: a {type(metrics).__name__}, not an object; dropped")
+    checks = summary.get("checks")
+    out["checks"] = []
+    if isinstance(checks, list):
+        for i, check in enumerate(checks[:1000]):
+            if not isinstance(check, Mapping) or not isinstance(check.get("name"), str):
+                _note(notes, f"checks[{i}]: not an object with a name; dropped")
+                continue
+            clean = {}
+            for key, value in check.items():
+                field = clean_text(key, MAX_VALUE_TEXT)
+                if field:
+                    clean[field] = _scalar(value, f"checks[{i}].{field}", notes)
+            clean["name"] = clean_text(check["name"], MAX_VALUE_TEXT) or f"check_{i}"
+            out["checks"].append(clean)
+    elif checks is not None:
+        _note(notes, f"checks: a {type(checks).__name__}, not an array; dropped")
+    for key in ("log_path", "result_path", "gpu_model", "suite_version"):
+        if key in out and not isinstance(out[key], str):
+            out[key] = None
+    return out, notes
+
+
+# ---------------------------------------------------------------------------- parsing
+def _ts(value: Any) -> dt.datetime | None:
+    """A Kubernetes timestamp, or None when absent or unreadable (never raises)."""
+    try:
+        if isinstance(value, dt.datetime):
+            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        if isinstance(value, str) and value:
+            ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return (ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        return None
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _summary_validator():
+    try:
+        import jsonschema
+    except ImportError:  # the schema check is extra safety, the parser below already refuses garbage
+        return None
+    path = suites.DEFAULT_SUITES_DIR / SCHEMA_FILE
+    if not path.exists():
+        return None
+    schema = json.loads(path.read_text())
+    if "$defs" in schema and "summary" in schema["$defs"]:
+        schema = {**schema, "$ref": "#/$defs/summary"}
+        schema.pop("oneOf", None)
+        schema.pop("anyOf", None)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def parse_summary(text: str | None) -> dict[str, Any] | None:
+    """The suite's summary JSON from a termination message or log text, or None."""
+    if not text or not isinstance(text, str):
+        return None
+    candidates = [text.strip()]
+    candidates += [line[len(RESULT_PREFIX):] for line in reversed(text.splitlines()) if line.startswith(RESULT_PREFIX)]
+    for candidate in candidates:
+        try:
+            data = json.loads(candidate)
+        except (ValueError, RecursionError):  # garbage, or nesting deeper than the parser goes
+            continue
+        if isinstance(data, dict) and "status" in data and "suite" in data:
+            return data
+    return None
+
+
+def validate_summary(summary: Mapping[str, Any]) -> str | None:
+    """A one-line problem with the summary, or None when it honours the contract."""
+    validator = _summary_validator()
+    if validator is not None:
+        try:
+            errors = sorted(validator.iter_errors(summary), key=lambda e: [str(p) for p in e.path])
+        except RecursionError:
+            return "nested too deeply"
+        if errors:
+            where = "/".join(map(str, errors[0].path)) or "summary"
+            return clean_text(f"{where}: {errors[0].message}", 300)
+    if summary.get("status") not in SEVERITY:
+        return clean_text(f"status {summary.get('status')!r} is not pass, fail or error", 300)
+    for key in ("metrics",):
+        if key in summary and not isinstance(summary[key], Mapping):
+            return f"{key} is not an object"
+    if "checks" in summary and not isinstance(summary["checks"], list):
+        return "checks is not an array"
+    return None
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text if isinstance(text, str) else "").splitlines() if line.strip()]
+    return clean_text(lines[-1], 200) if lines else ""
+
+
+def _pod_timing(pod: Mapping[str, Any], terminated: Mapping[str, Any], now: dt.datetime,
+                notes: list[str]) -> tuple[dt.datetime | None, dt.datetime]:
+    """The container's start and finish, bounded by the pod's creation and now (see the module doc)."""
+    created = _ts(_get(pod, "metadata", "creationTimestamp"))
+    try:
+        lower = (created - CLOCK_SKEW) if created else now - MAX_POD_AGE
+    except OverflowError:  # a creation time at the start of the calendar
+        lower = dt.datetime.min.replace(tzinfo=dt.UTC)
+    upper = now + CLOCK_SKEW
+
+    finished = _ts(terminated.get("finishedAt"))
+    if finished is None:
+        if terminated.get("finishedAt") not in (None, ""):
+            _note(notes, f"finishedAt {_show(terminated.get('finishedAt'))} is unreadable; the observation time is used")
+        finished = now
+    elif not lower <= finished <= upper:
+        _note(notes, f"finishedAt {finished.isoformat()} is outside the pod's lifetime (clock skew?); "
+                     "the observation time is used")
+        finished = now
+    finished = min(finished, now)
+
+    started = None
+    for source, raw in (("startedAt", terminated.get("startedAt")), ("startTime", _get(pod, "status", "startTime"))):
+        candidate = _ts(raw)
+        if candidate is None:
+            continue
+        if lower <= candidate <= finished + CLOCK_SKEW:
+            started = min(candidate, finished)
+            break
+        _note(notes, f"{source} {candidate.isoformat()} is outside the pod's lifetime (clock skew?); not used")
+    return started, finished
+
+
+def _get(data: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _exit_code(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
+        return value
+    return None
+
+
+def _with_notes(outcome: PodOutcome) -> PodOutcome:
+    """Fold the notes into the reason and, when there is a summary, into a warn check."""
+    if outcome.notes:
+        joined = "; ".join(outcome.notes)
+        suffix = f" [reported values adjusted: {joined}]"
+        outcome.reason = clean_text((outcome.reason or "") + suffix, MAX_REASON)
+        if outcome.summary is not None:
+            outcome.summary["checks"] = [
+                *outcome.summary.get("checks", []),
+                *({"name": NOTE_CHECK, "status": "warn", "message": note} for note in outcome.notes),
+            ]
+    elif outcome.reason is not None:
+        outcome.reason = clean_text(outcome.reason, MAX_REASON) or None
+    return outcome
+
+
+def classify(
+    pod: Mapping[str, Any] | None,
+    *,
+    node_name: str,
+    test_name: str,
+    log_tail: Sequence[str] = (),
+    run_budget_s: int | None = None,
+    now: dt.datetime | None = None,
+) -> PodOutcome:
+    """How a validation pod that reached Running ended. Never raises on anything the pod reported."""
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    if not isinstance(pod, Mapping):
+        return PodOutcome("preempted", "the pod was deleted while running (scheduler preemption, eviction or a user)")
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, Mapping):
+            continue
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            why = clean_text(condition.get("reason") or "DisruptionTarget", MAX_TEXT)
+            message = clean_text(condition.get("message") or "", MAX_REASON)
+            return PodOutcome("preempted", clean_text(f"{why}: {message}".strip(": "), MAX_REASON))
+    if status.get("reason") == "Evicted":
+        return PodOutcome("preempted", clean_text(f"evicted: {status.get('message') or 'no message'}", MAX_REASON))
+    terminated = None
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, Mapping) and cs.get("name") == "base":
+            terminated = _get(cs, "state", "terminated") or _get(cs, "lastState", "terminated")
+    if not isinstance(terminated, Mapping):
+        terminated = None
+    if status.get("reason") == "DeadlineExceeded" and terminated is None:
+        budget = f" of {run_budget_s} s" if run_budget_s else ""
+        return PodOutcome("error", f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
+    if terminated is None:
+        return PodOutcome("error", clean_text(
+            f"the pod ended in phase {status.get('phase')!r} without a container result", MAX_REASON))
+
+    notes: list[str] = []
+    exit_code = _exit_code(terminated.get("exitCode"))
+    shown_exit = exit_code if exit_code is not None else _show(terminated.get("exitCode"))
+    started, finished = _pod_timing(pod, terminated, now, notes)
+    message = terminated.get("message") if isinstance(terminated.get("message"), str) else None
+    tail = "\n".join(line for line in log_tail if isinstance(line, str))
+    raw = parse_summary(message) or parse_summary(tail)
+    summary = None
+    if raw is not None:
+        summary, summary_notes = sanitize_summary(raw)
+        notes += summary_notes
+
+    def outcome(state: str, reason: str | None) -> PodOutcome:
+        return _with_notes(PodOutcome(state, reason, summary, started, finished, exit_code, notes))
+
+    if terminated.get("reason") == "OOMKilled":
+        return outcome("error", f"the container was OOMKilled (exit {shown_exit}): raise the suite's memory")
+    if status.get("reason") == "DeadlineExceeded":
+        budget = f" of {run_budget_s} s" if run_budget_s else ""
+        return outcome("error", f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
+    if _get(pod, "metadata", "deletionTimestamp") and exit_code in (137, 143):
+        return outcome("preempted", f"the pod was deleted while running (exit {exit_code})")
+    if raw is None:
+        last = _last_line(message) or _last_line(tail)
+        if exit_code == 0:
+            return outcome("error", "the suite exited 0 without a result; never counted as a pass"
+                           + (f"; last output: {last}" if last else ""))
+        return outcome("error", f"the suite exited {shown_exit} without a result" + (f": {last}" if last else ""))
+    problem = validate_summary(raw)
+    if problem:
+        return outcome("error", f"malformed suite result ({problem})")
+    if raw.get("node") != node_name:
+        return outcome("error", f"the result names node {_show(raw.get('node'))}, expected {node_name!r}")
+    if raw.get("suite") != test_name:
+        return outcome("error", f"the result is for suite {_show(raw.get('suite'))}, expected {test_name!r}")
+    reported = raw["status"]
+    by_exit = EXIT_STATUS.get(exit_code) if exit_code is not None else None
+    reason = summary.get("reason")
+    if by_exit is None:
+        return outcome("error", f"the suite was killed (exit {shown_exit}) after reporting {reported}")
+    if by_exit != reported:
+        worse = max(by_exit, reported, key=SEVERITY.get)
+        return outcome(worse, f"exit code {exit_code} ({by_exit}) disagrees with the reported {reported}"
+                       + (f"; {reason}" if reason else ""))
+    return outcome(reported, reason)
+
+
+def to_attempt(
+    outcome: PodOutcome,
+    *,
+    node_name: str,
+    test_name: str,
+    gpu_count: int | None = None,
+    gpu_model: str | None = None,
+    suite_version: str | None = None,
+    pod_name: str | None = None,
+    dag_id: str = "",
+    run_id: str = "",
+    map_index: int = -1,
+    try_number: int = 1,
+    now: dt.datetime | None = None,
+) -> Attempt:
+    """The attempt of one try. Never raises for anything in ``outcome``: should a value still be
+    refused, the attempt is kept with the outcome's status (``error`` where the suite ran) and why.
+    Only an invalid node or test name (the caller's own identity) raises ``InvalidAttempt``."""
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    summary = outcome.summary or {}
+    finished = outcome.finished_at if isinstance(outcome.finished_at, dt.datetime) else now
+    began = outcome.started_at if isinstance(outcome.started_at, dt.datetime) else None
+    duration = summary.get("duration_s")
+    if duration is None and began is not None:
+        duration = max(0.0, (finished - began).total_seconds())
+    executed = outcome.status in EXECUTED
+    identity = dict(node_name=node_name, test_name=test_name, gpu_count=gpu_count, dag_id=dag_id,
+                    run_id=run_id, map_index=map_index, try_number=try_number,
+                    pod_name=_optional(pod_name))
+    try:
+        return Attempt(
+            status=outcome.status,
+            started_at=began,
+            finished_at=finished,
+            duration_s=duration,
+            metrics=summary.get("metrics") or {} if executed else {},
+            checks=summary.get("checks") or [] if executed else [],
+            reason=_optional(outcome.reason, MAX_REASON),
+            log_path=_optional(summary.get("log_path")),
+            gpu_model=_optional(summary.get("gpu_model")) or _optional(gpu_model),
+            suite_version=_optional(summary.get("suite_version")) or _optional(suite_version),
+            **identity,
+        )
+    except InvalidAttempt as exc:
+        if not isinstance(node_name, str) or not isinstance(test_name, str):
+            raise
+        status = "error" if executed else outcome.status
+        reason = clean_text(f"the pod's report could not be recorded as given ({exc}); "
+                            f"it said: {outcome.status}: {outcome.reason or ''}", MAX_REASON)
+        safe = {k: identity[k] for k in ("node_name", "test_name")}
+        for key in ("dag_id", "run_id"):
+            if isinstance(identity[key], str):
+                safe[key] = clean_text(identity[key], MAX_TEXT)
+        for key in ("gpu_count", "map_index", "try_number"):
+            value = identity[key]
+            if isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31:
+                safe[key] = value
+        return Attempt(status=status if status in set(Status) else Status.ERROR, finished_at=now, reason=reason,
+                       **safe)
+
+
+def attempt_from_pod(
+    pod: Mapping[str, Any] | None,
+    *,
+    node_name: str,
+    test_name: str,
+    log_tail: Sequence[str] = (),
+    run_budget_s: int | None = None,
+    now: dt.datetime | None = None,
+    **identity: Any,
+) -> Attempt:
+    """``classify`` then ``to_attempt``: the whole boundary from a finished pod to its attempt."""
+    now = now or dt.datetime.now(dt.UTC)
+    outcome = classify(pod, node_name=node_name, test_name=test_name, log_tail=log_tail,
+                       run_budget_s=run_budget_s, now=now)
+    return to_attempt(outcome, node_name=node_name, test_name=test_name, now=now, **identity)
+
+
+def failing_checks(summary: Mapping[str, Any] | None) -> list[str]:
+    """One line per non-passing check, for the end of the task log."""
+    lines = []
+    for check in (summary or {}).get("checks") or []:
+        if not isinstance(check, Mapping) or check.get("status") in ("pass", "skip"):
+            continue
+        device = f" [{check['device']}]" if check.get("device") not in (None, "") else ""
+        unit = f" {check['unit']}" if check.get("unit") else ""
+        value = f" value={check['value']}{unit}" if check.get("value") is not None else ""
+        threshold = f" threshold={check['threshold']}" if check.get("threshold") is not None else ""
+        message = f": {check['message']}" if check.get("message") else ""
+        lines.append(f"{str(check.get('status', '?')).upper():5} {check.get('name')}{device}{value}{threshold}{message}")
+    return lines
+
+
+def schema_path() -> pathlib.Path:
+    return suites.DEFAULT_SUITES_DIR / SCHEMA_FILE

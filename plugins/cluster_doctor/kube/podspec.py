@@ -1,0 +1,231 @@
+"""Hydrate the base pod manifest (include/pod_templates/) into the pod of one node-test pair.
+
+Pure data in, dict out: no Airflow, no Kubernetes client. Values are set field by field on the parsed
+manifest (never by text substitution), and the node name is validated first, so nothing from a node
+name or a setting can inject YAML or reach the spec unchecked.
+
+Hardening, whatever the template says: seccomp RuntimeDefault, no privilege escalation, every
+capability dropped and only the suite's own added back (``SUITE_CAPABILITIES``, and only those the
+deployment allows in ``pod_capabilities``), a non-root user for suites that need no capability, a
+read-only root filesystem (``/tmp`` is an emptyDir), and the shared results volume mounted only at
+the pod's own ``<test>/<node>/`` directory (subPath), so no pod can touch another node's logs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import pathlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.nodes import validate_node_name
+
+# What each suite needs beyond an unprivileged container. A capability added in the securityContext
+# reaches a process only when it runs as UID 0 (Kubernetes sets no ambient capabilities), so a suite
+# that gets one runs as root, with every other capability still dropped.
+SUITE_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    # dmesg: Xid events in the kernel log, unreadable without CAP_SYSLOG where kernel.dmesg_restrict=1
+    "gpu_health": ("SYSLOG",),
+    # NCCL over InfiniBand registers (pins) its buffers with the HCA: needs CAP_IPC_LOCK (RLIMIT_MEMLOCK)
+    "nccl_loopback": ("IPC_LOCK",),
+    "dl_unit": (),
+    "storage_fio": (),
+}
+# The conventional "nonroot" UID/GID of distroless images; the GPU device nodes are world-usable and
+# fsGroup makes the results volume group-writable for it.
+NONROOT_ID = 65532
+
+LABEL_PREFIX = "cluster-doctor.io"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+@functools.lru_cache(maxsize=8)
+def _load_template(path: str, mtime: float) -> dict[str, Any]:
+    with open(path) as fh:
+        template = yaml.safe_load(fh)
+    if not isinstance(template, dict) or template.get("kind") != "Pod":
+        raise ValueError(f"{path}: not a Pod manifest")
+    containers = (template.get("spec") or {}).get("containers") or []
+    if not any(c.get("name") == "base" for c in containers):
+        raise ValueError(f"{path}: the validation container must be named 'base'")
+    return template
+
+
+def load_template(path: pathlib.Path) -> dict[str, Any]:
+    return copy.deepcopy(_load_template(str(path), path.stat().st_mtime))
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63 chars); long or odd values keep a recognizable prefix and a hash."""
+    if len(text) <= 63 and _LABEL_VALUE.match(text):
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    head = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:50].strip("-_.")
+    return f"{head}-{digest}" if head else digest
+
+
+def capabilities_for(test_name: str, settings: Settings) -> list[str]:
+    """The capabilities the suite's pod gets: what it needs, as far as the deployment allows."""
+    allowed = set(settings.pod_capabilities)
+    return [cap for cap in SUITE_CAPABILITIES.get(test_name, ()) if cap in allowed]
+
+
+def results_subpath(node_name: str, test_name: str) -> str:
+    return f"{test_name}/{node_name}"
+
+
+def _quantity(text: Any) -> float | None:
+    """A Kubernetes memory quantity in bytes (enough of the grammar to compare request and limit)."""
+    match = re.fullmatch(r"([0-9.]+)([KMGTPE]i?)?", str(text).strip())
+    if not match:
+        return None
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+    return float(match.group(1)) * units.get(match.group(2) or "", 1)
+
+
+def _harden(spec: dict[str, Any], container: dict[str, Any], caps: list[str]) -> None:
+    root = bool(caps)
+    pod_sc = spec.setdefault("securityContext", {})
+    pod_sc.update({
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": not root,
+        "runAsUser": 0 if root else NONROOT_ID,
+        "runAsGroup": 0 if root else NONROOT_ID,
+        # The shared volume's new directories get this group (setgid), so non-root suites can write.
+        "fsGroup": NONROOT_ID,
+        "fsGroupChangePolicy": "OnRootMismatch",
+    })
+    sc = container.setdefault("securityContext", {})
+    sc.update({
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], **({"add": list(caps)} if caps else {})},
+    })
+    for key in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile"):
+        sc.pop(key, None)  # the pod-level values above are the only ones
+
+
+def pod_name_prefix(node_name: str, test_name: str) -> str:
+    # The provider appends a random suffix; keep the prefix readable in `kubectl get pods`.
+    return f"cv-{test_name.replace('_', '-')}-{node_name}"[:50].rstrip("-.")
+
+
+def build_pod(
+    settings: Settings,
+    *,
+    node_name: str,
+    test_name: str,
+    gpu_count: int,
+    gpu_model: str | None,
+    run_id: str,
+    configmap: str,
+    suite_version: str,
+    suite_files: list[str] | None = None,
+    template: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    validate_node_name(node_name)
+    suite = suites.get(test_name)
+    if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
+        raise ValueError(f"gpu_count must be an integer >= 0, got {gpu_count!r}")
+    pod = copy.deepcopy(dict(template)) if template is not None else load_template(suites.pod_template_file(settings))
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = pod_name_prefix(node_name, test_name)
+    meta["namespace"] = settings.namespace
+    labels = meta.setdefault("labels", {})
+    labels.update({
+        "app.kubernetes.io/name": "cluster-doctor",
+        "app.kubernetes.io/component": "validation",
+        f"{LABEL_PREFIX}/node": label_value(node_name),
+        f"{LABEL_PREFIX}/test": test_name,
+        f"{LABEL_PREFIX}/run": label_value(run_id),
+    })
+    labels.update({k: label_value(str(v)) for k, v in settings.pod_labels.items()})
+    meta.setdefault("annotations", {}).update({
+        f"{LABEL_PREFIX}/node": node_name,
+        f"{LABEL_PREFIX}/run-id": run_id,
+        f"{LABEL_PREFIX}/suite-version": suite_version,
+    })
+
+    spec = pod.setdefault("spec", {})
+    # Required node affinity keeps the scheduler in the loop (taints, resources, preemption) while
+    # pinning the pod to its node; spec.nodeName would bypass all of that.
+    spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": HOSTNAME_LABEL, "operator": "In", "values": [node_name]}]}]}}}
+    spec["tolerations"] = copy.deepcopy(settings.tolerations)
+    spec["priorityClassName"] = settings.priority_class
+    spec["schedulerName"] = settings.scheduler_name
+    spec["restartPolicy"] = "Never"
+    # Kubernetes kills a pod that outlives its pending window plus run budget, even if Airflow is gone.
+    spec["activeDeadlineSeconds"] = settings.pod_deadline_s(test_name)
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+
+    for volume in spec.get("volumes") or []:
+        if "persistentVolumeClaim" in volume:
+            volume["persistentVolumeClaim"]["claimName"] = settings.pvc
+        if "configMap" in volume and volume.get("name") == "suites":
+            volume["configMap"]["name"] = configmap
+            if suite_files:
+                # ConfigMaps are flat; project them into a package directory
+                volume["configMap"]["items"] = [{"key": f, "path": f"cluster_doctor_suites/{f}"} for f in sorted(suite_files)]
+
+    container = next(c for c in spec["containers"] if c.get("name") == "base")
+    container["image"] = suite.image(settings)
+    container["imagePullPolicy"] = settings.image_pull_policy
+    container["command"] = suite.command(settings)
+    container.pop("args", None)
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    own_dir = f"{settings.results_dir.rstrip('/')}/{results_subpath(node_name, test_name)}"
+    for mount in container.get("volumeMounts") or []:
+        if mount.get("name") == "results":
+            # Only this pod's <test>/<node>/ directory of the shared volume is visible, at the same
+            # path as on the volume, so the suites' paths (and the recorded log_path) are unchanged.
+            mount["mountPath"] = own_dir
+            mount["subPath"] = results_subpath(node_name, test_name)
+            mount.pop("subPathExpr", None)
+            mount["readOnly"] = False
+    _harden(spec, container, capabilities_for(test_name, settings))
+    resources = container.setdefault("resources", {})
+    requests, limits = resources.setdefault("requests", {}), resources.setdefault("limits", {})
+    # The suite's own figures win over the template's generic ones.
+    requests["cpu"] = suite.cpu
+    requests["memory"] = suite.memory
+    limit = _quantity(limits.get("memory")) if "memory" in limits else None
+    if limit is not None and limit < (_quantity(suite.memory) or 0):
+        limits["memory"] = suite.memory  # a limit below the request is refused by the API server
+    # All of the node's GPUs: nobody else can land there while we run, and every GPU gets tested.
+    extended = {settings.gpu_resource: gpu_count, **settings.pod_resources}
+    for name, amount in extended.items():
+        requests[name] = str(amount)
+        limits[name] = str(amount)
+
+    env = {e["name"]: e for e in container.get("env") or []}
+    values = {
+        "CLUSTER_DOCTOR_TEST": test_name,
+        "CLUSTER_DOCTOR_DEVICE": settings.suite_device,
+        # CPU mode (demo, tests) exercises the plumbing: the suites see no GPU and must not expect one.
+        "CLUSTER_DOCTOR_EXPECTED_GPUS": str(gpu_count if settings.suite_device == "cuda" else 0),
+        "CLUSTER_DOCTOR_SUITE_VERSION": suite_version,
+        "CLUSTER_DOCTOR_OUTPUT_DIR": settings.results_dir,
+        "CLUSTER_DOCTOR_RUN_ID": run_id,
+        "CLUSTER_DOCTOR_TERMINATION_LOG": container.get("terminationMessagePath", "/dev/termination-log"),
+        **({"CLUSTER_DOCTOR_GPU_MODEL": gpu_model} if gpu_model else {}),
+        # fio's scratch files go under the pod's own directory: the only writable place on the volume
+        **({"CLUSTER_DOCTOR_FIO_DIR": own_dir} if test_name == "storage_fio" else {}),
+        **{str(k): str(v) for k, v in settings.pod_env.items()},
+    }
+    for name, value in values.items():
+        env[name] = {"name": name, "value": value}
+    container["env"] = list(env.values())
+    return pod

@@ -1,0 +1,327 @@
+"""Act on confirmed failures: opt-in node quarantine, with a circuit breaker and a dry run.
+
+Off by default. When enabled (setting ``quarantine``), after every run:
+
+* a GPU node with a *confirmed* failure gets the label ``cluster-doctor.io/health=fail``, annotations
+  naming the failing test(s) and code(s) and the time, and (``taint: true``) a
+  ``cluster-doctor.io/health=fail:NoSchedule`` taint so new user pods stay off it. Confirmed means
+  the pair failed twice in a row (the failed-retest path ran it again 6 h later and it failed again)
+  or a straggler/drift verdict was confirmed by a second run: one flaky result never quarantines.
+* a node that Cluster Doctor quarantined and that now passes every enabled test, with no verdict
+  left, gets its label, annotations and taint removed. Labels set by a person (no
+  ``quarantined-at`` annotation of ours) are never touched.
+* circuit breaker: if the nodes quarantined within the window (default 24 h) plus the ones this run
+  would add exceed the limit (default: 5 % of the GPU nodes or 10 nodes, whichever is lower, at
+  least 1), nothing new is quarantined. The report says so (``breaker_open``), it is logged as an
+  error and the run fails, so a human decides: a fleet-wide failure is more likely a bad image or
+  driver rollout than bad nodes. Releases still happen (they only give capacity back).
+* dry run: everything is computed and logged as "would quarantine/release"; nothing is patched.
+
+The breaker keeps no state of its own: the window is read from the nodes' ``quarantined-at``
+annotations, so it stays open while the candidates keep failing, and resets when they are fixed.
+
+Patches carry the node's resourceVersion (a concurrent edit is retried, never overwritten) and need
+only ``patch`` on nodes: the opt-in ClusterRole in include/k8s/quarantine/. With ``taint: true`` the
+validation pods must tolerate the taint (setting ``tolerations``), or a quarantined node could never
+be validated again and released: that combination is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "cluster-doctor.io"
+LABEL = f"{DOMAIN}/health"
+LABEL_VALUE = "fail"
+ANN_TESTS = f"{DOMAIN}/failing-tests"
+ANN_CODES = f"{DOMAIN}/failure-codes"
+ANN_SINCE = f"{DOMAIN}/quarantined-at"
+ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE)
+TAINT = {"key": LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
+TOLERATION = {"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}
+_MAX_ANNOTATION = 1000  # characters: a summary, the history has the details
+
+
+class InvalidQuarantinePolicy(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class QuarantinePolicy:
+    enabled: bool = False
+    dry_run: bool = False
+    taint: bool = False
+    max_share: float = 0.05  # of the GPU nodes, per window
+    max_nodes: int = 10  # per window
+    window_hours: float = 24.0
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "dry_run", "taint"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidQuarantinePolicy(f"quarantine.{name}: expected true or false, got {getattr(self, name)!r}")
+        share = self.max_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise InvalidQuarantinePolicy(f"quarantine.max_share: must be a share in (0, 1], got {share!r}")
+        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
+            raise InvalidQuarantinePolicy(f"quarantine.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
+        hours = self.window_hours
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
+            raise InvalidQuarantinePolicy(f"quarantine.window_hours: must be a number > 0, got {hours!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> QuarantinePolicy:
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidQuarantinePolicy(f"quarantine: unknown key(s) {', '.join(unknown)} "
+                                          f"(known: {', '.join(sorted(known))})")
+        return cls(**values)
+
+    def limit(self, gpu_nodes: int) -> int:
+        """How many nodes may be in quarantine-by-us within the window."""
+        return max(1, min(self.max_nodes, math.floor(self.max_share * gpu_nodes)))
+
+    def check_tolerations(self, tolerations: Sequence[Mapping[str, Any]]) -> None:
+        from cluster_doctor.kube.discovery import tolerates
+
+        if self.taint and not any(tolerates(t, TAINT) for t in tolerations):
+            raise InvalidQuarantinePolicy(
+                f"quarantine.taint needs the validation pods to tolerate {LABEL}:NoSchedule (add "
+                f"{json.dumps(TOLERATION)} to the tolerations setting), or a quarantined node is never "
+                "validated again and never released")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    test_name: str
+    code: str  # failed check names, or "<verdict kind>:<metric>"
+
+
+@dataclasses.dataclass
+class QuarantineReport:
+    enabled: bool
+    dry_run: bool = False
+    quarantined: list[str] = dataclasses.field(default_factory=list)
+    released: list[str] = dataclasses.field(default_factory=list)
+    held_back: list[str] = dataclasses.field(default_factory=list)  # candidates the open breaker kept out
+    already: list[str] = dataclasses.field(default_factory=list)
+    breaker_open: bool = False
+    breaker_reason: str | None = None
+    limit: int | None = None
+    in_window: int = 0
+    gpu_nodes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "quarantine is disabled (setting quarantine.enabled): no node was labelled or tainted"
+        verb = "would " if self.dry_run else ""
+        parts = [f"{verb}quarantine {len(self.quarantined)}: {', '.join(self.quarantined) or '-'}",
+                 f"{verb}release {len(self.released)}: {', '.join(self.released) or '-'}",
+                 f"already quarantined {len(self.already)}"]
+        if self.breaker_open:
+            parts.insert(0, f"CIRCUIT BREAKER OPEN: {self.breaker_reason}")
+        return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------- what the results say
+CONFIRMED_FAILURES_SQL = """
+SELECT s.node_name, s.test_name, s.checks
+  FROM validation_pair_state s
+ WHERE s.status = 'fail'
+   AND (SELECT count(*) FROM validation_history h
+         WHERE h.node_name = s.node_name AND h.test_name = s.test_name
+           AND h.status IN ('pass', 'fail', 'error') AND h.finished_at >= s.status_since) >= 2
+"""
+CONFIRMED_VERDICTS_SQL = """
+SELECT node_name, test_name, kind || ':' || metric FROM validation_latest_verdicts WHERE confirmed
+"""
+LATEST_SQL = "SELECT node_name, test_name, status FROM validation_pair_state WHERE node_name = ANY(%s)"
+VERDICT_NODES_SQL = "SELECT DISTINCT node_name FROM validation_latest_verdicts WHERE node_name = ANY(%s)"
+
+
+def _failed_checks(checks: Any) -> str:
+    names = sorted({c.get("name") for c in checks or [] if isinstance(c, dict) and c.get("status") == "fail"
+                    and isinstance(c.get("name"), str)})
+    return ",".join(names) or "fail"
+
+
+def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Failure]]:
+    """node -> its confirmed failures among the enabled tests."""
+    from cluster_doctor.store import database
+
+    conn = database.connector(connect)()
+    out: dict[str, list[Failure]] = {}
+    try:
+        with conn.cursor() as cur:
+            cur.execute(CONFIRMED_FAILURES_SQL)
+            rows = [(n, t, _failed_checks(c)) for n, t, c in cur.fetchall()]
+            cur.execute(CONFIRMED_VERDICTS_SQL)
+            rows += cur.fetchall()
+    finally:
+        conn.close()
+    for node, test, code in sorted(rows):
+        if test in tests:
+            out.setdefault(node, []).append(Failure(test, code))
+    return out
+
+
+def healthy(connect: Any, nodes: Iterable[str], tests: Sequence[str]) -> set[str]:
+    """Of ``nodes``, those whose every enabled test last executed ``pass`` with no verdict left."""
+    from cluster_doctor.store import database
+
+    nodes = sorted(set(nodes))
+    if not nodes:
+        return set()
+    conn = database.connector(connect)()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(LATEST_SQL, (nodes,))
+            status = {(n, t): s for n, t, s in cur.fetchall()}
+            cur.execute(VERDICT_NODES_SQL, (nodes,))
+            flagged = {r[0] for r in cur.fetchall()}
+    finally:
+        conn.close()
+    return {n for n in nodes if n not in flagged and all(status.get((n, t)) == "pass" for t in tests)}
+
+
+# ---------------------------------------------------------------------------- the cluster side
+def _nodes(core_v1: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    from cluster_doctor.kube import discovery
+
+    return list(discovery.paginate(core_v1.list_node, [0], **kwargs))
+
+
+def _since(node: Mapping[str, Any]) -> dt.datetime | None:
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANN_SINCE)
+    if not raw:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else None
+
+
+def _patch(core_v1: Any, node: Mapping[str, Any], build, attempts: int = 3) -> None:
+    """Patch with the node's resourceVersion; on a conflict, re-read the node and try again."""
+    from kubernetes.client.exceptions import ApiException
+
+    name = node["metadata"]["name"]
+    for attempt in range(attempts):
+        body = build(node)
+        body.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
+        try:
+            core_v1.patch_node(name, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409 or attempt == attempts - 1:
+                raise
+            node = json.loads(core_v1.read_node(name, _preload_content=False).data)
+
+
+def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool):
+    def build(node: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {"metadata": {
+            "labels": {LABEL: LABEL_VALUE},
+            "annotations": {
+                ANN_TESTS: ",".join(sorted({f.test_name for f in failures}))[:_MAX_ANNOTATION],
+                ANN_CODES: "; ".join(f"{f.test_name}: {f.code}" for f in failures)[:_MAX_ANNOTATION],
+                ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }}}
+        if taint:
+            # taints are replaced as a whole by a patch: send the node's own plus ours
+            current = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != LABEL]
+            body["spec"] = {"taints": current + [dict(TAINT)]}
+        return body
+    return build
+
+
+def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"metadata": {"labels": {LABEL: None}, "annotations": {a: None for a in ANNOTATIONS}}}
+    taints = (node.get("spec") or {}).get("taints") or []
+    if any(t.get("key") == LABEL for t in taints):
+        body["spec"] = {"taints": [t for t in taints if t.get("key") != LABEL]}
+    return body
+
+
+def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
+    from cluster_doctor.kube.discovery import parse_quantity
+
+    try:
+        return parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource)) > 0
+    except ValueError:
+        return False
+
+
+def reconcile(
+    core_v1: Any,
+    connect: Any,
+    policy: QuarantinePolicy,
+    *,
+    tests: Sequence[str],
+    gpu_resource: str = "nvidia.com/gpu",
+    node_selector: str = "",
+    now: dt.datetime | None = None,
+) -> QuarantineReport:
+    """Quarantine the nodes with confirmed failures and release the ones that recovered; see the module
+    docstring. Makes no call at all when disabled."""
+    if not policy.enabled:
+        return QuarantineReport(enabled=False)
+    now = now or dt.datetime.now(dt.UTC)
+    report = QuarantineReport(enabled=True, dry_run=policy.dry_run)
+    nodes = {n["metadata"]["name"]: n for n in _nodes(core_v1, **({"label_selector": node_selector}
+                                                                     if node_selector else {}))}
+    gpu = {name: n for name, n in nodes.items() if _is_gpu_node(n, gpu_resource)}
+    report.gpu_nodes = len(gpu)
+    report.limit = policy.limit(len(gpu))
+    ours = {name: n for name, n in gpu.items()
+            if ((n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE and _since(n) is not None)}
+    labelled = {name for name, n in gpu.items() if (n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE}
+    failures = {name: f for name, f in confirmed_failures(connect, tests).items() if name in gpu}
+    candidates = sorted(name for name in failures if name not in labelled)
+    report.already = sorted(name for name in failures if name in labelled)
+    window = dt.timedelta(hours=policy.window_hours)
+    report.in_window = sum(1 for n in ours.values() if now - _since(n) < window)
+
+    # releases first: they never need the breaker
+    for name in sorted(healthy(connect, set(ours) - set(failures), tests)):
+        if policy.dry_run:
+            log.info("quarantine dry run: would release %s (passes every test again)", name)
+        else:
+            _patch(core_v1, ours[name], _release_body)
+            log.info("released %s from quarantine: it passes every enabled test again", name)
+        report.released.append(name)
+
+    if candidates and report.in_window + len(candidates) > report.limit:
+        report.breaker_open = True
+        report.held_back = candidates
+        report.breaker_reason = (
+            f"{len(candidates)} node(s) would be quarantined with {report.in_window} already quarantined in the "
+            f"last {policy.window_hours:g} h: more than the limit of {report.limit} ({policy.max_share:.0%} of "
+            f"{len(gpu)} GPU nodes, at most {policy.max_nodes}); quarantined none of them. A fleet-wide failure "
+            "is more likely a bad image or driver rollout than bad nodes: a human decides")
+        log.error("quarantine CIRCUIT BREAKER OPEN: %s. Held back: %s", report.breaker_reason, ", ".join(candidates))
+        return report
+
+    for name in candidates:
+        what = "; ".join(f"{f.test_name}: {f.code}" for f in failures[name])
+        if policy.dry_run:
+            log.info("quarantine dry run: would label%s %s (%s)", " and taint" if policy.taint else "", name, what)
+        else:
+            _patch(core_v1, gpu[name], _quarantine_body(failures[name], now, policy.taint))
+            log.warning("quarantined %s: label %s=%s%s (%s)", name, LABEL, LABEL_VALUE,
+                        ", taint NoSchedule" if policy.taint else "", what)
+        report.quarantined.append(name)
+    return report

@@ -1,0 +1,5 @@
+"""What people read: the run summary, the CTRF report, the daily report, Prometheus metrics,
+text tables and SVG charts, and the one Jinja2 environment.
+
+May import: ``cluster_doctor.domain``, ``cluster_doctor.store``, ``cluster_doctor.kube``. Never Airflow.
+"""

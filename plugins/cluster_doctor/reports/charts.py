@@ -1,0 +1,251 @@
+"""Server-side SVG charts for the pages: hand-written, no script, no external resource.
+
+Every text that reaches the SVG is escaped (markupsafe), numbers are formatted here; the result is
+Markup the templates embed as is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from cluster_doctor.reports.templating import _CONTROL  # the control characters no page shows
+
+WIDTH, HEIGHT = 640, 150
+LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 24
+
+
+def _x(i: int, n: int) -> float:
+    span = WIDTH - LEFT - RIGHT
+    return LEFT + (span * i / (n - 1) if n > 1 else span / 2)
+
+
+def _y(ratio: float) -> float:
+    return TOP + (HEIGHT - TOP - BOTTOM) * (1 - max(0.0, min(1.0, ratio)))
+
+
+def _day(value: Any) -> str:
+    return value.strftime("%m-%d") if isinstance(value, dt.datetime) else str(value)[5:10]
+
+
+def coverage_svg(samples: Sequence[Mapping[str, Any]], *, target: float | None = None) -> Markup:
+    """Coverage over time: pair coverage (the SLO, solid) and node coverage (dashed), 0-100 %."""
+    points = [s for s in samples if s.get("pair_coverage") is not None]
+    if len(points) < 2:
+        return Markup('<p class="small muted" id="coverage-chart">Not enough history for a coverage chart yet.</p>')
+    n = len(points)
+    parts = [f'<svg id="coverage-chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
+             'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="system-ui, sans-serif">',
+             f"<title>{escape('Coverage over the last %d days' % n)}</title>"]
+    for ratio in (0.0, 0.5, 1.0):
+        y = _y(ratio)
+        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="currentColor" '
+                     'stroke-opacity="0.15"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 3:.1f}" text-anchor="end" fill="currentColor">{ratio:.0%}</text>')
+    if target is not None:
+        y = _y(target)
+        parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#e07b00" '
+                     'stroke-dasharray="2 3"/>')
+    for key, style in (("coverage", 'stroke-dasharray="5 3" stroke="#8a8f98"'), ("pair_coverage", 'stroke="#1f8a3b"')):
+        coords = " ".join(f"{_x(i, n):.1f},{_y(s[key] or 0.0):.1f}" for i, s in enumerate(points))
+        parts.append(f'<polyline class="series-{key}" fill="none" stroke-width="2" {style} points="{coords}"/>')
+    for i, s in enumerate(points):
+        tip = escape(f"{_day(s['as_of'])}: {s['pair_coverage']:.1%} of pairs fresh, "
+                     f"{(s['coverage'] or 0):.1%} of nodes covered")
+        parts.append(f'<circle cx="{_x(i, n):.1f}" cy="{_y(s["pair_coverage"]):.1f}" r="2.5" fill="#1f8a3b">'
+                     f"<title>{tip}</title></circle>")
+    for i, anchor in ((0, "start"), (n // 2, "middle"), (n - 1, "end")):  # outer labels inside the chart
+        parts.append(f'<text x="{_x(i, n):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" fill="currentColor">'
+                     f"{escape(_day(points[i]['as_of']))}</text>")
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+# ---------------------------------------------------------------------------- node page: metric history
+PLOT_W, PLOT_H = 440, 170
+P_LEFT, P_RIGHT, P_TOP, P_BOTTOM = 46, 12, 30, 22
+STATUS_COLORS = {"pass": "#1f8a3b", "fail": "#c62828", "error": "#e07b00"}
+BAND_COLOR = "#2f6fdf"
+
+# What the node page calls each judged metric (cluster_doctor.store.fleet_baseline.JUDGED_METRICS): label, unit.
+METRIC_LABELS: dict[str, tuple[str, str]] = {
+    "gemm_bf16_tflops_min": ("GEMM bf16, slowest GPU", "TFLOPS"),
+    "mem_bw_gbps_min": ("HBM bandwidth, slowest GPU", "GB/s"),
+    "nccl_busbw_gbps": ("NCCL all-reduce bus bandwidth", "GB/s"),
+    "fio_seq_read_mibps": ("fio sequential read", "MiB/s"),
+    "fio_seq_write_mibps": ("fio sequential write", "MiB/s"),
+    "fio_rand_read_iops": ("fio random read (4k)", "IOPS"),
+    "fio_rand_write_iops": ("fio random write (4k)", "IOPS"),
+}
+
+
+def _text(value: Any, limit: int = 200) -> Markup:
+    """Data as SVG text: control characters dropped (as the templates do), clipped, escaped."""
+    text = _CONTROL.sub("", str(value))
+    return escape(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def fmt_value(value: float) -> str:
+    """Compact axis/tooltip number: 731.5, 2,950, 250k, 1.2M."""
+    a = abs(value)
+    if a >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{value / 1e3:.3g}k"
+    if a >= 100 or float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def nice_ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    """Round axis values (steps of 1, 2, 2.5 or 5 x 10^k) inside [lo, hi]."""
+    if not math.isfinite(hi - lo) or hi <= lo:
+        return [lo] if math.isfinite(lo) and hi == lo else []
+    mag = 10 ** math.floor(math.log10((hi - lo) / max(1, n)))
+    # the finest round step that gives at most n + 1 ticks
+    step = next(m * e for e in (mag / 10, mag, mag * 10) for m in (1, 2, 2.5, 5)
+                if math.floor(hi / (m * e)) - math.ceil(lo / (m * e)) + 1 <= n + 1)
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def value_range(values: Sequence[float]) -> tuple[float, float]:
+    """The y range of a plot: the data (and band) with 8 % room, never below 0 for positive data."""
+    lo, hi = min(values), max(values)
+    if not math.isfinite((hi - lo) * 1.2):
+        return lo, hi  # values near the float limits: no room to add
+    pad = (hi - lo) * 0.08 if hi > lo else max(abs(hi) * 0.05, 1.0)
+    low = lo - pad
+    return (0.0 if lo >= 0 > low else low), hi + pad
+
+
+def time_x(at: dt.datetime, start: dt.datetime, end: dt.datetime) -> float:
+    """x of a moment on a plot spanning [start, end] (the middle when the span is empty)."""
+    span = PLOT_W - P_LEFT - P_RIGHT
+    total = (end - start).total_seconds()
+    if total <= 0:
+        return P_LEFT + span / 2
+    return P_LEFT + span * max(0.0, min(1.0, (at - start).total_seconds() / total))
+
+
+def value_y(value: float, lo: float, hi: float) -> float:
+    """y of a value on a plot whose axis spans [lo, hi] (higher values are higher up)."""
+    span = PLOT_H - P_TOP - P_BOTTOM
+    return P_TOP + span * (1 - max(0.0, min(1.0, (value - lo) / (hi - lo)))) if hi > lo else P_TOP + span / 2
+
+
+def transitions(points: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str, str]]:
+    """(point, previous status, status) wherever the executed status changed from one attempt to the next."""
+    out, previous = [], None
+    for p in points:
+        status = p.get("status")
+        if status not in STATUS_COLORS:
+            continue
+        if previous is not None and status != previous:
+            out.append((p, previous, status))
+        previous = status
+    return out
+
+
+def _when(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def metric_svg(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    metric: str,
+    chart_id: str,
+    band: Mapping[str, Any] | None = None,
+    start: dt.datetime | None = None,
+    end: dt.datetime | None = None,
+) -> Markup:
+    """One key metric of a node over time, with the fleet band of its GPU model and its status changes.
+
+    ``points``: the node's executed attempts of the metric's test, oldest first, each ``{"at": datetime,
+    "status": pass|fail|error, "value": float or None}`` (an attempt without the value still marks a
+    status change). ``band``: ``{"median", "p10", "p90", "nodes", "since", "gpu_model"}`` or None (too few
+    nodes); drawn from ``since`` on (the baseline window). The x axis spans [start, end] (default: the
+    points). Status changes: a red line where the test went from pass to fail or error, a green one
+    where it passed again."""
+    label, unit = METRIC_LABELS.get(metric, (metric, ""))
+    valued = [p for p in points if p.get("value") is not None and math.isfinite(p["value"])]
+    if not valued:
+        return Markup(f'<p class="small muted metric-plot-empty" id="{_text(chart_id)}">'
+                      f"{_text(label)}: no value recorded yet.</p>")
+    times = [p["at"] for p in points]
+    start = min([start, *times]) if start else min(times)
+    end = max([end, *times]) if end else max(times)
+    ys = [p["value"] for p in valued]
+    if band:
+        ys += [band[k] for k in ("p10", "p90", "median") if band.get(k) is not None]
+    lo, hi = value_range(ys)
+
+    def x(at: dt.datetime) -> float:
+        return time_x(at, start, end)
+
+    def y(v: float) -> float:
+        return value_y(v, lo, hi)
+
+    right, bottom = PLOT_W - P_RIGHT, PLOT_H - P_BOTTOM
+    unit_text = f" {unit}" if unit else ""
+    parts = [f'<svg id="{_text(chart_id)}" class="metric-plot" data-metric="{_text(metric)}" role="img" '
+             f'viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" height="{PLOT_H}" '
+             'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="system-ui, sans-serif">',
+             f"<title>{_text(f'{label} ({metric}){unit_text} over time')}</title>",
+             f'<text x="4" y="12" font-size="12" font-weight="600" fill="currentColor">'
+             f'{_text(label)}<tspan font-weight="400" fill-opacity="0.7">{_text(unit_text)}</tspan></text>']
+    for tick in nice_ticks(lo, hi):
+        ty = y(tick)
+        parts.append(f'<line x1="{P_LEFT}" y1="{ty:.1f}" x2="{right}" y2="{ty:.1f}" stroke="currentColor" '
+                     'stroke-opacity="0.12"/>')
+        parts.append(f'<text x="{P_LEFT - 6}" y="{ty + 3:.1f}" text-anchor="end" fill="currentColor" '
+                     f'fill-opacity="0.8">{_text(fmt_value(tick))}</text>')
+    if band and band.get("p10") is not None and band.get("p90") is not None:
+        since = band.get("since")
+        bx = x(max(since, start)) if isinstance(since, dt.datetime) else P_LEFT
+        top, low = y(band["p90"]), y(band["p10"])
+        model = f" of {band['gpu_model']}" if band.get("gpu_model") else ""
+        tip = (f"fleet{model} ({band.get('nodes')} nodes, since {_day(since) if since else '?'}): "
+               f"median {fmt_value(band['median'])}, p10 {fmt_value(band['p10'])}, p90 {fmt_value(band['p90'])}"
+               f"{unit_text}")
+        parts.append(f'<rect class="band" x="{bx:.1f}" y="{top:.1f}" width="{max(right - bx, 1.0):.1f}" '
+                     f'height="{max(low - top, 1.5):.1f}" fill="{BAND_COLOR}" fill-opacity="0.14">'
+                     f"<title>{_text(tip, 400)}</title></rect>")
+        my = y(band["median"])
+        parts.append(f'<line class="band-median" x1="{bx:.1f}" y1="{my:.1f}" x2="{right}" y2="{my:.1f}" '
+                     f'stroke="{BAND_COLOR}" stroke-width="1.5" stroke-dasharray="6 3"><title>{_text(tip, 400)}'
+                     "</title></line>")
+        legend = _text(f"fleet p10–p90, {band.get('nodes')} nodes")
+        parts.append(f'<text x="{right}" y="12" text-anchor="end" fill="{BAND_COLOR}">{legend}</text>')
+    for p, before, after in transitions(points):
+        tx = x(p["at"])
+        color = STATUS_COLORS["pass"] if after == "pass" else STATUS_COLORS["fail"]
+        kind = "to-pass" if after == "pass" else "to-fail"
+        tip = _text(f"{before} → {after}, {_when(p['at'])}")
+        parts.append(f'<g class="transition {kind}"><title>{tip}</title>'
+                     f'<line x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{bottom}" stroke="{color}" '
+                     'stroke-width="1.5" stroke-dasharray="3 2"/>'
+                     f'<path d="M{tx - 5:.1f},{P_TOP - 8} L{tx + 5:.1f},{P_TOP - 8} L{tx:.1f},{P_TOP - 1} Z" '
+                     f'fill="{color}"/></g>')
+    if len(valued) > 1:
+        coords = " ".join(f"{x(p['at']):.1f},{y(p['value']):.1f}" for p in valued)
+        parts.append(f'<polyline class="series" fill="none" stroke="currentColor" stroke-opacity="0.55" '
+                     f'stroke-width="1.5" points="{coords}"/>')
+    for p in valued:
+        status = p.get("status") if p.get("status") in STATUS_COLORS else "pass"
+        tip = _text(f"{_when(p['at'])}: {fmt_value(p['value'])}{unit_text} ({status})")
+        parts.append(f'<circle class="point st-{status}" cx="{x(p["at"]):.1f}" cy="{y(p["value"]):.1f}" '
+                     f'r="{3.5 if status == "pass" else 4.5}" fill="{STATUS_COLORS[status]}"><title>{tip}</title>'
+                     "</circle>")
+    ticks = ((start, "start"), (start + (end - start) / 2, "middle"), (end, "end")) if end > start else \
+        ((start, "middle"),)
+    for at, anchor in ticks:  # the outer labels inside the plot, not cut at its edges
+        parts.append(f'<text x="{x(at):.1f}" y="{PLOT_H - 6}" text-anchor="{anchor}" fill="currentColor" '
+                     f'fill-opacity="0.8">{_text(_day(at))}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -1,0 +1,391 @@
+"""The per-run CTRF report: one Common Test Report Format (https://ctrf.io) JSON file per DAG run.
+
+CTRF is what NVIDIA's AICR validator emits, so the same CI gates, GitHub/Jenkins/Slack reporters and
+dashboards read ours. One CTRF test = one node-test attempt of the run, named ``<node> · <test>``.
+
+Status mapping (``rawStatus`` always keeps ours):
+
+=========== ========= =====================================================================
+ours        CTRF      why
+=========== ========= =====================================================================
+pass        passed
+fail        failed    the node failed a check: a hardware/stack problem on that node
+error       other     the suite ran but could not judge (crash, OOM, garbage output). Not
+                      ``failed``: it is not proof the node is bad. AICR maps the same case
+                      (crash, OOM, deadline) to ``other`` and treats failed *and* other as
+                      blocking (its ``IsFailingStatus``): a gate must fail closed on "could
+                      not judge". Our DagRun verdict fails on it too.
+timeout     skipped   the suite never ran (pod Pending too long / preempted by a user job /
+preempted   skipped   node busy or decision too old at submit time): nothing was learned
+skipped     skipped   about the node, the pair stays due. AICR's exit code 2 is skipped too.
+=========== ========= =====================================================================
+
+A CI gate therefore fails when ``summary.failed + summary.other > 0`` (also exposed as
+``results.environment.healthy`` and ``results.summary.extra.blocking``); skipped never blocks.
+
+The file lands in ``<reports_dir>/<dag_id>/<run_id, made path-safe>/ctrf.json``, written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import json
+import logging
+import os
+import pathlib
+import re
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cluster_doctor import __version__
+from cluster_doctor.domain.attempts import parse_timestamp
+from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.status import Status
+
+log = logging.getLogger(__name__)
+
+TOOL_NAME = "cluster-doctor"
+# The spec version of the vendored official schema (tests/plugins/cluster_doctor/fixtures/ctrf/).
+SPEC_VERSION = "0.0.0"
+STATUS_MAP = {
+    Status.PASS: "passed",
+    Status.FAIL: "failed",
+    Status.ERROR: "other",
+    Status.TIMEOUT: "skipped",
+    Status.PREEMPTED: "skipped",
+    Status.SKIPPED: "skipped",
+}
+CTRF_STATUSES = ("passed", "failed", "skipped", "pending", "other")
+BLOCKING = ("failed", "other")
+MAX_TRACE_CHECKS = 50  # a suite with 8 GPUs x dozens of checks: enough to see the pattern, bounded
+
+
+# ---------------------------------------------------------------------------- shared file helpers
+def resolve_reports_dir(configured: str | os.PathLike | None,
+                        env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """The ``reports_dir`` setting; empty means ``$AIRFLOW_HOME/cluster_doctor_reports`` (Airflow's own
+    default home, ~/airflow, when AIRFLOW_HOME is unset)."""
+    if configured:
+        return pathlib.Path(configured).expanduser()
+    env = os.environ if env is None else env
+    home = env.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return pathlib.Path(home) / "cluster_doctor_reports"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_component(value: str) -> str:
+    """One path component from untrusted text (a run_id such as ``manual__2026-01-01T00:00:00+00:00``).
+
+    Only [A-Za-z0-9._-] survive, never '.'/'..' or a leading dot; when anything had to change, a short
+    hash of the original keeps two different ids from landing in the same folder."""
+    text = str(value)
+    cleaned = _UNSAFE.sub("_", text).lstrip(".")[:120]
+    if cleaned == text and cleaned:
+        return cleaned
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{cleaned}-{digest}" if cleaned else digest
+
+
+def write_atomic(path: pathlib.Path, data: str | bytes, mode: int = 0o644) -> pathlib.Path:
+    """Write ``path`` so that readers see the old file or the whole new one, never a partial file:
+    a temporary file in the same directory, fsync, then rename over the target."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600; reports are meant to be read by others (web server, SREs)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable; not every filesystem allows it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
+
+
+# ---------------------------------------------------------------------------- building the report
+def _ms(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(parse_timestamp(value, "timestamp").timestamp() * 1000)
+
+
+@functools.lru_cache(maxsize=1)
+def _actions() -> dict[str, str]:
+    """{code: recommended action} from the suites' codes.yaml; {} when it cannot be read (the report
+    then carries the codes without actions rather than not being written)."""
+    try:
+        import yaml
+
+        from cluster_doctor.domain import suites
+
+        data = yaml.safe_load((suites.DEFAULT_SUITES_DIR / "codes.yaml").read_text(encoding="utf-8")) or {}
+        return {str(code): str(spec.get("action", "")) for code, spec in (data.get("codes") or {}).items()
+                if isinstance(spec, Mapping)}
+    except Exception:  # noqa: BLE001 - a missing or broken codes file must not cost the report
+        log.warning("codes.yaml not readable: CTRF checks carry codes without recommended actions")
+        return {}
+
+
+def recommended_action(code: str | None) -> str | None:
+    return _actions().get(code) if code else None
+
+
+def _with_action(check: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(check)
+    action = recommended_action(check.get("code"))
+    if action:
+        out["recommended_action"] = action
+    return out
+
+
+def _check_line(check: Mapping[str, Any]) -> str:
+    where = f" [{check['device']}]" if check.get("device") else ""
+    value = check.get("value")
+    text = f"{check.get('status', '?').upper()} {check['name']}{where}"
+    if value is not None:
+        text += f": {value}{(' ' + check['unit']) if check.get('unit') else ''}"
+    if check.get("threshold"):
+        text += f" (needs {check['threshold']})"
+    if check.get("message"):
+        text += f" — {check['message']}"
+    if check.get("code"):
+        action = recommended_action(check["code"])
+        text += f" [{check['code']}" + (f": {action}]" if action else "]")
+    return " ".join(text.split())
+
+
+def _labels(attempt: Mapping[str, Any]) -> dict[str, Any]:
+    labels = {"node": attempt["node_name"], "test": attempt["test_name"], "status": attempt["status"]}
+    if attempt.get("gpu_model"):
+        labels["gpu_model"] = attempt["gpu_model"]
+    if isinstance(attempt.get("gpu_count"), int):
+        labels["gpu_count"] = attempt["gpu_count"]
+    return labels
+
+
+def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dict[str, Any]:
+    """The CTRF test entry of one attempt (a dict as ``tasks.record`` returns them)."""
+    status = attempt["status"]
+    start, stop = _ms(attempt.get("started_at")), _ms(attempt.get("finished_at"))
+    duration_s = attempt.get("duration_s")
+    if isinstance(duration_s, (int, float)) and not isinstance(duration_s, bool):
+        duration = int(round(duration_s * 1000))
+    elif start is not None and stop is not None:
+        duration = max(0, stop - start)
+    else:
+        duration = 0  # never started (timeout, skipped): CTRF requires a duration
+    checks = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
+    failing = [_with_action(c) for c in checks if c.get("status") in ("fail", "error")]
+    warnings = [_with_action(c) for c in checks if c.get("status") == "warn"]
+    codes = list(dict.fromkeys(c["code"] for c in failing + warnings if c.get("code")))
+    test: dict[str, Any] = {
+        "name": f"{attempt['node_name']} · {attempt['test_name']}",
+        "status": STATUS_MAP[status],
+        "rawStatus": status,
+        "duration": duration,
+        "suite": [attempt["test_name"]],
+        "labels": _labels(attempt),
+    }
+    if start is not None:
+        test["start"] = start
+    if stop is not None:
+        test["stop"] = stop
+    if attempt.get("reason"):
+        test["message"] = attempt["reason"]
+    if failing:
+        lines = [_check_line(c) for c in failing[:MAX_TRACE_CHECKS]]
+        if len(failing) > MAX_TRACE_CHECKS:
+            lines.append(f"... and {len(failing) - MAX_TRACE_CHECKS} more failing check(s)")
+        test["trace"] = "\n".join(lines)
+    if newly_failing:
+        test["tags"] = ["newly-failing"]
+    log_path = attempt.get("log_path")
+    if log_path:
+        test["attachments"] = [{"name": "log", "contentType": "text/plain", "path": log_path}]
+        if log_path.endswith(".log"):  # the suites write the result JSON next to the log
+            test["attachments"].append({"name": "result", "contentType": "application/json",
+                                        "path": log_path[: -len(".log")] + ".json"})
+    test["extra"] = {
+        "node_name": attempt["node_name"],
+        "test_name": attempt["test_name"],
+        "status": status,
+        "executed": status in ("pass", "fail", "error"),
+        "newly_failing": newly_failing,
+        "gpu_model": attempt.get("gpu_model"),
+        "gpu_count": attempt.get("gpu_count"),
+        "metrics": dict(attempt.get("metrics") or {}),
+        "failing_checks": failing[:MAX_TRACE_CHECKS],
+        "failing_checks_total": len(failing),
+        # stable fault codes (the suites' codes.yaml) and what to do about them, for automation
+        "code": next((c["code"] for c in failing if c.get("code")), None),
+        "codes": codes,
+        "recommended_actions": {code: recommended_action(code) for code in codes if recommended_action(code)},
+        "warnings": warnings[:MAX_TRACE_CHECKS],
+        "checks_total": len(checks),
+        "log_path": log_path,
+        "pod_name": attempt.get("pod_name"),
+        "suite_version": attempt.get("suite_version"),
+        "started_at": _iso(attempt.get("started_at")),
+        "finished_at": _iso(attempt.get("finished_at")),
+        "airflow": {"dag_id": attempt.get("dag_id"), "run_id": attempt.get("run_id"),
+                    "map_index": attempt.get("map_index"), "try_number": attempt.get("try_number")},
+    }
+    return test
+
+
+def _iso(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return parse_timestamp(value, "timestamp").isoformat()
+
+
+def _node_list(names: Sequence[str]) -> dict[str, Any]:
+    # hostlist-compressed: 5,000 names become a few dozen characters on a regularly named fleet
+    return {"count": len(names), "nodes": compress(names)}
+
+
+def build_report(
+    attempts: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any] | None = None,
+    *,
+    dag_id: str,
+    run_id: str,
+    now: dt.datetime | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The CTRF document of one run: its attempts, plus the run summary (``report.run_summary``)
+    for the environment (free / planned / not-eligible nodes, coverage)."""
+    now = now or dt.datetime.now(dt.UTC)
+    summary = summary or {}
+    newly = {(n["node_name"], n["test_name"]) for n in summary.get("newly_failing") or []}
+    ordered = sorted(attempts, key=lambda a: (a["node_name"], a["test_name"], a.get("try_number") or 0))
+    tests = [ctrf_test(a, newly_failing=(a["node_name"], a["test_name"]) in newly
+                       and a["status"] in ("fail", "error")) for a in ordered]
+    counts = {s: 0 for s in CTRF_STATUSES}
+    raw_counts: dict[str, int] = {}
+    for test in tests:
+        counts[test["status"]] += 1
+        raw_counts[test["rawStatus"]] = raw_counts.get(test["rawStatus"], 0) + 1
+    now_ms = int(now.timestamp() * 1000)
+    starts = [t["start"] for t in tests if "start" in t] + [t["stop"] for t in tests if "stop" in t]
+    run_start = _ms(summary.get("run_started_at"))
+    start = run_start if run_start is not None else min(starts, default=now_ms)
+    stop = max([now_ms, start, *(t["stop"] for t in tests if "stop" in t)])
+    blocking = counts["failed"] + counts["other"]
+    results: dict[str, Any] = {
+        "tool": {"name": TOOL_NAME, "version": __version__},
+        "summary": {
+            "tests": len(tests), **counts,
+            "suites": len({t["suite"][0] for t in tests}),
+            "start": start, "stop": stop, "duration": stop - start,
+            "extra": {"blocking": blocking, "statuses": raw_counts,
+                      "gate": "fail when failed + other > 0 (other = the suite could not judge the node)"},
+        },
+        "tests": tests,
+        # a run that could not create its pods (an unusable volume) is not healthy, even with no failure
+        "environment": _environment(summary, dag_id, run_id, settings,
+                                    healthy=blocking == 0 and not summary.get("blocked")),
+    }
+    extra: dict[str, Any] = {}
+    if summary.get("not_eligible") is not None:
+        extra["not_eligible"] = {reason: _node_list(list(names))
+                                 for reason, names in summary["not_eligible"].items()}
+    if summary.get("newly_failing"):
+        extra["newly_failing"] = [dict(n) for n in summary["newly_failing"]]
+    if summary.get("blocked"):
+        extra["blocked"] = dict(summary["blocked"])
+    if extra:
+        results["extra"] = extra
+    return {
+        "reportFormat": "CTRF",
+        "specVersion": SPEC_VERSION,
+        "reportId": str(uuid.uuid4()),
+        "runId": run_id,
+        "timestamp": now.astimezone(dt.UTC).isoformat().replace("+00:00", "Z"),
+        "generatedBy": f"{TOOL_NAME} {__version__}",
+        "results": results,
+    }
+
+
+def _environment(summary: Mapping[str, Any], dag_id: str, run_id: str, settings: Mapping[str, Any] | None,
+                 *, healthy: bool) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "reportName": f"{dag_id} {run_id}",
+        "appName": TOOL_NAME,
+        "appVersion": __version__,
+        "buildName": dag_id,
+        "buildId": run_id,
+        "healthy": healthy,
+    }
+    extra: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id}
+    if settings:
+        env["testEnvironment"] = str(settings.get("kubernetes_conn_id") or "")
+        extra["namespace"] = settings.get("namespace")
+        extra["staleness_days"] = settings.get("staleness_days")
+    for key in ("run_started_at", "dry_run", "gpu_nodes", "free_nodes", "planned", "params"):
+        if key in summary:
+            extra[key] = summary[key]
+    cov = summary.get("coverage")
+    if cov:
+        extra["coverage"] = {
+            "gpu_nodes": cov.get("gpu_nodes"), "covered_nodes": cov.get("covered_nodes"),
+            "coverage": cov.get("coverage"),
+            "never_validated": _node_list(list(cov.get("never_validated") or [])),
+            "failing_nodes": _node_list(list(cov.get("failing_nodes") or [])),
+        }
+    env["extra"] = extra
+    return env
+
+
+# ---------------------------------------------------------------------------- writing
+def report_path(reports_dir: str | os.PathLike, dag_id: str, run_id: str) -> pathlib.Path:
+    return pathlib.Path(reports_dir) / safe_component(dag_id) / safe_component(run_id) / "ctrf.json"
+
+
+def write_ctrf(report: Mapping[str, Any], reports_dir: str | os.PathLike, dag_id: str,
+               run_id: str) -> pathlib.Path:
+    """``<reports_dir>/<dag_id>/<safe run_id>/ctrf.json``, atomically (a rerun replaces it whole)."""
+    text = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+    return write_atomic(report_path(reports_dir, dag_id, run_id), text)
+
+
+def write_run_report(
+    attempts: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, Any],
+    *,
+    settings: Mapping[str, Any],
+    dag_id: str,
+    run_id: str,
+    now: dt.datetime | None = None,
+) -> str | None:
+    """Build and write the run's CTRF file; the path, or None when it could not be written.
+
+    Never raises on I/O: a full or read-only reports volume must not hide the run's verdict."""
+    report = build_report(attempts, summary, dag_id=dag_id, run_id=run_id, now=now, settings=settings)
+    try:
+        path = write_ctrf(report, resolve_reports_dir(settings.get("reports_dir")), dag_id, run_id)
+    except OSError as exc:
+        log.error("CTRF report not written: %s", exc)
+        return None
+    s = report["results"]["summary"]
+    log.info("CTRF report: %s (%d test(s): %d passed, %d failed, %d other, %d skipped)",
+             path, s["tests"], s["passed"], s["failed"], s["other"], s["skipped"])
+    return str(path)

@@ -1,0 +1,648 @@
+"""The daily summary: one markdown and one standalone HTML file per UTC day.
+
+What it shows, for day D (UTC), from the results database only:
+
+- **headline**: coverage, attempts and failures of the day, validation GPU-hours;
+- **attempts of the day**: counts per test and status;
+- **failures of the day**: every fail/error attempt finished during D with its failing checks (name,
+  device, value, threshold) and whether it is new (previous executed result passed, or none);
+- **coverage trend**: for each of the 14 days ending D, the share of fleet nodes whose every enabled
+  test has an executed result (pass/fail/error) finished within [end of day − staleness, end of day);
+- **per GPU model**: attempts per status, and the median / min of each suite's key metrics
+  (``suites.CATALOG[...].key_metrics``) over the day's passes;
+- **fleet as of the end of D**: counts per test and state (fresh pass, fail, error, stale, never),
+  every failing pair in full (since when, reason), stale and never-validated pairs grouped per test as
+  compressed node ranges.
+
+Everything is "as of" the end of D (or now, for today), computed from ``validation_history``, so a
+report regenerated later for a past day shows that day, not today's state.
+
+Size at 5,000 nodes: failing pairs and failed attempts are listed one per row up to ``max_rows``
+(then "+N more" and a pointer to ``validation_latest``); passing pairs are only counted; stale/never
+pairs are hostlist-compressed per test, which stays short on a regularly named fleet. A report stays
+in the hundreds of kilobytes whatever the fleet size.
+
+The fleet (coverage denominator): the GPU node names given by the caller (the daily DAG lists them
+from the Kubernetes API when it can), otherwise the nodes with any attempt in the ``fleet_window_days``
+before the end of D. The same fleet is used for every day of the trend, so the trend moves with
+validation, not with fleet churn.
+
+Validation GPU-hours: sum of duration × GPU count of the attempts finished during D (an attempt that
+crosses midnight counts on the day it finished).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import hostlist
+import psycopg
+from psycopg.rows import dict_row
+
+from cluster_doctor.domain import coverage, suites
+from cluster_doctor.domain.coverage import STATE_TITLES, STATES
+from cluster_doctor.reports.ctrf import resolve_reports_dir, write_atomic
+from cluster_doctor.store.fleet import GPU_SECONDS
+from cluster_doctor.domain.nodes import compress
+from cluster_doctor.reports.text import age, finite, lenient_timestamps, md_escape, skip
+from cluster_doctor.domain.status import EXECUTED, FAILING, Status
+from cluster_doctor.reports.templating import environment
+
+log = logging.getLogger(__name__)
+
+TREND_DAYS = 14
+DEFAULT_FLEET_WINDOW_DAYS = 30
+DEFAULT_MAX_ROWS = 500
+MAX_CHECKS_PER_FAILURE = 20
+CHECK_FIELDS = ("name", "status", "device", "value", "unit", "threshold", "message")
+
+
+# ---------------------------------------------------------------------------- days
+def parse_day(value: Any) -> dt.date:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).date() if value.tzinfo else value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip()[:10])
+        except ValueError:
+            pass
+    raise ValueError(f"day must be a date like 2026-01-31, got {value!r}")
+
+
+def default_day(data_interval_end: dt.datetime | None, now: dt.datetime) -> dt.date:
+    """The day a run reports on: the day its data interval closes (a scheduled @daily run at 00:00
+    covers the day that just ended); for a manual run, yesterday."""
+    end = data_interval_end or now
+    return (end.astimezone(dt.UTC) - dt.timedelta(days=1)).date()
+
+
+def _start_of(day: dt.date) -> dt.datetime:
+    return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+
+
+# ---------------------------------------------------------------------------- queries
+FLEET_FROM_HISTORY_SQL = """
+SELECT DISTINCT node_name FROM validation_history WHERE finished_at >= %(since)s AND finished_at < %(as_of)s
+"""
+
+# The state of every fleet pair as of a moment, from the history: the same semantics as validation_latest
+# (latest executed attempt, latest attempt of any status, status_since, previous_status), so that a
+# past day can be reported as it was. One index probe per pair: ~20,000 pairs at 5,000 nodes.
+FLEET_AS_OF_SQL = """
+WITH pairs AS (
+    SELECT n.node_name, t.test_name
+      FROM unnest(%(nodes)s::text[]) AS n(node_name) CROSS JOIN unnest(%(tests)s::text[]) AS t(test_name)
+)
+SELECT p.node_name, p.test_name, e.status, e.finished_at, e.reason, e.gpu_model,
+       a.status AS last_attempt_status, a.finished_at AS last_attempt_at, a.reason AS last_attempt_reason,
+       s.status_since, s.previous_status
+  FROM pairs p
+  LEFT JOIN LATERAL (
+        SELECT h.id, h.status, h.finished_at, h.reason, h.gpu_model
+          FROM validation_history h
+         WHERE h.node_name = p.node_name AND h.test_name = p.test_name
+           AND h.status IN ('pass', 'fail', 'error') AND h.finished_at < %(as_of)s
+         ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) e ON true
+  LEFT JOIN LATERAL (
+        SELECT h.status, h.finished_at, h.reason
+          FROM validation_history h
+         WHERE h.node_name = p.node_name AND h.test_name = p.test_name AND h.finished_at < %(as_of)s
+         ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) a ON true
+  LEFT JOIN LATERAL (
+        -- only for failing pairs: when the failure streak began, and what came before it
+        SELECT (SELECT min(h.finished_at) FROM validation_history h
+                 WHERE h.node_name = p.node_name AND h.test_name = p.test_name AND h.status = e.status
+                   AND (h.finished_at, h.id) <= (e.finished_at, e.id)
+                   AND (d.finished_at IS NULL OR (h.finished_at, h.id) > (d.finished_at, d.id))
+               ) AS status_since,
+               d.status AS previous_status
+          FROM (SELECT 1) one
+          LEFT JOIN LATERAL (
+                SELECT h.id, h.status, h.finished_at
+                  FROM validation_history h
+                 WHERE h.node_name = p.node_name AND h.test_name = p.test_name
+                   AND h.status IN ('pass', 'fail', 'error') AND h.status <> e.status
+                   AND (h.finished_at, h.id) < (e.finished_at, e.id)
+                 ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) d ON true
+         WHERE e.status IN ('fail', 'error')) s ON true
+"""
+
+DAY_COUNTS_SQL = """
+SELECT test_name, status, count(*) AS attempts, count(DISTINCT node_name) AS nodes,
+       coalesce(sum({gpu_seconds}), 0) / 3600.0 AS gpu_hours,
+       count(*) FILTER (WHERE duration_s IS NOT NULL AND gpu_count IS NULL) AS without_gpu_count
+  FROM validation_history
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s
+ GROUP BY test_name, status
+""".replace("{gpu_seconds}", GPU_SECONDS)
+
+FAILURES_SQL = """
+SELECT h.node_name, h.test_name, h.status, h.started_at, h.finished_at, h.duration_s, h.reason,
+       h.gpu_model, h.log_path, h.dag_id, h.run_id, h.map_index, h.try_number,
+       coalesce((SELECT jsonb_agg(c) FROM jsonb_array_elements(h.checks) c
+                  WHERE c->>'status' IN ('fail', 'error')), '[]'::jsonb) AS failing_checks,
+       prev.status AS previous_status, prev.finished_at AS previous_finished_at
+  FROM validation_history h
+  LEFT JOIN LATERAL (
+        SELECT p.status, p.finished_at FROM validation_history p
+         WHERE p.node_name = h.node_name AND p.test_name = h.test_name
+           AND p.status IN ('pass', 'fail', 'error') AND (p.finished_at, p.id) < (h.finished_at, h.id)
+         ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) prev ON true
+ WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status IN ('fail', 'error')
+"""
+
+MODEL_COUNTS_SQL = """
+SELECT coalesce(gpu_model, '') AS gpu_model, count(DISTINCT node_name) AS nodes, count(*) AS attempts,
+       count(*) FILTER (WHERE status = 'pass') AS pass, count(*) FILTER (WHERE status = 'fail') AS fail,
+       count(*) FILTER (WHERE status = 'error') AS error
+  FROM validation_history
+ WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status IN ('pass', 'fail', 'error')
+ GROUP BY 1
+"""
+
+# A JSON number beyond float8 (1e400) would fail the whole query on the cast: such values are left
+# out of the figures and counted (skipped) instead.
+MODEL_METRICS_SQL = """
+SELECT coalesce(h.gpu_model, '') AS gpu_model, h.test_name, k.metric, count(v.x) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY v.x) AS median, min(v.x) AS min,
+       count(*) - count(v.x) AS skipped
+  FROM validation_history h
+  JOIN unnest(%(k_tests)s::text[], %(k_metrics)s::text[]) AS k(test_name, metric) ON k.test_name = h.test_name
+  CROSS JOIN LATERAL (SELECT CASE WHEN abs((h.metrics->k.metric)::numeric) < 1e300
+                                  THEN (h.metrics->k.metric)::numeric::float8 END AS x) v
+ WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status = 'pass'
+   AND jsonb_typeof(h.metrics->k.metric) = 'number'
+ GROUP BY 1, 2, 3
+"""
+
+def _rows(cur, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    cur.execute(sql, params)
+    return [dict(r) for r in cur.fetchall()]
+
+
+def _node_key(name: str):
+    return hostlist.numeric_sort_key(name), name
+
+
+# ---------------------------------------------------------------------------- building
+def build(
+    store: Any,
+    day: dt.date | str,
+    *,
+    tests: Sequence[str],
+    staleness_days: float,
+    gpu_nodes: Sequence[str] | None = None,
+    now: dt.datetime | None = None,
+    fleet_window_days: float = DEFAULT_FLEET_WINDOW_DAYS,
+    max_rows: int = DEFAULT_MAX_ROWS,
+) -> dict[str, Any]:
+    """Everything the daily report shows, as a JSON-able dict (the renderers read only this)."""
+    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    day = parse_day(day)
+    start = _start_of(day)
+    if start > now:
+        raise ValueError(f"day {day} is in the future")
+    as_of = min(start + dt.timedelta(days=1), now)
+    staleness = dt.timedelta(days=staleness_days)
+    tests = list(dict.fromkeys(tests))
+    trend_days = [day - dt.timedelta(days=i) for i in range(TREND_DAYS - 1, -1, -1)]
+    trend_ends = [min(_start_of(d) + dt.timedelta(days=1), as_of) for d in trend_days]
+    # every catalog suite, enabled or not: a result of the day is a real measurement either way
+    key_pairs = [(s.name, m) for s in suites.CATALOG.values() for m in s.key_metrics]
+    window = {"start": start, "end": as_of}
+
+    with store.connection() as conn:
+        lenient_timestamps(conn)  # a time past year 9999 reads as unknown (counted), not as a failed report
+        # one consistent snapshot for every section, read-only
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        with conn.cursor(row_factory=dict_row) as cur:
+            if gpu_nodes is not None:
+                fleet = sorted(set(gpu_nodes), key=_node_key)
+                source = "the Kubernetes API (GPU nodes now)"
+            else:
+                known = _rows(cur, FLEET_FROM_HISTORY_SQL,
+                              {"since": as_of - dt.timedelta(days=fleet_window_days), "as_of": as_of})
+                fleet = sorted((r["node_name"] for r in known), key=_node_key)
+                source = (f"the results DB (nodes with an attempt in the {fleet_window_days:g} days "
+                          f"before {as_of:%Y-%m-%d %H:%M} UTC)")
+            pairs, trend = [], []
+            if fleet:
+                pairs = _rows(cur, FLEET_AS_OF_SQL, {"nodes": fleet, "tests": tests, "as_of": as_of})
+            trend = coverage.trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness)
+            day_counts = _rows(cur, DAY_COUNTS_SQL, window)
+            failures = _rows(cur, FAILURES_SQL, window)
+            model_counts = _rows(cur, MODEL_COUNTS_SQL, window)
+            model_metrics = _rows(cur, MODEL_METRICS_SQL, {
+                **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})
+        conn.rollback()
+
+    fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
+    coverage_trend = [{"day": d.isoformat(), "as_of": t["as_of"].isoformat(), "covered": t["covered_nodes"],
+                       "nodes": t["nodes"], "coverage": round(t["coverage"], 4) if t["coverage"] is not None else None,
+                       "pair_coverage": round(t["pair_coverage"], 4) if t["pair_coverage"] is not None else None}
+                      for d, t in zip(trend_days, trend, strict=True)]
+    counts = {s: 0 for s in Status}
+    per_test: dict[str, dict[str, int]] = {}
+    gpu_hours = {"total": 0.0, "executed": 0.0, "not_executed": 0.0, "attempts_without_gpu_count": 0}
+    for r in day_counts:
+        counts[r["status"]] = counts.get(r["status"], 0) + int(r["attempts"])
+        per_test.setdefault(r["test_name"], {s: 0 for s in Status})[r["status"]] = int(r["attempts"])
+        hours = float(r["gpu_hours"] or 0)
+        gpu_hours["total"] += hours
+        gpu_hours["executed" if r["status"] in EXECUTED else "not_executed"] += hours
+        gpu_hours["attempts_without_gpu_count"] += int(r["without_gpu_count"])
+    gpu_hours = {k: round(v, 3) if isinstance(v, float) else v for k, v in gpu_hours.items()}
+    failures.sort(key=lambda r: (_node_key(r["node_name"]), r["test_name"], r["finished_at"]))
+    failure_rows = [_failure(r) for r in failures[:max_rows]]
+    last = coverage_trend[-1]
+    return {
+        "day": day.isoformat(),
+        "as_of": as_of.isoformat(),
+        "generated_at": now.isoformat(),
+        "partial_day": as_of < start + dt.timedelta(days=1),
+        "tests": tests,
+        "staleness_days": staleness_days,
+        "fleet_source": source,
+        "coverage": {"covered": last["covered"], "nodes": last["nodes"], "coverage": last["coverage"]},
+        "day_counts": {"total": sum(counts.values()), **counts},
+        "day_counts_per_test": dict(sorted(per_test.items())),
+        "gpu_hours": gpu_hours,
+        "failures": failure_rows,
+        "failures_total": len(failures),
+        "failing_nodes_today": len({r["node_name"] for r in failures}),
+        "newly_failing_today": sum(1 for r in failures if r["previous_status"] in (None, Status.PASS)),
+        "coverage_trend": coverage_trend,
+        "per_model": _per_model(model_counts, model_metrics, key_pairs),
+        "fleet": fleet_section,
+        "max_rows": max_rows,
+    }
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _failure(r: Mapping[str, Any]) -> dict[str, Any]:
+    checks = [c for c in (r["failing_checks"] or []) if isinstance(c, Mapping)]
+    return {
+        "node_name": r["node_name"], "test_name": r["test_name"], "status": r["status"],
+        "started_at": _iso(r["started_at"]), "finished_at": _iso(r["finished_at"]),
+        "duration_s": r["duration_s"], "reason": r["reason"], "gpu_model": r["gpu_model"],
+        "log_path": r["log_path"],
+        "dag_id": r["dag_id"], "run_id": r["run_id"], "map_index": r["map_index"],
+        "try_number": r["try_number"],
+        "previous_status": r["previous_status"], "previous_finished_at": _iso(r["previous_finished_at"]),
+        "new": r["previous_status"] in (None, "pass"),
+        "checks": [{k: c.get(k) for k in CHECK_FIELDS} for c in checks[:MAX_CHECKS_PER_FAILURE]],
+        "checks_total": len(checks),
+    }
+
+
+def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequence[str], as_of: dt.datetime,
+           staleness: dt.timedelta, max_rows: int) -> dict[str, Any]:
+    assessed = coverage.assess(pairs, tests=tests, now=as_of, staleness=staleness, nodes=nodes)
+    counts = {s: 0 for s in STATES}
+    per_test = {t: {s: 0 for s in STATES} for t in tests}
+    failing: list[dict[str, Any]] = []
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for p in assessed.pairs:
+        state = p["state"]
+        counts[state] += 1
+        per_test[p["test_name"]][state] += 1
+        if state in FAILING:
+            failing.append(p)
+        elif state in ("stale", "never"):
+            grouped.setdefault((p["test_name"], state), []).append(p)
+    # longest-failing first: the pairs nobody has looked at for days
+    far = dt.datetime.max.replace(tzinfo=dt.UTC)
+    failing.sort(key=lambda p: (p.get("status_since") or p.get("finished_at") or far, _node_key(p["node_name"]),
+                                p["test_name"]))
+    rows = [{
+        "node_name": p["node_name"], "test_name": p["test_name"], "status": p["status"],
+        "finished_at": _iso(p.get("finished_at")), "age": age(p.get("finished_at"), as_of),
+        "status_since": _iso(p.get("status_since")), "since_age": age(p.get("status_since"), as_of),
+        "previous_status": p.get("previous_status"), "reason": p.get("reason"), "gpu_model": p.get("gpu_model"),
+        "stale": p["stale"],
+        "last_attempt_status": p.get("last_attempt_status"), "last_attempt_at": _iso(p.get("last_attempt_at")),
+        "last_attempt_reason": p.get("last_attempt_reason"),
+    } for p in failing[:max_rows]]
+    groups = []
+    for test in tests:
+        for state in ("never", "stale"):
+            members = grouped.get((test, state))
+            if not members:
+                continue
+            oldest = min((m["finished_at"] for m in members if m.get("finished_at")), default=None)
+            groups.append({"test_name": test, "state": state, "count": len(members),
+                           "oldest": _iso(oldest), "oldest_age": age(oldest, as_of) if oldest else None,
+                           "nodes": compress(sorted((m["node_name"] for m in members), key=_node_key))})
+    summary = assessed.summary()
+    return {
+        "nodes": summary["gpu_nodes"], "pairs": summary["pairs"], "counts": counts, "per_test": per_test,
+        "covered_nodes": summary["covered_nodes"], "failing": rows, "failing_total": len(failing),
+        "stale_groups": groups,
+    }
+
+
+def _per_model(model_counts: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]],
+               key_pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    order = {pair: i for i, pair in enumerate(key_pairs)}
+    by_model: dict[str, dict[str, Any]] = {}
+    for r in model_counts:
+        by_model[r["gpu_model"]] = {"gpu_model": r["gpu_model"] or "unknown", "nodes": int(r["nodes"]),
+                                    "attempts": int(r["attempts"]), "pass": int(r["pass"]),
+                                    "fail": int(r["fail"]), "error": int(r["error"]), "metrics": []}
+    for r in metrics:
+        for _ in range(int(r.get("skipped") or 0)):
+            skip("metric")
+    for r in sorted((r for r in metrics if r["n"]), key=lambda r: (r["gpu_model"],
+                                                                   order.get((r["test_name"], r["metric"]), 0))):
+        entry = by_model.setdefault(r["gpu_model"], {
+            "gpu_model": r["gpu_model"] or "unknown", "nodes": 0, "attempts": 0, "pass": 0, "fail": 0,
+            "error": 0, "metrics": []})
+        entry["metrics"].append({"test_name": r["test_name"], "metric": r["metric"], "n": int(r["n"]),
+                                 "median": float(r["median"]), "min": float(r["min"])})
+    return [by_model[k] for k in sorted(by_model, key=lambda m: (m == "", m))]
+
+
+# ---------------------------------------------------------------------------- rendering
+# Both formats render one list of blocks built once from the data, so they can never disagree.
+# Blocks: ("h1"|"h2"|"h3", text) · ("p", text, css class) · ("list", [text]) · ("cards", [(value, label)])
+# · ("table", headers, rows, numeric column indexes) · ("box", [blocks]) for a framed group
+# · ("only", "markdown"|"html", [blocks]) for what suits one format (headline list vs. cards).
+# Table cells are plain values, Cell(text, css class) for a coloured status, or Bar(fraction).
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    text: str
+    css: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bar:
+    fraction: float
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) and abs(value) >= 10 ** 15:
+        value = finite(value, "check_value")  # a stored huge integer: shown as a float, or not at all
+        if value is None:
+            return "out of range"
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _hm(iso: str | None) -> str:
+    return iso[11:16] if iso else "-"
+
+
+def _when(iso: str | None) -> str:
+    return f"{iso[:10]} {iso[11:16]}" if iso else "-"
+
+
+def _check_value(c: Mapping[str, Any]) -> str:
+    if c.get("value") is None:
+        return "-"
+    return f"{_num(c['value'])}{(' ' + str(c['unit'])) if c.get('unit') else ''}"
+
+
+def _later_attempt(r: Mapping[str, Any]) -> str:
+    """A non-executed attempt after the failing result (timeout, preempted, skipped) tells why the pair
+    has not been retested yet."""
+    if r.get("last_attempt_status") and r.get("last_attempt_at") != r.get("finished_at"):
+        text = f"{r['last_attempt_status']} {_when(r['last_attempt_at'])}"
+        return text + (f": {r['last_attempt_reason']}" if r.get("last_attempt_reason") else "")
+    return "-"
+
+
+def headline(data: Mapping[str, Any]) -> list[str]:
+    cov, counts, fleet = data["coverage"], data["day_counts"], data["fleet"]
+    per_status = ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s))
+    return [
+        f"Coverage: {cov['covered']}/{cov['nodes']} GPU node(s) fully validated within "
+        f"{data['staleness_days']:g} d ({_pct(cov['coverage'])})",
+        f"Attempts of the day: {counts['total']}" + (f" ({per_status})" if per_status else ""),
+        f"Failures of the day: {data['failures_total']} attempt(s) on {data['failing_nodes_today']} node(s), "
+        f"{data['newly_failing_today']} newly failing",
+        f"Failing pairs in the fleet: {fleet['failing_total']}; stale: {fleet['counts']['stale']}; "
+        f"never validated: {fleet['counts']['never']}",
+        f"Validation GPU-hours: {_num(data['gpu_hours']['total'])}",
+    ]
+
+
+def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
+    new = "new" if f["new"] else f"repeat: the previous result was {f['previous_status']}"
+    meta = [f"GPU model {f['gpu_model'] or 'unknown'}",
+            f"run {f['dag_id']} {f['run_id']} map {f['map_index']}"]
+    if f["log_path"]:
+        meta.append(f"log {f['log_path']}")
+    title = (f"{f['node_name']} · {f['test_name']} — {f['status'].upper()} at {_hm(f['finished_at'])} UTC "
+             f"({new})")
+    blocks: list[tuple] = [
+        ("h3", title),
+        ("p", f"Reason: {f['reason'] or '(none recorded)'}", ""),
+        ("p", " · ".join(meta), "meta"),
+    ]
+    if f["checks"]:
+        blocks.append(("table", ["check", "status", "device", "value", "threshold", "message"], [
+            [c["name"], Cell(c["status"], c["status"]), c["device"] or "-", _check_value(c),
+             c["threshold"] or "-", c["message"] or ""] for c in f["checks"]], [3]))
+        if f["checks_total"] > len(f["checks"]):
+            blocks.append(("p", f"… and {f['checks_total'] - len(f['checks'])} more failing check(s)", ""))
+    return [("box", blocks)]
+
+
+def blocks(data: Mapping[str, Any]) -> list[tuple]:
+    fleet, counts, gh = data["fleet"], data["day_counts"], data["gpu_hours"]
+    cov = data["coverage"]
+    out: list[tuple] = [
+        ("h1", f"Cluster Doctor daily summary — {data['day']} (UTC)"),
+        ("p", f"As of {_when(data['as_of'])} UTC" + (" (day in progress)" if data["partial_day"] else "")
+         + f" · staleness threshold {data['staleness_days']:g} d · tests: {', '.join(data['tests'])}"
+         f" · fleet: {fleet['nodes']} GPU node(s) from {data['fleet_source']}", "meta"),
+        ("only", "html", [("cards", [
+            (_pct(cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} nodes)"),
+            (counts["total"], "attempts of the day"),
+            (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
+            (fleet["failing_total"], "failing pairs in the fleet"),
+            (fleet["counts"]["stale"] + fleet["counts"]["never"], "stale or never-validated pairs"),
+            (_num(gh["total"]), "validation GPU-hours")])]),
+        ("only", "markdown", [("h2", "Headline"), ("list", headline(data))]),
+        ("h2", "Attempts of the day"),
+    ]
+    if counts["total"]:
+        rows = [[t, *(c[s] for s in Status), sum(c.values())]
+                for t, c in data["day_counts_per_test"].items()]
+        rows.append([Cell("all", "total"), *(counts[s] for s in Status), counts["total"]])
+        out.append(("table", ["test", *Status, "total"], rows, range(1, len(Status) + 2)))
+        out.append(("p", f"Validation GPU-hours: {_num(gh['total'])} ({_num(gh['executed'])} in executed "
+                         f"suites, {_num(gh['not_executed'])} in attempts that did not judge)"
+                         + (f"; {gh['attempts_without_gpu_count']} attempt(s) had no GPU count"
+                            if gh["attempts_without_gpu_count"] else ""), ""))
+    else:
+        out.append(("p", "No attempt finished on this day.", ""))
+
+    out.append(("h2", "Failures of the day"))
+    if not data["failures"]:
+        out.append(("p", "No node failed a check and no suite errored on this day.", ""))
+    for f in data["failures"]:
+        out += _failure_blocks(f)
+    if data["failures_total"] > len(data["failures"]):
+        out.append(("p", f"… and {data['failures_total'] - len(data['failures'])} more failed attempt(s) on "
+                         "this day (query validation_history).", ""))
+
+    out.append(("h2", f"Coverage trend (last {len(data['coverage_trend'])} days)"))
+    out.append(("table", ["day", "covered nodes", "fleet", "coverage", ""], [
+        [t["day"], t["covered"], t["nodes"], _pct(t["coverage"]), Bar(t["coverage"] or 0.0)]
+        for t in data["coverage_trend"]], [1, 2, 3]))
+
+    out.append(("h2", "Per GPU model"))
+    out.append(("p", "Executed attempts of the day; key metrics over the day's passes (min is the worst "
+                     "node: every key metric is higher-is-better).", "meta"))
+    if data["per_model"]:
+        out.append(("table", ["GPU model", "nodes", "attempts", "pass", "fail", "error"], [
+            [m["gpu_model"], m["nodes"], m["attempts"], m["pass"], m["fail"], m["error"]]
+            for m in data["per_model"]], [1, 2, 3, 4, 5]))
+        metric_rows = [[m["gpu_model"], x["test_name"], x["metric"], x["n"], _num(x["median"]),
+                        _num(x["min"])] for m in data["per_model"] for x in m["metrics"]]
+        if metric_rows:
+            out.append(("table", ["GPU model", "test", "metric", "passes", "median", "min"], metric_rows,
+                        [3, 4, 5]))
+    else:
+        out.append(("p", "No executed attempt on this day.", ""))
+
+    out.append(("h2", f"Fleet as of {_when(data['as_of'])} UTC"))
+    out.append(("table", ["test", *(STATE_TITLES[s] for s in STATES)],
+                [[t, *(c[s] for s in STATES)] for t, c in fleet["per_test"].items()]
+                + [[Cell("all pairs", "total"), *(fleet["counts"][s] for s in STATES)]],
+                range(1, len(STATES) + 1)))
+    out.append(("h3", f"Failing pairs ({fleet['failing_total']})"))
+    if fleet["failing"]:
+        out.append(("table", ["node", "test", "status", "since", "last result", "previous", "later attempt",
+                              "reason"], [
+            [r["node_name"], r["test_name"], Cell(r["status"], r["status"]),
+             f"{_when(r['status_since'])} ({r['since_age']})",
+             f"{r['age']} ago" + (" (stale)" if r["stale"] else ""), r["previous_status"] or "none",
+             _later_attempt(r), r["reason"] or ""] for r in fleet["failing"]], []))
+        if fleet["failing_total"] > len(fleet["failing"]):
+            out.append(("p", f"… and {fleet['failing_total'] - len(fleet['failing'])} more failing pair(s) "
+                             "(SELECT * FROM validation_latest WHERE status IN ('fail', 'error')).", ""))
+    else:
+        out.append(("p", "None.", ""))
+    out.append(("h3", "Stale and never-validated pairs"))
+    if fleet["stale_groups"]:
+        out.append(("table", ["test", "state", "pairs", "oldest result", "nodes"], [
+            [g["test_name"], Cell(STATE_TITLES[g["state"]], g["state"]), g["count"], g["oldest_age"] or "-",
+             Cell(g["nodes"], "nodes")] for g in fleet["stale_groups"]], [2]))
+    else:
+        out.append(("p", "None: every pair has an executed result within the staleness threshold.", ""))
+    out.append(("p", f"Generated {_when(data['generated_at'])} UTC by Cluster Doctor.", "meta"))
+    return out
+
+
+# ---------------------------------------------------------------------------- markdown
+def _md(value: Any) -> str:
+    """Inline markdown text, through the one escaping function of every markdown output."""
+    if isinstance(value, Bar):
+        return "█" * round(value.fraction * 20)
+    if isinstance(value, Cell):
+        value = value.text
+    return md_escape(value)
+
+
+def _md_blocks(items: Sequence[tuple]) -> list[str]:
+    lines: list[str] = []
+    for block in items:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            lines += ["#" * int(kind[1]) + " " + _md(block[1]), ""]
+        elif kind == "p":
+            lines += [_md(block[1]), ""]
+        elif kind == "list":
+            lines += [f"- {_md(item)}" for item in block[1]] + [""]
+        elif kind == "table":
+            headers, rows = block[1], block[2]
+            lines.append("| " + " | ".join(_md(h) for h in headers) + " |")
+            lines.append("|" + "---|" * len(headers))
+            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+            lines.append("")
+        elif kind == "box" or (kind == "only" and block[1] == "markdown"):
+            lines += _md_blocks(block[-1])
+    return lines
+
+
+def render_markdown(data: Mapping[str, Any]) -> str:
+    return "\n".join(_md_blocks(blocks(data))).rstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------------------- HTML
+def render_html(data: Mapping[str, Any]) -> str:
+    """A standalone page from the fleet page's base template: inline CSS, no script, no external
+    resource; every text is escaped by the shared autoescaping environment."""
+    return environment().get_template("daily.html").render(
+        data=data, blocks=blocks(data), is_bar=lambda v: isinstance(v, Bar), is_cell=lambda v: isinstance(v, Cell),
+        bar_width=lambda v: f"{max(0.0, min(1.0, float(v.fraction))) * 100:.1f}", standalone=True)
+
+
+# ---------------------------------------------------------------------------- writing
+def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path) -> dict[str, str]:
+    """``<reports_dir>/daily/<YYYY-MM-DD>.md`` and ``.html``, each written atomically."""
+    day = parse_day(data["day"]).isoformat()  # re-parsed: the file name never comes from free text
+    folder = pathlib.Path(reports_dir) / "daily"
+    md = write_atomic(folder / f"{day}.md", render_markdown(data))
+    page = write_atomic(folder / f"{day}.html", render_html(data))
+    return {"markdown": str(md), "html": str(page)}
+
+
+def run(
+    store: Any,
+    settings: Any,
+    *,
+    day: dt.date | str | None = None,
+    data_interval_end: dt.datetime | None = None,
+    gpu_nodes: Sequence[str] | None = None,
+    now: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """What the daily DAG's task does: build, write both files, log the headline; returns the paths and
+    the headline numbers (the task's XCom, kept small)."""
+    now = now or dt.datetime.now(dt.UTC)
+    day = parse_day(day) if day else default_day(data_interval_end, now)
+    data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days,
+                 gpu_nodes=gpu_nodes, now=now)
+    paths = write(data, resolve_reports_dir(settings.reports_dir))
+    log.info("daily summary for %s written to %s and %s\n%s", data["day"], paths["markdown"], paths["html"],
+             "\n".join(headline(data)))
+    return {"day": data["day"], **paths, "coverage": data["coverage"], "day_counts": data["day_counts"],
+            "failures": data["failures_total"], "failing_pairs": data["fleet"]["failing_total"],
+            "gpu_hours": data["gpu_hours"]["total"]}
+
+
+def cluster_gpu_nodes(settings: Any) -> list[str] | None:
+    """GPU node names from the Kubernetes API (the coverage denominator), or None when the cluster
+    cannot be read: the report then falls back to the nodes known to the results DB."""
+    try:
+        from cluster_doctor.airflow import runtime as airflow_support
+        from cluster_doctor.kube import discovery
+
+        found = discovery.discover(airflow_support.core_v1(settings.kubernetes_conn_id), settings)
+    except Exception as exc:  # the report must not depend on the cluster API being up
+        log.warning("GPU nodes not listed from the Kubernetes API (%s); the fleet is taken from the "
+                    "results DB", " ".join(str(exc).split())[:300])
+        return None
+    return [n.name for n in found.free] + [n.name for n in found.ineligible]

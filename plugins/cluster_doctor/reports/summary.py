@@ -1,0 +1,137 @@
+"""The end-of-run summary: what happened in this run, what it means for the fleet.
+
+pandas does the counting; the result is a plain dict (the summarize task's return value) plus a text
+rendering for the task log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from cluster_doctor.domain import coverage as cov
+from cluster_doctor.domain.nodes import compress
+from cluster_doctor.reports.text import table
+from cluster_doctor.domain.status import FAILING, Status
+
+
+def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
+             now: dt.datetime, staleness: dt.timedelta) -> dict[str, Any]:
+    """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``
+    (the definitions of ``cluster_doctor.domain.coverage``)."""
+    assessed = cov.assess(latest_rows, tests=tests, now=now, staleness=staleness,
+                          nodes=sorted(set(gpu_nodes))).summary()
+    total = assessed["gpu_nodes"]
+    return {
+        "gpu_nodes": total,
+        "covered_nodes": assessed["covered_nodes"],
+        "coverage": round(assessed["coverage"], 4) if total else None,
+        "never_validated": sorted(assessed["never_validated"]),
+        "failing_nodes": sorted(assessed["failing_nodes"]),
+        "pair_coverage": round(assessed["pair_coverage"], 4) if assessed["pairs"] else None,
+    }
+
+
+def run_summary(
+    discovered: Mapping[str, Any],
+    planned: Mapping[str, Any],
+    recorded: Sequence[Mapping[str, Any]],
+    latest_rows: Sequence[Mapping[str, Any]],
+    *,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    attempts = pd.DataFrame(list(recorded), columns=["node_name", "test_name", "status", "reason", "finished_at"])
+    counts = {status: 0 for status in Status}
+    counts.update({k: int(v) for k, v in attempts["status"].value_counts().items()})
+    state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
+    newly_failing = []
+    for row in attempts[attempts["status"].isin(FAILING)].itertuples():
+        latest = state.get((row.node_name, row.test_name))
+        # the failure streak starts with this attempt: the previous executed result was not a failure
+        if latest and latest.get("previous_status") in (None, "pass") and \
+                latest.get("status") == row.status and latest.get("status_since") == latest.get("finished_at"):
+            newly_failing.append({"node_name": row.node_name, "test_name": row.test_name, "status": row.status,
+                                  "reason": row.reason})
+    ineligible = pd.DataFrame(list(discovered["ineligible"]), columns=["name", "reason", "detail"])
+    not_eligible = {reason: sorted(group["name"]) for reason, group in ineligible.groupby("reason")}
+    settings = discovered["settings"]
+    gpu_nodes = [n["name"] for n in discovered["free"]] + list(ineligible["name"])
+    return {
+        "run_started_at": discovered["started_at"],
+        "params": discovered["params"],
+        "dry_run": planned["dry_run"],
+        "gpu_nodes": len(gpu_nodes),
+        "free_nodes": len(discovered["free"]),
+        "planned": len(planned["pairs"]),
+        # pairs left to another live run that held their node (cluster_doctor.store.claims)
+        "deferred": [{k: h.get(k) for k in ("node_name", "test_name", "run_id")}
+                     for h in planned.get("held_by_other_runs") or ()],
+        "counts": counts,
+        "attempts": [{k: a.get(k) for k in ("node_name", "test_name", "status", "reason")} for a in recorded],
+        "newly_failing": newly_failing,
+        "not_eligible": not_eligible,
+        "not_eligible_detail": list(discovered["ineligible"]),
+        "blocked": blocked(discovered),
+        "coverage": coverage(latest_rows, gpu_nodes, discovered["params"]["tests"], now,
+                             dt.timedelta(days=settings["staleness_days"])),
+    }
+
+
+def blocked(discovered: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Tests none of whose pods were created because they could not mount a volume, and why (one line)."""
+    volumes = discovered.get("volumes") or {}
+    if not volumes.get("blocked_tests"):
+        return None
+    return {"tests": list(volumes["blocked_tests"]), "reason": volumes["problem"], "codes": list(volumes.get("codes") or [])}
+
+
+def blocked_line(item: Mapping[str, Any]) -> str:
+    return f"{item['reason']}: no validation pod of {', '.join(item['tests'])} was created"
+
+
+def render(summary: Mapping[str, Any]) -> str:
+    lines = [f"Run summary: {summary['gpu_nodes']} GPU node(s), {summary['free_nodes']} free, "
+             f"{summary['planned']} pair(s) planned" + (" (dry run)" if summary["dry_run"] else "")]
+    counts = summary["counts"]
+    lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s)) or "none")
+    if summary["attempts"]:
+        lines.append(table([[a["node_name"], a["test_name"], a["status"], a["reason"] or ""]
+                            for a in summary["attempts"]], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
+    if summary.get("blocked"):
+        lines.append(f"NOT RUN: {blocked_line(summary['blocked'])}")
+    if summary.get("deferred"):
+        lines.append(f"deferred: {len(summary['deferred'])} pair(s), their node held by another live run: "
+                     f"{compress(d['node_name'] for d in summary['deferred'])}")
+    for item in summary["newly_failing"]:
+        lines.append(f"NEWLY FAILING: {item['node_name']} · {item['test_name']}: {item['reason']}")
+    for reason, names in summary["not_eligible"].items():
+        lines.append(f"not eligible ({reason}): {compress(names)}")
+    cov = summary["coverage"]
+    if cov["gpu_nodes"]:
+        lines.append(f"coverage: {cov['covered_nodes']}/{cov['gpu_nodes']} GPU node(s) fully validated within the "
+                     f"staleness window ({cov['coverage']:.0%}); never validated: {len(cov['never_validated'])}; "
+                     f"failing: {compress(cov['failing_nodes']) or 'none'}")
+    return "\n".join(lines)
+
+
+def verdict(summary: Mapping[str, Any]) -> str | None:
+    """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
+    or a suite erroring, or it could not run its validations (a volume the pods need is unusable).
+    Timeouts, preemptions and skips never fail a run."""
+    bad = [a for a in summary["attempts"] if cov.is_failing(a["status"])]
+    # a planned validation that never reported means the run broke (suite shipping, a killed task)
+    lost = [a for a in summary["attempts"] if (a.get("reason") or "").startswith("the validation task did not report")]
+    if not bad and not lost and not summary.get("blocked"):
+        return None
+    # the deployment problem first: it is why this run (and the next ones) validated nothing
+    problems = [blocked_line(summary["blocked"])] if summary.get("blocked") else []
+    if bad:
+        shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
+        more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
+        problems.append(f"{len(bad)} validation(s) failed in this run: {shown}{more}")
+    if lost:
+        problems.append(f"{len(lost)} planned validation(s) never reported (see ship_suites / validate)")
+    return "; ".join(problems)

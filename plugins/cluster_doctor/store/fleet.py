@@ -1,0 +1,517 @@
+"""Fleet-wide read queries for the fleet health page and the Prometheus metrics.
+
+One query reads the latest state of every pair (``validation_latest``, one row per node and test:
+about 20,000 small rows at 5,000 nodes, times as Unix seconds so decoding stays cheap); the verdicts
+(fresh, stale, covered, failing, never validated) come from ``cluster_doctor.domain.coverage``, the one
+definition the run summary, the daily report and the metrics share. Filtering, natural ordering and
+paging then happen in Python over that snapshot, and only the page's cells are read in full.
+Parametrized SQL only; node names and ranges are validated (``cluster_doctor.domain.nodes``) before they
+reach a query. No Airflow imports: the page, the metrics exporter and the tests share this module.
+
+- GPU nodes: the nodes known to the results database (a node is recorded as soon as the scheduler
+  attempts any test on it).
+- Validation GPU-hours (7 days): sum of duration_s x gpu_count / 3600 over the attempts that
+  finished in the window and held the node's GPUs (pass, fail, error, preempted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import functools
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import hostlist
+import psycopg
+from psycopg.rows import dict_row
+
+from cluster_doctor.domain import coverage, suites
+from cluster_doctor.store import database, fleet_baseline
+from cluster_doctor.domain.attempts import validate_test_name
+from cluster_doctor.domain.nodes import NodeRange, validate_node_name
+from cluster_doctor.reports.text import epoch_time, finite, lenient_timestamps, skip
+from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.store.history import require_schema
+
+# Node-level status filters of the page: value -> label.
+STATUS_FILTERS: dict[str, str] = {k: label for k, (label, _) in coverage.NODE_FILTERS.items()}
+# GPU-seconds of one attempt; a duration or GPU count no attempt can have (a corrupt row) is left out
+# instead of overflowing the sum and failing the page, the scrape or the daily report.
+GPU_SECONDS = "CASE WHEN duration_s <= 1e9 AND gpu_count <= 1e6 THEN duration_s * gpu_count END"
+# Attempts that held the node's GPUs (timeouts never started; skips never created a pod).
+GPU_TIME_STATUSES = (*EXECUTED, Status.PREEMPTED)
+DEFAULT_PER_PAGE = 100
+MAX_PER_PAGE = 200  # keeps a page of the matrix well under 300 KB
+MAX_HISTORY = 200
+TREND_CACHE_S = 300.0
+_TREND_CACHE: dict[tuple, tuple[float, list[dict[str, Any]]]] = {}
+# The fleet page's snapshot (every pair's coverage state, the summary) is reused by later requests for up to
+# this long while no attempt was recorded since (the history's largest id is unchanged): paging,
+# filtering and several viewers then cost one page of cells, not 20,000 rows. Only the staleness
+# threshold's passing can lag by this much; new results never do. 0 turns it off.
+PAGE_SNAPSHOT_CACHE_S = 30.0
+_SNAPSHOT_CACHE: dict[tuple, tuple[float, tuple, dt.datetime, coverage.Assessment, dict[str, Any]]] = {}
+_SNAPSHOT_LOCK = threading.Lock()
+# Fleet bands of the node page's plots: a 14-day statistic, the same for every node of a GPU model.
+BAND_CACHE_S = 900.0
+_BAND_CACHE: dict[tuple, tuple[float, dt.datetime, dict[tuple[str, str], dict[str, Any]]]] = {}
+PLOT_DAYS = 90  # the node page plots a node's last PLOT_POINTS executed attempts per test within this
+PLOT_POINTS = 120
+STATEMENT_TIMEOUT_MS = 15_000  # a page or a scrape never holds the database longer than this
+
+# The GPU model of a pair: its latest executed attempt's, else (never executed: timeouts only) the
+# model discovery recorded with its last attempt, so never-validated nodes still filter by model.
+MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_history h
+                                        WHERE h.node_name = l.node_name AND h.test_name = l.test_name
+                                          AND h.finished_at = l.last_attempt_at AND h.gpu_model IS NOT NULL
+                                        ORDER BY h.id DESC LIMIT 1))"""
+
+# Every pair's latest state; times as Unix seconds (a float decodes ~10x faster than a timestamptz
+# and a time past year 9999 cannot fail the query). {figures} adds one text column per key metric.
+SNAPSHOT_SQL = """
+SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8 AS finished_ts,
+       extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model,
+       {since} AS since_ts{figures}
+  FROM validation_latest l
+"""
+# What a cached page snapshot is checked against: a new attempt (any insert) raises max(id); the
+# database's oid tells a dropped and re-created database of the same name apart. One index probe.
+DATA_VERSION_SQL = """
+SELECT (SELECT max(id) FROM validation_history), (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+# Unix seconds of 0001-01-01 and 9999-12-31: the times Python (and so every page) can show.
+_MIN_TS, _MAX_TS = -62135596800.0, 253402300799.0
+
+
+def _ts(seconds: float | None) -> float | None:
+    """A stored time as Unix seconds, or None (counted) when it is outside what can be shown."""
+    if seconds is None or _MIN_TS <= seconds <= _MAX_TS:
+        return seconds
+    skip("timestamp")
+    return None
+
+
+@functools.lru_cache(maxsize=65536)  # the same few thousand names, sorted on every page and scrape
+def natural_key(name: str) -> tuple:
+    """gpu-2 before gpu-10 (hostlist's numeric order), ties broken by the plain name."""
+    return hostlist.numeric_sort_key(name), name
+
+
+class InvalidFilter(ValueError):
+    """A filter value the page or the API refuses; the message is safe to show."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetFilter:
+    node_range: NodeRange | None = None
+    status: str | None = None
+    gpu_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUS_FILTERS:
+            raise InvalidFilter(f"unknown status filter {self.status!r} (one of: {', '.join(STATUS_FILTERS)})")
+        if self.gpu_model is not None and (len(self.gpu_model) > 200 or "\x00" in self.gpu_model):
+            raise InvalidFilter("GPU model filter is too long or malformed")
+
+    @property
+    def active(self) -> bool:
+        return bool((self.node_range and not self.node_range.is_all) or self.status or self.gpu_model)
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    nodes: list[dict[str, Any]]  # node rows, each with "cells": {test: cell or None}
+    total: int  # nodes matching the filter
+    page: int
+    per_page: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.per_page))
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class FleetQueries:
+    """Read queries over one open connection (one consistent snapshot per page or scrape)."""
+
+    def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime,
+                 snapshot_cache_s: float = 0.0):
+        if not tests:
+            raise ValueError("at least one enabled test is needed")
+        self.conn = conn
+        self.tests = [validate_test_name(t) for t in dict.fromkeys(tests)]  # ordered, unique
+        self.staleness = staleness
+        if now.tzinfo is None:
+            raise ValueError("now must be timezone-aware")
+        self.now = now
+        self._assessment: coverage.Assessment | None = None
+        self._with_figures = False
+        self._summary: dict[str, Any] | None = None
+        self.snapshot_cache_s = snapshot_cache_s
+        self._cache_key: tuple | None = None
+        self._version: tuple | None = None
+        if snapshot_cache_s > 0:
+            self._reuse_snapshot()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def fresh_after(self) -> dt.datetime:
+        return self.now - self.staleness
+
+    def _rows(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return [dict(r) for r in cur.fetchall()]
+
+    def figure_keys(self) -> list[str]:
+        """The key metrics of the enabled suites (catalog order, unique)."""
+        keys: dict[str, None] = {}
+        for test in self.tests:
+            suite = suites.CATALOG.get(test)
+            keys.update(dict.fromkeys(suite.key_metrics if suite else ()))
+        return list(keys)
+
+    # ------------------------------------------------------------------ the snapshot
+    def _reuse_snapshot(self) -> None:
+        """Take the assessment and summary of a recent request over the same data, if there is one."""
+        with self.conn.cursor() as cur:
+            cur.execute(DATA_VERSION_SQL)
+            self._version = tuple(cur.fetchone())
+        self._cache_key = (self.conn.info.dsn, tuple(self.tests), self.staleness)
+        with _SNAPSHOT_LOCK:
+            hit = _SNAPSHOT_CACHE.get(self._cache_key)
+        if (hit is not None and hit[1] == self._version and time.monotonic() - hit[0] <= self.snapshot_cache_s
+                and abs((self.now - hit[2]).total_seconds()) <= self.snapshot_cache_s):
+            self._assessment, self._summary = hit[3], hit[4]
+
+    def _keep_snapshot(self) -> None:
+        if self._cache_key is None or self._assessment is None or self._summary is None:
+            return
+        with _SNAPSHOT_LOCK:
+            _SNAPSHOT_CACHE.clear()  # one fleet per process in practice: keep the newest only
+            _SNAPSHOT_CACHE[self._cache_key] = (time.monotonic(), self._version, self.now, self._assessment,
+                                                self._summary)
+
+    def assessment(self, *, figures: bool = False) -> coverage.Assessment:
+        """Every known node's coverage from one query; ``figures`` also reads the key metrics of each
+        pair (a ``metrics`` dict of finite numbers, for the exporter)."""
+        if self._assessment is not None and (self._with_figures or not figures):
+            return self._assessment
+        keys = self.figure_keys() if figures else []
+        columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
+        # the status's start only feeds the exporter (converting a time costs ~6 ms per 20,000 rows)
+        since = "extract(epoch FROM l.status_since)::float8" if figures else "NULL::float8"
+        with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
+            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, figures=columns),
+                        {f"k{i}": k for i, k in enumerate(keys)})
+            raw = cur.fetchall()
+        per_test = {t: set(suites.CATALOG[t].key_metrics) if t in suites.CATALOG else set() for t in self.tests}
+        rows = []
+        append, lo, hi = rows.append, _MIN_TS, _MAX_TS
+        for node, test, status, finished_ts, last_ts, model, since_ts, *texts in raw:
+            # range checks inline: this loop runs once per pair (20,000 at 5,000 nodes) on every page
+            if finished_ts is not None and not lo <= finished_ts <= hi:
+                finished_ts = _ts(finished_ts)
+            if last_ts is not None and not lo <= last_ts <= hi:
+                last_ts = _ts(last_ts)
+            row = {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
+                   "last_attempt_at": last_ts, "gpu_model": model}
+            if figures:
+                row["since_ts"] = _ts(since_ts)
+                wanted = per_test.get(test, ())
+                row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
+                                  if k in wanted and text is not None and (v := finite(text)) is not None}
+            append(row)
+        nodes = sorted({r[0] for r in raw}, key=natural_key)
+        self._assessment = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness,
+                                           nodes=nodes)
+        self._with_figures = figures
+        return self._assessment
+
+    # ------------------------------------------------------------------ fleet summary
+    def summary(self, *, slo_days: int = coverage.SLO_DAYS) -> dict[str, Any]:
+        """Coverage, never validated, failing nodes, the coverage SLO, validation GPU-hours (7 days)."""
+        if self._summary is not None and slo_days == coverage.SLO_DAYS:
+            return self._summary
+        result = self._compute_summary(slo_days)
+        if slo_days == coverage.SLO_DAYS:
+            self._summary = result
+            self._keep_snapshot()
+        return result
+
+    def _compute_summary(self, slo_days: int) -> dict[str, Any]:
+        assessed = self.assessment()
+        s = assessed.summary()
+        gpu = self.gpu_hours(days=7)
+        samples = self.coverage_trend(days=slo_days) if slo_days else []
+        return {
+            "gpu_nodes": s["gpu_nodes"],
+            "covered_nodes": s["covered_nodes"],
+            "coverage": s["coverage"],
+            "never_validated_nodes": len(s["never_validated"]),
+            "failing_nodes": len(s["failing_nodes"]),
+            "stale_pairs": s["stale_pairs"],
+            "pairs": s["pairs"],
+            "fresh_pairs": s["fresh_pairs"],
+            "pair_coverage": s["pair_coverage"],
+            "pair_coverage_30d": coverage.period_pair_coverage(samples),
+            "worst_staleness_s": s["worst_staleness_s"],
+            "coverage_trend": samples,
+            "gpu_hours_7d": gpu["gpu_hours"],
+            "gpu_attempts_7d": gpu["attempts"],
+            "attempts_without_gpu_count_7d": gpu["without_gpu_count"],
+            "tests": list(self.tests),
+            "staleness_s": self.staleness.total_seconds(),
+            "now": self.now,
+        }
+
+    def coverage_trend(self, *, days: int = coverage.SLO_DAYS) -> list[dict[str, Any]]:
+        """Daily samples of the current fleet's coverage over the last ``days`` UTC days, the last one
+        now. The samples of past days are kept for TREND_CACHE_S (they change only when old results
+        arrive late); the current one always comes from this snapshot."""
+        assessed = self.assessment()
+        past = coverage.day_ends(self.now, days)[:-1]
+        nodes = list(assessed.nodes)
+        key = (self.conn.info.dsn, tuple(past), hash(tuple(nodes)), tuple(self.tests), self.staleness)
+        hit = _TREND_CACHE.get(key)
+        if hit is None or time.monotonic() - hit[0] > TREND_CACHE_S:
+            with self.conn.cursor() as cur:
+                samples = coverage.trend(cur, ends=past, nodes=nodes, tests=self.tests, staleness=self.staleness)
+            _TREND_CACHE.clear()  # one fleet per process in practice: keep the newest only
+            _TREND_CACHE[key] = hit = (time.monotonic(), samples)
+        return [*hit[1], coverage.now_sample(assessed)]
+
+    def gpu_hours(self, *, days: float = 7) -> dict[str, Any]:
+        row = self._rows(
+            f"SELECT coalesce(sum({GPU_SECONDS}), 0) / 3600.0 AS gpu_hours, count(*) AS attempts, "
+            "       count(*) FILTER (WHERE gpu_count IS NULL) AS without_gpu_count "
+            "  FROM validation_history "
+            " WHERE finished_at >= %s AND finished_at <= %s AND status = ANY(%s) AND duration_s IS NOT NULL",
+            (self.now - dt.timedelta(days=days), self.now, list(GPU_TIME_STATUSES)),
+        )[0]
+        return {"gpu_hours": finite(row["gpu_hours"], "gpu_hours") or 0.0, "attempts": int(row["attempts"]),
+                "without_gpu_count": int(row["without_gpu_count"])}
+
+    def gpu_models(self) -> list[str]:
+        return sorted({n.gpu_model for n in self.assessment().nodes.values() if n.gpu_model}
+                      | {p["gpu_model"] for p in self.assessment().pairs if p.get("gpu_model")})
+
+    # ------------------------------------------------------------------ the matrix
+    def _range_names(self, node_range: NodeRange) -> list[str]:
+        """The known node names a range selects, with exactly NodeRange.matches' semantics (the CLI's
+        and the DAG's)."""
+        known = list(self.assessment().nodes)
+        if not node_range.has_patterns:
+            return [n for n in node_range.names if n in self.assessment().nodes]
+        return node_range.filter(known)
+
+    def select(self, flt: FleetFilter = FleetFilter()) -> list[coverage.NodeCoverage]:
+        names = None
+        if flt.node_range is not None and not flt.node_range.is_all:
+            names = self._range_names(flt.node_range)
+        return self.assessment().select(flt.status, names, flt.gpu_model)
+
+    def count_nodes(self, flt: FleetFilter = FleetFilter()) -> int:
+        return len(self.select(flt))
+
+    def nodes_page(self, flt: FleetFilter = FleetFilter(), *, page: int = 1,
+                   per_page: int = DEFAULT_PER_PAGE) -> Page:
+        """One page of nodes in natural order, each with its cells for the enabled tests."""
+        per_page = max(1, min(int(per_page), MAX_PER_PAGE))
+        selected = self.select(flt)
+        total = len(selected)
+        pages = max(1, math.ceil(total / per_page))
+        page = max(1, min(int(page), pages))  # a page past the end shows the last one
+        chosen = selected[(page - 1) * per_page: page * per_page]
+        nodes = [{"node_name": n.node_name, "gpu_model": n.gpu_model, "executed_tests": n.executed_tests,
+                  "fresh_tests": n.fresh_tests, "fail_tests": n.fail_tests, "error_tests": n.error_tests,
+                  "last_attempt_at": epoch_time(n.last_attempt_at)} for n in chosen]
+        cells = self._cells([n["node_name"] for n in nodes]) if nodes else {}
+        for node in nodes:
+            node["cells"] = {t: cells.get((node["node_name"], t)) for t in self.tests}
+        return Page(nodes=nodes, total=total, page=page, per_page=per_page)
+
+    def _cells(self, names: Sequence[str]) -> dict[tuple[str, str], dict[str, Any]]:
+        rows = self._rows(
+            "SELECT node_name, test_name, status, finished_at, status_since, previous_status, reason, "
+            "       gpu_model, last_attempt_at, last_attempt_status, last_attempt_reason "
+            "  FROM validation_latest WHERE node_name = ANY(%s) AND test_name = ANY(%s)",
+            (list(names), self.tests),
+        )
+        out = {}
+        for row in rows:
+            row.update(self.freshness(row))
+            out[(row["node_name"], row["test_name"])] = row
+        return out
+
+    def freshness(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """age_s (None when never executed), stale (older than the threshold, or never executed) and
+        the time the current status has held (status_age_s)."""
+        status, finished = row.get("status"), row.get("finished_at")
+        since = row.get("status_since") if status in EXECUTED else None
+        return {"age_s": coverage.age_s(status, finished, self.now),
+                "stale": not coverage.is_fresh(status, finished, self.fresh_after),
+                "status_age_s": max(0.0, (self.now - since).total_seconds()) if since else None}
+
+    # ------------------------------------------------------------------ one node
+    def node(self, node_name: str) -> dict[str, Any] | None:
+        """The node's latest state per test (enabled tests first, then any other recorded suite)."""
+        validate_node_name(node_name)
+        rows = self._rows(
+            "SELECT l.node_name, l.test_name, l.status, l.started_at, l.finished_at, h.duration_s, l.metrics, "
+            "       l.checks, l.reason, h.log_path, l.gpu_model, h.dag_id, h.run_id, l.history_id, "
+            "       l.status_since, l.previous_status, l.last_attempt_at, l.last_attempt_status, "
+            "       l.last_attempt_reason, h.map_index, h.try_number, h.pod_name, h.suite_version, "
+            f"      h.gpu_count, {MODEL_EXPR} AS model "
+            "  FROM validation_latest l LEFT JOIN validation_history h ON h.id = l.history_id "
+            " WHERE l.node_name = %s",
+            (node_name,),
+        )
+        if not rows:
+            return None
+        by_test = {r["test_name"]: r for r in rows}
+        order = list(self.tests) + sorted(set(by_test) - set(self.tests))
+        cells = []
+        for test in order:
+            row = by_test.get(test) or {"node_name": node_name, "test_name": test, "status": None}
+            row.update(self.freshness(row))
+            row["enabled"] = test in self.tests
+            cells.append(row)
+        # executed results first (newest first), then the never-executed pairs' attempts
+        newest_first = sorted(
+            rows, key=lambda r: (r["finished_at"] is not None, r["finished_at"] or r["last_attempt_at"]), reverse=True)
+        models = [r["model"] for r in newest_first if r.get("model")]
+        return {"node_name": node_name, "gpu_model": models[0] if models else None, "cells": cells}
+
+    def history(self, node_name: str, test_name: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
+        """The node's last attempts, newest first (checks left out: they can be long)."""
+        validate_node_name(node_name)
+        sql = ("SELECT id, node_name, test_name, status, started_at, finished_at, duration_s, metrics, reason, "
+               "       log_path, pod_name, gpu_model, gpu_count, suite_version, dag_id, run_id, map_index, "
+               "       try_number "
+               "  FROM validation_history WHERE node_name = %s")
+        params: list[Any] = [node_name]
+        if test_name:
+            sql += " AND test_name = %s"
+            params.append(validate_test_name(test_name))
+        sql += " ORDER BY finished_at DESC, id DESC LIMIT %s"
+        params.append(max(1, min(int(limit), MAX_HISTORY)))
+        return self._rows(sql, params)
+
+    # ------------------------------------------------------------------ plots of one node
+    def metric_series(self, node_name: str, tests: Sequence[str], *, days: float = PLOT_DAYS,
+                      per_test: int = PLOT_POINTS) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """(test, metric) -> the node's executed attempts of that test, oldest first, as plot points
+        ``{"at", "status", "value"}`` (value None when the attempt lacks the metric as a finite JSON
+        number), for the judged
+        metrics of ``tests``: the last ``per_test`` attempts per test within ``days``, one query over
+        the history's per-pair index."""
+        validate_node_name(node_name)
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in fleet_baseline.JUDGED_METRICS]
+        if not tests:
+            return {}
+        keys = list(dict.fromkeys(k for t in tests for k in fleet_baseline.JUDGED_METRICS[t]))
+        # JSON numbers only, as the verdicts read them: a value stored as text is no measurement
+        columns = "".join(f", CASE WHEN jsonb_typeof(h.metrics->%(k{i})s) = 'number' THEN h.metrics->>%(k{i})s END"
+                          for i in range(len(keys)))
+        with self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT t.test_name, h.status, h.finished_at{columns} "
+                "  FROM unnest(%(tests)s::text[]) AS t(test_name) "
+                " CROSS JOIN LATERAL ("
+                "   SELECT id, status, finished_at, metrics FROM validation_history "
+                "    WHERE node_name = %(node)s AND test_name = t.test_name AND status = ANY(%(executed)s) "
+                "      AND finished_at >= %(since)s AND finished_at <= %(now)s "
+                "    ORDER BY finished_at DESC, id DESC LIMIT %(limit)s) h "
+                " ORDER BY h.finished_at, h.id",
+                {"tests": tests, "node": node_name, "executed": list(EXECUTED), "limit": max(1, int(per_test)),
+                 "since": self.now - dt.timedelta(days=days), "now": self.now,
+                 **{f"k{i}": k for i, k in enumerate(keys)}})
+            raw = cur.fetchall()
+        out: dict[tuple[str, str], list[dict[str, Any]]] = {
+            (t, m): [] for t in tests for m in fleet_baseline.JUDGED_METRICS[t]}
+        for test, status, finished, *values in raw:
+            wanted = fleet_baseline.JUDGED_METRICS[test]
+            for key, text in zip(keys, values, strict=True):
+                if key in wanted:
+                    out[(test, key)].append({"at": finished, "status": status,
+                                             "value": finite(text) if text is not None else None})
+        return out
+
+    def fleet_bands(self, gpu_model: str | None, tests: Sequence[str],
+                    policy: fleet_baseline.BaselinePolicy) -> dict[tuple[str, str], dict[str, Any]]:
+        """The fleet band (median, p10, p90 of the straggler baseline) of each judged metric of ``tests``
+        for one GPU model; kept BAND_CACHE_S (a 14-day statistic: every node page of the model shares it)."""
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests)]
+        key = (self.conn.info.dsn, gpu_model, tuple(tests), policy)
+        hit = _BAND_CACHE.get(key)
+        if (hit is not None and time.monotonic() - hit[0] <= BAND_CACHE_S
+                and abs((self.now - hit[1]).total_seconds()) <= BAND_CACHE_S):
+            return hit[2]
+        with self.conn.cursor() as cur:
+            bands = fleet_baseline.fleet_bands(cur, gpu_model, tests, policy, now=self.now)
+        if len(_BAND_CACHE) > 64:  # a handful of GPU models in practice
+            _BAND_CACHE.clear()
+        _BAND_CACHE[key] = (time.monotonic(), self.now, bands)
+        return bands
+
+    # ------------------------------------------------------------------ metrics
+    def pairs(self) -> list[dict[str, Any]]:
+        """Every known node x enabled test with its latest executed result and key figures.
+
+        Pairs without any row (a node attempted on other tests only) come back with status None,
+        so never-validated pairs are visible to alerting instead of silently absent."""
+        return self.assessment(figures=True).pairs
+
+
+@contextlib.contextmanager
+def open_fleet(
+    connect: database.Connector | Mapping[str, Any] | str,
+    *,
+    tests: Sequence[str],
+    staleness: dt.timedelta,
+    now: dt.datetime | None = None,
+    application_name: str = "cluster-doctor-ui",
+    snapshot_cache_s: float = 0.0,
+) -> Iterator[FleetQueries]:
+    """A read-only, snapshot-consistent FleetQueries on a fresh connection, closed afterwards.
+    ``snapshot_cache_s`` > 0 lets it reuse a recent request's fleet snapshot (PAGE_SNAPSHOT_CACHE_S).
+
+    Raises database.DatabaseUnavailable (one line) when the database cannot be reached and
+    SchemaMissing when it has no (current) schema."""
+    connect = database.connector(connect)
+    conn = connect(application_name=application_name)
+    try:
+        lenient_timestamps(conn)
+        # One snapshot for every query of a page or scrape: the summary and the matrix agree.
+        conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(STATEMENT_TIMEOUT_MS),))
+            # short queries over many rows: JIT compilation costs more than it saves here
+            cur.execute("SELECT set_config('jit', 'off', true)")
+        require_schema(conn, str(connect))
+        yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
+                           snapshot_cache_s=snapshot_cache_s)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.rollback()
+        conn.close()
+
+
+def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | str, *, now: dt.datetime | None = None,
+             application_name: str = "cluster-doctor-ui",
+             snapshot_cache_s: float = 0.0) -> contextlib.AbstractContextManager[FleetQueries]:
+    """open_fleet with the enabled suites and the staleness threshold of a config.Settings."""
+    return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
+                      application_name=application_name, snapshot_cache_s=snapshot_cache_s)

@@ -1,0 +1,6 @@
+"""The fleet health page and the metrics route: a FastAPI app, mounted by the Airflow api-server
+(``cluster_doctor.airflow.plugin``) or served standalone (``cluster-doctor serve``).
+
+May import: the layers below (``reports``, ``kube``, ``store``, ``domain``), FastAPI and Airflow's
+auth manager. How settings and the database are reached is handed in by whoever creates the app.
+"""

@@ -1,0 +1,459 @@
+"""The fleet health page and the metrics route: a FastAPI app the Airflow api-server mounts.
+
+Registered by ``plugins/cluster_doctor_plugin.py`` (``fastapi_apps`` at ``/cluster-doctor`` plus an
+``external_views`` entry in the UI's navigation). Airflow does not protect plugin apps by itself, so
+every route here authenticates with Airflow's own machinery: the JWT the UI keeps in the ``_token``
+cookie (or an ``Authorization: Bearer`` header), checked by ``airflow.api_fastapi.core_api.security
+.get_user``, then authorized by the configured auth manager as read access to the task instances of
+the ``continuous_validation`` DAG. Anonymous browsers are redirected to the login page, API
+clients get 401. The metrics route additionally accepts a static scrape token (docs/metrics.md).
+
+Server-rendered HTML (Jinja2, autoescaped), one page of nodes at a time; everything is computed by
+``cluster_doctor.store.fleet`` in SQL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import secrets
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import markupsafe
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cluster_doctor.reports import charts, metrics
+from cluster_doctor.store import database, fleet, fleet_baseline
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.attempts import validate_test_name
+from cluster_doctor.domain.config import InvalidSettings, Settings
+from cluster_doctor.domain.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, validate_node_name
+from cluster_doctor.domain.status import FAILING
+from cluster_doctor.store.history import SchemaMissing
+from cluster_doctor.reports.templating import environment
+
+MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
+URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-health
+DAG_ID = "continuous_validation"  # whoever may read its task instances may read their results
+VALIDATE_TASK_ID = "validate"  # the mapped task of the DAG that runs one node · test pair
+FLEET_QUERY_KEYS = ("nodes", "status", "gpu_model", "per_page", "page")
+
+ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
+SettingsProvider = Callable[[], Settings]
+
+
+# ---------------------------------------------------------------------------------------- Airflow glue
+def airflow_settings() -> Settings:
+    from cluster_doctor.airflow.runtime import load_settings
+
+    return load_settings()
+
+
+def airflow_connector(settings: Settings) -> database.Connector:
+    """The provider's PostgresHook for the Airflow connection ``validation_db`` (env, secrets backend
+    or metastore); a missing connection is a one-line DatabaseUnavailable."""
+    return database.hook_connector(settings.validation_db_conn_id)
+
+
+def _authorize(user: Any) -> None:
+    """Read access to the DAG's task instances, as decided by the configured auth manager."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.configuration import conf
+
+    team_name = None
+    if conf.getboolean("core", "multi_team", fallback=False):
+        from airflow.models.dag import DagModel
+
+        team_name = DagModel.get_team_name(DAG_ID)
+    allowed = get_auth_manager().is_authorized_dag(
+        method="GET", access_entity=DagAccessEntity.TASK_INSTANCE,
+        details=DagDetails(id=DAG_ID, team_name=team_name), user=user)
+    if not allowed:
+        raise HTTPException(status_code=403, detail=f"Forbidden: reading the results needs read access to "
+                                                    f"the task instances of the {DAG_ID} DAG")
+
+
+async def require_ui_access(request: Request) -> Any:
+    """The Airflow user of this request (JWT cookie or bearer header), authorized; else 401/403."""
+    # Imported here, not at module level: every Airflow process loads the plugin module, only the
+    # api-server (which has imported it already) needs Airflow's API security code.
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    credentials = await bearer_scheme(request)
+    user = await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+    await run_in_threadpool(_authorize, user)  # an auth manager may query its database
+    return user
+
+
+async def require_metrics_access(request: Request) -> None:
+    """A request carrying the configured scrape token, or else an authenticated, authorized Airflow user."""
+    if metrics.token_matches(request.headers.get("authorization"), metrics.configured_token()):
+        return None
+    await require_ui_access(request)
+    return None
+
+
+def login_url(request: Request) -> str:
+    """The auth manager's login page, coming back to this page inside the Airflow UI."""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    next_url = f"{airflow_base(request)}plugin/{URL_ROUTE}{path}"
+    return get_auth_manager().get_url_login(next_url=next_url)
+
+
+# ---------------------------------------------------------------------------------------- rendering
+def airflow_base(request: Request) -> str:
+    """The Airflow UI root ('/' or '/<base_url path>/'), from where this app is mounted."""
+    root = request.scope.get("root_path", "") or ""
+    if root.endswith(MOUNT_PREFIX):
+        root = root[: -len(MOUNT_PREFIX)]
+    return root.rstrip("/") + "/"
+
+
+def app_base(request: Request) -> str:
+    return (request.scope.get("root_path", "") or "").rstrip("/")
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    seconds = max(0, int(seconds))
+    days, rem = divmod(seconds, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes = rem // 60
+    if days:
+        return f"{days}d {hours}h" if hours and days < 10 else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    return f"{minutes}m" if minutes else f"{seconds}s"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    hours, rem = divmod(seconds, 3600)
+    minutes, secs = divmod(rem, 60)
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
+def format_number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.1f}"
+
+
+def format_ts(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if value else ""
+
+
+def quote(value: Any) -> str:
+    return urllib.parse.quote(str(value), safe="")
+
+
+def ti_url(request: Request, row: Mapping[str, Any]) -> str | None:
+    """The Airflow 3 UI page of the task instance that produced a row (route of the 3.3 UI)."""
+    dag_id, run_id = row.get("dag_id"), row.get("run_id")
+    if not dag_id or not run_id:
+        return None  # imported from a file or recorded by hand: no task instance
+    url = f"{airflow_base(request)}dags/{quote(dag_id)}/runs/{quote(run_id)}/tasks/{VALIDATE_TASK_ID}"
+    map_index = row.get("map_index")
+    if map_index is not None and map_index >= 0:
+        url += f"/mapped/{int(map_index)}"
+    try_number = row.get("try_number")
+    if try_number:  # the UI opens that try's log; 0 marks a row the record task wrote (never ran)
+        url += f"?try_number={int(try_number)}"
+    return url
+
+
+def key_figures(test: str, values: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The suite's key figures present in a metrics JSON, formatted, catalog order."""
+    if not values:
+        return []
+    suite = suites.CATALOG.get(test)
+    keys = suite.key_metrics if suite else tuple(sorted(values))[:4]
+    return [(k, format_number(values[k])) for k in keys if k in values and values[k] is not None]
+
+
+def bad_checks(checks: Iterable[Mapping[str, Any]] | None, limit: int = 10) -> list[Mapping[str, Any]]:
+    out = [c for c in (checks or []) if isinstance(c, Mapping) and c.get("status") in FAILING]
+    return out[:limit]
+
+
+def cell_title(now: dt.datetime, test: str, cell: Mapping[str, Any] | None) -> str:
+    """The hover text of a matrix cell: status, since when, reason, the last attempt if different."""
+    if not cell:
+        return f"{test}: never attempted on this node"
+    lines = []
+    if cell.get("status"):
+        since = cell.get("status_since")
+        lines.append(f"{test}: {cell['status']} since {format_ts(since)}"
+                     + (f" ({format_age((now - since).total_seconds())})" if since else "")
+                     + (f", before: {cell['previous_status']}" if cell.get("previous_status") else ""))
+        if cell.get("finished_at") != since or cell.get("stale"):
+            stale = " · STALE" if cell.get("stale") else ""
+            lines.append(f"last run {format_ts(cell.get('finished_at'))}{stale}")
+        if cell.get("reason") and cell["status"] != "pass":  # a pass says "all checks passed": noise
+            lines.append(_clip(cell["reason"], 300))
+    else:
+        lines.append(f"{test}: never executed")
+    if cell.get("last_attempt_at") and (cell.get("last_attempt_status") != cell.get("status")):
+        why = f": {_clip(cell['last_attempt_reason'], 200)}" if cell.get("last_attempt_reason") else ""
+        lines.append(f"last attempt: {cell.get('last_attempt_status')} {format_ts(cell['last_attempt_at'])}{why}")
+    return "\n".join(lines)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+@dataclasses.dataclass
+class _Form:
+    nodes: str = ""
+    status: str = ""
+    gpu_model: str = ""
+    per_page: int = fleet.DEFAULT_PER_PAGE
+    page: int = 1
+
+    def query(self, **changes: Any) -> str:
+        values = {**dataclasses.asdict(self), **changes}
+        if values.get("page") == 1:
+            values.pop("page")
+        if values.get("per_page") == fleet.DEFAULT_PER_PAGE:
+            values.pop("per_page")
+        return urllib.parse.urlencode({k: v for k, v in values.items() if v not in ("", None)})
+
+
+def _safe_fleet_query(raw: str | None) -> str:
+    """Re-encode a carried fleet query string keeping known keys only (no open redirects, no junk)."""
+    if not raw:
+        return ""
+    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(raw[:4000]) if k in FLEET_QUERY_KEYS]
+    return urllib.parse.urlencode(pairs)
+
+
+# ---------------------------------------------------------------------------------------- dependencies
+@dataclasses.dataclass
+class Backend:
+    """Where the app reads from: injectable for tests; the defaults read Airflow's Variable
+    ``cluster_doctor_settings`` and connection ``validation_db`` on every request (so edits apply
+    without restarting the api-server). One metrics collector per app keeps its family cache."""
+
+    connector_provider: ConnectorProvider = airflow_connector
+    settings_provider: SettingsProvider = airflow_settings
+    clock: Callable[[], dt.datetime] = fleet.utcnow
+    collector: metrics.ClusterDoctorCollector | None = None
+
+    def __post_init__(self) -> None:
+        if self.collector is None:
+            self.collector = metrics.ClusterDoctorCollector(self.connector_provider, self.settings_provider,
+                                                            clock=self.clock)
+
+    def load(self) -> tuple[Settings, database.Connector]:
+        settings = self.settings_provider()
+        return settings, self.connector_provider(settings)
+
+
+def get_backend(request: Request) -> Backend:
+    return request.app.state.backend
+
+
+def get_now(backend: Backend = Depends(get_backend)) -> dt.datetime:
+    return backend.clock()
+
+
+def failure(exc: Exception) -> tuple[int, str, str]:
+    """(HTTP status, title, message) of an expected failure, shown on the page; anything else is a bug."""
+    if isinstance(exc, database.DatabaseUnavailable):
+        return 503, "Results database unavailable:", str(exc)
+    if isinstance(exc, SchemaMissing):
+        return 503, "Results schema missing:", str(exc)
+    if isinstance(exc, database.InvalidDatabaseUrl):
+        return 503, "Results database misconfigured:", str(exc)
+    if isinstance(exc, InvalidSettings):
+        return 503, "Invalid Cluster Doctor settings:", str(exc)
+    raise exc
+
+
+def html(template: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    nonce = secrets.token_urlsafe(16)
+    body = environment("cluster_doctor.web").get_template(template).render(nonce=nonce, **context)
+    response = HTMLResponse(body, status_code=status_code)
+    response.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'self'; base-uri 'none'")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    return response
+
+
+def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any]:
+    base = app_base(request)
+
+    def node_url(node: str, test: str | None = None) -> str:
+        # carry the fleet filters along so the node page links back to the same view
+        query = {k: v for k, v in (("test", test), ("q", carry)) if v}
+        return f"{base}/nodes/{quote(node)}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+
+    return {
+        "base": base, "now": now, "ts": format_ts, "duration": format_duration,
+        "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
+        "pct": lambda r: "–" if r is None else f"{math.floor(r * 1000) / 10:.1f} %",
+        "days": lambda s: f"{s / 86400:g} days",
+        "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
+        "figures": key_figures, "bad_checks": bad_checks,
+        "cell_title": lambda test, cell: cell_title(now, test, cell),
+        "error": None, "error_title": "", "standalone": False,
+        "coverage_svg": charts.coverage_svg, "inf": math.inf,
+    }
+
+
+def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
+               test: str | None = None) -> list[dict[str, Any]]:
+    """The node page's plots: per judged metric of each of the node's tests (or of ``test``), its
+    history with the fleet band of its GPU model, on one shared time axis."""
+    tests = [test] if test else [c["test_name"] for c in node["cells"]]
+    series = fq.metric_series(node["node_name"], tests)
+    if not any(p["value"] is not None for points in series.values() for p in points):
+        return []
+    policy = fleet_baseline.BaselinePolicy.from_mapping(settings.fleet_verdicts)
+    bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in series], policy)
+    times = [p["at"] for points in series.values() for p in points]
+    start, end = min(times), max([fq.now, *times])
+    start = min(start, end - dt.timedelta(days=1))  # a day at least: a single run is not a line
+    return [{"test": t, "metric": m, "band": bands.get((t, m)),
+             "svg": charts.metric_svg(points, metric=m, chart_id=f"plot-{t}-{m}", band=bands.get((t, m)),
+                                      start=start, end=end)}
+            for (t, m), points in series.items()]
+
+
+# ---------------------------------------------------------------------------------------- routes
+pages = APIRouter(dependencies=[Depends(require_ui_access)])
+scrape = APIRouter()
+
+
+@pages.get("/", response_class=HTMLResponse)
+def fleet_page(
+    request: Request,
+    nodes: str = Query("", max_length=2000),
+    status: str = Query("", max_length=20),
+    gpu_model: str = Query("", max_length=200),
+    per_page: int = Query(fleet.DEFAULT_PER_PAGE, ge=1, le=fleet.MAX_PER_PAGE),
+    page: int = Query(1, ge=1, le=1_000_000),
+    backend: Backend = Depends(get_backend),
+    now: dt.datetime = Depends(get_now),
+) -> HTMLResponse:
+    form = _Form(nodes=nodes.strip(), status=status, gpu_model=gpu_model, per_page=per_page, page=page)
+    ctx = common(request, now, carry=form.query())
+    ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
+               tests=[], filtered=False,
+               fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
+    code = 200
+    try:
+        flt = fleet.FleetFilter(node_range=parse_node_range(form.nodes) if form.nodes else None,
+                                status=form.status or None, gpu_model=form.gpu_model or None)
+    except (InvalidNodeRange, fleet.InvalidFilter) as exc:
+        ctx.update(error=str(exc), error_title="Invalid filter:")
+        flt, code = None, 400
+    try:
+        settings, connect = backend.load()
+        with fleet.open_for(settings, connect, now=now, snapshot_cache_s=fleet.PAGE_SNAPSHOT_CACHE_S) as q:
+            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests)
+            if flt is not None:
+                page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
+                ctx.update(page=page_, filtered=flt.active)
+                form.page = page_.page
+    except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
+        code, title, text = failure(exc)
+        ctx.update(error=text, error_title=title)
+    return html("fleet.html", ctx, code)
+
+
+@pages.get("/nodes/{node_name}", response_class=HTMLResponse)
+def node_page(
+    request: Request,
+    node_name: str,
+    test: str = Query("", max_length=63),
+    limit: int = Query(50, ge=1, le=fleet.MAX_HISTORY),
+    q: str = Query("", max_length=4000),
+    backend: Backend = Depends(get_backend),
+    now: dt.datetime = Depends(get_now),
+) -> HTMLResponse:
+    try:
+        validate_node_name(node_name)
+    except InvalidNodeName as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    try:
+        if test:
+            validate_test_name(test)
+    except ValueError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    carried = _safe_fleet_query(q)
+    ctx = common(request, now, carry=carried)
+    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[],
+               back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
+    code = 200
+    try:
+        settings, connect = backend.load()
+        with fleet.open_for(settings, connect, now=now) as fq:
+            node = fq.node(node_name)
+            if node is not None:
+                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit),
+                           plots=node_plots(fq, node, settings, test or None))
+    except Exception as exc:  # noqa: BLE001
+        code, title, text = failure(exc)
+        ctx.update(error=text, error_title=title)
+    if code == 200 and ctx["node"] is None:
+        code = 404
+        ctx.update(error=f"{node_name} has no recorded attempt.", error_title="Unknown node:")
+    return html("node.html", ctx, code)
+
+
+@scrape.get("/metrics", dependencies=[Depends(require_metrics_access)])
+def metrics_route(request: Request, backend: Backend = Depends(get_backend)) -> Response:
+    body, headers = metrics.encode(metrics.make_registry(backend.collector), request.headers.get("accept"),
+                                   request.headers.get("accept-encoding"))
+    return Response(body, headers={**headers, "Cache-Control": "no-store"})
+
+
+async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    wants_html = ("text/html" in request.headers.get("accept", "")
+                  and not request.url.path.endswith("/metrics"))
+    if exc.status_code == 401 and wants_html:
+        return RedirectResponse(login_url(request), status_code=303)
+    if wants_html and exc.status_code in (403, 404):
+        text = markupsafe.escape(str(exc.detail))
+        return HTMLResponse(f"<!doctype html><title>{exc.status_code}</title><p>{text}</p>",
+                            status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
+# ---------------------------------------------------------------------------------------- the app
+def create_app(
+    *,
+    connector_provider: ConnectorProvider = airflow_connector,
+    settings_provider: SettingsProvider = airflow_settings,
+    clock: Callable[[], dt.datetime] = fleet.utcnow,
+) -> FastAPI:
+    """The plugin app: the page and metrics routers over one Backend (providers injectable for tests)."""
+    app = FastAPI(title="Cluster Doctor", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.backend = Backend(connector_provider, settings_provider, clock)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.include_router(pages)
+    app.include_router(scrape)
+    return app

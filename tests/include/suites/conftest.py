@@ -1,0 +1,205 @@
+"""Shared helpers for the suite tests: run a suite (subprocess or in-process), load its artifacts,
+validate them against the schema, and fake external tools (fio, nvidia-smi, dcgmi, all_reduce_perf)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from jsonschema import Draft202012Validator
+
+ROOT = Path(__file__).resolve().parents[3]
+SUITES_DIR = ROOT / "include" / "suites"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PREFIX = "CLUSTER_DOCTOR_RESULT "
+
+
+def _schema() -> dict:
+    return json.loads((SUITES_DIR / "result.schema.json").read_text())
+
+
+def result_validator() -> Draft202012Validator:
+    return Draft202012Validator(_schema())
+
+
+def summary_validator() -> Draft202012Validator:
+    s = _schema()
+    return Draft202012Validator({"$ref": "#/$defs/summary", "$defs": s["$defs"]})
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # the suites come from the installed distribution
+    for k in list(env):  # the suites read these; a developer's shell must not change the tests
+        if k.startswith("CLUSTER_DOCTOR_") or k in ("NODE_NAME", "SLURMD_NODENAME", "NCCL_IB_HCA"):
+            del env[k]
+    env.update(extra or {})
+    return env
+
+
+def _artifacts(rc: int, stdout: str, stderr: str, term: Path) -> SimpleNamespace:
+    ns = SimpleNamespace(
+        rc=rc,
+        stdout=stdout,
+        stderr=stderr,
+        summary=None,
+        term_bytes=None,
+        result=None,
+        log=None,
+        stdout_summary=None,
+    )
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    if lines and lines[-1].startswith(PREFIX):
+        ns.stdout_summary = json.loads(lines[-1][len(PREFIX) :])
+    if term.exists():
+        ns.term_bytes = term.read_bytes()
+        ns.summary = json.loads(ns.term_bytes)
+    s = ns.summary or ns.stdout_summary
+    if s and s.get("result_path") and Path(s["result_path"]).exists():
+        ns.result = json.loads(Path(s["result_path"]).read_text())
+    if s and s.get("log_path") and Path(s["log_path"]).exists():
+        ns.log = Path(s["log_path"]).read_text()
+    return ns
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """Run `python -m cluster_doctor_suites.<suite>` exactly as the pod does; returns rc, summary, result, log."""
+
+    def run(
+        suite: str,
+        *args: str,
+        env: dict | None = None,
+        timeout: float = 120,
+        node: str = "test-node-01",
+        output_dir: Path | None = None,
+    ):
+        out = output_dir or tmp_path / "out"
+        term = tmp_path / f"termination-log-{suite}"
+        argv = [
+            sys.executable,
+            "-m",
+            f"cluster_doctor_suites.{suite}",
+            "--node",
+            node,
+            "--output-dir",
+            str(out),
+            "--termination-log",
+            str(term),
+            *args,
+        ]
+        p = subprocess.run(argv, capture_output=True, text=True, env=_env(env), timeout=timeout, cwd=tmp_path)
+        return _artifacts(p.returncode, p.stdout, p.stderr, term)
+
+    return run
+
+
+@pytest.fixture
+def run_inproc(tmp_path, capsys):
+    """Run a suite's main(argv) in this process (for monkeypatched fault injection)."""
+
+    def run(module, *args: str, node: str = "test-node-01"):
+        out = tmp_path / "out"
+        term = tmp_path / f"termination-log-{module.SUITE}"
+        rc = module.main(["--node", node, "--output-dir", str(out), "--termination-log", str(term), *args])
+        captured = capsys.readouterr()
+        return _artifacts(rc, captured.out, captured.err, term)
+
+    return run
+
+
+@pytest.fixture
+def fake_tool(tmp_path):
+    """An executable shell script standing in for a real tool."""
+
+    def make(name: str, body: str) -> Path:
+        d = tmp_path / "bin"
+        d.mkdir(exist_ok=True)
+        p = d / name
+        p.write_text("#!/bin/sh\n" + body + "\n")
+        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return p
+
+    return make
+
+
+def check_artifacts(ns, *, status: str, suite: str) -> None:
+    """The contract every run must meet, whatever its verdict."""
+    codes = {"pass": 0, "fail": 1, "error": 2}
+    assert ns.rc == codes[status], (ns.rc, ns.stdout[-3000:], ns.stderr[-3000:])
+    assert ns.summary is not None, "no termination log written"
+    assert len(ns.term_bytes) < 4096
+    summary_validator().validate(ns.summary)
+    assert ns.summary["status"] == status and ns.summary["suite"] == suite
+    assert ns.stdout_summary == ns.summary, "last stdout line must be the summary"
+    assert ns.result is not None, "no result JSON"
+    result_validator().validate(ns.result)
+    assert ns.result["status"] == status
+    assert ns.log is not None and ns.log.rstrip().splitlines()[-1] == PREFIX + json.dumps(
+        ns.summary, separators=(",", ":")
+    ), "the log must end with the summary line"
+    rp, lp = Path(ns.summary["result_path"]), Path(ns.summary["log_path"])
+    assert rp.parent == lp.parent and rp.with_suffix(".log") == lp
+    assert rp.parent.parent.name == suite and rp.name.startswith(f"{suite}_{ns.summary['node']}_")
+    assert not [p for p in rp.parent.iterdir() if p.name.startswith(".")], "temporary files left behind"
+    from cluster_doctor_suites import codes
+
+    for c in ns.result["checks"]:  # every non-pass check carries a documented, specific code
+        if c["status"] != "pass":
+            assert c["code"] in codes.registry() and c["code"] != codes.UNCLASSIFIED, (c["name"], c["status"], c["code"])
+    skipped = any(c["status"] == "skip" for c in ns.result["checks"])
+    assert ns.result["incomplete"] is skipped and ns.summary["incomplete"] is skipped
+    if status == "pass" and skipped:
+        assert ns.summary["reason"].startswith("pass, ") and "could not run" in ns.summary["reason"]
+
+
+def failing(ns, name: str | None = None, status: str = "fail") -> list[dict]:
+    return [c for c in ns.result["checks"] if c["status"] == status and (name is None or c["name"] == name)]
+
+
+def dcgm4_document(excerpt: str, version: str | None = None) -> str:
+    """DCGM#215's DCGM 4 test object as a whole `dcgmi diag -j` document: the excerpt (its trailing
+    comma dropped) inside the DCGM 4 skeleton of DCGM's testing/python3/dcgm_diag_schema.json
+    ("DCGM Diagnostic" > "test_categories" > "Hardware", where dcgmi lists the diagnostic test).
+    `version` adds a `metadata` block; the reporter did not give the exact 4.x version."""
+    body = excerpt.rstrip().rstrip(",")
+    meta = f',\n\t"metadata" :\n\t{{\n\t\t"version" : "{version}"\n\t}}' if version else ""
+    return (
+        '{\n\t"DCGM Diagnostic" :\n\t{\n\t\t"test_categories" :\n\t\t[\n\t\t\t{\n'
+        '\t\t\t\t"category" : "Hardware",\n\t\t\t\t"tests" :\n\t\t\t\t[\n'
+        + body
+        + "\n\t\t\t\t]\n\t\t\t}\n\t\t]\n\t}" + meta + "\n}\n"
+    )
+
+
+
+@pytest.fixture
+def h():
+    """Helpers for test modules (pytest's importlib mode gives test files no sibling imports)."""
+    return SimpleNamespace(
+        FIXTURES=FIXTURES,
+        SUITES_DIR=SUITES_DIR,
+        ROOT=ROOT,
+        PREFIX=PREFIX,
+        fx=lambda *parts: FIXTURES.joinpath(*parts).read_text(),
+        check_artifacts=check_artifacts,
+        failing=failing,
+        result_validator=result_validator,
+        summary_validator=summary_validator,
+        env=_env,
+        dcgm4_document=dcgm4_document,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _clean_suite_env(monkeypatch):
+    """In-process runs read the environment too: a developer's CLUSTER_DOCTOR_* must not leak in."""
+    for k in list(os.environ):
+        if k.startswith("CLUSTER_DOCTOR_") or k in ("NODE_NAME", "SLURMD_NODENAME", "NCCL_IB_HCA"):
+            monkeypatch.delenv(k, raising=False)

@@ -1,0 +1,449 @@
+"""The fault catalog (include/suites/FAULTS.md), proven: one parametrized case per fault
+class, injected the way it happens (fake tools on PATH that print genuine or declared-derived outputs
+with the real exit codes, CPU-mode fault hooks in torch), asserting status, check, code, device and
+reason. FAULTS.md and this file are checked against each other."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from cluster_doctor_suites import codes, dl_unit, gpu_health, nccl_loopback, storage_fio
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
+A100 = (FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml").read_text()
+A100_PCI = "PCI:0000:00:04"  # the GPU of the A100 output, as the kernel log names it
+
+
+@dataclass
+class Fault:
+    id: str
+    suite: str
+    status: str  # the suite's verdict
+    check: str
+    code: str
+    device: str | None = None
+    reason: str = ""  # substring of the summary's reason
+    check_status: str | None = None  # when the check's status differs from the verdict (skip / warn)
+
+
+def _tool(bindir: Path, name: str, body: str) -> str:
+    bindir.mkdir(exist_ok=True)
+    p = bindir / name
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(p)
+
+
+# ---------------------------------------------------------------------------------------- gpu_health
+def _xml(*edits: tuple[str, str]) -> str:
+    """Derived from the genuine A100 output: each edit replaces one exact fragment (asserted present)."""
+    text = A100
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+REMAP = "<remapped_rows>N/A</remapped_rows>"
+
+
+def _remap(pending: str, failure: str, unc: int) -> tuple[str, str]:
+    return REMAP, (
+        f"<remapped_rows><remapped_row_corr>0</remapped_row_corr><remapped_row_unc>{unc}</remapped_row_unc>"
+        f"<remapped_row_pending>{pending}</remapped_row_pending>"
+        f"<remapped_row_failure>{failure}</remapped_row_failure></remapped_rows>"
+    )
+
+
+# R570+ prints these two elements after gpu_virtualization_mode (layout of the 575.51.02 output)
+def _recovery(action: str, reset: str = "No") -> tuple[str, str]:
+    anchor = "        <ibmnpu>"
+    return anchor, (
+        f"        <gpu_reset_status><reset_required>{reset}</reset_required>"
+        f"<drain_and_reset_recommended>No</drain_and_reset_recommended></gpu_reset_status>\n"
+        f"        <gpu_recovery_action>{action}</gpu_recovery_action>\n" + anchor
+    )
+
+
+GPU_XML = {
+    "ecc_uncorrected": (("<dram_uncorrectable>N/A</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>"),),
+    "row_remap_pending": (_remap("Yes", "No", 2),),
+    "row_remap_failed": (_remap("No", "Yes", 512),),
+    "retired_pages_pending": (("<pending_retirement>N/A</pending_retirement>", "<pending_retirement>Yes</pending_retirement>"),),
+    "recovery_action": (_recovery("Drain and Reset"),),
+    "reset_required": (_recovery("None", reset="Yes"),),
+    "throttle_hw_slowdown": (
+        ("<clocks_throttle_reason_hw_slowdown>Not Active</clocks_throttle_reason_hw_slowdown>",
+         "<clocks_throttle_reason_hw_slowdown>Active</clocks_throttle_reason_hw_slowdown>"),
+    ),
+    "throttle_thermal": (
+        ("<clocks_throttle_reason_hw_thermal_slowdown>Not Active</clocks_throttle_reason_hw_thermal_slowdown>",
+         "<clocks_throttle_reason_hw_thermal_slowdown>Active</clocks_throttle_reason_hw_thermal_slowdown>"),
+    ),
+    "pcie_width_degraded": (("<current_link_width>16x</current_link_width>", "<current_link_width>8x</current_link_width>"),),
+    "pcie_gen_degraded": (("<current_link_gen>4</current_link_gen>", "<current_link_gen>3</current_link_gen>"),),
+}
+
+CRITICAL_XIDS = [48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120]
+APPLICATION_XIDS = [13, 31, 43, 45]
+
+
+def _xid_line(xid: int) -> str:
+    # the driver's line layout (see fixtures/kernel/dmesg_xids_derived.txt), Xid number varied
+    return f"[  120.000000] NVRM: Xid ({A100_PCI}): {xid}, pid=1234, name=python3, injected by the fault catalog\n"
+
+
+FALLEN_570 = (FIXTURES / "kernel" / "dmesg_fallen_off_bus_570.158.01.txt").read_text().replace("0000:b3:00.0", "0000:00:04.0")
+
+GPU_FAULTS = [
+    Fault("ecc_uncorrected", "gpu_health", "fail", "ecc_uncorrected_volatile", "ECC_UNCORRECTED", "cuda:0", "uncorrected ECC"),
+    Fault("row_remap_pending", "gpu_health", "fail", "row_remap_pending", "ROW_REMAP_PENDING", "cuda:0", "reset the GPU"),
+    Fault("row_remap_failed", "gpu_health", "fail", "row_remap_failure", "ROW_REMAP_FAILURE", "cuda:0", "RMA"),
+    Fault("retired_pages_pending", "gpu_health", "fail", "retired_pages_pending", "RETIRED_PAGES_PENDING", "cuda:0"),
+    Fault("recovery_action", "gpu_health", "fail", "recovery_action", "GPU_RECOVERY_ACTION", "cuda:0", "Drain and Reset"),
+    Fault("reset_required", "gpu_health", "fail", "reset_required", "GPU_RESET_REQUIRED", "cuda:0"),
+    Fault("throttle_hw_slowdown", "gpu_health", "fail", "clock_throttle", "CLOCK_THROTTLE_HW", "cuda:0", "hw_slowdown"),
+    Fault("throttle_thermal", "gpu_health", "fail", "clock_throttle", "CLOCK_THROTTLE_HW", "cuda:0", "hw_thermal_slowdown"),
+    Fault("pcie_width_degraded", "gpu_health", "fail", "pcie_width", "PCIE_WIDTH_DEGRADED", "cuda:0", "PCIe x8"),
+    Fault("pcie_gen_degraded", "gpu_health", "fail", "pcie_gen", "PCIE_GEN_DEGRADED", "cuda:0", "Gen3 < Gen4 at P0"),
+    *[Fault(f"xid_{x}", "gpu_health", "fail", "xid", "XID_CRITICAL", "cuda:0", f"Xid {x} (critical") for x in CRITICAL_XIDS],
+    *[Fault(f"xid_{x}", "gpu_health", "pass", "xid", "XID_WARNING", "cuda:0", "", "warn") for x in APPLICATION_XIDS],
+    Fault("fallen_off_bus_xid79", "gpu_health", "fail", "xid", "XID_CRITICAL", "cuda:0", "GPU has fallen off the bus"),
+    Fault("fallen_off_bus_no_xid", "gpu_health", "fail", "gpu_fallen_off_bus", "GPU_FALLEN_OFF_BUS", "cuda:0", "fallen off the bus"),
+    Fault("kernel_log_unreadable", "gpu_health", "pass", "xid", "KERNEL_LOG_UNREADABLE", None, "could not run", "skip"),
+    Fault("gpu_count_low", "gpu_health", "fail", "gpu_count", "GPU_COUNT_LOW", None, "expected 2 GPUs, found 1"),
+    Fault("driver_unreachable", "gpu_health", "fail", "gpu_query", "GPU_DRIVER_UNREACHABLE", None, "couldn't communicate"),
+    Fault("dcgm_diag_fail", "gpu_health", "fail", "dcgm_page_retirement_row_remap", "DCGM_DIAG_FAIL", None, "Page Retirement"),
+]
+
+
+def _run_gpu_health(run_inproc, tmp_path, fault: Fault):
+    bindir = tmp_path / "bin"
+    xml = tmp_path / "smi.xml"
+    xml.write_text(_xml(*GPU_XML.get(fault.id, ())))
+    smi_out, smi_rc = xml, 0
+    if fault.id == "driver_unreachable":  # nvidia-smi's own message and exit code 9
+        smi_out, smi_rc = FIXTURES / "smi" / "nvidia-smi_driver_not_loaded.txt", 9
+    smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{smi_out}"; exit {smi_rc} ;; *) exit 3 ;; esac')
+    log = tmp_path / "kmsg"
+    dmesg_rc = 0
+    if fault.id.startswith("xid_"):
+        log.write_text(_xid_line(int(fault.id[4:])))
+    elif fault.id == "fallen_off_bus_xid79":
+        log.write_text(f"[  120.000000] NVRM: Xid ({A100_PCI}): 79, GPU has fallen off the bus\n")
+    elif fault.id == "fallen_off_bus_no_xid":
+        log.write_text(FALLEN_570)
+    elif fault.id == "kernel_log_unreadable":
+        log.write_text((FIXTURES / "kernel" / "dmesg_restricted.stderr").read_text())
+        dmesg_rc = 1
+    else:
+        log.write_text((FIXTURES / "kernel" / "dmesg_clean_6.18_firecracker.txt").read_text())
+    stream = ">&2" if dmesg_rc else ""
+    dmesg = _tool(bindir, "dmesg", f'cat "{log}" {stream}; exit {dmesg_rc}')
+    args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--xid-window-hours", "24"]
+    args += ["--expected-gpus", "2" if fault.id == "gpu_count_low" else "1"]
+    if fault.id == "dcgm_diag_fail":
+        table = (FIXTURES / "dcgm" / "dcgmi-diag-r3_3.0.4_deployment_pass.txt").read_text()
+        table = table.replace("| Page Retirement/Row Remap | Pass  ", "| Page Retirement/Row Remap | Fail  ")
+        (tmp_path / "dcgm.txt").write_text(table)
+        args += ["--dcgmi", _tool(bindir, "dcgmi", f'cat "{tmp_path / "dcgm.txt"}"; exit 226')]
+    else:
+        args += ["--dcgmi", "dcgmi-not-installed"]
+    return run_inproc(gpu_health, *args)
+
+
+# ------------------------------------------------------------------------------------------- dl_unit
+def _scale_forward(monkeypatch, device: str, dtype: torch.dtype):
+    orig = torch.matmul
+
+    def fake(a, b, *args, **kw):
+        out = orig(a, b, *args, **kw)
+        if dl_unit.current_device() == device and out.dtype == dtype and "out" not in kw:
+            return out * 1.1
+        return out
+
+    monkeypatch.setattr(torch, "matmul", fake)
+
+
+class _BadGrad(torch.autograd.Function):
+    """Identity forward; the gradient flowing back is 20 % off: a kernel wrong only in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1.2
+
+
+def _scale_backward(monkeypatch, device: str, dtype: torch.dtype):
+    orig = torch.matmul
+
+    def fake(a, b, *args, **kw):
+        out = orig(a, b, *args, **kw)
+        if dl_unit.current_device() == device and out.dtype == dtype and out.requires_grad:
+            return _BadGrad.apply(out)
+        return out
+
+    monkeypatch.setattr(torch, "matmul", fake)
+
+
+def _bit_flip(monkeypatch, device: str, every_other: bool = False):
+    orig = torch.matmul
+    calls = {"n": 0}
+
+    def fake(a, b, *args, **kw):
+        out = orig(a, b, *args, **kw)
+        if dl_unit.current_device() != device or out.dtype != torch.float32 or "out" in kw:
+            return out
+        calls["n"] += 1
+        if every_other and calls["n"] % 2:
+            return out
+        flipped = out.detach().clone()
+        flipped.view(-1)[7:8].view(torch.int32).bitwise_xor_(1)  # lowest mantissa bit of one element
+        return out + (flipped - out).detach()
+
+    monkeypatch.setattr(torch, "matmul", fake)
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DL_FAULTS = [
+    *[Fault(f"numerics_fwd_{d}", "dl_unit", "fail", f"matmul_{d}_fwd", "NUMERICS_ERROR", "cpu:2") for d in DTYPES],
+    *[Fault(f"numerics_bwd_{d}", "dl_unit", "fail", f"matmul_{d}_bwd", "NUMERICS_ERROR", "cpu:2") for d in DTYPES],
+    Fault("bit_flip", "dl_unit", "fail", "cross_device_agreement", "SDC_SUSPECT", "cpu:2", "silent-data-corruption"),
+    Fault("intermittent", "dl_unit", "fail", "determinism", "NONDETERMINISTIC_GPU", "cpu:2"),
+    Fault("corruption_under_load_gemm", "dl_unit", "fail", "gemm_result", "BENCH_RESULT_CORRUPT", "cpu:1", "sustained load"),
+    Fault("corruption_under_load_copy", "dl_unit", "fail", "membw_result", "BENCH_RESULT_CORRUPT", "cpu:1", "sustained load"),
+    Fault("slow_gpu_vs_peers", "dl_unit", "fail", "gemm_fp32_tflops_vs_node_best", "GPU_SLOW_VS_PEERS", "cpu:1"),
+    Fault("hbm_bandwidth_low", "dl_unit", "fail", "mem_bw_gbps", "MEMBW_LOW", "cpu:0", "GB/s <"),
+]
+
+
+def _run_dl_unit(run_inproc, monkeypatch, fault: Fault):
+    fid = fault.id
+    if fid.startswith("numerics_fwd_"):
+        _scale_forward(monkeypatch, "cpu:2", DTYPES[fid.rsplit("_", 1)[1]])
+    elif fid.startswith("numerics_bwd_"):
+        _scale_backward(monkeypatch, "cpu:2", DTYPES[fid.rsplit("_", 1)[1]])
+    elif fid == "bit_flip":
+        _bit_flip(monkeypatch, "cpu:2")
+    elif fid == "intermittent":
+        _bit_flip(monkeypatch, "cpu:2", every_other=True)
+    if fid.startswith(("numerics", "bit_flip", "intermittent")):
+        return run_inproc(dl_unit, "--device", "cpu", "--cpu-devices", "3", "--only", "numerics,agreement")
+    if fid.startswith("corruption_under_load"):
+        kind = "gemm" if fid.endswith("gemm") else "copy"
+        _hot_corruption(monkeypatch, "cpu:1", kind)
+        return run_inproc(dl_unit, "--device", "cpu", "--cpu-devices", "2", "--only", "gemm" if kind == "gemm" else "membw")
+    if fid == "slow_gpu_vs_peers":
+        _slow_device(monkeypatch, "cpu:1")
+        return run_inproc(dl_unit, "--device", "cpu", "--cpu-devices", "2", "--only", "gemm")
+    # HBM bandwidth below the floor: the CPU floor is raised above what any CPU copy reaches
+    return run_inproc(dl_unit, "--device", "cpu", "--cpu-devices", "1", "--only", "membw", "--min-membw-gbps", "100000")
+
+
+def _hot_corruption(monkeypatch, device: str, kind: str):
+    calls = {"n": 0}
+    if kind == "gemm":
+        orig = torch.matmul
+
+        def fake(a, b, *args, **kw):
+            out = orig(a, b, *args, **kw)
+            if "out" in kw and dl_unit.current_device() == device:
+                calls["n"] += 1
+                if calls["n"] > 3:
+                    kw["out"].view(-1)[5] = kw["out"].view(-1)[5] * 2 + 1
+            return out
+
+        monkeypatch.setattr(torch, "matmul", fake)
+        return
+    orig_copy = torch.Tensor.copy_
+
+    def fake_copy(self, src, *args, **kw):
+        out = orig_copy(self, src, *args, **kw)
+        if dl_unit.current_device() == device and self.dtype == torch.int32 and self.numel() > 1 << 16:
+            calls["n"] += 1
+            if calls["n"] > 3:
+                self.view(-1)[77].bitwise_xor_(1 << 20)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "copy_", fake_copy)
+
+
+def _slow_device(monkeypatch, device: str):
+    """A GPU that computes right but slowly (clock-throttled): every GEMM step on it takes 15 times as
+    long (CPU mode's relative tolerance only catches a device 10x slower than its twin)."""
+    orig = torch.matmul
+
+    def fake(a, b, *args, **kw):
+        out = orig(a, b, *args, **kw)
+        if "out" in kw and dl_unit.current_device() == device:
+            for _ in range(14):
+                orig(a, b, *args, **kw)
+        return out
+
+    monkeypatch.setattr(torch, "matmul", fake)
+
+
+# -------------------------------------------------------------------------------------- nccl_loopback
+H100 = "NVIDIA H100 80GB HBM3"
+NCCL_FAULTS = [
+    Fault("nccl_socket_fallback", "nccl_loopback", "fail", "transport", "NCCL_SOCKET_FALLBACK", None, "socket"),
+    Fault("nccl_wrong_values_nccl_tests", "nccl_loopback", "fail", "allreduce_values", "NCCL_WRONG_VALUES", None, "4096 FAILED"),
+    Fault("nccl_wrong_values_rank1", "nccl_loopback", "fail", "allreduce_values", "NCCL_WRONG_VALUES", "cpu-rank1", "seen by cpu-rank1"),
+    Fault("nccl_low_busbw", "nccl_loopback", "fail", "busbw", "NCCL_BUSBW_LOW", "8GB", "GB/s <"),
+    Fault("nccl_ib_completion_error", "nccl_loopback", "fail", "ib_errors", "IB_COMPLETION_ERROR", None, "completion"),
+    Fault("nccl_tests_missing", "nccl_loopback", "error", "", "TOOL_MISSING", None, "not in PATH"),
+]
+
+
+def _run_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault):
+    fid = fault.id
+    if fid == "nccl_wrong_values_rank1":
+        (tmp_path / "cd_catalog_rank1.py").write_text(
+            "import torch.distributed as dist\n"
+            "def install(rank, world):\n"
+            "    if rank != 1:\n"
+            "        return\n"
+            "    orig = dist.all_reduce\n"
+            "    def corrupt(t, *a, **kw):\n"
+            "        out = orig(t, *a, **kw)\n"
+            "        if t.numel() > 1000:\n"
+            "            t.view(-1)[123] += 1.0\n"
+            "        return out\n"
+            "    dist.all_reduce = corrupt\n"
+        )
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", "cd_catalog_rank1:install")
+        return run_inproc(nccl_loopback, "--device", "cpu", "--cpu-ranks", "2")
+    fixture, rc = {
+        # NCCL 2.16.5 without libibverbs (nccl-tests#131); that run ended with wrong values: exit 1
+        "nccl_socket_fallback": ("all_reduce_perf_socket_p2p_disabled_nccl2.16.5_head.txt", 1),
+        "nccl_wrong_values_nccl_tests": ("all_reduce_perf_wrong_values_derived.txt", 1),
+        "nccl_low_busbw": ("all_reduce_perf_slow_8G_derived.txt", 0),
+        "nccl_ib_completion_error": ("all_reduce_perf_ib_completion_status12_nccl1698.txt", 3),
+        "nccl_tests_missing": (None, 0),
+    }[fid]
+    inv = [{"index": i, "name": H100, "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"} for i in range(8)]
+    monkeypatch.setattr(nccl_loopback, "visible_gpus", lambda ctx: (8, inv, "CUDA"))
+    binary = "all_reduce_perf-not-installed"
+    if fixture:
+        binary = _tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"; exit {rc}')
+    return run_inproc(nccl_loopback, "--device", "cuda", "--expected-gpus", "8", "--impl", "nccl-tests",
+                      "--all-reduce-perf", binary)
+
+
+# --------------------------------------------------------------------------------------- storage_fio
+STORAGE_FAULTS = [
+    Fault("storage_slow", "storage_fio", "fail", "seq_read_bw", "STORAGE_SLOW", "TARGET", "MiB/s <"),
+    Fault("storage_full", "storage_fio", "fail", "seq_write_result", "STORAGE_FULL", "TARGET", "No space left"),
+    Fault("storage_read_only", "storage_fio", "fail", "seq_write_result", "STORAGE_READ_ONLY", "TARGET", "Read-only"),
+    Fault("storage_missing", "storage_fio", "fail", "storage_writable", "STORAGE_MISSING", "TARGET", "does not exist"),
+    Fault("storage_fsync_error", "storage_fio", "fail", "seq_write_result", "STORAGE_IO_ERROR", "TARGET", "Input/output error"),
+    Fault("fio_missing", "storage_fio", "error", "", "TOOL_MISSING", None, "fio not found"),
+]
+
+
+def _run_storage(run_inproc, tmp_path, fault: Fault):
+    F = FIXTURES / "fio"
+    stdout, stderr, rc = {
+        "storage_slow": (F / "fio-3.33_seq_read_rate45m.json", None, 0),
+        "storage_full": (F / "fio-3.33_enospc.stdout", F / "fio-3.33_enospc.stderr", 3),
+        "storage_read_only": (F / "fio-3.33_erofs.stdout", F / "fio-3.33_erofs.stderr", 4),
+        "storage_missing": (F / "fio-3.33_4patterns_buffered_ok.json", None, 0),
+        "storage_fsync_error": (None, None, 1),
+        "fio_missing": (None, None, 0),
+    }[fault.id]
+    if fault.id == "storage_fsync_error":
+        # derived from the real ENOSPC run: errno 28 -> 5 (EIO), what fio reports when fsync fails
+        text = (F / "fio-3.33_enospc.stdout").read_text().replace('"error" : 28', '"error" : 5')
+        stdout = tmp_path / "eio.json"
+        stdout.write_text(text)
+    body = f'cat "{stdout}"' + (f'; cat "{stderr}" >&2' if stderr else "") + f"; exit {rc}"
+    fio = _tool(tmp_path / "bin", "fio", f'case "$1" in --version) echo fio-3.33 ;; --enghelp) echo psync ;; *) {body} ;; esac')
+    args = ["--device", "cpu", "--fio", "fio-not-installed" if fault.id == "fio_missing" else fio]
+    if fault.id == "storage_slow":
+        args += ["--profile", "default"]
+    if fault.id == "storage_missing":
+        args += ["--dir", str(tmp_path / "not-mounted")]
+    return run_inproc(storage_fio, *args)
+
+
+ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS
+
+
+@pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
+def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
+    if fault.suite == "gpu_health":
+        ns = _run_gpu_health(run_inproc, tmp_path, fault)
+    elif fault.suite == "dl_unit":
+        ns = _run_dl_unit(run_inproc, monkeypatch, fault)
+    elif fault.suite == "nccl_loopback":
+        ns = _run_nccl(run_inproc, monkeypatch, tmp_path, fault)
+    else:
+        ns = _run_storage(run_inproc, tmp_path, fault)
+    h.check_artifacts(ns, status=fault.status, suite=fault.suite)
+    assert fault.reason in ns.summary["reason"], ns.summary["reason"]
+    if not fault.check:  # suite-level error: the verdict's code says why
+        assert ns.summary["code"] == fault.code
+        return
+    want = fault.check_status or fault.status
+    if fault.device == "TARGET":  # storage checks name the directory they tested
+        target = tmp_path / ("not-mounted" if fault.id == "storage_missing" else "out")
+        fault = dataclasses.replace(fault, device=str(target))
+    hits = [c for c in ns.result["checks"] if c["name"] == fault.check and c["status"] == want]
+    assert hits, [(c["name"], c["status"]) for c in ns.result["checks"] if c["status"] != "pass"]
+    assert fault.device in {c["device"] for c in hits}, [c["device"] for c in hits]
+    assert {c["code"] for c in hits if c["device"] == fault.device} == {fault.code}
+    if fault.status == "fail":
+        assert ns.summary["code"] == fault.code or any(c.get("code") == fault.code for c in ns.summary["checks"])
+    if want == "skip":
+        assert ns.summary["incomplete"] is True
+
+
+# ------------------------------------------------------------------------------------- the documents
+def _faults_md_rows() -> list[list[str]]:
+    rows = []
+    for line in FAULTS_MD.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| fault") and not line.startswith("| code"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_faults_md_lists_every_catalog_case_and_nothing_else():
+    documented = set()
+    tests_dir = Path(__file__).resolve().parent
+    for row in _faults_md_rows():
+        if len(row) != 6:
+            continue
+        fault, suite, check, status, code, test = row
+        code = code.strip("`")
+        assert code in codes.registry(), f"FAULTS.md: unknown code {code}"
+        for ref in re.findall(r"`([^`]+)`", test):
+            if ref.startswith("catalog:"):
+                documented.add(ref.split(":", 1)[1])
+            else:  # file::function of another suite test
+                file, _, func = ref.partition("::")
+                assert f"def {func}(" in (tests_dir / file).read_text(), ref
+    assert documented == {f.id for f in ALL}
+
+
+def test_codes_table_in_faults_md_is_generated_from_codes_yaml():
+    text = FAULTS_MD.read_text()
+    assert codes.markdown_table() in text, "regenerate: python -m cluster_doctor_suites.codes"
+
+
+def test_every_code_used_in_the_suites_is_documented():
+    src = "".join(p.read_text() for p in FAULTS_MD.parent.glob("*.py"))
+    used = set(re.findall(r'code="([A-Z][A-Z0-9_]+)"', src))
+    assert used and used <= set(codes.registry()), used - set(codes.registry())
+    for spec in codes.registry().values():
+        assert spec["meaning"] and spec["action"] and set(spec["status"]) <= set(codes.STATUSES)

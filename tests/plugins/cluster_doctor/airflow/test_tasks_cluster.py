@@ -1,0 +1,89 @@
+"""Tasks that talk to the cluster, against the Kubernetes API emulator with the real client."""
+
+import time
+
+import pytest
+
+from cluster_doctor.kube import discovery
+from cluster_doctor.domain import suites
+from cluster_doctor.airflow import tasks
+from cluster_doctor.domain.config import Settings
+from k8s_emulator import EmulatorProcess
+
+NS = "cluster-doctor"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with EmulatorProcess() as emu:
+        yield emu
+
+
+@pytest.fixture
+def core_v1(emulator):
+    emulator.reset()
+    api = emulator.core_v1()
+    api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    return api
+
+
+def test_suite_code_ships_once_as_an_immutable_configmap(core_v1):
+    files = suites.shipped_files(suites.DEFAULT_SUITES_DIR)
+    version = suites.content_hash(suites.DEFAULT_SUITES_DIR)
+    name = suites.configmap_name(Settings(), version)
+    assert tasks.ensure_configmap(core_v1, NS, name, files, version) is True
+    assert tasks.ensure_configmap(core_v1, NS, name, files, version) is False  # already there
+    cm = core_v1.read_namespaced_config_map(name, NS)
+    assert cm.immutable is True and set(cm.data) == set(files)
+    assert cm.metadata.annotations["cluster-doctor.io/suite-version"] == version
+
+
+def test_old_suite_versions_are_pruned(core_v1):
+    names = []
+    for i in range(6):
+        name = f"cluster-doctor-suites-{i:016x}"
+        tasks.ensure_configmap(core_v1, NS, name, {"a.py": b"x = %d\n" % i}, f"sha256:{i:016x}")
+        names.append(name)
+        time.sleep(1.05)  # creationTimestamp has one-second resolution
+    deleted = tasks.prune_configmaps(core_v1, NS, keep=names[0])
+    assert sorted(deleted) == sorted(names[1:3])
+    left = {cm.metadata.name for cm in core_v1.list_namespaced_config_map(NS).items}
+    assert left == {names[0], *names[3:]}
+
+
+def test_discovery_classifies_every_gpu_node(emulator, core_v1):
+    emulator.add_gpu_node("gpu-001", gpus=8, product="NVIDIA-H100-80GB-HBM3")
+    emulator.add_gpu_node("gpu-002", gpus=4)
+    emulator.add_gpu_node("gpu-003")
+    emulator.add_gpu_node("gpu-004")
+    emulator.add_gpu_node("gpu-005", taints=[{"key": "maintenance", "value": "true", "effect": "NoSchedule"}])
+    emulator.add_gpu_node("gpu-006")
+    emulator.add_gpu_node("cpu-001", gpus=0)
+    emulator.add_user_pod("gpu-002", gpus=1)
+    emulator.cordon("gpu-003")
+    emulator.set_node_ready("gpu-004", False)
+    found = discovery.discover(core_v1, Settings())
+    assert [(n.name, n.gpu_count, n.gpu_model) for n in found.free][:1] == [("gpu-001", 8, "NVIDIA-H100-80GB-HBM3")]
+    reasons = {n.name: n.reason for n in found.ineligible}
+    assert reasons == {"gpu-002": "busy", "gpu-003": "cordoned", "gpu-004": "not ready", "gpu-005": "tainted"}
+    assert "maintenance=true:NoSchedule" in next(n.detail for n in found.ineligible if n.name == "gpu-005")
+    assert {n.name for n in found.free} == {"gpu-001", "gpu-006"}
+    # one list stream per resource, never a call per node
+    assert found.api_calls == 3
+
+
+def test_discovery_respects_the_node_range_and_selector(emulator, core_v1):
+    from cluster_doctor.domain.nodes import parse_node_range
+
+    for i in range(1, 6):
+        emulator.add_gpu_node(f"gpu-{i:03d}", labels={"pool": "a" if i < 4 else "b"})
+    found = discovery.discover(core_v1, Settings(node_selector="pool=a"), parse_node_range("gpu-00[2-5]"))
+    assert [n.name for n in found.free] == ["gpu-002", "gpu-003"]
+
+
+def test_node_gpu_pods_sees_a_user_pod(emulator, core_v1):
+    emulator.add_gpu_node("gpu-001")
+    assert discovery.node_gpu_pods(core_v1, "gpu-001", "nvidia.com/gpu") == []
+    emulator.add_user_pod("gpu-001", gpus=2, name="trainer", namespace="default")
+    holders = discovery.node_gpu_pods(core_v1, "gpu-001", "nvidia.com/gpu")
+    assert len(holders) == 1 and "default/trainer requests 2" in holders[0]

@@ -1,0 +1,122 @@
+import json
+
+import pytest
+
+from cluster_doctor.domain.config import InvalidSettings, Settings
+
+
+def test_defaults_match_the_design_documents():
+    s = Settings()
+    assert s.staleness_days == 7 and s.failed_retest_hours == 6
+    assert s.pool == "gpu_validation" and s.pool_slots == 2
+    assert s.pending_timeout_s == 20 * 60 and s.availability_check_s == 5 * 60 and s.max_queue_s == 30 * 60
+    assert s.dagrun_timeout_s < 3600
+    assert set(s.tests) == {"dl_unit", "nccl_loopback", "storage_fio", "gpu_health"}
+    assert s.gpu_resource == "nvidia.com/gpu"
+
+
+def test_precedence_env_then_variable_then_overrides():
+    env = {"CLUSTER_DOCTOR_STALENESS_DAYS": "3", "CLUSTER_DOCTOR_NAMESPACE": "from-env",
+           "CLUSTER_DOCTOR_MAX_PAIRS_PER_RUN": "5"}
+    s = Settings.load(env=env, variable=json.dumps({"namespace": "from-variable"}), overrides={"max_pairs_per_run": 9})
+    assert (s.staleness_days, s.namespace, s.max_pairs_per_run) == (3.0, "from-variable", 9)
+
+
+def test_env_lists_and_objects():
+    s = Settings.load(env={"CLUSTER_DOCTOR_TESTS": "dl_unit, gpu_health",
+                           "CLUSTER_DOCTOR_POD_ENV": '{"NCCL_IB_HCA": "mlx5_0,mlx5_1"}'})
+    assert s.tests == ["dl_unit", "gpu_health"] and s.pod_env == {"NCCL_IB_HCA": "mlx5_0,mlx5_1"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"env": {"CLUSTER_DOCTOR_STALENESS_DAYS": "soon"}}, "CLUSTER_DOCTOR_STALENESS_DAYS"),
+    ({"env": {"CLUSTER_DOCTOR_POD_ENV": "[1]"}}, "CLUSTER_DOCTOR_POD_ENV"),
+    ({"variable": "{not json"}, "cluster_doctor_settings is not valid JSON"),
+    ({"variable": {"stalenes_days": 1}}, "unknown setting"),
+    ({"overrides": {"pending_timeout_s": 0}}, "pending_timeout_s"),
+    ({"overrides": {"failed_retest_hours": -1}}, "failed_retest_hours"),
+    ({"overrides": {"suite_device": "tpu"}}, "suite_device"),
+    ({"overrides": {"node_selector": "gpu=yes,,"}}, "node_selector"),
+    ({"overrides": {"pvc": "results/../x"}}, "setting pvc: 'results/../x' is not a PersistentVolumeClaim name"),
+    ({"overrides": {"namespace": "Cluster_Doctor"}}, "setting namespace: 'Cluster_Doctor' is not a Kubernetes"),
+])
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(InvalidSettings, match=message):
+        Settings.load(env=kwargs.get("env", {}), variable=kwargs.get("variable"), overrides=kwargs.get("overrides"))
+
+
+def test_label_selectors_accepted():
+    for selector in ["nvidia.com/gpu.present=true", "pool in (a,b),!drain", "tier!=cpu"]:
+        assert Settings(node_selector=selector).node_selector == selector
+
+
+def test_every_setting_is_documented():
+    for name, _default, doc in Settings.docs():
+        assert doc and len(doc) > 10, name
+
+
+# ------------------------------------------------------------------ what runs on GPU nodes
+@pytest.mark.parametrize("name, value", [
+    ("pod_template_file", "/tmp/evil.yaml"), ("suites_dir", "/tmp/evil"), ("service_account", "default"),
+    ("pod_capabilities", ["SYS_ADMIN"]), ("pod_env", {"LD_PRELOAD": "/data/x.so"}),
+    ("pod_resources", {"hostdev/all": 1}), ("priority_class", "system-node-critical"),
+    ("allowed_images", ["evil/image:1"]),
+])
+def test_the_variable_cannot_change_what_runs_on_gpu_nodes(name, value):
+    for source in ("variable", "overrides"):
+        with pytest.raises(InvalidSettings, match=f"{name} can only be set in the deployment environment "
+                                                  f"\\(CLUSTER_DOCTOR_{name.upper()}\\), not from the UI"):
+            Settings.load(env={}, **{source: {name: value}})
+
+
+def test_the_environment_sets_them():
+    s = Settings.load(env={"CLUSTER_DOCTOR_POD_CAPABILITIES": "[]", "CLUSTER_DOCTOR_SERVICE_ACCOUNT": "sa",
+                           "CLUSTER_DOCTOR_POD_ENV": '{"NCCL_IB_HCA": "mlx5"}'})
+    assert s.pod_capabilities == [] and s.service_account == "sa" and s.pod_env == {"NCCL_IB_HCA": "mlx5"}
+    assert Settings.load(env={"CLUSTER_DOCTOR_POD_CAPABILITIES": "IPC_LOCK"}).pod_capabilities == ["IPC_LOCK"]
+    assert Settings().pod_capabilities == ["IPC_LOCK", "SYSLOG"]
+
+
+def test_the_variable_chooses_images_only_among_those_the_environment_allows():
+    env = {"CLUSTER_DOCTOR_IMAGE": "reg/validation:1", "CLUSTER_DOCTOR_ALLOWED_IMAGES": "reg/validation:2",
+           "CLUSTER_DOCTOR_SUITE_IMAGES": '{"nccl_loopback": "reg/nccl:1"}'}
+    s = Settings.load(env=env, variable={"image": "reg/validation:2", "suite_images": {"dl_unit": "reg/nccl:1"}})
+    assert s.image == "reg/validation:2" and s.suite_images == {"dl_unit": "reg/nccl:1"}
+    assert Settings.load(env=env, variable={"image": "reg/validation:1"}).image == "reg/validation:1"
+    with pytest.raises(InvalidSettings, match="image 'evil/miner:latest' is not an allowed image"):
+        Settings.load(env=env, variable={"image": "evil/miner:latest"})
+    with pytest.raises(InvalidSettings, match="suite_images.gpu_health 'evil:1' is not an allowed image"):
+        Settings.load(env=env, variable={"suite_images": {"gpu_health": "evil:1"}})
+    with pytest.raises(InvalidSettings, match="is not an allowed image"):
+        Settings.load(env={}, overrides={"image": "reg/validation:2"})
+
+
+def test_the_ui_still_tunes_scheduling():
+    s = Settings.load(env={}, variable={"staleness_days": 3, "tolerations": [], "max_pairs_per_run": 4})
+    assert (s.staleness_days, s.tolerations, s.max_pairs_per_run) == (3, [], 4)
+
+
+@pytest.mark.parametrize("caps", [["CAP_SYS_ADMIN"], ["ALL"], ["ipc_lock"], [""], "IPC_LOCK"])
+def test_bad_capability_names_are_refused(caps):
+    with pytest.raises(InvalidSettings, match="pod_capabilities"):
+        Settings(pod_capabilities=caps)
+
+
+def test_run_time_settings_that_parsing_fixed_are_refused_with_the_variable_to_fix():
+    parsed = Settings()
+    Settings(suite_timeouts_s={"dl_unit": 1400}).check_parse_time(parsed)  # 1200 + 1400 + 600 < 3300
+    with pytest.raises(InvalidSettings, match=r"setting pool: 'other' from the Airflow Variable cannot take "
+                                              r"effect.*CLUSTER_DOCTOR_POOL"):
+        Settings(pool="other").check_parse_time(parsed)
+    with pytest.raises(InvalidSettings, match="setting dagrun_timeout_s"):
+        Settings(dagrun_timeout_s=9000).check_parse_time(parsed)
+    with pytest.raises(InvalidSettings, match=r"dl_unit needs up to 3800 s \(pending 1200 \+ budget 2000 \+ "
+                                              r"margin 600\), longer than the DagRun timeout of 3300 s"):
+        Settings(suite_timeouts_s={"dl_unit": 2000}).check_parse_time(parsed)
+    # a suite that is not enabled does not count
+    Settings(tests=["gpu_health"], suite_timeouts_s={"dl_unit": 9000}).check_parse_time(parsed)
+
+
+def test_the_task_timeout_and_the_pod_deadline_come_from_the_same_numbers():
+    s = Settings(pending_timeout_s=100, suite_timeouts_s={"gpu_health": 50}, task_margin_s=7)
+    assert s.pod_deadline_s("gpu_health") == 150 and s.task_timeout_s("gpu_health") == 157

@@ -1,0 +1,104 @@
+"""Discovery's read path: one watch-cache list per stream (resourceVersion=0, no limit) decoded by
+msgspec, identical results to the paged consistent lists, and the fallback to paging when the
+server refuses — through the real kubernetes client against the Kubernetes API emulator."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from cluster_doctor.kube import discovery
+from cluster_doctor.domain.config import Settings
+from k8s_emulator import EmulatorProcess
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with EmulatorProcess() as emu:
+        emu.bulk_generate(nodes=300, pods=6000, seed=3)
+        # a few hand-made cases on top: a pending pod nominated to a node, a cordoned node
+        emu.add_gpu_node("extra-001")
+        emu.add_gpu_node("extra-002", unschedulable=True)
+        yield emu
+
+
+def _same(a: discovery.Discovery, b: discovery.Discovery) -> None:
+    assert [n.to_dict() for n in a.free] == [n.to_dict() for n in b.free]
+    assert [n.to_dict() for n in a.ineligible] == [n.to_dict() for n in b.ineligible]
+    assert (a.nodes_seen, a.pods_seen) == (b.nodes_seen, b.pods_seen)
+
+
+def test_watch_cache_read_is_three_calls_and_exactly_the_paged_answer(emulator):
+    core = emulator.core_v1()
+    emulator.reset_counters()
+    fast = discovery.discover(core, Settings())
+    assert emulator.api_calls() == 3 == fast.api_calls
+    assert fast.read_mode == "watch-cache" and fast.decode_seconds > 0
+    paged = discovery.discover(core, Settings(), watch_cache=False)
+    assert paged.read_mode == "paged" and paged.api_calls > 3
+    _same(fast, paged)
+    assert fast.free and fast.ineligible
+    reasons = {n.reason for n in fast.ineligible}
+    assert {discovery.BUSY, discovery.CORDONED} <= reasons
+    assert "extra-001" in {n.name for n in fast.free}
+
+
+class _Refusing:
+    """core_v1 whose pod lists refuse resourceVersion=0 the way a server may: an HTTP error, or paging
+    the answer anyway."""
+
+    def __init__(self, core, how):
+        self.core, self.how, self.refused = core, how, 0
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+    def list_pod_for_all_namespaces(self, **kwargs):
+        if kwargs.get("resource_version") == "0":
+            self.refused += 1
+            if self.how == "pages":
+                return self.core.list_pod_for_all_namespaces(**kwargs, limit=50)
+            raise ApiException(status=self.how, reason="refused")
+        return self.core.list_pod_for_all_namespaces(**kwargs)
+
+
+@pytest.mark.parametrize("how", [410, 429, 500, 504, "pages"])
+def test_falls_back_to_paging_when_the_server_refuses(emulator, how, caplog):
+    core = emulator.core_v1()
+    expected = discovery.discover(core, Settings(), watch_cache=False)
+    refusing = _Refusing(core, how)
+    with caplog.at_level(logging.WARNING, logger="cluster_doctor.kube.discovery"):
+        found = discovery.discover(refusing, Settings())
+    assert found.read_mode == "paged"
+    assert refusing.refused == 1  # asked once, then paged for the rest of this discovery
+    assert "refused a resourceVersion=0 list" in caplog.text
+    _same(found, expected)
+
+
+def test_permission_errors_are_not_hidden_by_the_fallback(emulator):
+    with pytest.raises(ApiException) as info:
+        discovery.discover(_Refusing(emulator.core_v1(), 403), Settings())
+    assert info.value.status == 403
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'{"items": {"a": 1}}', "unexpected pods list"),
+    (b'{"items": [{"spec": {"containers": "x"}}]}', "unexpected pods list"),
+])
+def test_unexpected_shapes_fail_with_a_clear_message(body, message):
+    with pytest.raises(ValueError, match=message):
+        discovery._decode("pods", body, [0])
+
+
+def test_only_the_needed_fields_are_decoded():
+    raw = (b'{"kind":"PodList","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"p","namespace":"ns",'
+           b'"managedFields":[{"manager":"kubelet"}],"annotations":{"big":"xxxxxxxx"}},"spec":{"nodeName":"gpu-1",'
+           b'"volumes":[{"name":"v"}],"containers":[{"name":"c","image":"i","env":[{"name":"A","value":"1"}],'
+           b'"resources":{"limits":{"nvidia.com/gpu":"8"}}}]},"status":{"phase":"Running","podIP":"10.0.0.1"}}]}')
+    items, meta = discovery._decode("pods", raw, [0])
+    assert items == [{"metadata": {"name": "p", "namespace": "ns"},
+                      "spec": {"nodeName": "gpu-1", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+                      "status": {"phase": "Running"}}]
+    assert discovery.pod_request(items[0], "nvidia.com/gpu") == 8

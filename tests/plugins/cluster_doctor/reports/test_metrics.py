@@ -1,0 +1,420 @@
+"""cluster_doctor.reports.metrics: exposition from a real PostgreSQL, parsed back with prometheus_client."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import gzip
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster_doctor.reports import metrics
+from cluster_doctor.web import app as webapp
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.store.history import ResultStore
+from tests.conftest import REPO, _fresh_database, dsn_to_url
+from tests.ui import fleet_seed as seed
+
+NOW_TS = seed.NOW.timestamp()
+
+
+@pytest.fixture(scope="module")
+def small_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        seed.small_fleet(ResultStore(dsn))
+        yield dsn
+
+
+def scrape(dsn: dict, accept: str | None = None) -> tuple[str, str]:
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: dsn, Settings, clock=lambda: seed.NOW))
+    body, content_type = metrics.render(registry, accept)
+    return body.decode(), content_type
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"duplicate series {key}"
+            out[key] = s.value
+    return out
+
+
+def value(series: dict, name: str, **labels: str) -> float:
+    return series[(name, frozenset(labels.items()))]
+
+
+def names(series: dict) -> set[str]:
+    return {name for name, _ in series}
+
+
+def test_fleet_gauges(small_db):
+    text, content_type = scrape(small_db)
+    assert content_type.startswith("text/plain; version=0.0.4")
+    s = samples(text)
+    assert value(s, "cluster_doctor_up") == 1
+    assert value(s, "cluster_doctor_fleet_gpu_nodes") == 8
+    assert value(s, "cluster_doctor_fleet_covered_nodes") == 5
+    assert value(s, "cluster_doctor_fleet_coverage_ratio") == pytest.approx(0.625)
+    assert value(s, "cluster_doctor_fleet_never_validated_nodes") == 1
+    assert value(s, "cluster_doctor_fleet_failing_nodes") == 2
+    assert value(s, "cluster_doctor_fleet_stale_pairs") == 11
+    assert value(s, "cluster_doctor_fleet_validation_gpu_hours_7d") == pytest.approx(30.9333, rel=1e-4)
+    assert value(s, "cluster_doctor_staleness_threshold_seconds") == 7 * 86400
+    assert 0 <= value(s, "cluster_doctor_scrape_duration_seconds") < 5
+
+
+def test_per_pair_status_timestamps_and_staleness(small_db):
+    s = samples(scrape(small_db)[0])
+    status = {(dict(l)["node"], dict(l)["test"]): dict(l)["status"]
+              for n, l in s if n == "cluster_doctor_validation_status"}
+    assert len(status) == 8 * 4  # one series per pair: only the current state is exposed
+    assert all(value(s, "cluster_doctor_validation_status", node=n, test=t, status=st) == 1
+               for (n, t), st in status.items())
+    assert status[("gpu-003", "nccl_loopback")] == "fail"
+    assert status[("gpu-004", "dl_unit")] == "error"
+    assert status[("gpu-011", "storage_fio")] == "pass"  # a later preemption does not change it
+    assert status[("gpu-006", "gpu_health")] == "never"  # timeouts only
+    assert status[("gpu-010", "dl_unit")] == "never"  # never even attempted
+
+    pair = {"node": "gpu-003", "test": "nccl_loopback"}
+    assert value(s, "cluster_doctor_validation_status_since_timestamp_seconds", **pair) == NOW_TS - 3600
+    # "since when" only where it matters (failing pairs): passing pairs carry no since series
+    assert ("cluster_doctor_validation_status_since_timestamp_seconds",
+            frozenset({"node": "gpu-001", "test": "dl_unit"}.items())) not in s
+    assert value(s, "cluster_doctor_validation_staleness_seconds", **pair) == 3600
+    assert value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-005", test="dl_unit") == \
+        10 * 86400 + 300
+    assert math.isinf(value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-006", test="dl_unit"))
+    assert "cluster_doctor_validation_last_executed_timestamp_seconds" not in names(s)  # = time() - staleness
+
+
+def test_key_figures_one_family_per_catalog_metric(small_db):
+    s = samples(scrape(small_db)[0])
+    h100 = seed.H100
+    assert value(s, "cluster_doctor_gemm_bf16_tflops_min", node="gpu-001", test="dl_unit") == 731.5
+    assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback") == 12.5
+    assert value(s, "cluster_doctor_fio_seq_read_mibps", node="gpu-002", test="storage_fio") == 5120.0
+    assert value(s, "cluster_doctor_gpus_visible", node="gpu-001", test="gpu_health") == 8
+    # one family per key metric of the catalog, whatever the suites rename them to
+    from cluster_doctor.domain import suites
+
+    for suite in suites.CATALOG.values():
+        for key in suite.key_metrics:
+            assert metrics.key_metric_name(key) in names(s)
+    # never-executed pairs have no figures
+    assert not [k for k in s if k[0] == "cluster_doctor_nccl_busbw_gbps" and ("node", "gpu-006") in k[1]]
+    assert value(s, "cluster_doctor_node_info", node="gpu-002", gpu_model=seed.A100) == 1
+    assert value(s, "cluster_doctor_node_info", node="gpu-006", gpu_model=h100) == 1
+
+
+def test_openmetrics_on_request(small_db):
+    text, content_type = scrape(small_db, accept="application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    families = {f.name: f for f in parse_openmetrics(text)}
+    assert families["cluster_doctor_up"].samples[0].value == 1
+
+
+def test_database_down_is_up_0_with_one_log_line(small_db, caplog):
+    caplog.set_level(logging.WARNING, logger="cluster_doctor.reports.metrics")
+    text, _ = scrape({**small_db, "host": "127.0.0.1", "port": 1})
+    s = samples(text)
+    assert value(s, "cluster_doctor_up") == 0
+    # no partial data: only the self-metrics
+    assert names(s) == {"cluster_doctor_up", "cluster_doctor_scrape_duration_seconds", "cluster_doctor_skipped_values_total"}
+    (record,) = [r for r in caplog.records if r.name == "cluster_doctor.reports.metrics"]
+    assert "cannot connect" in record.getMessage() and "\n" not in record.getMessage() and not record.exc_info
+
+
+def test_schema_missing_or_bad_settings_is_up_0(empty_db_dsn, small_db):
+    assert value(samples(scrape(empty_db_dsn)[0]), "cluster_doctor_up") == 0
+
+    def broken_settings():
+        raise ValueError("Airflow Variable cluster_doctor_settings is not valid JSON")
+
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: small_db, broken_settings))
+    assert value(samples(metrics.render(registry)[0].decode()), "cluster_doctor_up") == 0
+
+
+def test_key_metric_names_are_sanitized_and_never_shadow_fixed_families():
+    assert metrics.key_metric_name("nccl_busbw_gbps") == "cluster_doctor_nccl_busbw_gbps"
+    assert metrics.key_metric_name("fio.seq-read:MiBps") == "cluster_doctor_fio_seq_read_mibps"
+    assert metrics.key_metric_name("up") == "cluster_doctor_suite_up"
+    assert metrics.key_metric_name("fleet_failing_nodes") == "cluster_doctor_suite_fleet_failing_nodes"
+    assert metrics.key_metric_name("2x") == "cluster_doctor_suite_2x"
+
+
+# ---------------------------------------------------------------------------------------- plugin route
+def plugin_client(dsn: dict) -> TestClient:
+    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=Settings, clock=lambda: seed.NOW)
+    root = FastAPI()
+    root.mount(webapp.MOUNT_PREFIX, sub)
+    return TestClient(root)
+
+
+def test_plugin_route_with_scrape_token(small_db, monkeypatch):
+    monkeypatch.setenv(metrics.TOKEN_ENV, "scrape-secret-123")
+    c = plugin_client(small_db)
+    r = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer scrape-secret-123"})
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    assert value(samples(r.text), "cluster_doctor_fleet_failing_nodes") == 2
+
+
+def test_plugin_route_token_from_file(small_db, monkeypatch, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    monkeypatch.delenv(metrics.TOKEN_ENV, raising=False)
+    monkeypatch.setenv(metrics.TOKEN_FILE_ENV, str(token_file))
+    r = plugin_client(small_db).get("/cluster-doctor/metrics", headers={"Authorization": "Bearer from-a-file"})
+    assert r.status_code == 200
+
+
+def test_plugin_route_refuses_wrong_or_missing_token(small_db, monkeypatch):
+    """A wrong token falls through to Airflow's JWT check, which refuses it; no token at all is 401."""
+    monkeypatch.setenv(metrics.TOKEN_ENV, "scrape-secret-123")
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "cluster-doctor-unit-tests-" + "0" * 64)
+    from airflow.api_fastapi import app as airflow_app
+    from airflow.api_fastapi.auth.managers.base_auth_manager import BaseAuthManager
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    BaseAuthManager._get_token_validator.__func__.cache_clear()
+    monkeypatch.setattr(airflow_app._AuthManagerState, "instance", SimpleAuthManager())
+    c = plugin_client(small_db)
+    assert c.get("/cluster-doctor/metrics").status_code == 401
+    wrong = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer scrape-secret-124"})
+    assert wrong.status_code == 403 and "cluster_doctor_" not in wrong.text
+    BaseAuthManager._get_token_validator.__func__.cache_clear()
+
+
+def test_token_comparison():
+    assert metrics.token_matches("Bearer abc", "abc") and metrics.token_matches("bearer  abc ", "abc")
+    assert not metrics.token_matches("Bearer abd", "abc") and not metrics.token_matches("Basic abc", "abc")
+    assert not metrics.token_matches(None, "abc") and not metrics.token_matches("Bearer ", None)
+    assert metrics.configured_token({}) is None and metrics.configured_token({metrics.TOKEN_ENV: " t "}) == "t"
+
+
+# ---------------------------------------------------------------------------------------- exporter
+def test_exporter_once(small_db, capsys, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_VALIDATION_DB", raising=False)
+    assert metrics.main(["--once", "--db-url", dsn_to_url(small_db)]) == 0
+    s = samples(capsys.readouterr().out)
+    assert value(s, "cluster_doctor_up") == 1 and value(s, "cluster_doctor_fleet_gpu_nodes") == 8
+    assert metrics.main(["--once", "--db-url", dsn_to_url({**small_db, "port": 1})]) == 1
+    assert value(samples(capsys.readouterr().out), "cluster_doctor_up") == 0
+    assert metrics.main(["--once", "--db-url", "mysql://nope"]) == 2
+    assert "postgresql://" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str, headers: dict | None = None) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def test_standalone_exporter_over_http(small_db):
+    """`python -m cluster_doctor.reports.metrics` as Prometheus would scrape it: gzip, bearer token."""
+    port = _free_port()
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+           metrics.TOKEN_ENV: "exporter-token", "CLUSTER_DOCTOR_TESTS": "gpu_health,nccl_loopback"}
+    env.pop("AIRFLOW_CONN_VALIDATION_DB", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster_doctor.reports.metrics", "--host", "127.0.0.1", "--port", str(port),
+         "--db-url", dsn_to_url(small_db)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                status, _, _ = _get(url)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"exporter did not start: {proc.stdout.read().decode() if proc.poll() is not None else ''}")
+                time.sleep(0.1)
+        assert status == 401
+        status, headers, body = _get(url, {"Authorization": "Bearer exporter-token", "Accept-Encoding": "gzip"})
+        assert status == 200 and headers["Content-Encoding"] == "gzip"
+        s = samples(gzip.decompress(body).decode())
+        assert value(s, "cluster_doctor_up") == 1
+        # CLUSTER_DOCTOR_TESTS narrows the enabled suites: gpu-010 (gpu_health only) is covered now
+        assert value(s, "cluster_doctor_fleet_covered_nodes") >= 1
+        assert {dict(l)["test"] for n, l in s if n == "cluster_doctor_validation_status"} == \
+            {"gpu_health", "nccl_loopback"}
+        assert _get(f"http://127.0.0.1:{port}/nope")[0] == 404
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+# ---------------------------------------------------------------------------------------- docs
+def test_documented_config_and_rules_parse_and_name_real_families(small_db):
+    """docs/metrics.md: its YAML parses, and every family it names exists in a real scrape."""
+    import re
+
+    import yaml
+
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S)]
+    scrape_jobs = [job for b in blocks if "scrape_configs" in b for job in b["scrape_configs"]]
+    assert {j["metrics_path"] for j in scrape_jobs if "metrics_path" in j} == {"/cluster-doctor/metrics"}
+    rules = [r for b in blocks if "groups" in b for g in b["groups"] for r in g["rules"]]
+    assert {"GPUNodeFailingValidation", "GPUFleetValidationCoverageLow"} <= {r["alert"] for r in rules}
+    exported = names(samples(scrape(small_db)[0]))
+    mentioned = set(re.findall(r"\bcluster_doctor_[a-z0-9_]*[a-z0-9]\b", doc)) - {"cluster_doctor_settings"}
+    assert mentioned - exported == set()
+    assert "cluster_doctor_validation_status" in mentioned
+
+
+# ---------------------------------------------------------------------------------------- robustness
+def test_coverage_slo_gauges(small_db):
+    """Pair coverage now and over 30 days, worst staleness; the 30-day figure is recomputed here from
+    the seeded attempts (each day end T: pairs with an executed attempt finished in [T - 7 d, T))."""
+    from cluster_doctor.domain import coverage
+
+    s = samples(scrape(small_db)[0])
+    assert value(s, "cluster_doctor_fleet_pair_coverage_ratio") == pytest.approx((32 - 11) / 32)
+    assert math.isinf(value(s, "cluster_doctor_fleet_worst_staleness_seconds"))  # gpu-006 never executed
+    store_rows = [a for a in _seeded_attempts() if a.status in ("pass", "fail", "error")]
+    fresh = []
+    for end in coverage.day_ends(seed.NOW, 30):
+        pairs = {(a.node_name, a.test_name) for a in store_rows
+                 if end - dt.timedelta(days=7) <= a.finished_at < end and a.test_name in seed.TESTS}
+        fresh.append(len(pairs))
+    expected = sum(fresh) / (30 * 32)
+    assert value(s, "cluster_doctor_fleet_pair_coverage_ratio_30d") == pytest.approx(expected)
+
+
+def _seeded_attempts():
+    class Capture:
+        rows: list = []
+
+        def record(self, rows):
+            self.rows = list(rows)
+
+    capture = Capture()
+    seed.small_fleet(capture)
+    return capture.rows
+
+
+def _insert_raw(dsn: dict, sql: str, params: tuple) -> None:
+    import psycopg
+
+    with psycopg.connect(**dsn) as conn:
+        conn.execute(sql, params)
+
+
+def test_one_unrepresentable_stored_value_is_skipped_and_counted(pg_admin_dsn, template_db):
+    """A huge integer in a metrics JSON and a time past year 9999 cost their own series, not the scrape."""
+    from psycopg.types.json import Jsonb
+
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        seed.small_fleet(ResultStore(dsn))
+        before = dict(metrics.report_format.SKIPPED_VALUES)
+        _insert_raw(dsn, "INSERT INTO validation_history (node_name, test_name, status, finished_at, metrics, dag_id, "
+                         "run_id, map_index, try_number) VALUES ('gpu-001', 'nccl_loopback', 'pass', %s, %s, 'd', 'huge', "
+                         "0, 1)", (seed.NOW - dt.timedelta(minutes=1), Jsonb({"nccl_busbw_gbps": 10 ** 400})))
+        _insert_raw(dsn, "INSERT INTO validation_history (node_name, test_name, status, finished_at, dag_id, run_id, "
+                         "map_index, try_number) VALUES ('gpu-002', 'dl_unit', 'pass', '20000-01-01T00:00:00Z', 'd', "
+                         "'future', 0, 1)", ())
+        s = samples(scrape(dsn)[0])
+        assert value(s, "cluster_doctor_up") == 1
+        assert ("cluster_doctor_nccl_busbw_gbps", frozenset({"node": "gpu-001", "test": "nccl_loopback"}.items())) \
+            not in s
+        assert value(s, "cluster_doctor_nccl_busbw_gbps", node="gpu-003", test="nccl_loopback") == 12.5
+        # an unreadable time never makes a pair fresh
+        assert math.isinf(value(s, "cluster_doctor_validation_staleness_seconds", node="gpu-002", test="dl_unit"))
+        assert value(s, "cluster_doctor_skipped_values_total", kind="metric") >= before.get("metric", 0) + 1
+        assert value(s, "cluster_doctor_skipped_values_total", kind="timestamp") >= before.get("timestamp", 0) + 1
+
+
+def test_families_are_cached_for_the_ttl(small_db):
+    calls = []
+
+    def connector(_settings):
+        calls.append(1)
+        return small_db
+
+    collector = metrics.ClusterDoctorCollector(connector, Settings, clock=lambda: seed.NOW, cache_ttl_s=60)
+    registry = metrics.make_registry(collector)
+    first, _ = metrics.render(registry)
+    second, _ = metrics.render(registry)
+    assert len(calls) == 2  # settings and connector are resolved per scrape (edits apply at once) ...
+    strip = lambda body: [l for l in body.decode().splitlines() if "scrape_duration" not in l]  # noqa: E731
+    assert strip(first) == strip(second)
+    collector.cache_ttl_s = 0  # ... and with the cache off every scrape reads the database again
+    assert value(samples(metrics.render(registry)[0].decode()), "cluster_doctor_up") == 1
+
+
+def test_fast_writer_matches_the_library_encoder(small_db):
+    """The one-pass writer and prometheus_client's encoders describe the same series."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: small_db, Settings, clock=lambda: seed.NOW))
+    ours = {k: v for k, v in samples(metrics.render(registry)[0].decode()).items()
+            if k[0] != "cluster_doctor_scrape_duration_seconds"}
+    theirs = {k: v for k, v in samples(generate_latest(registry).decode()).items()
+              if k[0] != "cluster_doctor_scrape_duration_seconds"}
+    assert ours.keys() == theirs.keys() and len(ours) > 100
+    assert all(ours[k] == theirs[k] or (math.isnan(ours[k]) and math.isnan(theirs[k])) for k in ours)
+    om, _ = metrics.render(registry, "application/openmetrics-text; version=1.0.0")
+    ours_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(om.decode()) for s in f.samples}
+    theirs_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(generate_openmetrics(registry).decode())
+                 for s in f.samples}
+    assert ours_om == theirs_om
+
+
+def test_label_values_are_escaped():
+    fam = metrics.FastGauge("cluster_doctor_node_info", "x", ["node", "gpu_model"])
+    fam.add_metric(["gpu-1", 'H100 "SXM"\\\nx'], 1.0)
+    registry = metrics.make_registry(type("C", (), {"collect": lambda self: [fam]})())
+    parsed = list(text_string_to_metric_families(metrics.render(registry)[0].decode()))
+    assert parsed[0].samples[0].labels["gpu_model"] == 'H100 "SXM"\\\nx'
+
+
+def test_exporter_binds_loopback_by_default_and_warns_without_a_token(small_db):
+    assert metrics.build_parser().parse_args([]).host == "127.0.0.1"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", metrics.TOKEN_ENV, metrics.TOKEN_FILE_ENV)}
+    for host, token, warned in (("0.0.0.0", None, True), ("0.0.0.0", "t0ken", False), ("127.0.0.1", None, False)):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cluster_doctor.reports.metrics", "--host", host, "--port", str(_free_port()),
+             "--db-url", dsn_to_url(small_db)],
+            env={**env, **({metrics.TOKEN_ENV: token} if token else {})}, stderr=subprocess.PIPE, text=True)
+        try:
+            first = proc.stderr.readline()  # the warning comes before serving; else the "serving" log line
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            proc.stderr.close()
+        assert ("without a token" in first) is warned, (host, token, first)
+        if warned:
+            assert first.startswith("warning: serving metrics on 0.0.0.0") and first.count("\n") == 1

@@ -1,0 +1,369 @@
+"""cluster_doctor.web.app: the fleet page behind Airflow's auth, rendered from a real PostgreSQL.
+
+The app is mounted under /cluster-doctor of a bare FastAPI app, as the api-server mounts it. The auth
+tests run Airflow's real get_user / SimpleAuthManager code with real JWTs; only the revoked-token
+lookup (a metadata-DB query) is stubbed. tests/ui/test_fleet_page.py covers the real api-server.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from cluster_doctor.web import app as webapp
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.store.history import ResultStore
+from tests.conftest import _fresh_database
+from tests.ui import fleet_seed as seed
+
+JWT_SECRET = "cluster-doctor-unit-tests-" + "0" * 64
+
+
+def make_client(dsn: dict, *, authenticated: bool = True, settings: Settings | None = None) -> TestClient:
+    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=lambda: settings or Settings(),
+                            clock=lambda: seed.NOW)
+    if authenticated:
+        sub.dependency_overrides[webapp.require_ui_access] = lambda: "test-user"
+    root = FastAPI()
+    root.mount(webapp.MOUNT_PREFIX, sub)
+    return TestClient(root, follow_redirects=False)
+
+
+@pytest.fixture(scope="module")
+def small_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        seed.small_fleet(ResultStore(dsn))
+        yield dsn
+
+
+@pytest.fixture
+def client(small_db):
+    return make_client(small_db)
+
+
+def rows(html: str) -> list[str]:
+    return re.findall(r'<tr data-node="([^"]+)"', html)
+
+
+# ---------------------------------------------------------------------------------------- auth
+@pytest.fixture
+def airflow_auth(monkeypatch):
+    """Airflow's SimpleAuthManager as the api-server's auth manager, and a valid JWT for a viewer."""
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", JWT_SECRET)
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "sre:viewer")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    from airflow.api_fastapi import app as airflow_app
+    from airflow.api_fastapi.auth.managers.base_auth_manager import BaseAuthManager
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.models.revoked_token import RevokedToken
+
+    def clear():  # the signer/validator are cached per process with the secret of their first use
+        BaseAuthManager._get_token_signer.__func__.cache_clear()
+        BaseAuthManager._get_token_validator.__func__.cache_clear()
+
+    clear()
+    monkeypatch.setattr(RevokedToken, "is_revoked", classmethod(lambda cls, jti, **kw: False))
+    manager = SimpleAuthManager()
+    monkeypatch.setattr(airflow_app._AuthManagerState, "instance", manager)
+    token = manager.generate_jwt(SimpleAuthManagerUser(username="sre", role="viewer"))
+    yield manager, token
+    clear()
+
+
+def test_anonymous_browser_is_sent_to_the_login_page(small_db, airflow_auth):
+    c = make_client(small_db, authenticated=False)
+    r = c.get("/cluster-doctor/?status=fail", headers={"Accept": "text/html"})
+    assert r.status_code == 303
+    # back to the page inside the Airflow UI (the external view), filters kept
+    assert r.headers["location"] == "/auth/login?next=%2Fplugin%2Ffleet-health%2Fcluster-doctor%2F%3Fstatus%3Dfail"
+    r = c.get("/cluster-doctor/nodes/gpu-003", headers={"Accept": "text/html"})
+    assert r.status_code == 303 and r.headers["location"].startswith("/auth/login?next=")
+
+
+def test_anonymous_api_client_gets_401_without_any_data(small_db, airflow_auth):
+    c = make_client(small_db, authenticated=False)
+    for path in ("/cluster-doctor/", "/cluster-doctor/nodes/gpu-003", "/cluster-doctor/metrics"):
+        r = c.get(path, headers={"Accept": "application/json"})
+        assert r.status_code == 401, path
+        assert "gpu-003" not in r.text and "cluster_doctor_" not in r.text
+
+
+def test_forged_or_foreign_tokens_are_refused(small_db, airflow_auth):
+    c = make_client(small_db, authenticated=False)
+    _, token = airflow_auth
+    header, payload, _sig = token.split(".")
+    for bad in ("not-a-jwt", f"{header}.{payload}.AAAA"):
+        r = c.get("/cluster-doctor/", headers={"Authorization": f"Bearer {bad}"})
+        assert r.status_code == 403 and "gpu-0" not in r.text
+
+
+def test_valid_jwt_in_cookie_or_header_sees_the_page(small_db, airflow_auth):
+    c = make_client(small_db, authenticated=False)
+    _, token = airflow_auth
+    r = c.get("/cluster-doctor/", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and "gpu-003" in r.text
+    c.cookies.set("_token", token)  # what the UI's login sets
+    r = c.get("/cluster-doctor/nodes/gpu-003")
+    assert r.status_code == 200 and "nccl_loopback" in r.text
+
+
+def test_auth_manager_decides_authorization(small_db, airflow_auth, monkeypatch):
+    manager, token = airflow_auth
+    seen = {}
+
+    def deny(*, method, access_entity, details, user):
+        seen.update(method=method, entity=access_entity.name, dag_id=details.id, user=user.username)
+        return False
+
+    monkeypatch.setattr(manager, "is_authorized_dag", deny)
+    c = make_client(small_db, authenticated=False)
+    r = c.get("/cluster-doctor/", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and "gpu-003" not in r.text
+    assert seen == {"method": "GET", "entity": "TASK_INSTANCE", "dag_id": "continuous_validation", "user": "sre"}
+
+
+# ---------------------------------------------------------------------------------------- content
+def test_summary_and_matrix(client):
+    r = client.get("/cluster-doctor/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    assert re.search(r'id="coverage">\s*<div class="value">62\.5 %</div>', html)
+    assert "5 of 8 GPU nodes fully validated within 7 days" in html
+    assert re.search(r'id="never">\s*<div class="value"><a [^>]*>1</a>', html)
+    assert re.search(r'id="failing">\s*<div class="value"><a [^>]*>2</a>', html)
+    assert "30.9" in html  # GPU-hours, 7 days
+    assert "nodes known to the results database" in html  # the definition is on the page
+    assert rows(html) == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006", "gpu-010", "gpu-011"]
+    assert re.search(r'class="cell" data-test="nccl_loopback" data-status="fail" title="nccl_loopback: fail since '
+                     r'2026-11-20 11:00 UTC \(1h\), before: pass', html)
+    assert 'class="cell stale" data-test="gpu_health" data-status="pass"' in html  # gpu-005: 10 days old
+    assert 'data-test="dl_unit" data-status="never"' in html
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("status=failing", ["gpu-003", "gpu-004"]),
+    ("status=never", ["gpu-006"]),
+    ("nodes=gpu-[001-002]", ["gpu-001", "gpu-002"]),
+    ("nodes=gpu-01*", ["gpu-010", "gpu-011"]),
+    (f"gpu_model={seed.A100}", ["gpu-002"]),
+    ("status=healthy&nodes=gpu-00?", ["gpu-001", "gpu-002"]),
+])
+def test_filters_narrow_the_rows(client, query, expected):
+    r = client.get(f"/cluster-doctor/?{query}")
+    assert r.status_code == 200 and rows(r.text) == expected
+    assert f"{len(expected)} node" in r.text
+
+
+@pytest.mark.parametrize("query, message", [
+    ("nodes=gpu-[1-", "unbalanced"),
+    ("nodes=GPU_01", "not a valid Kubernetes node name"),
+    ("status=nonsense", "unknown status filter"),
+])
+def test_invalid_filters_are_refused_with_a_message(client, query, message):
+    r = client.get(f"/cluster-doctor/?{query}")
+    assert r.status_code == 400 and message in r.text and rows(r.text) == []
+
+
+def test_reasons_and_names_are_escaped(client):
+    for path in ("/cluster-doctor/", "/cluster-doctor/nodes/gpu-003"):
+        html = client.get(path).text
+        assert "<script>window.__xss" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
+    # echoed back in the filter input's value and in the error message of the invalid range
+    r = client.get('/cluster-doctor/', params={"nodes": '"><script>alert(1)</script>'})
+    assert r.status_code == 400 and "<script>alert(1)" not in r.text
+    assert 'value="&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in r.text
+
+
+def test_pages_carry_a_restrictive_csp_with_a_nonce(client):
+    r = client.get("/cluster-doctor/")
+    csp = r.headers["content-security-policy"]
+    nonce = re.search(r"'nonce-([^']+)'", csp).group(1)
+    assert f'<script nonce="{nonce}">' in r.text and "default-src 'none'" in csp and "frame-ancestors 'self'" in csp
+    assert r.text.count("<script") == 1  # no other script than the nonced one
+
+
+def test_node_page_history_metrics_and_task_instance_links(client):
+    r = client.get("/cluster-doctor/nodes/gpu-003?q=status%3Dfailing%26evil%3D1")
+    assert r.status_code == 200
+    html = r.text
+    assert 'id="node-name">gpu-003<' in html
+    assert 'href="/cluster-doctor/?status=failing" id="back"' in html  # filters kept, junk dropped
+    # latest results: status, since, key figure, failing check
+    assert re.search(r'<tr id="test-nccl_loopback" data-test="nccl_loopback" data-status="fail">', html)
+    assert "nccl_busbw_gbps <b>12.50</b>" in html and "gemm_bf16_tflops_min <b>731.5</b>" in html
+    assert "✗ nccl_loopback.check" in html
+    # the task instance that produced the result, in the Airflow 3.3 UI's route
+    assert ('href="/dags/continuous_validation/runs/scheduled__2026-11-20T10%3A00%3A00%2B00%3A00/tasks/validate'
+            '/mapped/7?try_number=1" target="_top"') in html
+    history = re.findall(r'<tr data-test="([a-z_]+)" data-status="([a-z]+)">', html.split('id="history"')[1])
+    assert history[0] == ("nccl_loopback", "fail") and len(history) == 5
+    only = client.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text.split('id="history"')[1]
+    assert {t for t, _ in re.findall(r'<tr data-test="([a-z_]+)" data-status="([a-z]+)">', only)} == {"nccl_loopback"}
+
+
+@pytest.fixture(scope="module")
+def plots_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        store = ResultStore(dsn)
+        seed.small_fleet(store)
+        seed.plot_history(store)
+        yield dsn
+
+
+def _svgs(html: str) -> dict[str, str]:
+    return {m.group(1): m.group(0) for m in re.finditer(r'<svg id="plot-([a-z_]+-[a-z0-9_]+)".*?</svg>', html, re.S)}
+
+
+def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots_db):
+    # five H100 nodes in the seed: a band needs three here (the default minimum is ten)
+    settings = Settings(fleet_verdicts={"min_fleet_nodes": 3})
+    c = make_client(plots_db, settings=settings)
+    html = c.get("/cluster-doctor/nodes/gpu-003").text
+    plots = _svgs(html)
+    assert set(plots) == {"dl_unit-gemm_bf16_tflops_min", "dl_unit-mem_bw_gbps_min", "nccl_loopback-nccl_busbw_gbps",
+                          "storage_fio-fio_seq_read_mibps", "storage_fio-fio_seq_write_mibps",
+                          "storage_fio-fio_rand_read_iops", "storage_fio-fio_rand_write_iops"}
+    assert html.index('id="plots"') < html.index('id="history"')  # the plots come before the long table
+    nccl = plots["nccl_loopback-nccl_busbw_gbps"]
+    assert nccl.count('<circle class="point') == 13  # 11 older runs (11 to 41 days ago), 5 days and 1 h ago
+    assert nccl.count('class="point st-fail"') == 1 and "12.5 GB/s (fail)" in nccl
+    assert 'class="band"' in nccl and 'class="band-median"' in nccl and "fleet p10–p90, 5 nodes" in nccl
+    assert nccl.count('class="transition to-fail"') == 1 and 'class="transition to-pass"' not in nccl
+    gemm = plots["dl_unit-gemm_bf16_tflops_min"]  # failed 20 days ago, passed again 17 days ago
+    assert gemm.count('class="transition to-fail"') == 1 and gemm.count('class="transition to-pass"') == 1
+    assert "pass → fail, 2026-10-31 11:55 UTC" in gemm and "fail → pass, 2026-11-03 11:55 UTC" in gemm
+    assert "<script" not in "".join(plots.values())
+    # one test only: its plots only; a node of a model without enough peers: plots without a band
+    only = _svgs(c.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text)
+    assert set(only) == {"nccl_loopback-nccl_busbw_gbps"}
+    a100 = c.get("/cluster-doctor/nodes/gpu-002").text
+    assert len(_svgs(a100)) == 7 and 'class="band"' not in a100 and "no fleet band" in a100
+    # a node without any plotted value (timeouts only): no plot section at all
+    assert 'id="plots"' not in c.get("/cluster-doctor/nodes/gpu-006").text
+
+
+def test_node_page_errors(client):
+    assert client.get("/cluster-doctor/nodes/gpu-999").status_code == 404
+    r = client.get("/cluster-doctor/nodes/Bad_Node", headers={"Accept": "text/html"})
+    assert r.status_code == 400 and "invalid Kubernetes node name" in r.text
+    assert client.get("/cluster-doctor/nodes/gpu-003?test=Robert%27)%3B").status_code == 400
+
+
+def test_links_follow_the_mount_point_and_base_url(small_db):
+    """Behind [api] base_url=/airflow/ the api-server's root_path is /airflow: links must follow it."""
+    sub = webapp.create_app(connector_provider=lambda s: small_db, settings_provider=Settings, clock=lambda: seed.NOW)
+    sub.dependency_overrides[webapp.require_ui_access] = lambda: "u"
+    root = FastAPI(root_path="/airflow")
+    root.mount(webapp.MOUNT_PREFIX, sub)
+    html = TestClient(root).get("/airflow/cluster-doctor/nodes/gpu-003").text
+    assert 'href="/airflow/dags/continuous_validation/runs/' in html
+    assert 'href="/airflow/cluster-doctor/" id="back"' in html
+
+
+def test_database_down_or_schema_missing_is_a_503_with_the_reason(small_db, empty_db_dsn):
+    down = make_client({**small_db, "host": "127.0.0.1", "port": 1})
+    r = down.get("/cluster-doctor/")
+    assert r.status_code == 503 and "Results database unavailable" in r.text and "cannot connect" in r.text
+    r = make_client(empty_db_dsn).get("/cluster-doctor/")
+    assert r.status_code == 503 and "cluster-doctor db upgrade" in r.text
+
+
+def test_missing_airflow_connection_is_reported(small_db):
+    def missing(settings):
+        return webapp.airflow_connector(settings.replace(validation_db_conn_id="no_such_connection_for_tests"))
+
+    sub = webapp.create_app(connector_provider=missing, settings_provider=Settings, clock=lambda: seed.NOW)
+    sub.dependency_overrides[webapp.require_ui_access] = lambda: "u"
+    root = FastAPI()
+    root.mount(webapp.MOUNT_PREFIX, sub)
+    r = TestClient(root).get("/cluster-doctor/")
+    assert r.status_code == 503 and "no_such_connection_for_tests" in r.text
+
+
+# ---------------------------------------------------------------------------------------- scale
+@pytest.fixture(scope="module")
+def big_db(pg_admin_dsn, template_db):
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        seed.bulk_fleet(dsn, 5000)
+        yield dsn
+
+
+def test_5000_nodes_page_is_bounded_and_pages(big_db):
+    c = make_client(big_db)
+    started = time.perf_counter()
+    r = c.get("/cluster-doctor/")
+    elapsed = time.perf_counter() - started
+    assert r.status_code == 200
+    print(f"\n5,000 nodes x 4 tests: first page {len(r.content) / 1024:.0f} KiB in {elapsed * 1000:.0f} ms")
+    assert len(r.content) < 300_000
+    assert elapsed < 3.0
+    assert "5000 nodes" in r.text and "page 1 of 50" in r.text
+    assert rows(r.text)[:2] == ["gpu-0001", "gpu-0002"] and len(rows(r.text)) == 100
+    last = c.get("/cluster-doctor/?page=50")
+    assert rows(last.text)[-1] == "gpu-5000" and "page 50 of 50" in last.text
+    assert 'href="/cluster-doctor/?page=49" rel="prev"' in last.text
+    big = c.get("/cluster-doctor/?per_page=200&status=failing")  # 100 failing nodes, one page
+    assert rows(big.text) == [f"gpu-{i:04d}" for i in range(50, 5001, 50)]
+    assert c.get("/cluster-doctor/?per_page=5000").status_code == 422  # never the whole fleet at once
+
+
+def test_age_formatting():
+    assert [webapp.format_age(s) for s in (None, 5, 300, 3600, 5400, 86400 * 3 + 7200, 86400 * 12)] == \
+        ["never", "5s", "5m", "1h", "1h 30m", "3d 2h", "12d"]
+    assert webapp.format_duration(3725) == "1h 2m" and webapp.format_duration(42.4) == "42s"
+    assert webapp.format_ts(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)) == "2026-01-02 03:04 UTC"
+
+
+# ---------------------------------------------------------------------------------------- since when, SLO
+def _cell(html: str, node: str, test: str) -> str:
+    row = re.search(rf'<tr data-node="{node}">(.*?)</tr>', html, re.S).group(1)
+    return re.search(rf'data-test="{test}".*?</td>', row, re.S).group(0)
+
+
+def test_cells_show_how_long_the_status_has_held(client):
+    html = client.get("/cluster-doctor/").text
+    # gpu-003 nccl: failing for 1 h, ran 1 h ago; its other tests passed 5 days ago and still pass
+    assert "for 1h" in _cell(html, "gpu-003", "nccl_loopback")
+    health = _cell(html, "gpu-003", "gpu_health")
+    assert "for 5d" in health and "ran 5d ago" in health
+    # gpu-011 storage_fio: passing since its run 1 h ago (the later preemption is no executed result)
+    assert "for 1h" in _cell(html, "gpu-011", "storage_fio")
+    assert "class=\"since\"" not in _cell(html, "gpu-006", "dl_unit")  # never executed: no status to hold
+
+
+def test_status_age_is_the_streak_not_the_last_run(db_dsn, store):
+    """Three passes a day apart: the cell says 'for 3d' (the streak), 'ran 1h ago' (the last run)."""
+    now = seed.NOW
+    store.record([seed.attempt("gpu-001", "gpu_health", "pass", now - dt.timedelta(days=d, hours=1), map_index=d)
+                  for d in (3, 2, 1, 0)])
+    html = make_client(db_dsn).get("/cluster-doctor/").text
+    cell = _cell(html, "gpu-001", "gpu_health")
+    assert "for 3d 1h" in cell and "ran 1h ago" in cell
+
+
+def test_coverage_slo_and_chart(client):
+    html = client.get("/cluster-doctor/").text
+    assert re.search(r'id="slo">\s*<div class="value">65\.6 %</div>', html)  # 21 of 32 pairs fresh
+    assert "over the last 30 days" in html
+    assert re.search(r'id="worst-staleness">\s*<div class="value">never</div>', html)  # gpu-006
+    svg = re.search(r'<svg id="coverage-chart".*?</svg>', html, re.S).group(0)
+    assert svg.count("<circle") == 30 and "<script" not in svg and "href" not in svg
+
+
+def test_metrics_route_gzip(small_db, monkeypatch):
+    import gzip
+
+    monkeypatch.setenv("CLUSTER_DOCTOR_METRICS_TOKEN", "t0ken")
+    c = make_client(small_db, authenticated=False)
+    r = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+    assert b"cluster_doctor_up 1.0" in r.content  # the client decoded the gzip body
+    raw = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "identity"})
+    assert "content-encoding" not in raw.headers and gzip.compress(raw.content)
