@@ -9,7 +9,7 @@ SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test test-slow demo up down bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints clean help
+.PHONY: .venv test test-slow demo up down bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints requirements clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
@@ -36,7 +36,7 @@ $(STAMP): $(REQS)
 	@# The project itself, editable: `cluster-doctor`, `python -m cluster_doctor` and the Airflow
 	@# plugin entry point work from the venv without PYTHONPATH.
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt \
-		-e ".[airflow,dev]" -r $(SUITES_REQS)
+		-e ".[airflow,embedded,dev]" -r $(SUITES_REQS)
 	touch $(STAMP)
 
 # Two workers, one test file each at a time: files share their module fixtures (the stack test's
@@ -44,7 +44,7 @@ $(STAMP): $(REQS)
 # Serial (TEST_WORKERS=0) takes about 19.5 min on a 2-core machine, two workers about 12.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # Scenarios that take many minutes by nature (e.g. a results-DB outage through every retry of two
 # DagRuns, end to end); their faster task-level counterparts run in `make test`.
@@ -88,6 +88,11 @@ constraints: $(STAMP)
 	  $(BIN)/uv pip compile --quiet --python-version 3.11 --no-header --annotation-style line \
 		--all-extras pyproject.toml $(SUITES_REQS); } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
+	$(PYTHON) tools/requirements.py
+
+# requirements.txt (the pinned runtime set of the Airflow image) from pyproject.toml + constraints.txt.
+requirements:
+	$(PYTHON) tools/requirements.py
 
 clean: down
 	rm -rf $(VENV) .pytest_cache .demo $(STACK_DIR)

@@ -20,9 +20,9 @@ import subprocess
 import sys
 import time
 
-from cluster_doctor.kube import discovery
 from cluster_doctor.domain import priority
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import discovery
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))  # the emulator is a test tool, not part of the installed package

@@ -45,8 +45,8 @@ SELECT node_name, test_name, status, started_at - k * interval '7 days', finishe
 
 def seed(dsn: dict, nodes: int) -> None:
     import psycopg
-
     from cluster_doctor.store.history import ResultStore
+
     from tests.ui import fleet_seed
 
     ResultStore(dsn).upgrade()
@@ -62,8 +62,9 @@ def worker(dsn: dict, runs: int, cache: bool) -> dict:
     """Runs inside the implementation's process: scrape the exporter app ``runs`` times."""
     import inspect
 
-    from cluster_doctor.reports import metrics
     from cluster_doctor.domain.config import Settings
+    from cluster_doctor.reports import metrics
+
     from tests.ui import fleet_seed
 
     settings = Settings(tests=TESTS, staleness_days=7)

@@ -36,13 +36,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
 
+    import bench_metrics
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.store import database, fleet
+    from cluster_doctor.web import app as webapp
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    import bench_metrics
-    from cluster_doctor.store import database, fleet
-    from cluster_doctor.web import app as webapp
-    from cluster_doctor.domain.config import Settings
     from tests.ui import fleet_seed
 
     load = os.getloadavg()[0]

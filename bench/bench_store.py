@@ -20,7 +20,6 @@ import tempfile
 import time
 
 import psycopg
-
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore
 

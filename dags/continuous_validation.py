@@ -10,11 +10,10 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
-from cluster_doctor.airflow.operator import NodeValidationPodOperator
 
 # Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
 # other setting, per-task timeouts included, is read at run time with the Variable
@@ -92,55 +91,60 @@ with DAG(
 
     @task
     def discover() -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         context = get_current_context()
-        settings = airflow_support.load_settings()
-        return tasks.discover(context["params"], settings, airflow_support.core_v1(settings.kubernetes_conn_id),
+        settings = runtime.load_settings()
+        return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
                               parsed=SETTINGS)
 
     # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
     # delete them. Reports and carries on: its problems never block this run's planning.
     @task
     def reap_orphans(discovered: dict) -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support
-        from cluster_doctor.kube import orphans
+        from cluster_doctor.airflow import runtime
         from cluster_doctor.domain.config import Settings
+        from cluster_doctor.kube import orphans
 
         settings = Settings(**discovered["settings"])
-        return orphans.reap(airflow_support.core_v1(settings.kubernetes_conn_id),
-                            airflow_support.results_store(settings.validation_db_conn_id), settings,
+        return orphans.reap(runtime.core_v1(settings.kubernetes_conn_id),
+                            runtime.results_store(settings.validation_db_conn_id), settings,
                             run_state=get_current_context()["ti"].get_dagrun_state).to_dict()
 
     @task
     def load_latest(discovered: dict) -> list:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         conn_id = discovered["settings"]["validation_db_conn_id"]
-        return tasks.load_latest(discovered, airflow_support.results_store(conn_id))
+        return tasks.load_latest(discovered, runtime.results_store(conn_id))
 
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task
     def prioritize(discovered: dict, latest: list) -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         context = get_current_context()
-        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.prioritize(discovered, latest, store=store, dag_id=dag.dag_id, run_id=context["run_id"],
-                                run_ended=airflow_support.dagrun_ended(context["ti"]))
+                                run_ended=runtime.dagrun_ended(context["ti"]))
 
     @task
     def ship_suites(discovered: dict, planned: dict) -> list:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         conn_id = discovered["settings"]["kubernetes_conn_id"]
-        return tasks.ship_suites(discovered, planned, airflow_support.core_v1(conn_id))
+        return tasks.ship_suites(discovered, planned, runtime.core_v1(conn_id))
 
     # Runs whatever the validations did (an empty plan maps zero validations: ALL_DONE still runs);
     # it skips itself when discovery or planning failed.
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
     def record(discovered: dict, planned: dict) -> list:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         context = get_current_context()
         if discovered is None or planned is None:
@@ -148,19 +152,20 @@ with DAG(
         reported = context["ti"].xcom_pull(task_ids="validate", key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
-        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"],
                             settings=discovered["settings"])
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
         if recorded is None and planned["pairs"] and not planned["dry_run"]:
             raise AirflowFailException("the attempts of this run could not be recorded: see the record task")
-        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
+        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
         return tasks.summarize(discovered, planned, recorded, store, dag_id=dag.dag_id,
                                run_id=get_current_context()["run_id"])
 
@@ -194,10 +199,11 @@ with DAG(
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task
     def quarantine(discovered: dict, recorded: list) -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support, tasks
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
 
-        store = airflow_support.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.quarantine(discovered, store, airflow_support.core_v1(discovered["settings"]["kubernetes_conn_id"]))
+        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
+        return tasks.quarantine(discovered, store, runtime.core_v1(discovered["settings"]["kubernetes_conn_id"]))
 
     quarantine(discovered, recorded)
     verdict(summarize(discovered, planned, recorded))

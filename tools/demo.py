@@ -20,12 +20,11 @@ import subprocess
 import sys
 import time
 
-import psycopg
-
 import dag_runner
+import psycopg
 from cluster_doctor.cli import main as cli
-from cluster_doctor.store import database
 from cluster_doctor.domain import suites
+from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore
 from k8s_emulator import EmulatorProcess
 

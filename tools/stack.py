@@ -375,7 +375,6 @@ def _wait(what: str, check, procs: dict[str, tuple[subprocess.Popen, pathlib.Pat
 def start_postgres(record: Record, say) -> tuple[str, str]:
     """The embedded server, its socket dir, and the two databases; returns (socket_dir, results URL)."""
     import psycopg
-
     from cluster_doctor.store import database
 
     pgdata = record.state / "pgdata"

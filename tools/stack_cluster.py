@@ -28,7 +28,6 @@ import threading
 import time
 
 import yaml
-
 from k8s_emulator import EmulatorProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

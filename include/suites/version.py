@@ -15,22 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable
 
 HASHED_SUFFIXES = (".py", ".yaml", ".yml", ".json")
 
 
+def digest(files: Iterable[tuple[str, bytes]]) -> str:
+    """The suite_version of (name, content) pairs: the one hashing helper of both sides."""
+    h = hashlib.sha256()
+    for name, content in sorted(files):
+        h.update(name.encode() + b"\0" + content + b"\0")
+    return "sha256:" + h.hexdigest()[:16]
+
+
 def content_hash(directory: str | os.PathLike) -> str:
-    names = []
+    files = []
     with os.scandir(directory) as it:
         for entry in it:
             if entry.name.endswith(HASHED_SUFFIXES) and entry.is_file():
-                names.append(entry.name)
-    digest = hashlib.sha256()
-    for name in sorted(names):
-        with open(os.path.join(directory, name), "rb") as fh:
-            content = fh.read()
-        digest.update(name.encode() + b"\0" + content + b"\0")
-    return "sha256:" + digest.hexdigest()[:16]
+                with open(entry.path, "rb") as fh:
+                    files.append((entry.name, fh.read()))
+    return digest(files)
 
 
 def suite_version() -> str:

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-
 from tests.conftest import REPO
 
 
@@ -44,7 +43,6 @@ def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_
 
 def test_validate_is_a_mapped_kpo_subclass_in_the_pool_with_timeouts(dagbag):
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-
     from cluster_doctor.airflow.operator import NodeValidationPodOperator
 
     dag = dagbag.dags["continuous_validation"]

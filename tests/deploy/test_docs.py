@@ -8,8 +8,9 @@ import shutil
 import subprocess
 
 import kubernetes_validate
-import pytest
 import yaml
+
+from tests.conftest import kubectl as find_kubectl
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "deployment.md"
@@ -57,9 +58,7 @@ def test_helm_values_snippet_uses_the_chart_keys_and_sets_up_pool_and_connection
 
 def test_the_rbac_overlay_snippet_builds(tmp_path):
     (overlay,) = [b for b in code_blocks("yaml") if "kind: Kustomization" in b]
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not installed (Debian: kubernetes-client)")
+    kubectl = find_kubectl()
     shutil.copytree(REPO / "include" / "k8s", tmp_path / "include" / "k8s")
     target = tmp_path / "deploy" / "my-cluster"
     target.mkdir(parents=True)

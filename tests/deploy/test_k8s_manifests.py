@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import copy
 import pathlib
-import shutil
 import subprocess
 
 import kubernetes_validate
 import pytest
 import yaml
-
 from cluster_doctor.domain.config import Settings
+
+from tests.conftest import kubectl as find_kubectl
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 K8S = REPO / "include" / "k8s"
@@ -265,9 +265,7 @@ def test_names_match_the_cluster_doctor_defaults(manifests):
 
 
 def test_kustomize_builds_the_same_objects(manifests):
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not installed (Debian: kubernetes-client); the kustomization is checked above")
+    kubectl = find_kubectl()
     result = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     built = [d for d in yaml.safe_load_all(result.stdout) if d]
@@ -333,9 +331,7 @@ def test_the_quarantine_checker_catches(mutate):
 
 
 def test_quarantine_kustomization_builds(tmp_path):
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
+    kubectl = find_kubectl()
     out = subprocess.run([kubectl, "kustomize", str(QUARANTINE)], capture_output=True, text=True, check=True)
     built = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert sorted(d["metadata"]["name"] for d in built) == ["cluster-doctor-quarantine"] * 2

@@ -9,12 +9,12 @@ import json
 import shutil
 import subprocess
 
+import dag_runner
 import jsonschema
 import pytest
+from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 
-import dag_runner
-from k8s_emulator import EmulatorProcess
 from tests.conftest import REPO
 
 NAMESPACE = "cluster-doctor"

@@ -9,11 +9,11 @@ import json
 import subprocess
 import sys
 
+import dag_runner
 import psycopg
 import pytest
-
-import dag_runner
 from cluster_doctor.store.history import ResultStore
+
 from tests.e2e.conftest import script_result, validation_pods
 
 pytestmark = pytest.mark.e2e

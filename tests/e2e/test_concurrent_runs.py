@@ -11,8 +11,8 @@ import time
 
 import psycopg
 import pytest
-
 from cluster_doctor.store import claims, database
+
 from tests.e2e.conftest import Runner, script_result, validation_pods
 
 pytestmark = pytest.mark.e2e

@@ -9,9 +9,9 @@ import time
 
 import psycopg
 import pytest
-
 from cluster_doctor.domain import priority
 from cluster_doctor.store.history import ResultStore
+
 from tests.e2e.conftest import NAMESPACE, PVC, script_result, summary, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 

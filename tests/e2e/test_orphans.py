@@ -10,10 +10,10 @@ import signal
 import sqlite3
 import subprocess
 
+import dag_runner
 import psycopg
 import pytest
 
-import dag_runner
 from tests.e2e.conftest import summary, validation_pods
 
 pytestmark = pytest.mark.e2e

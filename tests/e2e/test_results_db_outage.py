@@ -10,9 +10,9 @@ import threading
 
 import psycopg
 import pytest
-
 from cluster_doctor.store import spool
 from cluster_doctor.store.history import ResultStore
+
 from tests.e2e.conftest import script_result, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 

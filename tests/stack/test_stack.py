@@ -36,9 +36,9 @@ from collections import Counter
 
 import psycopg
 import pytest
-
 import stack as stack_tool  # tools/stack.py, the code behind make up / make down
 from cluster_doctor.store import database
+
 from tests.conftest import REPO
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
 

@@ -2,9 +2,8 @@
 
 import pathlib
 
-import psycopg
-
 import demo
+import psycopg
 from cluster_doctor.store import database
 
 

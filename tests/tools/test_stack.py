@@ -13,6 +13,7 @@ import sys
 import time
 
 import stack
+
 from tests.conftest import REPO
 
 STACK = [sys.executable, str(REPO / "tools" / "stack.py")]

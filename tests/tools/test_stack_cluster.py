@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 import stack_cluster as sc
 from k8s_emulator import EmulatorProcess
 

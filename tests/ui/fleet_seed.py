@@ -12,7 +12,6 @@ import random
 from typing import Any
 
 import psycopg
-
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.store.history import ResultStore

@@ -17,8 +17,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from cluster_doctor.store.history import ResultStore
+
 from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.ui import fleet_seed as seed
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server

@@ -7,8 +7,17 @@ import re
 
 from .errors import Cause, forbidden
 from .resources import LIFECYCLE_TAINT_KEYS, lifecycle_taints, node_ready
-from .util import (DNS1123_LABEL, DNS1123_SUBDOMAIN, LABEL_MSG, LABEL_VALUE, LABEL_VALUE_MSG, SUBDOMAIN_MSG,
-                   qualified_name_error, quantity_milli, rfc3339)
+from .util import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    LABEL_MSG,
+    LABEL_VALUE,
+    LABEL_VALUE_MSG,
+    SUBDOMAIN_MSG,
+    qualified_name_error,
+    quantity_milli,
+    rfc3339,
+)
 
 SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
 HUGE_PRIORITY = 1000000000

@@ -7,8 +7,8 @@ import os
 import re
 
 from . import fixtures
-from .errors import ApiError, bad_request, not_found, raise_if
 from .admission import apply_node_lifecycle, validate_node
+from .errors import ApiError, bad_request, not_found, raise_if
 from .resources import TYPES
 from .selectors import parse_label_selector
 from .util import jcopy, rfc3339

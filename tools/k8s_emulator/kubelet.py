@@ -18,7 +18,15 @@ import threading
 import time
 
 from .resources import TERMINAL_PHASES
-from .runtime import ExecContainer, PathMap, ProcessRegistry, SimContainer, expand, field_ref, materialize_configmap
+from .runtime import (
+    ExecContainer,
+    PathMap,
+    ProcessRegistry,
+    SimContainer,
+    expand,
+    field_ref,
+    materialize_configmap,
+)
 from .scripts import ACTIONS
 from .util import jcopy, rfc3339
 

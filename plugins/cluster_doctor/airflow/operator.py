@@ -38,14 +38,15 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, A
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from cluster_doctor.kube import discovery, podspec
 from cluster_doctor.airflow import provider_errors
+from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
 from cluster_doctor.domain import results, suites
 from cluster_doctor.domain.attempts import Attempt, parse_timestamp
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
 from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.kube import discovery, podspec
 from cluster_doctor.store.history import RetryPolicy
 
 LOG_TAIL_LINES = 200
@@ -112,7 +113,7 @@ class _PendingWatch(threading.Thread):
                     self.operator.pod_manager.delete_pod(self.pod)  # ends the provider's wait
                     return
             except Exception as exc:  # the provider's own wait still bounds this try
-                self.operator.log.warning("availability check failed: %s", _one_line(exc))
+                self.operator.log.warning("availability check failed: %s", one_line(exc))
 
     def stop(self) -> None:
         self.stopped.set()
@@ -344,7 +345,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
                     if exc.status == 404:
                         self._pod_vanished = True
                     else:
-                        self.log.warning("could not read the pod's final state: %s", _one_line(exc))
+                        self.log.warning("could not read the pod's final state: %s", one_line(exc))
             if not self._pod_vanished:
                 self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
                 if getattr(remote_pod.status, "phase", None) not in (PodPhase.PENDING, "Unknown", None):
@@ -360,7 +361,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             try:
                 self._record(self._context, outcome)
             except Exception as exc:  # best effort: the record task fills any gap
-                self.log.warning("could not record the killed attempt: %s", _one_line(exc))
+                self.log.warning("could not record the killed attempt: %s", one_line(exc))
 
     # ------------------------------------------------------------------ recording
     def _attempt(self, context, outcome: results.PodOutcome) -> Attempt:
@@ -393,7 +394,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         try:
             self._write(attempt)
         except Exception as exc:  # the record task writes it from XCom, with longer retries
-            self.log.warning("results DB write deferred to the record task: %s", _one_line(exc))
+            self.log.warning("results DB write deferred to the record task: %s", one_line(exc))
         return attempt
 
     def _finish(self, context, outcome: results.PodOutcome):
@@ -424,8 +425,6 @@ def _as_list(callbacks: Any) -> list:
     return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
-def _one_line(exc: BaseException | str) -> str:
-    return " ".join(str(exc).split())[:400]
 
 
 def _duration(seconds: float) -> str:

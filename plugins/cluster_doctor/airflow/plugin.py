@@ -13,13 +13,20 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from cluster_doctor.airflow import runtime
 from cluster_doctor.web import app as webapp
+
+
+def _connector(settings):
+    """The provider's PostgresHook for the connection the settings name (``validation_db``)."""
+    return runtime.hook_connector(settings.validation_db_conn_id)
 
 
 class ClusterDoctorPlugin(AirflowPlugin):
     name = "cluster_doctor"
     fastapi_apps = [
-        {"app": webapp.create_app(), "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
+        {"app": webapp.create_app(connector_provider=_connector, settings_provider=runtime.load_settings),
+         "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
     ]
     external_views = [
         {

@@ -17,6 +17,8 @@ from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeout
 from airflow.sdk.exceptions import AirflowTaskTimeout
 from kubernetes.client.exceptions import ApiException
 
+from cluster_doctor.domain.errors import one_line
+
 try:  # provider >= 10.x keeps it here; older versions in pod_manager
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
 except ImportError:  # pragma: no cover
@@ -48,7 +50,7 @@ class Explained:
         """The exception's text on one line (ApiException: status and reason, not the whole body)."""
         if isinstance(self.exc, ApiException):
             return f"Kubernetes API {self.exc.status} {self.exc.reason}"
-        return " ".join(str(self.exc).split())[:400] or type(self.exc).__name__
+        return one_line(self.exc)
 
 
 def chain(exc: BaseException) -> Iterator[BaseException]:

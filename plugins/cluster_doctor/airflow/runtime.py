@@ -6,11 +6,22 @@ Imported only from Airflow-facing modules (operator, tasks, plugin); the schedul
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster_doctor.store import database
+import psycopg
+
 from cluster_doctor.domain.config import VARIABLE_NAME, Settings
+from cluster_doctor.store.database import (
+    CONN_ID,
+    DEFAULT_CONNECT_TIMEOUT,
+    Connector,
+    DatabaseUnavailable,
+    InvalidDatabaseUrl,
+    describe,
+    one_line_cause,
+)
 from cluster_doctor.store.history import ResultStore, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -30,7 +41,7 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
 
 def results_store(conn_id: str, retry: RetryPolicy = RetryPolicy()) -> ResultStore:
     """The results store behind the Postgres provider's hook for the Airflow connection ``conn_id``."""
-    return ResultStore(database.hook_connector(conn_id), retry=retry)
+    return ResultStore(hook_connector(conn_id), retry=retry)
 
 
 def core_v1(conn_id: str) -> Any:
@@ -49,3 +60,25 @@ def dagrun_ended(ti: Any) -> Callable[[str, str], bool]:
         return getattr(state, "value", state) in ("success", "failed")
 
     return ended
+
+
+def hook_connector(conn_id: str = CONN_ID) -> Connector:
+    """The Postgres provider's hook for an Airflow connection (metadata DB, env or secrets backend)."""
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    try:
+        conn = PostgresHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException and friends: one line, naming the connection
+        raise DatabaseUnavailable(f"Airflow connection {conn_id!r} is not usable: {one_line_cause(exc)}") from None
+    if conn.conn_type not in (None, "", "postgres", "postgresql"):
+        raise InvalidDatabaseUrl(f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres")
+    where = describe({"host": conn.host, "port": conn.port, "dbname": conn.schema})
+
+    def open_connection(application_name: str) -> psycopg.Connection:
+        # libpq reads these when the connection's extras do not set them: a dead database must
+        # fail the connect within seconds, not hang a task until its execution_timeout.
+        os.environ.setdefault("PGCONNECT_TIMEOUT", str(DEFAULT_CONNECT_TIMEOUT))
+        os.environ.setdefault("PGAPPNAME", application_name)
+        return PostgresHook(postgres_conn_id=conn_id).get_conn()
+
+    return Connector(open_connection, f"{where} (Airflow connection {conn_id})")

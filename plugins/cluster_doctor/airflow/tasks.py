@@ -11,13 +11,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.store import claims, fleet_baseline, spool
-from cluster_doctor.kube import discovery, volumes
-from cluster_doctor.domain import planning, priority, suites
-from cluster_doctor.domain.attempts import Attempt, InvalidAttempt, parse_timestamp
+from cluster_doctor.domain import fleet_verdicts, planning, priority
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt, parse_timestamp
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
+from cluster_doctor.store import claims, spool, verdicts
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def load_latest(discovered: Mapping[str, Any], store: Any) -> list[list[Any]]:
     rows = [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
             for (node, test), s in sorted(states.items())]
     # a pair with a straggler/drift verdict goes through the failed-retest path: the retest confirms it
-    return fleet_baseline.mark_suspects(store.connect, rows)
+    return verdicts.mark_suspects(store.connect, rows)
 
 
 def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.PairState]:
@@ -143,72 +144,15 @@ def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_
     content hash) and hand every planned pair to the mapped validation task."""
     if planned["dry_run"] or not planned["pairs"]:
         return []
-    settings = Settings(**discovered["settings"])
-    directory = suites.suites_dir(settings)
-    version = suites.content_hash(directory)
-    name = suites.configmap_name(settings, version)
-    files = suites.shipped_files(directory)
-    ensure_configmap(core_v1, settings.namespace, name, files, version)
-    prune_configmaps(core_v1, settings.namespace, keep=name)
-    run_config = {"settings": discovered["settings"], "configmap": name, "suite_version": version,
-                  "suite_files": sorted(files)}
+    shipped = suite_code.ship(core_v1, Settings(**discovered["settings"]))
+    run_config = {"settings": discovered["settings"], "configmap": shipped.configmap,
+                  "suite_version": shipped.version, "suite_files": list(shipped.files)}
     return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
              "gpu_model": p["gpu_model"], "planned_at": planned["planned_at"], "why": p["why"],
              "run_config": run_config} for p in planned["pairs"]]
 
 
-def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str, bytes], version: str) -> bool:
-    """Create the ConfigMap unless it exists; True when created."""
-    from kubernetes.client.exceptions import ApiException
-
-    body = {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/name": "cluster-doctor", "app.kubernetes.io/component": "suites"},
-                     "annotations": {"cluster-doctor.io/suite-version": version}},
-        "immutable": True,
-        "data": {k: v.decode("utf-8") for k, v in files.items()},
-    }
-    try:
-        core_v1.create_namespaced_config_map(namespace, body)
-    except ApiException as exc:
-        if exc.status == 409:
-            return False
-        raise
-    log.info("suite code %s shipped as ConfigMap %s/%s (%d files)", version, namespace, name, len(files))
-    return True
-
-
-KEEP_SUITE_VERSIONS = 3
-
-
-def prune_configmaps(core_v1: Any, namespace: str, *, keep: str, versions: int = KEEP_SUITE_VERSIONS) -> list[str]:
-    """Delete old suite ConfigMaps, keeping the current one and the newest few (a pod of an earlier run
-    may still be starting with its version)."""
-    from kubernetes.client.exceptions import ApiException
-
-    listed = core_v1.list_namespaced_config_map(
-        namespace, label_selector="app.kubernetes.io/name=cluster-doctor,app.kubernetes.io/component=suites")
-    items = sorted(listed.items, key=lambda cm: cm.metadata.creation_timestamp or dt.datetime.min.replace(tzinfo=dt.UTC),
-                   reverse=True)
-    kept = {keep} | {cm.metadata.name for cm in items[:versions]}
-    deleted = []
-    for cm in items:
-        if cm.metadata.name in kept:
-            continue
-        try:
-            core_v1.delete_namespaced_config_map(cm.metadata.name, namespace)
-            deleted.append(cm.metadata.name)
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("could not delete old suite ConfigMap %s: %s", cm.metadata.name, exc.reason)
-    if deleted:
-        log.info("removed %d old suite ConfigMap(s): %s", len(deleted), ", ".join(deleted))
-    return deleted
-
-
 # ---------------------------------------------------------------------------- 6. record
-UNREPORTED = "the validation task did not report (never ran, killed or lost); no result"
 
 def record(
     planned: Mapping[str, Any],
@@ -250,8 +194,8 @@ def record(
     if attempts:
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
-        fleet_baseline.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
-                                      fleet_baseline.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
+        verdicts.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
+                                      fleet_verdicts.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
     return [a.to_dict() for a in attempts.values()]
 
 
@@ -262,7 +206,7 @@ def _release_claims(store: Any, pairs: Sequence[Mapping[str, Any]], *, dag_id: s
         released = claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[p["node_name"] for p in pairs])
     except Exception as exc:
         log.warning("could not release this run's claims on %d node(s) (%s); they expire on their own",
-                    len(pairs), " ".join(str(exc).split())[:300])
+                    len(pairs), one_line(exc, 300))
         return
     log.info("released this run's claims on %d node(s)", released)
 
@@ -272,7 +216,8 @@ def summarize(discovered: Mapping[str, Any], planned: Mapping[str, Any], recorde
               store: Any, *, dag_id: str | None = None, run_id: str | None = None,
               now: dt.datetime | None = None) -> dict:
     """Counts, newly failing nodes, ineligible nodes, coverage; and the run's CTRF report on disk."""
-    from cluster_doctor.reports import ctrf, summary as report
+    from cluster_doctor.reports import ctrf
+    from cluster_doctor.reports import summary as report
 
     now = now or _now()
     nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]

@@ -12,7 +12,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import pathlib
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -20,15 +19,35 @@ from typing import Any
 
 import psycopg
 
-from cluster_doctor.store import claims, database, migrations, spool
+from cluster_doctor.cli import connection
 from cluster_doctor.domain import priority, simulate, suites
-from cluster_doctor.domain.attempts import Attempt, InvalidAttempt, from_suite_result, parse_timestamp, validate_test_name
+from cluster_doctor.domain.attempts import (
+    Attempt,
+    InvalidAttempt,
+    from_suite_result,
+    parse_timestamp,
+    validate_test_name,
+)
 from cluster_doctor.domain.config import InvalidSettings, Settings
-from cluster_doctor.domain.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, shown, validate_node_name
-from cluster_doctor.reports.text import age, table, to_csv, to_json
+from cluster_doctor.domain.errors import one_line
+from cluster_doctor.domain.nodes import (
+    InvalidNodeName,
+    InvalidNodeRange,
+    parse_node_range,
+    shown,
+    validate_node_name,
+)
 from cluster_doctor.domain.status import Status
+from cluster_doctor.reports.text import age, table, to_csv, to_json
+from cluster_doctor.store import claims, database, migrations, spool
 from cluster_doctor.store.history import (
-    HISTORY_COLUMNS, LATEST_COLUMNS, MAX_CLOCK_SKEW, MAX_HISTORY_LIMIT, MAX_ID_TEXT, ResultStore, SchemaMissing,
+    HISTORY_COLUMNS,
+    LATEST_COLUMNS,
+    MAX_CLOCK_SKEW,
+    MAX_HISTORY_LIMIT,
+    MAX_ID_TEXT,
+    ResultStore,
+    SchemaMissing,
     storable_problems,
 )
 
@@ -201,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--now", default=None, type=timestamp("--now"), help=argparse.SUPPRESS)
     pl.add_argument("--kubeconfig", default=None, help="with --live: kubeconfig path (default: $KUBECONFIG)")
 
-    # dispatched in main() to cluster_doctor.reports.metrics, which owns its options
+    # dispatched in main() to cluster_doctor.cli.metrics_exporter, which owns its options
     sub.add_parser("metrics", help="Prometheus exporter: metrics [--port 9108] [--once] (see metrics --help)")
 
     rec = sub.add_parser(
@@ -237,7 +256,7 @@ def _suite_list(text: str) -> list[str]:
 
 
 def _store(args: argparse.Namespace) -> ResultStore:
-    connect, source = database.resolve_cli_connector(getattr(args, "db_url", None))
+    connect, source = connection.resolve(getattr(args, "db_url", None))
     if source.startswith("embedded"):
         print(f"cluster-doctor: using the {source}", file=sys.stderr)
     return ResultStore(connect)
@@ -275,7 +294,7 @@ def _parse_json(text: str, what: str) -> Any:
     except RecursionError:
         raise UsageError(f"{what}: JSON nested too deeply") from None
     except ValueError as exc:  # e.g. an integer of thousands of digits
-        raise UsageError(f"{what}: not usable JSON ({' '.join(str(exc).split())[:120]})") from None
+        raise UsageError(f"{what}: not usable JSON ({one_line(exc, 120)})") from None
 
 
 def _read_json_arg(path: str, what: str) -> Any:
@@ -373,18 +392,18 @@ def _free_nodes(args: argparse.Namespace) -> list[str]:
     if args.nodes is not None:
         return parse_node_range(args.nodes).expand()
     if args.live:
-        from cluster_doctor.kube import discovery  # needs the kubernetes client and a kubeconfig
-
         import yaml
         from kubernetes import client, config
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        from cluster_doctor.kube import discovery  # needs the kubernetes client and a kubeconfig
+
         try:
             api_client = config.new_client_from_config(config_file=args.kubeconfig)
         except (config.ConfigException, yaml.YAMLError, OSError, TypeError, ValueError, AttributeError) as exc:
             # the client's loader fails in many ways on a file that is not a kubeconfig
-            detail = " ".join(str(exc).split())[:200] or exc.__class__.__name__
+            detail = one_line(exc, 200)
             raise UsageError(f"--kubeconfig: not a usable kubeconfig ({detail})") from None
         try:
             return [n.name for n in discovery.discover(client.CoreV1Api(api_client), Settings.load()).free]
@@ -453,7 +472,7 @@ def _collect(items: Sequence[tuple[str, Callable[[], Attempt]]]) -> list[Attempt
                 raise InvalidAttempt("; ".join(problems))
             attempts.append(attempt)
         except (InvalidAttempt, InvalidNodeName, ValueError, TypeError, OverflowError) as exc:
-            errors.append(f"{label}: {' '.join(str(exc).split())[:300]}")
+            errors.append(f"{label}: {one_line(exc, 300)}")
     if errors:
         more = f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else ""
         raise UsageError(f"{len(errors)} of {len(items)} attempt(s) invalid, nothing recorded: "
@@ -491,9 +510,9 @@ def main(argv: Sequence[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["metrics"]:
-        from cluster_doctor.reports import metrics
+        from cluster_doctor.cli import metrics_exporter
 
-        return metrics.main(argv[1:])
+        return metrics_exporter.main(argv[1:])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error already printed as one line (2)

@@ -19,6 +19,9 @@ from cluster_doctor.domain.status import Status
 
 _TEST_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _MAX_TEXT = 10_000  # reasons and paths are one-liners; anything longer is a bug upstream
+# The placeholder reason of a planned pair whose validate task never handed back an attempt; the
+# orphan reaper replaces exactly such rows with what the pod says.
+UNREPORTED = "the validation task did not report (never ran, killed or lost); no result"
 # Column ranges of validation_history: integer columns are Postgres integer, numbers inside the jsonb
 # columns must fit a bigint (readers cast them), so nothing the database would refuse gets this far.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1

@@ -22,6 +22,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
+from cluster_doctor.domain.quarantine import QuarantinePolicy
+
 ENV_PREFIX = "CLUSTER_DOCTOR_"
 VARIABLE_NAME = "cluster_doctor_settings"
 # Set only through CLUSTER_DOCTOR_* environment variables (or the constructor, in code and tests).
@@ -153,12 +156,9 @@ class Settings:
             if not re.fullmatch(r"[A-Z][A-Z_]{1,30}", cap) or cap.startswith("CAP_") or cap == "ALL":
                 raise InvalidSettings(f"setting pod_capabilities: {cap!r} is not a capability name "
                                       "like IPC_LOCK (no CAP_ prefix, not ALL)")
-        from cluster_doctor.store import fleet_baseline
-        from cluster_doctor.kube import quarantine
-
         try:
-            fleet_baseline.BaselinePolicy.from_mapping(self.fleet_verdicts)
-            quarantine.QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
+            BaselinePolicy.from_mapping(self.fleet_verdicts)
+            QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
         except ValueError as exc:
             raise InvalidSettings(f"setting {exc}") from None
         if self.node_selector:

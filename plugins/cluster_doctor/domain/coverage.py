@@ -31,7 +31,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain.status import EXECUTED, FAILING, Status
+from cluster_doctor.domain.status import EXECUTED, FAILING
 
 _EXECUTED = frozenset(str(s) for s in EXECUTED)
 _FAILING = frozenset(str(s) for s in FAILING)

@@ -19,7 +19,6 @@ Pure Python, no cluster and no database: seconds at 5,000 nodes.
 from __future__ import annotations
 
 import argparse
-import bisect
 import dataclasses
 import datetime as dt
 import heapq

@@ -1,25 +1,23 @@
 """The suite catalog the DAG reads: what each validation suite is, how it runs, what it costs.
 
-The suite code itself lives in ``include/suites/`` (no Airflow there; it runs in the validation
-image, on bare metal or under Slurm). It reaches the pods as an immutable ConfigMap named after its
-content hash, which is also the ``suite_version`` recorded with every result.
+The suite code itself lives in ``include/suites/`` (package ``cluster_doctor_suites``; no Airflow there:
+it runs in the validation image, on bare metal or under Slurm). ``cluster_doctor.kube.suite_code``
+ships it to the pods as an immutable ConfigMap named after its content hash, which is also the
+``suite_version`` recorded with every result.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import pathlib
 from importlib import resources
 
 from cluster_doctor.domain.config import Settings
 
-# Both are package data of the installed distribution. setuptools installs packages as plain
-# directories (editable or not), so the resources are real paths the ConfigMap builder can list.
+# Package data of the installed distribution (its result schema, codes and baselines are read from
+# here too). setuptools installs packages as plain directories (editable or not), so this is a real
+# path the ConfigMap builder (cluster_doctor.kube.suite_code) can list.
 DEFAULT_SUITES_DIR = pathlib.Path(str(resources.files("cluster_doctor_suites")))
-DEFAULT_POD_TEMPLATE = pathlib.Path(str(resources.files("cluster_doctor.pod_templates") / "validation-pod.yaml"))
-SHIPPED_SUFFIXES = (".py", ".yaml", ".yml", ".json")
-CONFIGMAP_LIMIT = 1_000_000  # bytes; Kubernetes refuses ConfigMaps over 1 MiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,37 +82,3 @@ def get(name: str) -> Suite:
         return CATALOG[name]
     except KeyError:
         raise ValueError(f"unknown suite {name!r} (known: {', '.join(CATALOG)})") from None
-
-
-def suites_dir(settings: Settings) -> pathlib.Path:
-    return pathlib.Path(settings.suites_dir) if settings.suites_dir else DEFAULT_SUITES_DIR
-
-
-def pod_template_file(settings: Settings) -> pathlib.Path:
-    return pathlib.Path(settings.pod_template_file) if settings.pod_template_file else DEFAULT_POD_TEMPLATE
-
-
-def shipped_files(directory: pathlib.Path) -> dict[str, bytes]:
-    """The flat set of files that make up the suite code (the ConfigMap's data), by name."""
-    files = {}
-    for path in sorted(directory.iterdir(), key=lambda p: p.name):
-        if path.is_file() and path.name.endswith(SHIPPED_SUFFIXES):
-            files[path.name] = path.read_bytes()
-    if not files:
-        raise FileNotFoundError(f"no suite code found in {directory}")
-    size = sum(len(k) + len(v) for k, v in files.items())
-    if size > CONFIGMAP_LIMIT:
-        raise ValueError(f"suite code in {directory} is {size} bytes, over the ConfigMap limit of 1 MiB")
-    return files
-
-
-def content_hash(directory: pathlib.Path) -> str:
-    """suite_version: the same algorithm as include/suites/version.py (a test keeps them equal)."""
-    digest = hashlib.sha256()
-    for name, content in shipped_files(directory).items():
-        digest.update(name.encode() + b"\0" + content + b"\0")
-    return "sha256:" + digest.hexdigest()[:16]
-
-
-def configmap_name(settings: Settings, version: str) -> str:
-    return f"{settings.suites_configmap_prefix}-{version.split(':', 1)[-1]}"

@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypedDict
 
@@ -34,6 +34,7 @@ import msgspec
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName, NodeRange, validate_node_name
+from cluster_doctor.domain.taints import untolerated_taints
 
 log = logging.getLogger(__name__)
 
@@ -148,31 +149,6 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> Decimal:
 
 
 # ---------------------------------------------------------------------------- taints
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' ToleratesTaint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not key:
-        return operator == "Exists"
-    if key != taint.get("key"):
-        return False
-    if operator == "Exists":
-        return True
-    return (toleration.get("value") or "") == (taint.get("value") or "")
-
-
-def untolerated_taints(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> list[str]:
-    out = []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue  # PreferNoSchedule does not keep a pod off
-        if not any(tolerates(t, taint) for t in tolerations):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            out.append(f"{taint.get('key')}{value}:{taint.get('effect')}")
-    return out
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:

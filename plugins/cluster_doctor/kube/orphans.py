@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster_doctor.kube import discovery, podspec
-from cluster_doctor.store import fleet_baseline
-from cluster_doctor.domain import results
-from cluster_doctor.domain.attempts import Attempt, validate_test_name
+from cluster_doctor.domain import fleet_verdicts, results
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.airflow.tasks import UNREPORTED
+from cluster_doctor.kube import api_errors, discovery, podspec
+from cluster_doctor.store import verdicts
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +283,7 @@ def find(core_v1: Any, settings: Settings, *, run_state: RunState | None = None,
                     value = run_state(*key)
                     states[key] = str(getattr(value, "value", value)) if value is not None else None
                 except Exception as exc:  # unknown: timing alone decides
-                    log.warning("could not read the state of DagRun %s/%s: %s", *key, _one_line(exc))
+                    log.warning("could not read the state of DagRun %s/%s: %s", *key, api_errors.describe(exc))
         return states[key]
 
     orphans = []
@@ -317,7 +315,7 @@ def _log_tail(core_v1: Any, pod: Mapping[str, Any]) -> list[str]:
         text = core_v1.read_namespaced_pod_log(meta["name"], meta["namespace"], container="base",
                                                tail_lines=LOG_TAIL_LINES)
     except Exception as exc:
-        log.warning("could not read the log of %s: %s", meta["name"], _one_line(exc))
+        log.warning("could not read the log of %s: %s", meta["name"], api_errors.describe(exc))
         return []
     return text.splitlines() if isinstance(text, str) else []
 
@@ -352,23 +350,23 @@ def dispose(core_v1: Any, store: Any, settings: Settings, orphans: list[Orphan],
             if ended and attempt.executed and outcome in ("superseded", "inserted"):
                 judged.append(attempt.to_dict())
         except Exception as exc:
-            report.errors.append(f"recording {what}: {_one_line(exc)}")
+            report.errors.append(f"recording {what}: {api_errors.describe(exc)}")
             if ended:
                 continue
         try:
             gone = _delete(core_v1, orphan.pod)
         except Exception as exc:
-            report.errors.append(f"deleting {what}: {_one_line(exc)}")
+            report.errors.append(f"deleting {what}: {api_errors.describe(exc)}")
             continue
         report.deleted.append(f"{what}: {orphan.decision.why}" + ("" if gone else " (already gone)"))
         if (orphan.pod.get("spec") or {}).get("nodeName") and not ended:
             report.freed_nodes.append(owner.node_name)  # it held the node's GPUs
     if judged:
         try:  # the straggler/drift verdicts the record task gives its attempts
-            fleet_baseline.judge_recorded(store.connect, judged,
-                                          fleet_baseline.BaselinePolicy.from_mapping(settings.fleet_verdicts))
+            verdicts.judge_recorded(store.connect, judged,
+                                          fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts))
         except Exception as exc:
-            report.errors.append(f"fleet verdicts of the recorded orphans: {_one_line(exc)}")
+            report.errors.append(f"fleet verdicts of the recorded orphans: {api_errors.describe(exc)}")
     return report
 
 
@@ -380,26 +378,8 @@ def reap(core_v1: Any, store: Any, settings: Settings, *, run_state: RunState | 
     try:
         orphans = find(core_v1, settings, run_state=run_state, now=now, report=report)
     except Exception as exc:
-        report.errors.append(f"listing the validation pods of {settings.namespace}: {_one_line(exc)}")
+        report.errors.append(f"listing the validation pods of {settings.namespace}: {api_errors.describe(exc)}")
         orphans = []
     dispose(core_v1, store, settings, orphans, report)
     (log.error if report.errors else log.info)("%s", report.describe())
     return report
-
-
-def _one_line(exc: BaseException) -> str:
-    """One line: an API error as its status, reason and the apiserver's message, not the whole response."""
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(exc, ApiException):
-        try:
-            message = json.loads(exc.body).get("message") if exc.body else None
-        except (ValueError, AttributeError):
-            message = None
-        text = f"Kubernetes API {exc.status} {exc.reason}" + (f": {message}" if message else "")
-    else:
-        text = str(exc) or type(exc).__name__
-        detail = getattr(exc, "detail", None)  # the Airflow API client's errors keep the answer here
-        if detail:
-            text = f"{text}: {detail}"
-    return results.clean_text(text, 400)

@@ -19,6 +19,7 @@ import hashlib
 import pathlib
 import re
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 import yaml
@@ -57,6 +58,14 @@ def _load_template(path: str, mtime: float) -> dict[str, Any]:
     if not any(c.get("name") == "base" for c in containers):
         raise ValueError(f"{path}: the validation container must be named 'base'")
     return template
+
+# Package data: include/pod_templates/ ships as cluster_doctor.pod_templates.
+DEFAULT_POD_TEMPLATE = pathlib.Path(str(resources.files("cluster_doctor.pod_templates") / "validation-pod.yaml"))
+
+
+def pod_template_file(settings: Settings) -> pathlib.Path:
+    return pathlib.Path(settings.pod_template_file) if settings.pod_template_file else DEFAULT_POD_TEMPLATE
+
 
 
 def load_template(path: pathlib.Path) -> dict[str, Any]:
@@ -137,7 +146,7 @@ def build_pod(
     suite = suites.get(test_name)
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
         raise ValueError(f"gpu_count must be an integer >= 0, got {gpu_count!r}")
-    pod = copy.deepcopy(dict(template)) if template is not None else load_template(suites.pod_template_file(settings))
+    pod = copy.deepcopy(dict(template)) if template is not None else load_template(pod_template_file(settings))
     meta = pod.setdefault("metadata", {})
     meta["name"] = pod_name_prefix(node_name, test_name)
     meta["namespace"] = settings.namespace

@@ -28,172 +28,31 @@ be validated again and released: that combination is refused.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operators and tests use)
+    ANN_CODES,
+    ANN_SINCE,
+    ANN_TESTS,
+    ANNOTATIONS,
+    DOMAIN,
+    LABEL,
+    LABEL_VALUE,
+    TAINT,
+    TOLERATION,
+    Failure,
+    InvalidQuarantinePolicy,
+    QuarantinePolicy,
+    QuarantineReport,
+)
+from cluster_doctor.store.quarantine import confirmed_failures, healthy
+
 log = logging.getLogger(__name__)
-
-DOMAIN = "cluster-doctor.io"
-LABEL = f"{DOMAIN}/health"
-LABEL_VALUE = "fail"
-ANN_TESTS = f"{DOMAIN}/failing-tests"
-ANN_CODES = f"{DOMAIN}/failure-codes"
-ANN_SINCE = f"{DOMAIN}/quarantined-at"
-ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE)
-TAINT = {"key": LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
-TOLERATION = {"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}
 _MAX_ANNOTATION = 1000  # characters: a summary, the history has the details
-
-
-class InvalidQuarantinePolicy(ValueError):
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class QuarantinePolicy:
-    enabled: bool = False
-    dry_run: bool = False
-    taint: bool = False
-    max_share: float = 0.05  # of the GPU nodes, per window
-    max_nodes: int = 10  # per window
-    window_hours: float = 24.0
-
-    def __post_init__(self) -> None:
-        for name in ("enabled", "dry_run", "taint"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidQuarantinePolicy(f"quarantine.{name}: expected true or false, got {getattr(self, name)!r}")
-        share = self.max_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise InvalidQuarantinePolicy(f"quarantine.max_share: must be a share in (0, 1], got {share!r}")
-        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
-            raise InvalidQuarantinePolicy(f"quarantine.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
-        hours = self.window_hours
-        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
-            raise InvalidQuarantinePolicy(f"quarantine.window_hours: must be a number > 0, got {hours!r}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> QuarantinePolicy:
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidQuarantinePolicy(f"quarantine: unknown key(s) {', '.join(unknown)} "
-                                          f"(known: {', '.join(sorted(known))})")
-        return cls(**values)
-
-    def limit(self, gpu_nodes: int) -> int:
-        """How many nodes may be in quarantine-by-us within the window."""
-        return max(1, min(self.max_nodes, math.floor(self.max_share * gpu_nodes)))
-
-    def check_tolerations(self, tolerations: Sequence[Mapping[str, Any]]) -> None:
-        from cluster_doctor.kube.discovery import tolerates
-
-        if self.taint and not any(tolerates(t, TAINT) for t in tolerations):
-            raise InvalidQuarantinePolicy(
-                f"quarantine.taint needs the validation pods to tolerate {LABEL}:NoSchedule (add "
-                f"{json.dumps(TOLERATION)} to the tolerations setting), or a quarantined node is never "
-                "validated again and never released")
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    test_name: str
-    code: str  # failed check names, or "<verdict kind>:<metric>"
-
-
-@dataclasses.dataclass
-class QuarantineReport:
-    enabled: bool
-    dry_run: bool = False
-    quarantined: list[str] = dataclasses.field(default_factory=list)
-    released: list[str] = dataclasses.field(default_factory=list)
-    held_back: list[str] = dataclasses.field(default_factory=list)  # candidates the open breaker kept out
-    already: list[str] = dataclasses.field(default_factory=list)
-    breaker_open: bool = False
-    breaker_reason: str | None = None
-    limit: int | None = None
-    in_window: int = 0
-    gpu_nodes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def describe(self) -> str:
-        if not self.enabled:
-            return "quarantine is disabled (setting quarantine.enabled): no node was labelled or tainted"
-        verb = "would " if self.dry_run else ""
-        parts = [f"{verb}quarantine {len(self.quarantined)}: {', '.join(self.quarantined) or '-'}",
-                 f"{verb}release {len(self.released)}: {', '.join(self.released) or '-'}",
-                 f"already quarantined {len(self.already)}"]
-        if self.breaker_open:
-            parts.insert(0, f"CIRCUIT BREAKER OPEN: {self.breaker_reason}")
-        return "; ".join(parts)
-
-
-# ---------------------------------------------------------------------------- what the results say
-CONFIRMED_FAILURES_SQL = """
-SELECT s.node_name, s.test_name, s.checks
-  FROM validation_pair_state s
- WHERE s.status = 'fail'
-   AND (SELECT count(*) FROM validation_history h
-         WHERE h.node_name = s.node_name AND h.test_name = s.test_name
-           AND h.status IN ('pass', 'fail', 'error') AND h.finished_at >= s.status_since) >= 2
-"""
-CONFIRMED_VERDICTS_SQL = """
-SELECT node_name, test_name, kind || ':' || metric FROM validation_latest_verdicts WHERE confirmed
-"""
-LATEST_SQL = "SELECT node_name, test_name, status FROM validation_pair_state WHERE node_name = ANY(%s)"
-VERDICT_NODES_SQL = "SELECT DISTINCT node_name FROM validation_latest_verdicts WHERE node_name = ANY(%s)"
-
-
-def _failed_checks(checks: Any) -> str:
-    names = sorted({c.get("name") for c in checks or [] if isinstance(c, dict) and c.get("status") == "fail"
-                    and isinstance(c.get("name"), str)})
-    return ",".join(names) or "fail"
-
-
-def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Failure]]:
-    """node -> its confirmed failures among the enabled tests."""
-    from cluster_doctor.store import database
-
-    conn = database.connector(connect)()
-    out: dict[str, list[Failure]] = {}
-    try:
-        with conn.cursor() as cur:
-            cur.execute(CONFIRMED_FAILURES_SQL)
-            rows = [(n, t, _failed_checks(c)) for n, t, c in cur.fetchall()]
-            cur.execute(CONFIRMED_VERDICTS_SQL)
-            rows += cur.fetchall()
-    finally:
-        conn.close()
-    for node, test, code in sorted(rows):
-        if test in tests:
-            out.setdefault(node, []).append(Failure(test, code))
-    return out
-
-
-def healthy(connect: Any, nodes: Iterable[str], tests: Sequence[str]) -> set[str]:
-    """Of ``nodes``, those whose every enabled test last executed ``pass`` with no verdict left."""
-    from cluster_doctor.store import database
-
-    nodes = sorted(set(nodes))
-    if not nodes:
-        return set()
-    conn = database.connector(connect)()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(LATEST_SQL, (nodes,))
-            status = {(n, t): s for n, t, s in cur.fetchall()}
-            cur.execute(VERDICT_NODES_SQL, (nodes,))
-            flagged = {r[0] for r in cur.fetchall()}
-    finally:
-        conn.close()
-    return {n for n in nodes if n not in flagged and all(status.get((n, t)) == "pass" for t in tests)}
 
 
 # ---------------------------------------------------------------------------- the cluster side

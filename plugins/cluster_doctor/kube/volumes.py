@@ -23,8 +23,8 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.kube import podspec
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import podspec
 
 log = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ P_LEFT, P_RIGHT, P_TOP, P_BOTTOM = 46, 12, 30, 22
 STATUS_COLORS = {"pass": "#1f8a3b", "fail": "#c62828", "error": "#e07b00"}
 BAND_COLOR = "#2f6fdf"
 
-# What the node page calls each judged metric (cluster_doctor.store.fleet_baseline.JUDGED_METRICS): label, unit.
+# What the node page calls each judged metric (cluster_doctor.domain.fleet_verdicts.JUDGED_METRICS): label, unit.
 METRIC_LABELS: dict[str, tuple[str, str]] = {
     "gemm_bf16_tflops_min": ("GEMM bf16, slowest GPU", "TFLOPS"),
     "mem_bw_gbps_min": ("HBM bandwidth, slowest GPU", "GB/s"),

@@ -46,12 +46,14 @@ from psycopg.rows import dict_row
 
 from cluster_doctor.domain import coverage, suites
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
-from cluster_doctor.reports.ctrf import resolve_reports_dir, write_atomic
-from cluster_doctor.store.fleet import GPU_SECONDS
 from cluster_doctor.domain.nodes import compress
-from cluster_doctor.reports.text import age, finite, lenient_timestamps, md_escape, skip
+from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
+from cluster_doctor.reports.ctrf import resolve_reports_dir, write_atomic
 from cluster_doctor.reports.templating import environment
+from cluster_doctor.reports.text import age, md_escape
+from cluster_doctor.store.fleet import GPU_SECONDS
+from cluster_doctor.store.timestamps import lenient_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -631,18 +633,3 @@ def run(
     return {"day": data["day"], **paths, "coverage": data["coverage"], "day_counts": data["day_counts"],
             "failures": data["failures_total"], "failing_pairs": data["fleet"]["failing_total"],
             "gpu_hours": data["gpu_hours"]["total"]}
-
-
-def cluster_gpu_nodes(settings: Any) -> list[str] | None:
-    """GPU node names from the Kubernetes API (the coverage denominator), or None when the cluster
-    cannot be read: the report then falls back to the nodes known to the results DB."""
-    try:
-        from cluster_doctor.airflow import runtime as airflow_support
-        from cluster_doctor.kube import discovery
-
-        found = discovery.discover(airflow_support.core_v1(settings.kubernetes_conn_id), settings)
-    except Exception as exc:  # the report must not depend on the cluster API being up
-        log.warning("GPU nodes not listed from the Kubernetes API (%s); the fleet is taken from the "
-                    "results DB", " ".join(str(exc).split())[:300])
-        return None
-    return [n.name for n in found.free] + [n.name for n in found.ineligible]

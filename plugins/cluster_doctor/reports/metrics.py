@@ -14,34 +14,29 @@ Families and their labels are documented in docs/metrics.md.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import gzip
 import hmac
-import ipaddress
 import logging
 import math
 import os
 import re
-import socketserver
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
-from cluster_doctor.store import database, fleet
-from cluster_doctor.reports import text as report_format
-from cluster_doctor.domain import suites
-from cluster_doctor.domain.config import InvalidSettings, Settings
+from cluster_doctor.domain import numbers, suites
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.status import EXECUTED, FAILING
+from cluster_doctor.store import database, fleet
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +61,6 @@ def key_metric_name(key: str) -> str:
     if name in _RESERVED or name.startswith(("fleet_", "validation_")) or name[0].isdigit():
         name = f"suite_{name}"  # never shadow a fixed family
     return f"{PREFIX}_{name}"
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or exc.__class__.__name__
-    return text[:300]
 
 
 def _label_value(value: str) -> str:
@@ -238,8 +228,8 @@ def skipped_family() -> Metric:
         f"{PREFIX}_skipped_values", "Stored values left out of pages, reports and scrapes because they cannot "
         "be represented (a number beyond float range or not finite, a time past year 9999), by kind; since "
         "the process started.", labels=["kind"])
-    for kind in ("metric", "timestamp", *sorted(set(report_format.SKIPPED_VALUES) - {"metric", "timestamp"})):
-        family.add_metric([kind], float(report_format.SKIPPED_VALUES.get(kind, 0)))
+    for kind in ("metric", "timestamp", *sorted(set(numbers.SKIPPED_VALUES) - {"metric", "timestamp"})):
+        family.add_metric([kind], float(numbers.SKIPPED_VALUES.get(kind, 0)))
     return family
 
 
@@ -289,7 +279,7 @@ class ClusterDoctorCollector(Collector):
         try:
             families, up = self._families(), 1.0
         except Exception as exc:  # any failure is a down scrape with a one-line reason, never a 500
-            log.warning("cluster doctor metrics: results database not readable: %s", _one_line(exc))
+            log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             families, up = [], 0.0
         yield from families
         g = GaugeMetricFamily(f"{PREFIX}_up", "1 when the results database answered this scrape, else 0.")
@@ -359,15 +349,6 @@ def token_matches(authorization: str | None, token: str | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------- exporter
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        pass  # one line per scrape is noise; failures are logged by the collector
-
-
 def exporter_app(registry: CollectorRegistry, token: Callable[[], str | None] = configured_token):
     """WSGI app: GET /metrics (bearer token checked when one is configured), / a pointer to it."""
 
@@ -390,71 +371,3 @@ def exporter_app(registry: CollectorRegistry, token: Callable[[], str | None] = 
         return [b"not found\n"]
 
     return app
-
-
-def _loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name: whatever it resolves to, treat it as reachable
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m cluster_doctor.reports.metrics",
-        description="Prometheus exporter of Cluster Doctor's results database (plain HTTP, /metrics).")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"listen address (default {DEFAULT_HOST}: this machine only; use 0.0.0.0 with "
-                             f"${TOKEN_ENV} or ${TOKEN_FILE_ENV} so Prometheus in the cluster can reach it)")
-    parser.add_argument("--db-url", default=None,
-                        help="postgresql://user:pass@host:port/db (default: $AIRFLOW_CONN_VALIDATION_DB, else "
-                             "the embedded PostgreSQL of the demo)")
-    parser.add_argument("--once", action="store_true",
-                        help="print one scrape to stdout and exit (1 when the database is down)")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Exit codes: 0 ok, 1 database down (--once), 2 bad arguments or settings."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        settings = Settings.load()  # CLUSTER_DOCTOR_* environment: tests, staleness_days
-        connect, source = database.resolve_cli_connector(args.db_url)
-    except (InvalidSettings, database.InvalidDatabaseUrl) as exc:
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except database.DatabaseUnavailable as exc:  # only the embedded fallback can fail here
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
-        return 1
-    if not _loopback(args.host) and not configured_token():
-        # one line, before serving: the results name every node and its faults
-        print(f"warning: serving metrics on {args.host} without a token: anyone who can reach port "
-              f"{args.port} can read them (set ${TOKEN_ENV} or ${TOKEN_FILE_ENV})", file=sys.stderr)
-    registry = make_registry(ClusterDoctorCollector(lambda _settings: connect, lambda: settings))
-    if args.once:
-        body, _ = render(registry)
-        sys.stdout.write(body.decode())
-        return 0 if f"\n{PREFIX}_up 1.0\n" in "\n" + body.decode() else 1
-    try:
-        server = make_server(args.host, args.port, exporter_app(registry), server_class=_ThreadingWSGIServer,
-                             handler_class=_QuietHandler)
-    except OSError as exc:
-        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    log.info("serving http://%s:%d/metrics from %s (%s)%s", args.host, server.server_port,
-             connect, source, "; bearer token required" if configured_token() else "")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

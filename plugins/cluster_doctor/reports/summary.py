@@ -1,21 +1,19 @@
 """The end-of-run summary: what happened in this run, what it means for the fleet.
 
-pandas does the counting; the result is a plain dict (the summarize task's return value) plus a text
-rendering for the task log.
+The result is a plain dict (the summarize task's return value) plus a text rendering for the task log.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
-
 from cluster_doctor.domain import coverage as cov
 from cluster_doctor.domain.nodes import compress
-from cluster_doctor.reports.text import table
 from cluster_doctor.domain.status import FAILING, Status
+from cluster_doctor.reports.text import table
 
 
 def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
@@ -43,22 +41,24 @@ def run_summary(
     *,
     now: dt.datetime,
 ) -> dict[str, Any]:
-    attempts = pd.DataFrame(list(recorded), columns=["node_name", "test_name", "status", "reason", "finished_at"])
     counts = {status: 0 for status in Status}
-    counts.update({k: int(v) for k, v in attempts["status"].value_counts().items()})
+    counts.update(collections.Counter(a.get("status") for a in recorded))
     state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
     newly_failing = []
-    for row in attempts[attempts["status"].isin(FAILING)].itertuples():
-        latest = state.get((row.node_name, row.test_name))
+    for a in recorded:
+        if a.get("status") not in FAILING:
+            continue
+        latest = state.get((a.get("node_name"), a.get("test_name")))
         # the failure streak starts with this attempt: the previous executed result was not a failure
         if latest and latest.get("previous_status") in (None, "pass") and \
-                latest.get("status") == row.status and latest.get("status_since") == latest.get("finished_at"):
-            newly_failing.append({"node_name": row.node_name, "test_name": row.test_name, "status": row.status,
-                                  "reason": row.reason})
-    ineligible = pd.DataFrame(list(discovered["ineligible"]), columns=["name", "reason", "detail"])
-    not_eligible = {reason: sorted(group["name"]) for reason, group in ineligible.groupby("reason")}
+                latest.get("status") == a.get("status") and latest.get("status_since") == latest.get("finished_at"):
+            newly_failing.append({k: a.get(k) for k in ("node_name", "test_name", "status", "reason")})
+    not_eligible: dict[str, list[str]] = {}
+    for node in discovered["ineligible"]:
+        not_eligible.setdefault(node["reason"], []).append(node["name"])
+    not_eligible = {reason: sorted(names) for reason, names in sorted(not_eligible.items())}
     settings = discovered["settings"]
-    gpu_nodes = [n["name"] for n in discovered["free"]] + list(ineligible["name"])
+    gpu_nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
     return {
         "run_started_at": discovered["started_at"],
         "params": discovered["params"],

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import collections
 import csv
 import datetime as dt
 import io
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import psycopg
-import psycopg.types.datetime
 
 
 def age(then: dt.datetime | None, now: dt.datetime) -> str:
@@ -76,73 +71,6 @@ def to_csv(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
             values.append("" if value is None else value)
         writer.writerow(values)
     return out.getvalue()
-
-
-# ---------------------------------------------------------------------------------------- stored values
-# A report, a page or a scrape never fails as a whole because of one stored value (a huge integer in a
-# metrics JSON, a timestamp past year 9999): the value is left out and counted here, per kind, for
-# the self-metric cluster_doctor_skipped_values_total. Process-wide, like any Prometheus counter.
-SKIPPED_VALUES: collections.Counter[str] = collections.Counter()
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def skip(kind: str) -> None:
-    SKIPPED_VALUES[kind] += 1
-
-
-def finite(value: Any, kind: str = "metric") -> float | None:
-    """A stored number as a finite float, or None (counted) when it is not one (huge, NaN, inf).
-    Booleans read as 0/1; text that is not a number is not a measurement: None, not counted."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    elif isinstance(value, (int, float)):
-        try:
-            number = float(value)
-        except OverflowError:  # an int beyond float range
-            skip(kind)
-            return None
-    else:
-        return None
-    if not math.isfinite(number):
-        skip(kind)
-        return None
-    return number
-
-
-def epoch_time(seconds: float | None, kind: str = "timestamp") -> dt.datetime | None:
-    """A Unix time as an aware datetime, or None (counted) when Python cannot represent it."""
-    if seconds is None:
-        return None
-    try:
-        return dt.datetime.fromtimestamp(seconds, dt.UTC)
-    except (OverflowError, ValueError, OSError):
-        skip(kind)
-        return None
-
-
-class LenientTimestamptzLoader(psycopg.types.datetime.TimestamptzLoader):
-    """Reads a timestamptz Python cannot hold (past year 9999, ±infinity) as None, counted, instead of
-    failing the whole query."""
-
-    def load(self, data: Any) -> dt.datetime | None:
-        try:
-            return super().load(data)
-        except psycopg.DataError:
-            skip("timestamp")
-            return None
-
-
-def lenient_timestamps(conn: Any) -> Any:
-    """Make every timestamptz read on ``conn`` lenient (text results, the default)."""
-    conn.adapters.register_loader("timestamptz", LenientTimestamptzLoader)
-    return conn
 
 
 # ---------------------------------------------------------------------------------------- markdown

@@ -2,9 +2,10 @@
 
 Everything that reads or writes results takes a ``Connector``: a callable that opens a new psycopg
 (3) connection. Inside Airflow it is the Postgres provider's ``PostgresHook`` for the connection
-``validation_db`` (so ``AIRFLOW_CONN_VALIDATION_DB`` works as a URI or in Airflow's JSON form, and a
-secrets backend works too). The CLI takes ``--db-url``, the environment, or a real embedded
-PostgreSQL (pgserver) for laptops and the demo — never SQLite. Parsing of URLs and keywords is left
+``validation_db`` (``cluster_doctor.airflow.runtime.hook_connector``: ``AIRFLOW_CONN_VALIDATION_DB``
+works as a URI or in Airflow's JSON form, and a secrets backend works too). The CLI takes
+``--db-url``, the environment, or a real embedded PostgreSQL (pgserver) for laptops and the demo —
+never SQLite (``cluster_doctor.cli.connection``). Parsing of URLs and keywords is left
 to libpq (``psycopg.conninfo``).
 """
 
@@ -17,6 +18,8 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo
+
+from cluster_doctor.domain.errors import one_line
 
 CONN_ID = "validation_db"
 CONN_ENV = "AIRFLOW_CONN_VALIDATION_DB"
@@ -34,7 +37,7 @@ class InvalidDatabaseUrl(ValueError):
 
 def one_line_cause(exc: BaseException) -> str:
     """The first useful sentence of a driver error (libpq repeats the target and adds hints)."""
-    cause = " ".join(str(exc).split()) or exc.__class__.__name__
+    cause = one_line(exc, 10_000)
     return cause.split(" Is the server running")[0]
 
 
@@ -102,28 +105,6 @@ def url_connector(url: str) -> Connector:
     return params_connector(libpq_params(url))
 
 
-def hook_connector(conn_id: str = CONN_ID) -> Connector:
-    """The Postgres provider's hook for an Airflow connection (metadata DB, env or secrets backend)."""
-    from airflow.providers.postgres.hooks.postgres import PostgresHook
-
-    try:
-        conn = PostgresHook.get_connection(conn_id)
-    except Exception as exc:  # AirflowNotFoundException and friends: one line, naming the connection
-        raise DatabaseUnavailable(f"Airflow connection {conn_id!r} is not usable: {one_line_cause(exc)}") from None
-    if conn.conn_type not in (None, "", "postgres", "postgresql"):
-        raise InvalidDatabaseUrl(f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres")
-    where = describe({"host": conn.host, "port": conn.port, "dbname": conn.schema})
-
-    def open_connection(application_name: str) -> psycopg.Connection:
-        # libpq reads these when the connection's extras do not set them: a dead database must
-        # fail the connect within seconds, not hang a task until its execution_timeout.
-        os.environ.setdefault("PGCONNECT_TIMEOUT", str(DEFAULT_CONNECT_TIMEOUT))
-        os.environ.setdefault("PGAPPNAME", application_name)
-        return PostgresHook(postgres_conn_id=conn_id).get_conn()
-
-    return Connector(open_connection, f"{where} (Airflow connection {conn_id})")
-
-
 def connector(source: Connector | str | Mapping[str, Any]) -> Connector:
     """A Connector from a Connector, a postgresql:// URL or libpq keywords."""
     if isinstance(source, Connector):
@@ -131,37 +112,6 @@ def connector(source: Connector | str | Mapping[str, Any]) -> Connector:
     if isinstance(source, str):
         return url_connector(source)
     return params_connector(source)
-
-
-def _airflow_available() -> bool:
-    try:
-        import airflow.providers.postgres  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_cli_connector(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[Connector, str]:
-    """(connector, source) for the CLI: --db-url, then the Airflow connection validation_db (from
-    $AIRFLOW_CONN_VALIDATION_DB or, with $AIRFLOW_HOME set, Airflow's own store), then the embedded
-    server."""
-    env = os.environ if env is None else env
-    if db_url:
-        return url_connector(db_url), "--db-url"
-    conn_env = env.get(CONN_ENV, "").strip()
-    if conn_env and not _airflow_available():
-        if conn_env.startswith("{"):
-            raise InvalidDatabaseUrl(f"{CONN_ENV} in Airflow's JSON form needs the airflow extra: "
-                                     "pip install 'cluster-doctor[airflow]' (or use a postgresql:// URL)")
-        return url_connector(conn_env), CONN_ENV
-    if conn_env or (env.get("AIRFLOW_HOME") and _airflow_available()):
-        try:
-            return hook_connector(CONN_ID), CONN_ENV if conn_env else f"Airflow connection {CONN_ID}"
-        except DatabaseUnavailable:
-            if conn_env:
-                raise
-    server = embedded_server()
-    return url_connector(server.get_uri()), f"embedded PostgreSQL in {embedded_dir()}"
 
 
 def embedded_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:

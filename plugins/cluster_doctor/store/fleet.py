@@ -30,13 +30,14 @@ import hostlist
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster_doctor.domain import coverage, suites
-from cluster_doctor.store import database, fleet_baseline
+from cluster_doctor.domain import coverage, fleet_verdicts, suites
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
-from cluster_doctor.reports.text import epoch_time, finite, lenient_timestamps, skip
+from cluster_doctor.domain.numbers import epoch_time, finite, skip
 from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.store import database, verdicts
 from cluster_doctor.store.history import require_schema
+from cluster_doctor.store.timestamps import lenient_timestamps
 
 # Node-level status filters of the page: value -> label.
 STATUS_FILTERS: dict[str, str] = {k: label for k, (label, _) in coverage.NODE_FILTERS.items()}
@@ -417,10 +418,10 @@ class FleetQueries:
         metrics of ``tests``: the last ``per_test`` attempts per test within ``days``, one query over
         the history's per-pair index."""
         validate_node_name(node_name)
-        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in fleet_baseline.JUDGED_METRICS]
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in fleet_verdicts.JUDGED_METRICS]
         if not tests:
             return {}
-        keys = list(dict.fromkeys(k for t in tests for k in fleet_baseline.JUDGED_METRICS[t]))
+        keys = list(dict.fromkeys(k for t in tests for k in fleet_verdicts.JUDGED_METRICS[t]))
         # JSON numbers only, as the verdicts read them: a value stored as text is no measurement
         columns = "".join(f", CASE WHEN jsonb_typeof(h.metrics->%(k{i})s) = 'number' THEN h.metrics->>%(k{i})s END"
                           for i in range(len(keys)))
@@ -439,9 +440,9 @@ class FleetQueries:
                  **{f"k{i}": k for i, k in enumerate(keys)}})
             raw = cur.fetchall()
         out: dict[tuple[str, str], list[dict[str, Any]]] = {
-            (t, m): [] for t in tests for m in fleet_baseline.JUDGED_METRICS[t]}
+            (t, m): [] for t in tests for m in fleet_verdicts.JUDGED_METRICS[t]}
         for test, status, finished, *values in raw:
-            wanted = fleet_baseline.JUDGED_METRICS[test]
+            wanted = fleet_verdicts.JUDGED_METRICS[test]
             for key, text in zip(keys, values, strict=True):
                 if key in wanted:
                     out[(test, key)].append({"at": finished, "status": status,
@@ -449,7 +450,7 @@ class FleetQueries:
         return out
 
     def fleet_bands(self, gpu_model: str | None, tests: Sequence[str],
-                    policy: fleet_baseline.BaselinePolicy) -> dict[tuple[str, str], dict[str, Any]]:
+                    policy: fleet_verdicts.BaselinePolicy) -> dict[tuple[str, str], dict[str, Any]]:
         """The fleet band (median, p10, p90 of the straggler baseline) of each judged metric of ``tests``
         for one GPU model; kept BAND_CACHE_S (a 14-day statistic: every node page of the model shares it)."""
         tests = [validate_test_name(t) for t in dict.fromkeys(tests)]
@@ -459,7 +460,7 @@ class FleetQueries:
                 and abs((self.now - hit[1]).total_seconds()) <= BAND_CACHE_S):
             return hit[2]
         with self.conn.cursor() as cur:
-            bands = fleet_baseline.fleet_bands(cur, gpu_model, tests, policy, now=self.now)
+            bands = verdicts.fleet_bands(cur, gpu_model, tests, policy, now=self.now)
         if len(_BAND_CACHE) > 64:  # a handful of GPU models in practice
             _BAND_CACHE.clear()
         _BAND_CACHE[key] = (time.monotonic(), self.now, bands)

@@ -26,10 +26,11 @@ import hostlist
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster_doctor.store import database, migrations
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import NodeRange, shown, validate_node_name
 from cluster_doctor.domain.priority import PairState
+from cluster_doctor.store import database, migrations
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ class ResultStore:
             except Exception as exc:
                 if not _transient(exc) or attempt == self.retry.attempts:
                     raise
-                message = " ".join(str(exc).split())[:300]
+                message = one_line(exc, 300)
                 log.warning("%s failed (%s); retry %d/%d in %.1fs", what, message, attempt,
                             self.retry.attempts - 1, delay)
                 self._sleep(delay * (0.8 + 0.4 * random.random()))

@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.store.history import RecordResult, unavailable
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,7 @@ class Spool:
             try:
                 result = store.record([attempt])
             except (InvalidAttempt, psycopg.DataError, psycopg.IntegrityError) as exc:
-                refused.append(self._reject(path, " ".join(str(exc).split())[:300]))
+                refused.append(self._reject(path, one_line(exc, 300)))
                 continue
             inserted += result.inserted
             duplicates += result.duplicates

@@ -28,15 +28,20 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor.reports import charts, metrics
-from cluster_doctor.store import database, fleet, fleet_baseline
-from cluster_doctor.domain import suites
+from cluster_doctor.domain import fleet_verdicts, suites
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.config import InvalidSettings, Settings
-from cluster_doctor.domain.nodes import InvalidNodeName, InvalidNodeRange, parse_node_range, validate_node_name
+from cluster_doctor.domain.nodes import (
+    InvalidNodeName,
+    InvalidNodeRange,
+    parse_node_range,
+    validate_node_name,
+)
 from cluster_doctor.domain.status import FAILING
-from cluster_doctor.store.history import SchemaMissing
+from cluster_doctor.reports import charts, metrics
 from cluster_doctor.reports.templating import environment
+from cluster_doctor.store import database, fleet
+from cluster_doctor.store.history import SchemaMissing
 
 MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
 URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-health
@@ -48,19 +53,7 @@ ConnectorProvider = Callable[[Settings], database.Connector]  # the settings nam
 SettingsProvider = Callable[[], Settings]
 
 
-# ---------------------------------------------------------------------------------------- Airflow glue
-def airflow_settings() -> Settings:
-    from cluster_doctor.airflow.runtime import load_settings
-
-    return load_settings()
-
-
-def airflow_connector(settings: Settings) -> database.Connector:
-    """The provider's PostgresHook for the Airflow connection ``validation_db`` (env, secrets backend
-    or metastore); a missing connection is a one-line DatabaseUnavailable."""
-    return database.hook_connector(settings.validation_db_conn_id)
-
-
+# ---------------------------------------------------------------------------------------- Airflow auth
 def _authorize(user: Any) -> None:
     """Read access to the DAG's task instances, as decided by the configured auth manager."""
     from airflow.api_fastapi.app import get_auth_manager
@@ -248,12 +241,12 @@ def _safe_fleet_query(raw: str | None) -> str:
 # ---------------------------------------------------------------------------------------- dependencies
 @dataclasses.dataclass
 class Backend:
-    """Where the app reads from: injectable for tests; the defaults read Airflow's Variable
-    ``cluster_doctor_settings`` and connection ``validation_db`` on every request (so edits apply
+    """Where the app reads from, handed in by whoever mounts it: the Airflow plugin reads the Variable
+    ``cluster_doctor_settings`` and the connection ``validation_db`` on every request (so edits apply
     without restarting the api-server). One metrics collector per app keeps its family cache."""
 
-    connector_provider: ConnectorProvider = airflow_connector
-    settings_provider: SettingsProvider = airflow_settings
+    connector_provider: ConnectorProvider
+    settings_provider: SettingsProvider
     clock: Callable[[], dt.datetime] = fleet.utcnow
     collector: metrics.ClusterDoctorCollector | None = None
 
@@ -330,7 +323,7 @@ def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settin
     series = fq.metric_series(node["node_name"], tests)
     if not any(p["value"] is not None for points in series.values() for p in points):
         return []
-    policy = fleet_baseline.BaselinePolicy.from_mapping(settings.fleet_verdicts)
+    policy = fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts)
     bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in series], policy)
     times = [p["at"] for points in series.values() for p in points]
     start, end = min(times), max([fq.now, *times])
@@ -446,11 +439,12 @@ async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
 # ---------------------------------------------------------------------------------------- the app
 def create_app(
     *,
-    connector_provider: ConnectorProvider = airflow_connector,
-    settings_provider: SettingsProvider = airflow_settings,
+    connector_provider: ConnectorProvider,
+    settings_provider: SettingsProvider,
     clock: Callable[[], dt.datetime] = fleet.utcnow,
 ) -> FastAPI:
-    """The plugin app: the page and metrics routers over one Backend (providers injectable for tests)."""
+    """The app: the page and metrics routers over one Backend. ``settings_provider`` gives the current
+    settings, ``connector_provider`` the results database they name."""
     app = FastAPI(title="Cluster Doctor", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.backend = Backend(connector_provider, settings_provider, clock)
     app.add_exception_handler(StarletteHTTPException, http_error)

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from cluster_doctor_suites import common
+from cluster_doctor_suites.common import Check, build_summary, decide, run_suite
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
-from cluster_doctor_suites import common
-from cluster_doctor_suites.common import Check, build_summary, decide, run_suite
 
 C = Check
 

@@ -8,8 +8,16 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.tools.k8s_emulator.emu_helpers import (SLOW_EXIT, events_for, pod, scheduled, unschedulable, wait_gone,
-                                                  wait_pod, wait_ready)
+from tests.tools.k8s_emulator.emu_helpers import (
+    SLOW_EXIT,
+    events_for,
+    pod,
+    scheduled,
+    unschedulable,
+    wait_gone,
+    wait_pod,
+    wait_ready,
+)
 
 
 def _preempt_pending(emu, v1):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from k8s_emulator import EmulatorProcess
 from k8s_emulator.process import TOOLS_DIR
 from kubernetes import client, config
 
+from tests.conftest import kubectl
 from tests.tools.k8s_emulator.emu_helpers import pod, wait_pod
 
 SLEEP = ["python", "-c", "import time; print('up', flush=True); time.sleep(120)"]
@@ -108,11 +108,10 @@ def test_cli_serve_writes_kubeconfig_for_client_and_kubectl(tmp_path):
         v1.create_node({"metadata": {"name": "gpu-a"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
         assert [n.metadata.name for n in v1.list_node().items] == ["gpu-a"]
         assert v1.get_api_resources().group_version == "v1"
-        if shutil.which("kubectl"):
-            out = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "cordon", "gpu-a"], capture_output=True,
-                                 text=True, timeout=30, check=False)
-            assert out.returncode == 0, out.stderr
-            assert v1.read_node("gpu-a").spec.unschedulable is True
+        out = subprocess.run([kubectl(), "--kubeconfig", str(kubeconfig), "cordon", "gpu-a"], capture_output=True,
+                             text=True, timeout=30, check=False)
+        assert out.returncode == 0, out.stderr
+        assert v1.read_node("gpu-a").spec.unschedulable is True
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)

@@ -3,10 +3,9 @@
 import datetime as dt
 
 import pytest
-
+from cluster_doctor.airflow.operator import NodeValidationPodOperator, _Ended
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName
-from cluster_doctor.airflow.operator import NodeValidationPodOperator, _Ended
 
 
 def operator(planned_at, **settings):

@@ -13,11 +13,11 @@ import pytest
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
+from cluster_doctor.domain.config import Settings
+from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 
-from cluster_doctor.domain.config import Settings
-from cluster_doctor.airflow.operator import NodeValidationPodOperator
-from k8s_emulator import EmulatorProcess
 from tests.e2e.conftest import script_result
 
 NS = "cluster-doctor"

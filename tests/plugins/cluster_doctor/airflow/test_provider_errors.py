@@ -4,10 +4,9 @@ under its own cleanup's "Pod ... returned a failure"."""
 import pytest
 from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
-from kubernetes.client.exceptions import ApiException
-
 from cluster_doctor.airflow import provider_errors as pe
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
+from kubernetes.client.exceptions import ApiException
 
 
 def under_cleanup(cause: BaseException) -> AirflowException:

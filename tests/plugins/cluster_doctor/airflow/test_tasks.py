@@ -2,9 +2,9 @@
 
 import datetime as dt
 
-from cluster_doctor.reports import summary as report
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.reports import summary as report
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-
 # No PYTHONPATH: the CLI must work from the installed (editable) distribution alone.
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 ENV.pop("AIRFLOW_CONN_VALIDATION_DB", None)
@@ -100,11 +99,11 @@ import datetime as dt  # noqa: E402
 import io  # noqa: E402
 
 import psycopg  # noqa: E402
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-
 from cluster_doctor.cli import main as cli_module
-from cluster_doctor.store import migrations, spool  # noqa: E402
 from cluster_doctor.domain.attempts import Attempt  # noqa: E402
+from cluster_doctor.store import migrations, spool  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 def run(*args, stdin=b""):

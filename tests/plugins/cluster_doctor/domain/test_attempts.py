@@ -2,7 +2,6 @@ import datetime as dt
 import math
 
 import pytest
-
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt, from_suite_result
 
 BASE = {"node_name": "gpu-001", "test_name": "dl_unit", "status": "pass", "finished_at": "2026-11-22T10:00:00Z"}

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from cluster_doctor.domain.config import InvalidSettings, Settings
 
 

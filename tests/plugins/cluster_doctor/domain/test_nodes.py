@@ -1,9 +1,15 @@
 import pytest
-from hypothesis import given, strategies as st
-
 from cluster_doctor.domain.nodes import (
-    MAX_EXPANSION, InvalidNodeName, InvalidNodeRange, NodeRange, compress, parse_node_range, validate_node_name,
+    MAX_EXPANSION,
+    InvalidNodeName,
+    InvalidNodeRange,
+    NodeRange,
+    compress,
+    parse_node_range,
+    validate_node_name,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize("name", ["gpu-001", "a", "node-7.rack-3.example.com", "0abc"])

@@ -1,9 +1,18 @@
 import datetime as dt
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from cluster_doctor.domain.priority import NEVER, OLDER_THAN_STALE_BEFORE, RETEST, STALE, PairState, Policy, plan, why_due
+from cluster_doctor.domain.priority import (
+    NEVER,
+    OLDER_THAN_STALE_BEFORE,
+    RETEST,
+    STALE,
+    PairState,
+    Policy,
+    plan,
+    why_due,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from cluster_doctor.domain import results
 
 NODE, TEST = "gpu-004", "dl_unit"

@@ -11,7 +11,6 @@ import json
 import math
 
 import pytest
-
 from cluster_doctor.domain import results
 from cluster_doctor.domain.attempts import Attempt
 
@@ -163,8 +162,8 @@ def test_unreadable_or_absurd_container_times_fall_back_to_now(stamp):
 
 # ------------------------------------------------------------------ the operator uses the same boundary
 def test_the_operator_records_a_hostile_report_with_its_status():
-    from cluster_doctor.domain.config import Settings
     from cluster_doctor.airflow.operator import NodeValidationPodOperator
+    from cluster_doctor.domain.config import Settings
 
     run_config = {"settings": Settings().to_dict(), "configmap": "cluster-doctor-suites-0",
                   "suite_version": "sha256:0", "suite_files": ["__init__.py"]}

@@ -12,12 +12,11 @@ import json
 import uuid
 
 import jsonschema
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from cluster_doctor.domain import results
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.status import EXECUTED, Status
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 NODES = ("gpu-001", "gpu-002")
 TEST = "nccl_loopback"

@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 import pytest
-
 from cluster_doctor.cli import main as cli
 from cluster_doctor.domain import priority, simulate
 

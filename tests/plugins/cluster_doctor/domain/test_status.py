@@ -1,6 +1,5 @@
 import psycopg
 import pytest
-
 from cluster_doctor.domain.status import EXECUTED, FAILING, NOT_EXECUTED, Status
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from kubernetes.client.exceptions import ApiException
-
-from cluster_doctor.kube import discovery
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import discovery
 from k8s_emulator import EmulatorProcess
+from kubernetes.client.exceptions import ApiException
 
 
 @pytest.fixture(scope="module")

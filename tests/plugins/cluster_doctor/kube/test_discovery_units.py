@@ -3,8 +3,8 @@
 from decimal import Decimal
 
 import pytest
-
-from cluster_doctor.kube.discovery import parse_quantity, pod_request, tolerates, untolerated_taints
+from cluster_doctor.domain.taints import tolerates, untolerated_taints
+from cluster_doctor.kube.discovery import parse_quantity, pod_request
 
 GPU = "nvidia.com/gpu"
 

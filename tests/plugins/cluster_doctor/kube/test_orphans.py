@@ -8,17 +8,17 @@ import json
 import types
 
 import pytest
+from cluster_doctor.airflow import tasks
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
+from cluster_doctor.domain import results
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import orphans
+from cluster_doctor.store.history import ResultStore, RetryPolicy
+from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from cluster_doctor.kube import orphans
-from cluster_doctor.domain import results
-from cluster_doctor.airflow import tasks
-from cluster_doctor.domain.attempts import Attempt
-from cluster_doctor.domain.config import Settings
-from cluster_doctor.airflow.operator import NodeValidationPodOperator
-from cluster_doctor.store.history import ResultStore, RetryPolicy
-from k8s_emulator import EmulatorProcess
 from tests.e2e.conftest import script_result, summary
 
 NS = "cluster-doctor"
@@ -145,7 +145,7 @@ def test_a_did_not_report_row_is_superseded_by_the_pods_truthful_status(cluster,
     pair = {"node_name": "gpu-001", "test_name": "gpu_health", "gpu_count": 8, "gpu_model": "NVIDIA-H100-80GB-HBM3"}
     tasks.record({"dry_run": False, "pairs": [pair]}, [], store, dag_id=DAG_ID, run_id=RUN_ID)
     (placeholder,) = history(store)
-    assert placeholder["status"] == "skipped" and placeholder["reason"] == tasks.UNREPORTED
+    assert placeholder["status"] == "skipped" and placeholder["reason"] == UNREPORTED
     script_result(cluster, "gpu-001")
     pod = leak(cluster)
     wait_phase(cluster, pod, "Succeeded")
@@ -155,7 +155,7 @@ def test_a_did_not_report_row_is_superseded_by_the_pods_truthful_status(cluster,
     assert "(superseded)" in report.recorded[0], report.recorded
     (row,) = history(store)
     assert (row["status"], row["try_number"], row["id"]) == ("pass", 1, placeholder["id"])
-    assert row["reason"] != tasks.UNREPORTED
+    assert row["reason"] != UNREPORTED
     (latest,) = store.latest()
     assert (latest["status"], latest["last_attempt_status"]) == ("pass", "pass")
     assert store.check_latest() == []
@@ -167,7 +167,7 @@ def test_a_verdict_already_stored_for_the_try_is_never_overwritten(cluster, stor
     stored = Attempt(node_name="gpu-001", test_name="gpu_health", status="fail", reason="ECC errors",
                      finished_at=dt.datetime.now(dt.UTC), dag_id=DAG_ID, run_id=RUN_ID, map_index=0, try_number=1)
     store.record([stored])
-    other = Attempt(node_name="gpu-001", test_name="gpu_health", status="skipped", reason=tasks.UNREPORTED,
+    other = Attempt(node_name="gpu-001", test_name="gpu_health", status="skipped", reason=UNREPORTED,
                     finished_at=dt.datetime.now(dt.UTC), dag_id=DAG_ID, run_id="another-run", try_number=0)
     store.record([other])  # another run's placeholder: not this pod's
     script_result(cluster, "gpu-001")

@@ -1,10 +1,8 @@
 import pytest
 import yaml
-
-from cluster_doctor.kube import podspec
-from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName
+from cluster_doctor.kube import podspec
 
 BASE = dict(node_name="gpu-017", test_name="nccl_loopback", gpu_count=8, gpu_model="NVIDIA-H100-80GB-HBM3",
             run_id="scheduled__2026-11-22T10:00:00+00:00", configmap="cluster-doctor-suites-0123456789abcdef",
@@ -88,7 +86,7 @@ def test_long_values_become_valid_labels():
 
 
 def test_the_template_is_a_valid_pod_manifest_with_a_base_container():
-    template = yaml.safe_load(suites.DEFAULT_POD_TEMPLATE.read_text())
+    template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
     assert template["kind"] == "Pod"
     assert base_container(template)["terminationMessagePolicy"] == "FallbackToLogsOnError"
 

@@ -14,10 +14,9 @@ import pathlib
 import kubernetes_validate
 import pytest
 import yaml
-
-from cluster_doctor.kube import podspec
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import podspec
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 K8S_VERSION = "1.31"
@@ -171,7 +170,7 @@ def test_capabilities_the_deployment_does_not_allow_are_never_added():
 
 
 def test_a_template_cannot_weaken_the_hardening(tmp_path):
-    template = yaml.safe_load(suites.DEFAULT_POD_TEMPLATE.read_text())
+    template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
     base(template)["securityContext"] = {"privileged": True, "allowPrivilegeEscalation": True, "runAsUser": 0,
                                          "capabilities": {"add": ["SYS_ADMIN"]}}
     template["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}, "runAsUser": 0}
@@ -268,7 +267,7 @@ def test_the_suites_own_cpu_and_memory_requests_are_applied(test_name):
 
 
 def test_a_memory_limit_below_the_suites_request_is_raised(tmp_path):
-    template = yaml.safe_load(suites.DEFAULT_POD_TEMPLATE.read_text())
+    template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
     base(template)["resources"]["limits"]["memory"] = "4Gi"
     pod = podspec.build_pod(Settings(), node_name="gpu-017", test_name="dl_unit", template=template, **BASE)
     assert base(pod)["resources"]["limits"]["memory"] == suites.get("dl_unit").memory

@@ -7,9 +7,8 @@ import datetime as dt
 import logging
 
 import pytest
-
-from cluster_doctor.kube import quarantine as q
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.kube import quarantine as q
 from k8s_emulator import EmulatorProcess
 
 TESTS = ["gpu_health", "nccl_loopback"]
@@ -220,7 +219,6 @@ def test_limit():
 
 def test_the_dag_task_fails_loudly_when_the_breaker_opens(cluster, store):
     from airflow.sdk.exceptions import AirflowFailException
-
     from cluster_doctor.airflow import tasks
     from cluster_doctor.domain.config import Settings
 

@@ -9,14 +9,13 @@ import logging
 import pytest
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
-from kubernetes import client
-
-from cluster_doctor.kube import podspec, volumes
-from cluster_doctor.reports import summary as report
-from cluster_doctor.domain import suites
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import podspec, volumes
+from cluster_doctor.reports import summary as report
 from k8s_emulator import EmulatorProcess
+from kubernetes import client
+
 from tests.conftest import REPO
 
 NS = "cluster-doctor"
@@ -118,7 +117,7 @@ def test_an_unreadable_storage_class_means_cannot_tell_and_pods_run_with_a_warni
 
 
 def test_pods_that_mount_no_claim_run_whatever_the_claim(cluster, v1, tmp_path):
-    template = podspec.load_template(suites.pod_template_file(Settings()))
+    template = podspec.load_template(podspec.pod_template_file(Settings()))
     template["spec"]["volumes"] = [v for v in template["spec"]["volumes"] if v["name"] != "results"]
     for c in template["spec"]["containers"]:
         c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "results"]

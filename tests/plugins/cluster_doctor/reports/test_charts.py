@@ -7,7 +7,6 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from cluster_doctor.reports import charts
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

@@ -9,9 +9,9 @@ import uuid
 
 import jsonschema
 import pytest
-
-from cluster_doctor.reports import ctrf, summary as report
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.reports import ctrf
+from cluster_doctor.reports import summary as report
 
 SCHEMA = json.loads((pathlib.Path(__file__).parent / "fixtures" / "ctrf" / "ctrf-schema-0.0.json").read_text())
 T0 = dt.datetime(2026, 11, 10, 12, tzinfo=dt.UTC)

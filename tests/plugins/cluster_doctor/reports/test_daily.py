@@ -10,10 +10,9 @@ import re
 import time
 
 import pytest
-
-from cluster_doctor.reports import daily
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.reports import daily
 
 D = dt.date(2026, 11, 10)
 T = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)  # start of the reported day
@@ -259,17 +258,6 @@ def test_empty_database_renders(store):
     assert "</html>" in daily.render_html(data)
 
 
-def test_cluster_gpu_nodes_falls_back_when_the_cluster_cannot_be_read(monkeypatch, caplog):
-    from cluster_doctor.airflow import runtime as airflow_support
-
-    def no_cluster(conn_id):
-        raise RuntimeError("connection kubernetes_default not found")
-
-    monkeypatch.setattr(airflow_support, "core_v1", no_cluster)
-    assert daily.cluster_gpu_nodes(Settings()) is None
-    assert "taken from the results DB" in caplog.text
-
-
 def test_bounded_size_at_5000_nodes(store):
     """5,000 nodes x 4 tests: 1,000 failing dl_unit pairs (all failing on D), half the nodes stale on
     gpu_health, storage_fio never run. The report stays small: rows capped, stale pairs compressed."""
@@ -325,12 +313,11 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
     """A JSON number beyond float8 in a key metric (NumericValueOutOfRange on main), a huge check value
     and a time past year 9999: the report is written, the values are skipped and counted."""
     import psycopg
+    from cluster_doctor.domain import numbers
     from psycopg.types.json import Jsonb
 
-    from cluster_doctor.reports import text as report_format
-
     store.record([a("gpu-001", "dl_unit", "pass", at(0, 3), metrics={"gemm_bf16_tflops_min": 700.0})])
-    before = dict(report_format.SKIPPED_VALUES)
+    before = dict(numbers.SKIPPED_VALUES)
     # written around the Attempt boundary on purpose: rows stored before it, or by another writer
     with psycopg.connect(**db_dsn) as conn:
         conn.execute("INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, checks, "
@@ -347,7 +334,7 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
     metric = {(m["test_name"], m["metric"]): m for m in data["per_model"][0]["metrics"]}
     assert metric[("dl_unit", "gemm_bf16_tflops_min")]["n"] == 1  # the huge value is not a sample
     assert metric[("dl_unit", "gemm_bf16_tflops_min")]["median"] == 700.0
-    assert report_format.SKIPPED_VALUES["metric"] >= before.get("metric", 0) + 1
+    assert numbers.SKIPPED_VALUES["metric"] >= before.get("metric", 0) + 1
     md = daily.render_markdown(data)
     assert "out of range" in md  # the huge check value
     assert "gpu-004" in md  # its unreadable result counts as not fresh, not as a crash

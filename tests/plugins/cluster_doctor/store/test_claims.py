@@ -8,9 +8,8 @@ import time
 
 import psycopg
 import pytest
-
-from cluster_doctor.store import claims, database
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.store import claims, database
 from cluster_doctor.store.history import SchemaMissing
 
 DAG = "continuous_validation"

@@ -1,7 +1,5 @@
-import json
 
 import pytest
-
 from cluster_doctor.store import database
 
 
@@ -47,34 +45,3 @@ def test_a_connector_opens_real_connections_with_client_side_binding(db_dsn):
         cur.execute("SELECT %s IS NULL, current_setting('application_name')", (None,))
         assert cur.fetchone() == (True, "cluster-doctor")
         assert conn.autocommit
-
-
-def test_cli_resolution_prefers_the_flag(monkeypatch):
-    monkeypatch.setenv(database.CONN_ENV, "postgresql://b@h/e")
-    connect, source = database.resolve_cli_connector("postgresql://a@h/d")
-    assert source == "--db-url" and str(connect) == "h/d"
-
-
-def test_cli_resolution_reads_the_airflow_connection_from_the_environment(monkeypatch, db_dsn):
-    """The env var goes through the provider's PostgresHook, so Airflow's JSON form works too."""
-    monkeypatch.setenv(database.CONN_ENV, json.dumps({
-        "conn_type": "postgres", "host": db_dsn["host"], "port": int(db_dsn.get("port", 5432)),
-        "login": db_dsn.get("user", "postgres"), "schema": db_dsn["dbname"]}))
-    connect, source = database.resolve_cli_connector(None)
-    assert source == database.CONN_ENV and "Airflow connection validation_db" in str(connect)
-    with connect() as conn, conn.cursor() as cur:
-        cur.execute("SELECT current_database()")
-        assert cur.fetchone()[0] == db_dsn["dbname"]
-
-
-def test_a_missing_airflow_connection_is_one_line(monkeypatch):
-    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_CONN_FOR_TESTS", raising=False)
-    with pytest.raises(database.DatabaseUnavailable, match="no_such_conn_for_tests") as err:
-        database.hook_connector("no_such_conn_for_tests")
-    assert "\n" not in str(err.value)
-
-
-def test_an_airflow_connection_of_another_type_is_refused(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_WRONG_TYPE_FOR_TESTS", "mysql://u@h/d")
-    with pytest.raises(database.InvalidDatabaseUrl, match="must be postgres"):
-        database.hook_connector("wrong_type_for_tests")

@@ -7,11 +7,11 @@ import datetime as dt
 import hostlist
 import psycopg
 import pytest
-
-from cluster_doctor.store import database, fleet
-from cluster_doctor.reports import summary as report
 from cluster_doctor.domain.nodes import InvalidNodeName, parse_node_range
+from cluster_doctor.reports import summary as report
+from cluster_doctor.store import database, fleet
 from cluster_doctor.store.history import ResultStore, SchemaMissing
+
 from tests.conftest import _fresh_database
 from tests.ui import fleet_seed as seed
 
@@ -261,7 +261,7 @@ def test_metric_series_of_a_node(plots_db):
 def test_fleet_bands_are_the_straggler_baseline_with_p10_and_p90(plots_db):
     import statistics
 
-    from cluster_doctor.store.fleet_baseline import BaselinePolicy
+    from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 
     policy = BaselinePolicy(min_fleet_nodes=3)
     with fleet.open_fleet(plots_db[0], tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
@@ -288,7 +288,7 @@ def test_fleet_bands_are_the_straggler_baseline_with_p10_and_p90(plots_db):
 
 def test_fleet_bands_read_numbers_only(db_dsn, store):
     """A metric stored as text, a boolean or a number no float holds is no measurement (as for verdicts)."""
-    from cluster_doctor.store.fleet_baseline import BaselinePolicy
+    from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 
     when = seed.NOW - dt.timedelta(hours=2)
     good = [seed.attempt(f"gpu-00{i}", "nccl_loopback", "pass", when, metrics={"nccl_busbw_gbps": v})

@@ -2,7 +2,6 @@ import multiprocessing
 
 import psycopg
 import pytest
-
 from cluster_doctor.store import migrations
 from cluster_doctor.store.history import ResultStore
 

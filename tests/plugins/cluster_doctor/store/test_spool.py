@@ -9,11 +9,11 @@ import os
 
 import psycopg
 import pytest
-
-from cluster_doctor.store import database, spool
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.store import database, spool
 from cluster_doctor.store.history import INDEPENDENT_LATEST_SQL, ResultStore, RetryPolicy
+
 from tests.support.tcp_proxy import TcpProxy
 
 DAG = "continuous_validation"

@@ -4,13 +4,14 @@ import threading
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from cluster_doctor.store import database
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
-from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.nodes import parse_node_range
+from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore, RetryPolicy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests.support.tcp_proxy import TcpProxy
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)

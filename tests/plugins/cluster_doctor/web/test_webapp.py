@@ -12,12 +12,12 @@ import re
 import time
 
 import pytest
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.store.history import ResultStore
+from cluster_doctor.web import app as webapp
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from cluster_doctor.web import app as webapp
-from cluster_doctor.domain.config import Settings
-from cluster_doctor.store.history import ResultStore
 from tests.conftest import _fresh_database
 from tests.ui import fleet_seed as seed
 
@@ -32,13 +32,6 @@ def make_client(dsn: dict, *, authenticated: bool = True, settings: Settings | N
     root = FastAPI()
     root.mount(webapp.MOUNT_PREFIX, sub)
     return TestClient(root, follow_redirects=False)
-
-
-@pytest.fixture(scope="module")
-def small_db(pg_admin_dsn, template_db):
-    with _fresh_database(pg_admin_dsn, template_db) as dsn:
-        seed.small_fleet(ResultStore(dsn))
-        yield dsn
 
 
 @pytest.fixture
@@ -277,7 +270,9 @@ def test_database_down_or_schema_missing_is_a_503_with_the_reason(small_db, empt
 
 def test_missing_airflow_connection_is_reported(small_db):
     def missing(settings):
-        return webapp.airflow_connector(settings.replace(validation_db_conn_id="no_such_connection_for_tests"))
+        from cluster_doctor.airflow import runtime
+
+        return runtime.hook_connector("no_such_connection_for_tests")
 
     sub = webapp.create_app(connector_provider=missing, settings_provider=Settings, clock=lambda: seed.NOW)
     sub.dependency_overrides[webapp.require_ui_access] = lambda: "u"

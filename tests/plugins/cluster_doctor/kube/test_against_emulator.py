@@ -1,13 +1,11 @@
-"""Tasks that talk to the cluster, against the Kubernetes API emulator with the real client."""
+"""Discovery and the suite-code ConfigMap against the Kubernetes API emulator, with the real client."""
 
 import time
 
 import pytest
-
-from cluster_doctor.kube import discovery
 from cluster_doctor.domain import suites
-from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import discovery, suite_code
 from k8s_emulator import EmulatorProcess
 
 NS = "cluster-doctor"
@@ -28,11 +26,11 @@ def core_v1(emulator):
 
 
 def test_suite_code_ships_once_as_an_immutable_configmap(core_v1):
-    files = suites.shipped_files(suites.DEFAULT_SUITES_DIR)
-    version = suites.content_hash(suites.DEFAULT_SUITES_DIR)
-    name = suites.configmap_name(Settings(), version)
-    assert tasks.ensure_configmap(core_v1, NS, name, files, version) is True
-    assert tasks.ensure_configmap(core_v1, NS, name, files, version) is False  # already there
+    files = suite_code.shipped_files(suites.DEFAULT_SUITES_DIR)
+    version = suite_code.content_hash(suites.DEFAULT_SUITES_DIR)
+    name = suite_code.configmap_name(Settings(), version)
+    assert suite_code.ensure_configmap(core_v1, NS, name, files, version) is True
+    assert suite_code.ensure_configmap(core_v1, NS, name, files, version) is False  # already there
     cm = core_v1.read_namespaced_config_map(name, NS)
     assert cm.immutable is True and set(cm.data) == set(files)
     assert cm.metadata.annotations["cluster-doctor.io/suite-version"] == version
@@ -42,10 +40,10 @@ def test_old_suite_versions_are_pruned(core_v1):
     names = []
     for i in range(6):
         name = f"cluster-doctor-suites-{i:016x}"
-        tasks.ensure_configmap(core_v1, NS, name, {"a.py": b"x = %d\n" % i}, f"sha256:{i:016x}")
+        suite_code.ensure_configmap(core_v1, NS, name, {"a.py": b"x = %d\n" % i}, f"sha256:{i:016x}")
         names.append(name)
         time.sleep(1.05)  # creationTimestamp has one-second resolution
-    deleted = tasks.prune_configmaps(core_v1, NS, keep=names[0])
+    deleted = suite_code.prune_configmaps(core_v1, NS, keep=names[0])
     assert sorted(deleted) == sorted(names[1:3])
     left = {cm.metadata.name for cm in core_v1.list_namespaced_config_map(NS).items}
     assert left == {names[0], *names[3:]}

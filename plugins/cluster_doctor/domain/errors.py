@@ -1,0 +1,13 @@
+"""One line of error text: what every log line, one-line error and stored reason is built from."""
+
+from __future__ import annotations
+
+
+def one_line(value: object, limit: int = 400) -> str:
+    """``value`` (an exception or any text) as one line of at most ``limit`` characters: whitespace
+    runs, newlines included, collapse to one space; an exception without a message is named by its
+    type, so the line is never empty."""
+    text = " ".join(str(value).split())
+    if not text and isinstance(value, BaseException):
+        text = type(value).__name__
+    return text[:limit]

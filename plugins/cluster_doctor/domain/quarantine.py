@@ -1,0 +1,106 @@
+"""Node quarantine, the policy: which nodes may be labelled and tainted, how many at once (the
+circuit breaker), and what a reconciliation did. Pure; ``cluster_doctor.kube.quarantine`` acts on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cluster_doctor.domain.taints import tolerates
+
+DOMAIN = "cluster-doctor.io"
+LABEL = f"{DOMAIN}/health"
+LABEL_VALUE = "fail"
+ANN_TESTS = f"{DOMAIN}/failing-tests"
+ANN_CODES = f"{DOMAIN}/failure-codes"
+ANN_SINCE = f"{DOMAIN}/quarantined-at"
+ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE)
+TAINT = {"key": LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
+TOLERATION = {"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+
+class InvalidQuarantinePolicy(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class QuarantinePolicy:
+    enabled: bool = False
+    dry_run: bool = False
+    taint: bool = False
+    max_share: float = 0.05  # of the GPU nodes, per window
+    max_nodes: int = 10  # per window
+    window_hours: float = 24.0
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "dry_run", "taint"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidQuarantinePolicy(f"quarantine.{name}: expected true or false, got {getattr(self, name)!r}")
+        share = self.max_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise InvalidQuarantinePolicy(f"quarantine.max_share: must be a share in (0, 1], got {share!r}")
+        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
+            raise InvalidQuarantinePolicy(f"quarantine.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
+        hours = self.window_hours
+        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
+            raise InvalidQuarantinePolicy(f"quarantine.window_hours: must be a number > 0, got {hours!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> QuarantinePolicy:
+        values = dict(values or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InvalidQuarantinePolicy(f"quarantine: unknown key(s) {', '.join(unknown)} "
+                                          f"(known: {', '.join(sorted(known))})")
+        return cls(**values)
+
+    def limit(self, gpu_nodes: int) -> int:
+        """How many nodes may be in quarantine-by-us within the window."""
+        return max(1, min(self.max_nodes, math.floor(self.max_share * gpu_nodes)))
+
+    def check_tolerations(self, tolerations: Sequence[Mapping[str, Any]]) -> None:
+        if self.taint and not any(tolerates(t, TAINT) for t in tolerations):
+            raise InvalidQuarantinePolicy(
+                f"quarantine.taint needs the validation pods to tolerate {LABEL}:NoSchedule (add "
+                f"{json.dumps(TOLERATION)} to the tolerations setting), or a quarantined node is never "
+                "validated again and never released")
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    test_name: str
+    code: str  # failed check names, or "<verdict kind>:<metric>"
+
+
+@dataclasses.dataclass
+class QuarantineReport:
+    enabled: bool
+    dry_run: bool = False
+    quarantined: list[str] = dataclasses.field(default_factory=list)
+    released: list[str] = dataclasses.field(default_factory=list)
+    held_back: list[str] = dataclasses.field(default_factory=list)  # candidates the open breaker kept out
+    already: list[str] = dataclasses.field(default_factory=list)
+    breaker_open: bool = False
+    breaker_reason: str | None = None
+    limit: int | None = None
+    in_window: int = 0
+    gpu_nodes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "quarantine is disabled (setting quarantine.enabled): no node was labelled or tainted"
+        verb = "would " if self.dry_run else ""
+        parts = [f"{verb}quarantine {len(self.quarantined)}: {', '.join(self.quarantined) or '-'}",
+                 f"{verb}release {len(self.released)}: {', '.join(self.released) or '-'}",
+                 f"already quarantined {len(self.already)}"]
+        if self.breaker_open:
+            parts.insert(0, f"CIRCUIT BREAKER OPEN: {self.breaker_reason}")
+        return "; ".join(parts)
