@@ -14,10 +14,27 @@ from tests.conftest import REPO
 ENTRY_POINT = "cluster_doctor.airflow.plugin:ClusterDoctorPlugin"
 
 
-def _folder_plugins(syntax):
-    from airflow._shared.plugins_manager import _load_plugins_from_plugin_directory
-
-    return _load_plugins_from_plugin_directory(plugins_folder=str(REPO / "plugins"), ignore_file_syntax=syntax)
+def airflow_plugins(syntax: str = "glob", *, installed: bool = True) -> tuple[list[list[str]], dict]:
+    """Airflow's own plugin manager (public API: get_plugin_info, get_import_errors) in a clean
+    process, plugins folder and entry points together: [[name, source], ...] and the import errors.
+    ``installed=False`` hides our distribution from importlib.metadata and its backport (Airflow reads
+    entry points through importlib_metadata on Python < 3.12, the plugins-folder shim through the
+    standard library): only the mounted plugins/ folder is left."""
+    hide = ("import importlib.metadata, importlib_metadata\n"
+            "for md in (importlib.metadata, importlib_metadata):\n"
+            "    md.distributions = (lambda real: lambda **kw: (d for d in real(**kw)\n"
+            "                        if d.metadata['Name'] != 'cluster-doctor'))(md.distributions)\n"
+            if not installed else "")
+    code = (hide + "import json; from airflow import plugins_manager as m\n"
+            "info = m.get_plugin_info(attrs_to_dump=['source']); "
+            "print(json.dumps([[[p['name'], str(p['source'])] for p in info], m.get_import_errors()]))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
+    env.update(AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX=syntax)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plugins, errors = json.loads(out.stdout.strip().splitlines()[-1])
+    return plugins, errors
 
 
 def test_the_distribution_registers_the_plugin_entry_point():
@@ -32,35 +49,20 @@ def test_the_distribution_registers_the_plugin_entry_point():
 
 
 @pytest.mark.parametrize("syntax", ["glob", "regexp"])  # [core] dag_ignore_file_syntax applies to plugins/
-def test_a_mounted_plugins_folder_adds_nothing_when_installed(syntax):
+def test_installed_and_mounted_airflow_loads_exactly_one_plugin(syntax):
     """Installed and mounted (docker-compose): the folder must not register a second plugin, which
     Airflow would report as an import error."""
-    plugins, errors = _folder_plugins(syntax)
-    assert errors == {} and plugins == []
+    plugins, errors = airflow_plugins(syntax)
+    assert errors == {}
+    assert [name for name, _ in plugins].count("cluster_doctor") == 1
+    assert not any(source.endswith("cluster_doctor_plugin.py") for _, source in plugins)
 
 
 @pytest.mark.parametrize("syntax", ["glob", "regexp"])
-def test_a_mounted_plugins_folder_alone_registers_exactly_the_plugin_file(syntax, monkeypatch):
+def test_a_mounted_plugins_folder_alone_registers_exactly_the_plugin_file(syntax):
     """Not installed (only plugins/ on the path): the shim defines the plugin; .airflowignore keeps the
     cluster_doctor package out (its __main__.py would otherwise replace the running program)."""
-    real = importlib.metadata.entry_points
-
-    def without_ours(**kwargs):
-        return [ep for ep in real(**kwargs) if ep.value != ENTRY_POINT]
-
-    monkeypatch.setattr(importlib.metadata, "entry_points", without_ours)
-    plugins, errors = _folder_plugins(syntax)
+    plugins, errors = airflow_plugins(syntax, installed=False)
     assert errors == {}
-    assert [(p.name, str(p.source)) for p in plugins] == [("cluster_doctor", "$PLUGINS_FOLDER/cluster_doctor_plugin.py")]
-
-
-def test_airflow_loads_one_plugin_with_no_import_errors():
-    """Airflow's own plugin manager, folder and entry points together, in a clean process."""
-    code = ("import json; from airflow import plugins_manager as m; plugins, errors = m._get_plugins(); "
-            "print(json.dumps([[p.name for p in plugins], errors]))")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONPATH"}
-    env.update(AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO / "plugins"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd="/", capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    names, errors = json.loads(out.stdout.strip().splitlines()[-1])
-    assert names.count("cluster_doctor") == 1 and errors == {}
+    assert [p for p in plugins if p[0] == "cluster_doctor"] == [
+        ["cluster_doctor", "$PLUGINS_FOLDER/cluster_doctor_plugin.py"]]
