@@ -43,7 +43,10 @@ $(STAMP): $(REQS)
 # Airflow, an e2e module's emulator), and every test owns its database, ports and temp dirs.
 # Serial (TEST_WORKERS=0) takes about 19.5 min on a 2-core machine, two workers about 12.
 TEST_WORKERS ?= 2
+# tools/system-packages first: it installs fio, chromium, docker-compose and redis-server when this user
+# may (root or passwordless sudo); otherwise the tests that need them say so in pytest's first and last lines.
 test: $(STAMP)
+	@bash tools/system-packages
 	$(BIN)/python -m pytest -m "not slow" --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # Scenarios that take many minutes by nature (e.g. a results-DB outage through every retry of two

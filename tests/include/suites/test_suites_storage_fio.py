@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 from cluster_doctor_suites import storage_fio
 
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="fio not installed (.ci/run installs it)")
+needs_fio = pytest.mark.requires_tool("fio")
 
 
 def fake_fio(fake_tool, fixture: Path | None, rc: int = 0, stdout: str | None = None, stderr: Path | None = None):
