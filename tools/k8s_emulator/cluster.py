@@ -13,6 +13,7 @@ from . import fixtures
 from .admission import SYSTEM_PRIORITY_CLASSES
 from .api import Api
 from .events import EventRecorder
+from .faults import FaultBook
 from .kubelet import Kubelet
 from .resources import TYPES
 from .scheduler import Scheduler
@@ -54,6 +55,7 @@ class Cluster:
         self.store = Store(TYPES, snapshot_ttl=settings.snapshot_ttl)
         self.events = EventRecorder(self.store)
         self.scripts = ScriptBook()
+        self.faults = FaultBook()
         self.api = Api(self)
         self.scheduler = Scheduler(self)
         self.kubelet = Kubelet(self)
@@ -111,6 +113,7 @@ class Cluster:
             self.history.clear()
             self.scheduler.attempts.clear()
         self.scripts.clear()
+        self.faults.clear()
         self.kubelet.simulated.clear()
         self.kubelet.pulled.clear()
         self.settings.update(copy.deepcopy(self._initial))

@@ -138,6 +138,16 @@ def handle(cluster, method: str, path: str, q: dict, body) -> tuple[int, object]
             cluster.scheduler.poke()
             return 200, {"ok": True}
         return 200, {"items": cluster.scripts.list()}
+    if route == "faults":
+        if method == "POST":
+            try:
+                return 201, cluster.faults.add(body)
+            except ValueError as exc:
+                raise bad_request(str(exc)) from None
+        if method == "DELETE":
+            cluster.faults.clear()
+            return 200, {"ok": True}
+        return 200, {"items": cluster.faults.list()}
     if route in ("counters", "counters/reset"):
         return 200, cluster.counter_snapshot(reset=route.endswith("reset"))
     if route == "reset" and method == "POST":

@@ -236,6 +236,21 @@ class EmulatorProcess:
     def live_pods(self, label_selector: str | None = None) -> list[dict]:
         return [p for p in self.pod_history(label_selector) if not p["deleted"]]
 
+    def inject_faults(self, path: str, sequence: list, *, method: str | None = None, retry_after: int = 1,
+                      message: str | None = None) -> dict:
+        """The next requests to ``path`` (e.g. /api/v1/nodes; ``method`` narrows) answer the items of
+        ``sequence`` in turn: 429 (Retry-After ``retry_after``), 500, 503, 504, "reset" (connection reset
+        before handling) or "reset-after" (handled, then reset); then normally again. See faults.py."""
+        return self._call("POST", "faults", {"path": path, "sequence": list(sequence), "method": method,
+                                             "retry_after": retry_after, "message": message})
+
+    def faults(self) -> list[dict]:
+        """The injected fault rules with their ``hits`` and ``remaining``."""
+        return self._call("GET", "faults")["items"]
+
+    def clear_faults(self):
+        return self._call("DELETE", "faults")
+
     def counters(self) -> dict:
         return self._call("GET", "counters")
 

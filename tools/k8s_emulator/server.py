@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import struct
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from . import control
 from .api import qbool
+from .faults import RESETS, error_for
 from .errors import ApiError, bad_request, method_not_allowed, rbac_forbidden
 from .resources import GROUPS, TYPES
 from .util import dumps
@@ -85,13 +88,31 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
 
-    def _send(self, code: int, body: bytes, ctype: str = "application/json"):
+    def _send(self, code: int, body: bytes, ctype: str = "application/json", headers: dict | None = None):
+        if getattr(self, "_swallow", False):  # an injected reset-after: handled, never answered
+            return
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+    def _send_error(self, exc: ApiError):
+        # as the apiserver's ErrorNegotiated: a Status with details.retryAfterSeconds > 0 sets Retry-After
+        retry_after = (exc.details or {}).get("retryAfterSeconds")
+        self._send(exc.code, dumps(exc.status()), headers={"Retry-After": str(retry_after)} if retry_after else None)
+
+    def _reset(self):
+        """Drop the connection with a TCP reset (SO_LINGER 0), no response."""
+        self.close_connection = True
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+        except OSError:
+            pass
 
     def _dispatch(self, method: str):
         try:
@@ -101,15 +122,27 @@ class Handler(BaseHTTPRequestHandler):
             if parsed.path.startswith("/_emulator/"):
                 code, payload = control.handle(self.server.cluster, method, parsed.path, q, body)
                 self._send(code, dumps(payload))
-            else:
+                return
+            fault = self.server.cluster.faults.take(method, parsed.path)
+            if fault is None:
                 self._api(method, [s for s in parsed.path.split("/") if s], q, body)
+            elif fault[0] in RESETS:
+                if fault[0] == "reset-after":
+                    self._swallow = True
+                    try:
+                        self._api(method, [s for s in parsed.path.split("/") if s], q, body)
+                    except ApiError:
+                        pass
+                self._reset()
+            else:
+                raise error_for(fault[0], fault[1]["retry_after"], fault[1]["message"])
         except ApiError as exc:
-            self._send(exc.code, dumps(exc.status()))
+            self._send_error(exc)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - a bug in the emulator answers 500, like an apiserver panic
             log.error("internal error on %s %s:\n%s", method, self.path, traceback.format_exc())
-            self._send(500, dumps(ApiError(500, "InternalError", f"Internal error occurred: {exc}", {}).status()))
+            self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {exc}", {}))
 
     def _api(self, method: str, segs: list[str], q: dict, body):
         cluster = self.server.cluster

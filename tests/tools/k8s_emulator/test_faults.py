@@ -1,0 +1,97 @@
+"""Injected faults answer as the real apiserver does: Status bodies, Retry-After, connection resets."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import urllib3
+from k8s_emulator.process import EmulatorError
+from kubernetes import client, config
+
+
+def _err(fn, *args, **kwargs) -> client.ApiException:
+    with pytest.raises(client.ApiException) as exc:
+        fn(*args, **kwargs)
+    return exc.value
+
+
+def _no_retries(emu) -> client.CoreV1Api:
+    """A client whose urllib3 layer retries nothing (by default it re-sends a GET answered 429 or 503
+    with Retry-After, after sleeping that long, and the caller never sees the 429)."""
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=emu.kubeconfig_path, client_configuration=cfg)
+    cfg.retries = False
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def test_429_carries_retry_after_and_the_watch_cache_status(emu):
+    v1 = _no_retries(emu)
+    emu.inject_faults("/api/v1/nodes", [429], retry_after=3)
+    exc = _err(v1.list_node, resource_version="0")
+    assert exc.status == 429 and exc.headers["Retry-After"] == "3"
+    assert json.loads(exc.body) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "storage is (re)initializing", "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": 3}, "code": 429}
+    assert v1.list_node().items == []  # the sequence is spent: served normally again
+    emu.inject_faults("/api/v1/nodes", [429], retry_after=0)  # NewTooManyRequests(msg, 0): no header
+    exc = _err(v1.list_node)
+    assert "Retry-After" not in exc.headers and json.loads(exc.body)["details"] == {}
+
+
+def test_the_default_client_resends_a_get_after_retry_after(emu, v1):
+    emu.inject_faults("/api/v1/nodes", [429], retry_after=1)
+    started = time.monotonic()
+    assert v1.list_node().items == []
+    assert time.monotonic() - started >= 1.0 and emu.faults()[0]["hits"] == 1
+
+
+def test_500_503_504_bodies_in_sequence_then_served(emu, v1):
+    emu.inject_faults("/api/v1/pods", [500, 503, 504], method="GET")
+    first, second, third = (_err(v1.list_pod_for_all_namespaces) for _ in range(3))
+    body = json.loads(first.body)
+    assert first.status == 500 and body["reason"] == "InternalError"
+    assert body["message"] == "Internal error occurred: etcdserver: request timed out"
+    assert body["details"] == {"causes": [{"message": "etcdserver: request timed out"}]}
+    assert "Retry-After" not in first.headers
+    assert second.status == 503 and json.loads(second.body)["reason"] == "ServiceUnavailable"
+    assert third.status == 504 and json.loads(third.body)["message"].startswith(
+        "Timeout: request did not complete within requested timeout")
+    v1.list_pod_for_all_namespaces()
+    assert emu.faults()[0]["hits"] == 3 and emu.faults()[0]["remaining"] == 0
+
+
+def test_method_narrows_and_other_paths_are_untouched(emu, v1):
+    emu.inject_faults("/api/v1/namespaces/default/configmaps", [503], method="POST")
+    v1.list_namespaced_config_map("default")  # a GET of the same path is not faulted
+    v1.list_node()
+    assert _err(v1.create_namespaced_config_map, "default", {"metadata": {"name": "a"}}).status == 503
+    v1.create_namespaced_config_map("default", {"metadata": {"name": "a"}})
+
+
+def test_reset_before_and_after_handling(emu, v1):
+    # POST is not idempotent: urllib3 does not re-send it, the reset reaches the caller
+    emu.inject_faults("/api/v1/namespaces/default/configmaps", ["reset"], method="POST")
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        v1.create_namespaced_config_map("default", {"metadata": {"name": "before"}})
+    assert _err(v1.read_namespaced_config_map, "before", "default").status == 404  # nothing happened
+    emu.inject_faults("/api/v1/namespaces/default/configmaps", ["reset-after"], method="POST")
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        v1.create_namespaced_config_map("default", {"metadata": {"name": "after"}})
+    assert v1.read_namespaced_config_map("after", "default").metadata.name == "after"  # it took effect
+
+
+def test_bad_fault_rules_are_refused_with_one_line(emu):
+    for rule, text in ((("nodes", [429]), "path starting with /"), (("/api/v1/nodes", []), "non-empty sequence"),
+                       (("/api/v1/nodes", [418]), "unsupported fault 418")):
+        with pytest.raises(EmulatorError) as exc:
+            emu.inject_faults(*rule)
+        assert exc.value.code == 400 and text in exc.value.body["message"]
+
+
+def test_reset_clears_faults(emu, v1):
+    emu.inject_faults("/api/v1/nodes", [500, 500])
+    emu.reset()
+    assert emu.faults() == [] and v1.list_node().items == []

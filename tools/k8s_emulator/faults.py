@@ -1,0 +1,96 @@
+"""Injected API faults: the next requests to a path answer 429/5xx, or lose their connection.
+
+A rule is {"path": "/api/v1/nodes", "method": "GET" (optional, any when absent), "sequence": [...],
+"retry_after": 1, "message": None}. Each request that matches takes the next item of its sequence;
+when the sequence is used up the rule is spent and requests are served normally. Items:
+
+  429            Status TooManyRequests with details.retryAfterSeconds and a Retry-After header, as the
+                 watch cache answers while it (re)initializes (``apierrors.NewTooManyRequests("storage
+                 is (re)initializing", 1)``); ``retry_after`` 0 sends neither, like NewTooManyRequests(msg, 0)
+  500            Status InternalError ("Internal error occurred: ..."), as ``apierrors.NewInternalError``
+  503            Status ServiceUnavailable, as ``apierrors.NewServiceUnavailable``
+  504            Status Timeout ("Timeout: request did not complete within requested timeout - ..."), as
+                 the apiserver's request-timeout filter; the request may still have taken effect
+  "reset"        the connection is reset before the request is handled (nothing happened)
+  "reset-after"  the request is handled, then the connection is reset instead of the answer (it took
+                 effect; the client cannot know)
+
+Faulted requests are not in the API call counters (no handler ran, except for reset-after); each rule
+counts its ``hits``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .errors import ApiError
+
+RESETS = ("reset", "reset-after")
+_DEFAULTS = {
+    429: ("TooManyRequests", "storage is (re)initializing"),
+    500: ("InternalError", "etcdserver: request timed out"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+    504: ("Timeout", "Timeout: request did not complete within requested timeout - context deadline exceeded"),
+}
+
+
+def _check(rule: dict) -> dict:
+    unknown = set(rule) - {"path", "method", "sequence", "retry_after", "message"}
+    if unknown:
+        raise ValueError(f"unknown fault fields {sorted(unknown)}")
+    if not isinstance(rule.get("path"), str) or not rule["path"].startswith("/"):
+        raise ValueError("a fault needs a path starting with / (e.g. /api/v1/nodes)")
+    sequence = rule.get("sequence")
+    if not isinstance(sequence, list) or not sequence:
+        raise ValueError("a fault needs a non-empty sequence of status codes or 'reset'/'reset-after'")
+    for item in sequence:
+        if item not in RESETS and item not in _DEFAULTS:
+            raise ValueError(f"unsupported fault {item!r}: one of {sorted(_DEFAULTS)} or {list(RESETS)}")
+    retry_after = rule.get("retry_after", 1)
+    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+        raise ValueError("retry_after must be a whole number of seconds >= 0")
+    method = rule.get("method")
+    return {"path": rule["path"].rstrip("/") or "/", "method": method.upper() if method else None,
+            "sequence": list(sequence), "retry_after": retry_after, "message": rule.get("message"), "hits": 0}
+
+
+def error_for(code: int, retry_after: int, message: str | None) -> ApiError:
+    """The apiserver's Status for an injected status code; the server turns details.retryAfterSeconds
+    into the Retry-After header, as the apiserver's ErrorNegotiated does."""
+    reason, default = _DEFAULTS[code]
+    text = message or default
+    if code == 500:  # NewInternalError: the cause in details.causes, prefixed in the message
+        return ApiError(500, reason, f"Internal error occurred: {text}", {"causes": [{"message": text}]})
+    # NewTooManyRequests and NewTimeoutError always carry details (retryAfterSeconds omitted when 0)
+    details = {"retryAfterSeconds": retry_after} if code == 429 and retry_after > 0 else {} if code in (429, 504) else None
+    return ApiError(code, reason, text, details)
+
+
+class FaultBook:
+    def __init__(self):
+        self._lock, self._rules = threading.Lock(), []
+
+    def add(self, rule: dict) -> dict:
+        checked = _check(rule)
+        with self._lock:
+            self._rules.append(checked)
+        return dict(checked)
+
+    def take(self, method: str, path: str) -> tuple[object, dict] | None:
+        """The next fault for this request (and its rule), or None."""
+        path = path.rstrip("/") or "/"
+        with self._lock:
+            for rule in self._rules:
+                if rule["path"] == path and rule["method"] in (None, method) and rule["hits"] < len(rule["sequence"]):
+                    item = rule["sequence"][rule["hits"]]
+                    rule["hits"] += 1
+                    return item, dict(rule)
+        return None
+
+    def list(self) -> list[dict]:
+        with self._lock:
+            return [dict(r, remaining=len(r["sequence"]) - r["hits"]) for r in self._rules]
+
+    def clear(self):
+        with self._lock:
+            self._rules.clear()
