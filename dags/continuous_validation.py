@@ -2,6 +2,8 @@
 
 Thin on purpose: the behaviour of each task lives in ``cluster_doctor.airflow.tasks`` (one hop away), the
 validation pod in ``cluster_doctor.airflow.operator``, the defaults in ``cluster_doctor.domain.config``.
+Each task only turns XComs into the typed payloads of ``cluster_doctor.domain.payloads`` and back
+(``from_xcom`` / ``to_xcom``); each returns one XCom, the whole payload (``multiple_outputs=False``).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ with DAG(
     },
 ) as dag:
 
-    @task
+    @task(multiple_outputs=False)
     def discover() -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
@@ -97,54 +99,62 @@ with DAG(
         context = get_current_context()
         settings = runtime.load_settings()
         return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
-                              parsed=SETTINGS)
+                              parsed=SETTINGS).to_xcom()
 
     # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
     # delete them. Reports and carries on: its problems never block this run's planning.
-    @task
+    @task(multiple_outputs=False)
     def reap_orphans(discovered: dict) -> dict:
         from cluster_doctor.airflow import runtime
-        from cluster_doctor.domain.config import Settings
+        from cluster_doctor.domain.payloads import Discovered
         from cluster_doctor.kube import orphans
 
-        settings = Settings(**discovered["settings"])
+        settings = Discovered.from_xcom(discovered).settings
         return orphans.reap(runtime.core_v1(settings.kubernetes_conn_id),
                             runtime.results_store(settings.validation_db_conn_id), settings,
-                            run_state=get_current_context()["ti"].get_dagrun_state).to_dict()
+                            run_state=get_current_context()["ti"].get_dagrun_state).to_xcom()
 
-    @task
-    def load_latest(discovered: dict) -> list:
+    @task(multiple_outputs=False)
+    def load_latest(discovered: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered
 
-        conn_id = discovered["settings"]["validation_db_conn_id"]
-        return tasks.load_latest(discovered, runtime.results_store(conn_id))
+        found = Discovered.from_xcom(discovered)
+        return tasks.load_latest(found, runtime.results_store(found.settings.validation_db_conn_id)).to_xcom()
 
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
-    @task
-    def prioritize(discovered: dict, latest: list) -> dict:
+    @task(multiple_outputs=False)
+    def prioritize(discovered: dict, latest: dict | list) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered, Latest
 
         context = get_current_context()
-        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.prioritize(discovered, latest, store=store, dag_id=dag.dag_id, run_id=context["run_id"],
-                                run_ended=runtime.dagrun_ended(context["ti"]))
+        found = Discovered.from_xcom(discovered)
+        store = runtime.results_store(found.settings.validation_db_conn_id)
+        return tasks.prioritize(found, Latest.from_xcom(latest), store=store, dag_id=dag.dag_id,
+                                run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
 
+    # One kwargs dict per planned pair, what expand_kwargs hands NodeValidationPodOperator.
     @task
     def ship_suites(discovered: dict, planned: dict) -> list:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered, Plan
 
-        conn_id = discovered["settings"]["kubernetes_conn_id"]
-        return tasks.ship_suites(discovered, planned, runtime.core_v1(conn_id))
+        found = Discovered.from_xcom(discovered)
+        validations = tasks.ship_suites(found, Plan.from_xcom(planned), runtime.core_v1(found.settings.kubernetes_conn_id))
+        return [v.to_xcom() for v in validations]
 
     # Runs whatever the validations did (an empty plan maps zero validations: ALL_DONE still runs);
     # it skips itself when discovery or planning failed.
-    @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30))
-    def record(discovered: dict, planned: dict) -> list:
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30),
+          multiple_outputs=False)
+    def record(discovered: dict, planned: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered, Plan
 
         context = get_current_context()
         if discovered is None or planned is None:
@@ -152,33 +162,37 @@ with DAG(
         reported = context["ti"].xcom_pull(task_ids="validate", key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
-        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.record(planned, list(reported), store, dag_id=dag.dag_id, run_id=context["run_id"],
-                            settings=discovered["settings"])
+        settings = Discovered.from_xcom(discovered).settings
+        store = runtime.results_store(settings.validation_db_conn_id)
+        return tasks.record(Plan.from_xcom(planned), list(reported), store, dag_id=dag.dag_id,
+                            run_id=context["run_id"], settings=settings).to_xcom()
 
-    @task(trigger_rule=TriggerRule.ALL_DONE)
-    def summarize(discovered: dict, planned: dict, recorded: list) -> dict:
+    @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
+    def summarize(discovered: dict, planned: dict, recorded: dict | list | None) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered, Plan, Recorded
 
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
-        if recorded is None and planned["pairs"] and not planned["dry_run"]:
+        found, plan = Discovered.from_xcom(discovered), Plan.from_xcom(planned)
+        if recorded is None and plan.creates_pods:
             raise AirflowFailException("the attempts of this run could not be recorded: see the record task")
-        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.summarize(discovered, planned, recorded, store, dag_id=dag.dag_id,
-                               run_id=get_current_context()["run_id"])
+        store = runtime.results_store(found.settings.validation_db_conn_id)
+        return tasks.summarize(found, plan, None if recorded is None else Recorded.from_xcom(recorded), store,
+                               dag_id=dag.dag_id, run_id=get_current_context()["run_id"]).to_xcom()
 
     # The DagRun's state is what alerting hangs on: this leaf fails when a node failed a check, and
     # also when the run could not discover, plan, record or summarize.
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def verdict(summary: dict | None) -> None:
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import RunSummary
 
         if summary is None:
             raise AirflowFailException("the run did not complete (discover, plan, record or summarize failed): "
                                        "see the failed task")
-        tasks.verdict(summary)
+        tasks.verdict(RunSummary.from_xcom(summary))
 
     discovered = discover()
     reaped = reap_orphans(discovered)
@@ -197,13 +211,15 @@ with DAG(
     validate >> recorded
 
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
-    @task
-    def quarantine(discovered: dict, recorded: list) -> dict:
+    @task(multiple_outputs=False)
+    def quarantine(discovered: dict, recorded: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered
 
-        store = runtime.results_store(discovered["settings"]["validation_db_conn_id"])
-        return tasks.quarantine(discovered, store, runtime.core_v1(discovered["settings"]["kubernetes_conn_id"]))
+        found = Discovered.from_xcom(discovered)
+        store = runtime.results_store(found.settings.validation_db_conn_id)
+        return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id)).to_dict()
 
     quarantine(discovered, recorded)
     verdict(summarize(discovered, planned, recorded))

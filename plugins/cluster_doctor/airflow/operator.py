@@ -41,12 +41,12 @@ from kubernetes.client.exceptions import ApiException
 from cluster_doctor.airflow import provider_errors
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
 from cluster_doctor.domain import results, suites
-from cluster_doctor.domain.attempts import Attempt, parse_timestamp
-from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
+from cluster_doctor.domain.payloads import RunConfig, Validation
 from cluster_doctor.domain.status import EXECUTED
-from cluster_doctor.kube import discovery, podspec
+from cluster_doctor.kube import discovery, podspec, retry
 from cluster_doctor.store.history import RetryPolicy
 
 LOG_TAIL_LINES = 200
@@ -99,7 +99,7 @@ class _PendingWatch(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_check:
-                    holders = discovery.node_gpu_pods(self.operator.client, self.operator.node_name,
+                    holders = discovery.node_gpu_pods(self.operator.guard_client, self.operator.node_name,
                                                       s.gpu_resource, exclude_pod=self.pod.metadata.name)
                     if holders:
                         self.claimed_by = holders[0]
@@ -132,23 +132,27 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         test_name: str,
         gpu_count: int,
         gpu_model: str | None = None,
-        planned_at: str,
+        planned_at: str | dt.datetime,
         why: str | None = None,
-        run_config: Mapping[str, Any],
+        run_config: Mapping[str, Any] | RunConfig,
         **kwargs: Any,
     ) -> None:
         validate_node_name(node_name)
         suites.get(test_name)
-        self.node_name = node_name
-        self.test_name = test_name
-        self.gpu_count = int(gpu_count)
-        self.gpu_model = gpu_model
-        self.planned_at = planned_at
-        self.why = why
-        self.run_config = dict(run_config)
+        # the kwargs ship_suites built (payloads.Validation.to_xcom), read back typed
+        target = Validation.from_xcom({"node_name": node_name, "test_name": test_name, "gpu_count": gpu_count,
+                                       "gpu_model": gpu_model, "planned_at": planned_at, "why": why,
+                                       "run_config": run_config})
+        self.node_name = target.node_name
+        self.test_name = target.test_name
+        self.gpu_count = target.gpu_count
+        self.gpu_model = target.gpu_model
+        self.planned_at = target.planned_at
+        self.why = target.why
+        self.run_config = target.run_config
         # Mapped tasks are built at run time from the run's settings (the Variable included), so the
         # task timeout and the pod's deadline come from the same numbers.
-        self.cd_settings = Settings(**self.run_config["settings"])
+        self.cd_settings = self.run_config.settings
         s = self.cd_settings
         kwargs.setdefault("kubernetes_conn_id", s.kubernetes_conn_id)
         kwargs["execution_timeout"] = dt.timedelta(seconds=s.task_timeout_s(test_name))
@@ -178,6 +182,12 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._recorded = False
         self._context = None
 
+    @property
+    def guard_client(self):
+        """The provider's client for our own guard calls, retried on transient failures; the provider's
+        calls (create, wait, logs, delete) keep their own retries."""
+        return retry.wrap(self.client, retry.GUARD_POLICY)
+
     # ------------------------------------------------------------------ pod request
     def build_pod_request_obj(self, context=None, *, dry_run: bool = False):
         ti_run_id = context["run_id"] if context else "dry-run"
@@ -188,9 +198,9 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             gpu_count=self.gpu_count,
             gpu_model=self.gpu_model,
             run_id=ti_run_id,
-            configmap=self.run_config["configmap"],
-            suite_version=self.run_config["suite_version"],
-            suite_files=self.run_config.get("suite_files"),
+            configmap=self.run_config.configmap,
+            suite_version=self.run_config.suite_version,
+            suite_files=self.run_config.suite_files,
         )
         return super().build_pod_request_obj(context, dry_run=dry_run)
 
@@ -263,15 +273,14 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         return results.PodOutcome(status, f"orchestration error: {explained.message}")
 
     def _precheck(self, started: dt.datetime) -> None:
-        planned = parse_timestamp(self.planned_at, "planned_at")
-        waited = (started - planned).total_seconds()
+        waited = (started - self.planned_at).total_seconds()
         if waited > self.cd_settings.max_queue_s:
             raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
                                     f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
-        holders = discovery.node_gpu_pods(self.client, self.node_name, self.cd_settings.gpu_resource)
+        holders = discovery.node_gpu_pods(self.guard_client, self.node_name, self.cd_settings.gpu_resource)
         if holders:
             raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
-        node = self.client.read_node(self.node_name)
+        node = self.guard_client.read_node(self.node_name)
         if node.spec and node.spec.unschedulable:
             raise _Ended("skipped", "the node was cordoned after planning; no pod created")
 
@@ -372,7 +381,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             test_name=self.test_name,
             gpu_count=self.gpu_count,
             gpu_model=self.gpu_model,
-            suite_version=self.run_config.get("suite_version"),
+            suite_version=self.run_config.suite_version,
             pod_name=self.pod.metadata.name if self.pod is not None else None,
             dag_id=ti.dag_id if ti else self.dag_id,
             run_id=ti.run_id if ti else "",

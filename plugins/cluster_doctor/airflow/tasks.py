@@ -1,6 +1,7 @@
 """What each task of the continuous_validation DAG does. The DAG file only wires these together.
 
-Every function takes and returns plain JSON-able values (they travel as XComs).
+Every function takes and returns the typed payloads of ``cluster_doctor.domain.payloads``; the DAG
+file turns them into XComs and back (``to_xcom`` / ``from_xcom``) and does nothing else with them.
 """
 
 from __future__ import annotations
@@ -12,10 +13,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import fleet_verdicts, planning, priority
-from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt, parse_timestamp
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.payloads import (
+    Discovered,
+    HeldPair,
+    Latest,
+    PairRow,
+    Params,
+    Plan,
+    PlannedPair,
+    Recorded,
+    RunConfig,
+    RunSummary,
+    Validation,
+)
+from cluster_doctor.domain.quarantine import QuarantineReport
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims, spool, verdicts
@@ -29,7 +44,7 @@ def _now() -> dt.datetime:
 
 # ---------------------------------------------------------------------------- 1. discover
 def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
-             parsed: Settings | None = None) -> dict:
+             parsed: Settings | None = None) -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
     then find the free GPU nodes (and why the others are not)."""
     now = now or _now()
@@ -52,75 +67,66 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     mounts = volumes.check(core_v1, settings, run.tests)
     if mounts.blocked_tests:
         log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
-    return {"settings": settings.to_dict(), "params": run.to_dict(), "started_at": now.isoformat(),
-            **found.to_dict(), "volumes": mounts.to_dict()}
+    return Discovered(settings=settings, params=Params.of(run), started_at=now, **found.to_dict(),
+                      volumes=mounts.to_dict())
 
 
 # ---------------------------------------------------------------------------- 2. load latest
-def load_latest(discovered: Mapping[str, Any], store: Any) -> list[list[Any]]:
-    """The latest state of every (free node, enabled test) pair, compact: [node, test, status,
-    finished_at, last_attempt_at, last_attempt_status]."""
-    nodes = [n["name"] for n in discovered["free"]]
+def load_latest(discovered: Discovered, store: Any) -> Latest:
+    """The latest state of every (free node, enabled test) pair."""
+    nodes = [n.name for n in discovered.free]
     if not nodes:
-        return []
-    states = store.pair_states(nodes, discovered["params"]["tests"])
-    iso = lambda t: t.isoformat() if t else None  # noqa: E731
-    rows = [[node, test, s.status, iso(s.finished_at), iso(s.last_attempt_at), s.last_attempt_status]
+        return Latest()
+    states = store.pair_states(nodes, discovered.params.tests)
+    rows = [[node, test, s.status, s.finished_at, s.last_attempt_at, s.last_attempt_status]
             for (node, test), s in sorted(states.items())]
     # a pair with a straggler/drift verdict goes through the failed-retest path: the retest confirms it
-    return verdicts.mark_suspects(store.connect, rows)
+    return Latest(rows=[PairRow(*row) for row in verdicts.mark_suspects(store.connect, rows)])
 
 
-def _states(rows: Sequence[Sequence[Any]]) -> dict[tuple[str, str], priority.PairState]:
-    out = {}
-    for node, test, status, finished, attempted, attempt_status in rows:
-        out[(node, test)] = priority.PairState(
-            status=status,
-            finished_at=parse_timestamp(finished, "finished_at") if finished else None,
-            last_attempt_at=parse_timestamp(attempted, "last_attempt_at") if attempted else None,
-            last_attempt_status=attempt_status,
-        )
-    return out
+def _states(latest: Latest) -> dict[tuple[str, str], priority.PairState]:
+    return {(r.node_name, r.test_name): priority.PairState(
+        status=r.status, finished_at=r.finished_at, last_attempt_at=r.last_attempt_at,
+        last_attempt_status=r.last_attempt_status) for r in latest.rows}
 
 
 # ---------------------------------------------------------------------------- 3. prioritize
-def prioritize(discovered: Mapping[str, Any], latest: Sequence[Sequence[Any]], now: dt.datetime | None = None,
+def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None = None,
                *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
-               run_ended: Callable[[str, str], bool] | None = None) -> dict:
+               run_ended: Callable[[str, str], bool] | None = None) -> Plan:
     """Plan this run's pairs. With ``store`` (the DAG), the plan's nodes are claimed for the run
     ``dag_id``/``run_id`` (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from a live one);
     without it (planning only), nothing is claimed."""
     now = now or _now()
-    settings = Settings(**discovered["settings"])
-    run = planning.parse_params(discovered["params"], settings, now=now)
-    free = {n["name"]: n for n in discovered["free"]}
+    settings = discovered.settings
+    run = discovered.params.run_params()
+    free = {n.name: n for n in discovered.free}
     # pods of these tests could not mount their volume (discover said why): plan none, record none
-    blocked = set((discovered.get("volumes") or {}).get("blocked_tests") or ())
+    blocked = set(discovered.volumes.blocked_tests)
     tests = [t for t in run.tests if t not in blocked]
     pairs, held = _claimed_plan(list(free), tests, _states(latest), now, settings, run, store, dag_id, run_id,
                                 run_ended)
-    planned = [{**p.to_dict(), "gpu_count": free[p.node_name]["gpu_count"],
-                "gpu_model": free[p.node_name]["gpu_model"]} for p in pairs]
+    planned = [PlannedPair(**p.to_dict(), gpu_count=free[p.node_name].gpu_count,
+                           gpu_model=free[p.node_name].gpu_model) for p in pairs]
     if planned:
         log.info("plan (%d pair(s)%s):\n%s", len(planned), ", dry run: no pods" if run.dry_run else "", table(
-            [[i + 1, p["node_name"], p["test_name"], p["why"], p["last_status"] or "-",
-              age(parse_timestamp(p["last_finished_at"], "t") if p["last_finished_at"] else None, now)]
+            [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
              for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
     elif not blocked and not held:
         log.info("nothing is due on the %d free node(s): a quiet run", len(free))
     if blocked:
         log.error("not planned: %s (%s)", ", ".join(t for t in run.tests if t in blocked),
-                  discovered["volumes"]["problem"])
+                  discovered.volumes.problem)
     if held:
         log.warning("deferred %d pair(s), their node is held by another live run: %s", len(held), "; ".join(
-            f"{h['node_name']} · {h['test_name']} (run {h['run_id']}, until {h['expires_at']})" for h in held))
-    return {"planned_at": now.isoformat(), "dry_run": run.dry_run, "pairs": planned, "held_by_other_runs": held}
+            f"{h.node_name} · {h.test_name} (run {h.run_id}, until {h.expires_at.isoformat()})" for h in held))
+    return Plan(planned_at=now, dry_run=run.dry_run, pairs=planned, held_by_other_runs=held)
 
 
 def _claimed_plan(free: list[str], tests: list[str], states: Mapping[tuple[str, str], priority.PairState],
                   now: dt.datetime, settings: Settings, run: planning.RunParams, store: Any, dag_id: str | None,
                   run_id: str | None, run_ended: Callable[[str, str], bool] | None,
-                  ) -> tuple[list[priority.PlannedPair], list[dict]]:
+                  ) -> tuple[list[priority.PlannedPair], list[HeldPair]]:
     """The plan, and the pairs given up because another live run holds their node: every free node's
     best due pair in priority order, of which the claims keep the first max_pairs nodes no other run
     holds (a dry run claims nothing but defers the same way)."""
@@ -135,37 +141,37 @@ def _claimed_plan(free: list[str], tests: list[str], states: Mapping[tuple[str, 
                            dag_id=dag_id, run_id=run_id, limit=policy.max_pairs, dry_run=run.dry_run,
                            run_ended=run_ended)
     granted = {c.node_name for c in outcome.granted}
-    return [p for p in ordered if p.node_name in granted], [h.to_dict() for h in outcome.held]
+    return [p for p in ordered if p.node_name in granted], [HeldPair(**h.to_dict()) for h in outcome.held]
 
 
 # ---------------------------------------------------------------------------- 4. ship suites
-def ship_suites(discovered: Mapping[str, Any], planned: Mapping[str, Any], core_v1: Any) -> list[dict]:
+def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Validation]:
     """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
     content hash) and hand every planned pair to the mapped validation task."""
-    if planned["dry_run"] or not planned["pairs"]:
+    if not planned.creates_pods:
         return []
-    shipped = suite_code.ship(core_v1, Settings(**discovered["settings"]))
-    run_config = {"settings": discovered["settings"], "configmap": shipped.configmap,
-                  "suite_version": shipped.version, "suite_files": list(shipped.files)}
-    return [{"node_name": p["node_name"], "test_name": p["test_name"], "gpu_count": p["gpu_count"],
-             "gpu_model": p["gpu_model"], "planned_at": planned["planned_at"], "why": p["why"],
-             "run_config": run_config} for p in planned["pairs"]]
+    shipped = suite_code.ship(core_v1, discovered.settings)
+    run_config = RunConfig(settings=discovered.settings, configmap=shipped.configmap,
+                           suite_version=shipped.version, suite_files=list(shipped.files))
+    return [Validation(node_name=p.node_name, test_name=p.test_name, gpu_count=p.gpu_count, gpu_model=p.gpu_model,
+                       planned_at=planned.planned_at, why=p.why, run_config=run_config) for p in planned.pairs]
 
 
 # ---------------------------------------------------------------------------- 6. record
 
 def record(
-    planned: Mapping[str, Any],
+    planned: Plan,
     reported: Sequence[Mapping[str, Any] | None],
     store: Any,
     *,
     dag_id: str,
     run_id: str,
     now: dt.datetime | None = None,
-    settings: Mapping[str, Any] | None = None,
-) -> list[dict]:
-    """Write every attempt of the run; a planned pair whose task never reported gets a row too. Then
-    judge the executed ones against the fleet and their own past (straggler/drift verdicts)."""
+    settings: Settings | None = None,
+) -> Recorded:
+    """Write every attempt of the run (``reported``: the validate tasks' ``attempt`` XComs, each
+    checked here); a planned pair whose task never reported gets a row too. Then judge the executed
+    ones against the fleet and their own past (straggler/drift verdicts)."""
     now = now or _now()
     attempts: dict[tuple[str, str], Attempt] = {}
     for item in reported:
@@ -177,33 +183,32 @@ def record(
             log.error("ignoring a malformed attempt from XCom: %s", exc)
             continue
         attempts[(attempt.node_name, attempt.test_name)] = attempt
-    if not planned["dry_run"]:
-        for index, pair in enumerate(planned["pairs"]):
-            key = (pair["node_name"], pair["test_name"])
+    if not planned.dry_run:
+        for index, pair in enumerate(planned.pairs):
+            key = (pair.node_name, pair.test_name)
             if key not in attempts:
                 attempts[key] = Attempt(
                     node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
-                    reason=UNREPORTED,
-                    gpu_model=pair.get("gpu_model"), gpu_count=pair.get("gpu_count"), dag_id=dag_id,
+                    reason=UNREPORTED, gpu_model=pair.gpu_model, gpu_count=pair.gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=index, try_number=0)
     # Earlier runs' spooled attempts first (quiet runs too); if the database stays unavailable beyond
     # the store's retries, this run's attempts are spooled durably and the task still fails.
     result = spool.record_or_spool(store, list(attempts.values()))
-    if not planned["dry_run"] and planned["pairs"]:
-        _release_claims(store, planned["pairs"], dag_id=dag_id, run_id=run_id)
+    if planned.creates_pods:
+        _release_claims(store, planned.pairs, dag_id=dag_id, run_id=run_id)
     if attempts:
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
         verdicts.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
-                                      fleet_verdicts.BaselinePolicy.from_mapping((settings or {}).get("fleet_verdicts")))
-    return [a.to_dict() for a in attempts.values()]
+                                fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts if settings else None))
+    return Recorded(attempts=list(attempts.values()))
 
 
-def _release_claims(store: Any, pairs: Sequence[Mapping[str, Any]], *, dag_id: str, run_id: str) -> None:
+def _release_claims(store: Any, pairs: Sequence[PlannedPair], *, dag_id: str, run_id: str) -> None:
     """The run is done with its nodes once their attempts are stored. Best effort: the rows are
     committed already, and a claim not released just expires (claims.ttl_s)."""
     try:
-        released = claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[p["node_name"] for p in pairs])
+        released = claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[p.node_name for p in pairs])
     except Exception as exc:
         log.warning("could not release this run's claims on %d node(s) (%s); they expire on their own",
                     len(pairs), one_line(exc, 300))
@@ -212,26 +217,25 @@ def _release_claims(store: Any, pairs: Sequence[Mapping[str, Any]], *, dag_id: s
 
 
 # ---------------------------------------------------------------------------- 7. summarize, verdict
-def summarize(discovered: Mapping[str, Any], planned: Mapping[str, Any], recorded: Sequence[Mapping[str, Any]] | None,
-              store: Any, *, dag_id: str | None = None, run_id: str | None = None,
-              now: dt.datetime | None = None) -> dict:
+def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, store: Any, *,
+              dag_id: str | None = None, run_id: str | None = None, now: dt.datetime | None = None) -> RunSummary:
     """Counts, newly failing nodes, ineligible nodes, coverage; and the run's CTRF report on disk."""
     from cluster_doctor.reports import ctrf
     from cluster_doctor.reports import summary as report
 
     now = now or _now()
-    nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
-    latest_rows = store.latest(tests=discovered["params"]["tests"]) if nodes else []
-    summary = report.run_summary(discovered, planned, recorded or [], latest_rows, now=now)
+    attempts = recorded.attempts if recorded is not None else []
+    latest_rows = store.latest(tests=discovered.params.tests) if discovered.gpu_nodes else []
+    summary = report.run_summary(discovered, planned, attempts, latest_rows, now=now)
     log.info("%s", report.render(summary))
     if dag_id and run_id:
-        path = ctrf.write_run_report(recorded or [], summary, settings=discovered["settings"],
+        path = ctrf.write_run_report([a.to_dict() for a in attempts], summary, settings=discovered.settings,
                                      dag_id=dag_id, run_id=run_id, now=now)
-        summary["ctrf_path"] = str(path) if path else None
+        summary = summary.model_copy(update={"ctrf_path": str(path) if path else None})
     return summary
 
 
-def verdict(summary: Mapping[str, Any]) -> None:
+def verdict(summary: RunSummary) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     from cluster_doctor.reports import summary as report
@@ -243,18 +247,18 @@ def verdict(summary: Mapping[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------- 8. quarantine (opt-in)
-def quarantine(discovered: Mapping[str, Any], store: Any, core_v1: Any) -> dict:
+def quarantine(discovered: Discovered, store: Any, core_v1: Any) -> QuarantineReport:
     """Label (and optionally taint) nodes with confirmed failures, release recovered ones; off by default.
     An open circuit breaker fails the task: a human decides."""
     from cluster_doctor.kube import quarantine as q
 
-    settings = Settings(**discovered["settings"])
+    settings = discovered.settings
     report = q.reconcile(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
-                         tests=discovered["params"]["tests"], gpu_resource=settings.gpu_resource,
+                         tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
                          node_selector=settings.node_selector)
     log.info("%s", report.describe())
     if report.breaker_open:
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(f"quarantine circuit breaker open: {report.breaker_reason}")
-    return report.to_dict()
+    return report

@@ -1,190 +1,243 @@
-"""Every tunable default of Cluster Doctor, in one place.
+"""Every tunable default of Cluster Doctor, in one place: one pydantic-settings model.
 
 Precedence, lowest to highest: the defaults below < environment variables ``CLUSTER_DOCTOR_<NAME>``
 < the Airflow Variable ``cluster_doctor_settings`` (a JSON object, editable in the UI without a
 redeploy) < the params of one DAG run (the trigger form / backfill conf override a few per run).
 
-Settings that decide what runs on the GPU nodes, and with which privileges (``DEPLOYMENT_ONLY``:
+Settings that decide what runs on the GPU nodes, and with which privileges (*deployment only*:
 image, pod template, suite code, service account, capabilities, env, extra resources, priority
 class), come from the deployment environment only: anyone who can edit a Variable in the UI must not
 be able to run other code as root on every GPU node. The Variable may choose the image only among
 the ones the environment allows (``allowed_images``).
 
-Pure Python: the Airflow side reads the Variable and passes its JSON here.
+Pure Python: the Airflow side (``cluster_doctor.airflow.runtime``) reads the Variable and passes its
+JSON here, where ``VariableSource`` turns it into settings.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import json
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal, get_origin
 
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.quarantine import QuarantinePolicy
 
 ENV_PREFIX = "CLUSTER_DOCTOR_"
 VARIABLE_NAME = "cluster_doctor_settings"
-# Set only through CLUSTER_DOCTOR_* environment variables (or the constructor, in code and tests).
-DEPLOYMENT_ONLY = frozenset({
-    "pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env", "pod_resources",
-    "priority_class", "allowed_images",
-})
-# Fixed when the DAG file is parsed (pool, dagrun_timeout): a Variable cannot change them per run.
-PARSE_TIME = ("pool", "dagrun_timeout_s")
 # The Variable may set these only to a value the environment allows (see allowed_images).
 IMAGE_SETTINGS = ("image", "suite_images")
 
 
 class InvalidSettings(ValueError):
-    pass
+    def __init__(self, message: str, validation: ValidationError | None = None):
+        super().__init__(message)
+        self.validation = validation  # pydantic's report, for load() to name where each value came from
 
 
-def _field(default: Any, doc: str, **kwargs: Any) -> Any:
-    if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=lambda: json.loads(json.dumps(default)), metadata={"doc": doc})
-    return dataclasses.field(default=default, metadata={"doc": doc}, **kwargs)
+# ---------------------------------------------------------------------------- value types
+def _not_bool(value: Any) -> Any:
+    # JSON true is not a number of days: pydantic would take it as 1
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not true/false")  # noqa: TRY004 - pydantic reports ValueErrors
+    return value
 
+
+def _dns_label(value: str) -> str:
+    if not (len(value) <= 63 and _DNS_LABEL.fullmatch(value)):
+        raise ValueError(f"{value!r} is not a Kubernetes namespace name (lowercase letters, digits and '-', at most 63)")
+    return value
+
+
+def _dns_subdomain(value: str) -> str:
+    if not (len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value)):
+        raise ValueError(f"{value!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-' and '.', "
+                         "at most 253)")
+    return value
+
+
+def _capability(value: str) -> str:
+    if not re.fullmatch(r"[A-Z][A-Z_]{1,30}", value) or value.startswith("CAP_") or value == "ALL":
+        raise ValueError(f"{value!r} is not a capability name like IPC_LOCK (no CAP_ prefix, not ALL)")
+    return value
+
+
+def _label_selector(selector: str) -> str:
+    for term in re.split(r",(?![^()]*\))", selector) if selector else ():
+        if not re.fullmatch(_SELECTOR_TERM, term.strip()):
+            raise ValueError(f"invalid label selector term {term.strip()!r}")
+    return selector
+
+
+_SELECTOR_TERM = (
+    r"!?[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?"
+    r"(\s*(=|==|!=)\s*[A-Za-z0-9._-]*|\s+(in|notin)\s+\([A-Za-z0-9._,\s-]*\))?"
+)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+PositiveNumber = Annotated[float, BeforeValidator(_not_bool), Field(gt=0)]
+PositiveInt = Annotated[int, BeforeValidator(_not_bool), Field(gt=0)]
+Name = Annotated[str, Field(min_length=1)]
+Capability = Annotated[str, AfterValidator(_capability)]
+JsonObject = dict[str, Any]
 
 DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+def _setting(default: Any, doc: str, *, deployment_only: bool = False, parse_time: bool = False) -> Any:
+    """A field with its documentation (the README's table is generated from it) and where it may be set."""
+    extra = {"deployment_only": deployment_only, "parse_time": parse_time}
+    if isinstance(default, (list, dict)):
+        return Field(default_factory=lambda: copy.deepcopy(default), description=doc, json_schema_extra=extra)
+    return Field(default, description=doc, json_schema_extra=extra)
+
+
+class Settings(BaseSettings):
+    """The settings of one deployment (and, with the Variable and params, of one run). Immutable.
+
+    ``Settings(**values)`` takes the values as given, over the defaults, and reads nothing else;
+    ``Settings.load()`` reads the environment, the Variable and the run's overrides, in that order.
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True, extra="forbid")
+
     # --- what is due (seeds 000/001) ---
-    staleness_days: float = _field(7.0, "A pair whose last executed result is older than this is due again.")
-    failed_retest_hours: float = _field(
+    staleness_days: PositiveNumber = _setting(7.0, "A pair whose last executed result is older than this is due again.")
+    failed_retest_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         6.0, "A pair whose last executed result failed is retested after this long (0 disables).")
-    max_pairs_per_run: int = _field(16, "At most this many node-test pairs are planned per run.")
-    tests: list = _field(
+    max_pairs_per_run: PositiveInt = _setting(16, "At most this many node-test pairs are planned per run.")
+    tests: Annotated[list[str], Field(min_length=1)] = _setting(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
     # --- how pods are run ---
-    pool: str = _field("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default). "
-                                         "Read when the DAG is parsed: set it in the environment.")
-    pool_slots: int = _field(2, "Slots the pool is created with by `make demo` / the compose init.")
-    pending_timeout_s: int = _field(1200, "A pod still Pending after this long is deleted: status timeout.")
-    availability_check_s: int = _field(
+    pool: Name = _setting("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default).",
+                          parse_time=True)
+    pool_slots: PositiveInt = _setting(2, "Slots the pool is created with by `make demo` / the compose init.")
+    pending_timeout_s: PositiveInt = _setting(1200, "A pod still Pending after this long is deleted: status timeout.")
+    availability_check_s: PositiveInt = _setting(
         300, "While our pod is Pending, re-check this often that no user pod claimed the node.")
-    max_queue_s: int = _field(
+    max_queue_s: PositiveInt = _setting(
         1800, "A planned pair whose task starts later than this after the decision is skipped, no pod.")
-    dagrun_timeout_s: int = _field(3300, "A run is stopped after this long, shorter than the hourly schedule. "
-                                         "Read when the DAG is parsed: set it in the environment.")
-    suite_timeouts_s: dict = _field(
+    dagrun_timeout_s: PositiveInt = _setting(3300, "A run is stopped after this long, shorter than the hourly schedule.",
+                                             parse_time=True)
+    suite_timeouts_s: dict[str, PositiveInt] = _setting(
         {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900},
         "Run-time budget of each suite once its pod is Running (pod activeDeadlineSeconds adds the "
-        "pending timeout; the task's execution_timeout adds both plus task_margin_s), read at run time.")
-    task_margin_s: int = _field(
+        "pending timeout; the task's execution_timeout adds both plus `task_margin_s`), read at run time.")
+    task_margin_s: PositiveInt = _setting(
         600, "Added to pending timeout + suite budget for the validate task's execution_timeout: time for "
              "the pre-checks, draining the log and recording.")
     # --- the cluster ---
-    kubernetes_conn_id: str = _field("kubernetes_default", "Airflow connection to the Kubernetes API.")
-    gpu_resource: str = _field("nvidia.com/gpu", "Extended resource that marks and counts GPUs.")
-    node_selector: str = _field("", "Label selector narrowing which nodes are GPU nodes (empty: all).")
-    gpu_product_label: str = _field("nvidia.com/gpu.product", "Node label holding the GPU model.")
-    tolerations: list = _field(
+    kubernetes_conn_id: Name = _setting("kubernetes_default", "Airflow connection to the Kubernetes API.")
+    gpu_resource: Name = _setting("nvidia.com/gpu", "Extended resource that marks and counts GPUs.")
+    node_selector: Annotated[str, AfterValidator(_label_selector)] = _setting(
+        "", "Label selector narrowing which nodes are GPU nodes (empty: all).")
+    gpu_product_label: Name = _setting("nvidia.com/gpu.product", "Node label holding the GPU model.")
+    tolerations: list[JsonObject] = _setting(
         DEFAULT_TOLERATIONS, "Tolerations of validation pods; nodes with other NoSchedule/NoExecute "
         "taints are not eligible.")
-    namespace: str = _field("cluster-doctor", "Namespace of validation pods and the suite ConfigMap.")
-    image: str = _field("ghcr.io/cluster-doctor/validation:0.1.0", "Validation image (include/suites/Dockerfile).")
-    image_pull_policy: str = _field("IfNotPresent", "imagePullPolicy of validation pods.")
-    pvc: str = _field("cluster-doctor-results", "Shared PVC mounted at results_dir in every validation pod.")
-    results_dir: str = _field("/data/continuous_validation", "Mount path of the PVC; logs go to <test>/<node>/.")
-    priority_class: str = _field(
-        "cluster-doctor-preemptible", "PriorityClass of validation pods: lowest priority, never preempts.")
-    scheduler_name: str = _field("default-scheduler", "schedulerName of validation pods (e.g. volcano).")
-    service_account: str = _field(
-        "cluster-doctor-validation", "ServiceAccount of validation pods (include/k8s; no API token is mounted).")
-    suite_device: str = _field("cuda", "Device the suites run on: cuda on GPU nodes, cpu in the demo and tests.")
-    suites_configmap_prefix: str = _field(
+    namespace: Annotated[str, AfterValidator(_dns_label)] = _setting(
+        "cluster-doctor", "Namespace of validation pods and the suite ConfigMap.")
+    image: Name = _setting("ghcr.io/cluster-doctor/validation:0.1.0", "Validation image (include/suites/Dockerfile). "
+                           "The Variable may choose it only among the images the environment allows.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = _setting(
+        "IfNotPresent", "imagePullPolicy of validation pods.")
+    pvc: Annotated[str, AfterValidator(_dns_subdomain)] = _setting(
+        "cluster-doctor-results", "Shared PVC mounted at results_dir in every validation pod.")
+    results_dir: Name = _setting("/data/continuous_validation", "Mount path of the PVC; logs go to <test>/<node>/.")
+    priority_class: Name = _setting(
+        "cluster-doctor-preemptible", "PriorityClass of validation pods: lowest priority, never preempts.",
+        deployment_only=True)
+    scheduler_name: Name = _setting("default-scheduler", "schedulerName of validation pods (e.g. volcano).")
+    service_account: Name = _setting(
+        "cluster-doctor-validation", "ServiceAccount of validation pods (include/k8s; no API token is mounted).",
+        deployment_only=True)
+    suite_device: Literal["cuda", "cpu"] = _setting(
+        "cuda", "Device the suites run on: cuda on GPU nodes, cpu in the demo and tests.")
+    suites_configmap_prefix: Name = _setting(
         "cluster-doctor-suites", "Suite code is shipped as an immutable ConfigMap <prefix>-<content hash>.")
-    suite_images: dict = _field({}, "Per-suite image overrides, e.g. {\"nccl_loopback\": \"...:nccl-2.27\"}.")
-    pod_resources: dict = _field(
+    suite_images: dict[str, Name] = _setting(
+        {}, "Per-suite image overrides, e.g. {\"nccl_loopback\": \"...:nccl-2.27\"}. The Variable may choose them "
+            "only among the images the environment allows.")
+    pod_resources: dict[str, int | str] = _setting(
         {}, "Extra container resources requested and limited per pod, e.g. {\"rdma/rdma_shared_device_a\": 1} "
-            "so the NCCL loop-back reaches the HCAs.")
-    pod_capabilities: list = _field(
+            "so the NCCL loop-back reaches the HCAs.", deployment_only=True)
+    pod_capabilities: list[Capability] = _setting(
         ["IPC_LOCK", "SYSLOG"],
-        "Deployment only. Linux capabilities validation pods may be given; each suite gets only those it "
-        "needs (gpu_health: SYSLOG, nccl_loopback: IPC_LOCK) and runs as root only then. Empty: every pod "
-        "meets the Pod Security 'baseline' level.")
-    allowed_images: list = _field(
-        [], "Deployment only. Further images the Airflow Variable may choose for image / suite_images "
-            "(the environment's own image and suite_images are always allowed).")
-    pod_template_file: str = _field(
-        "", "Base pod manifest (empty: the pod_templates/validation-pod.yaml shipped in the cluster_doctor package).")
-    suites_dir: str = _field("", "Suite code shipped to pods (empty: the installed cluster_doctor_suites package).")
-    pod_labels: dict = _field({}, "Extra labels on validation pods.")
-    pod_env: dict = _field({}, "Extra environment of validation pods (e.g. NCCL_IB_HCA).")
+        "Linux capabilities validation pods may be given; each suite gets only those it needs (gpu_health: "
+        "SYSLOG, nccl_loopback: IPC_LOCK) and runs as root only then. Empty: every pod meets the Pod "
+        "Security 'baseline' level.", deployment_only=True)
+    allowed_images: list[Name] = _setting(
+        [], "Further images the Airflow Variable may choose for `image` / `suite_images` (the environment's "
+            "own image and suite_images are always allowed).", deployment_only=True)
+    pod_template_file: str = _setting(
+        "", "Base pod manifest (empty: the pod_templates/validation-pod.yaml shipped in the cluster_doctor "
+            "package).", deployment_only=True)
+    suites_dir: str = _setting(
+        "", "Suite code shipped to pods (empty: the installed cluster_doctor_suites package).", deployment_only=True)
+    pod_labels: dict[str, str] = _setting({}, "Extra labels on validation pods.")
+    pod_env: dict[str, str] = _setting({}, "Extra environment of validation pods (e.g. NCCL_IB_HCA).",
+                                       deployment_only=True)
     # --- results ---
-    validation_db_conn_id: str = _field("validation_db", "Airflow connection to the Postgres results DB.")
-    fleet_verdicts: dict = _field(
-        {}, "Straggler/drift verdicts vs the fleet and the node's own past (docs/fleet-verdicts.md), e.g. "
-            "{\"rel_margin\": 0.1, \"k_mad\": 3, \"window_days\": 14}; {\"enabled\": false} turns them off.")
-    quarantine: dict = _field(
-        {}, "Opt-in node quarantine with a circuit breaker (docs/fleet-verdicts.md), e.g. {\"enabled\": true, "
-            "\"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. Off by default.")
-    reports_dir: str = _field("", "Where run reports (CTRF JSON, daily summaries) are written (empty: "
-                                  "$AIRFLOW_HOME/cluster_doctor_reports).")
+    validation_db_conn_id: Name = _setting("validation_db", "Airflow connection to the Postgres results DB.")
+    fleet_verdicts: JsonObject = _setting(
+        {}, "Straggler/drift verdicts vs the fleet and the node's own past "
+            "([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), e.g. {\"rel_margin\": 0.1, \"k_mad\": 3, "
+            "\"window_days\": 14}; {\"enabled\": false} turns them off.")
+    quarantine: JsonObject = _setting(
+        {}, "Opt-in node quarantine with a circuit breaker ([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), "
+            "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. "
+            "Off by default.")
+    reports_dir: str = _setting("", "Where run reports (CTRF JSON, daily summaries) are written (empty: "
+                                    "$AIRFLOW_HOME/cluster_doctor_reports).")
 
-    def __post_init__(self) -> None:
-        positive = ("staleness_days", "max_pairs_per_run", "pool_slots", "pending_timeout_s",
-                    "availability_check_s", "max_queue_s", "dagrun_timeout_s", "task_margin_s")
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidSettings(f"setting {name}: must be a number > 0, got {value!r}")
-        if isinstance(self.failed_retest_hours, bool) or not isinstance(self.failed_retest_hours, (int, float)) \
-                or self.failed_retest_hours < 0:
-            raise InvalidSettings(f"setting failed_retest_hours: must be a number >= 0, got {self.failed_retest_hours!r}")
-        if not self.tests or not all(isinstance(t, str) for t in self.tests):
-            raise InvalidSettings(f"setting tests: must be a non-empty list of suite names, got {self.tests!r}")
-        if self.suite_device not in ("cuda", "cpu"):
-            raise InvalidSettings(f"setting suite_device: must be 'cuda' or 'cpu', got {self.suite_device!r}")
-        if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
-            raise InvalidSettings("setting tolerations: must be a list of Kubernetes toleration objects")
-        for name in ("suite_timeouts_s", "pod_labels", "pod_env", "suite_images", "pod_resources",
-                     "fleet_verdicts", "quarantine"):
-            if not isinstance(getattr(self, name), dict):
-                raise InvalidSettings(f"setting {name}: must be a JSON object")
-        for name in ("pod_capabilities", "allowed_images"):
-            value = getattr(self, name)
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise InvalidSettings(f"setting {name}: must be a list of names, got {value!r}")
-        for cap in self.pod_capabilities:
-            if not re.fullmatch(r"[A-Z][A-Z_]{1,30}", cap) or cap.startswith("CAP_") or cap == "ALL":
-                raise InvalidSettings(f"setting pod_capabilities: {cap!r} is not a capability name "
-                                      "like IPC_LOCK (no CAP_ prefix, not ALL)")
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InvalidSettings(describe_errors(exc), exc) from None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **_others: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The constructor reads nothing but its arguments (tests, payloads read back from XCom);
+        # load() layers the sources itself, see there.
+        return (init_settings,)
+
+    @model_validator(mode="after")
+    def _policies(self) -> Settings:
         try:
             BaselinePolicy.from_mapping(self.fleet_verdicts)
             QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
         except ValueError as exc:
-            raise InvalidSettings(f"setting {exc}") from None
-        if self.node_selector:
-            _validate_label_selector(self.node_selector)
-        # both end up in API paths (the once-per-run claim read, pods, ConfigMaps): refuse them here, clearly
-        if not (isinstance(self.namespace, str) and len(self.namespace) <= 63
-                and _DNS_LABEL.fullmatch(self.namespace)):
-            raise InvalidSettings(f"setting namespace: {self.namespace!r} is not a Kubernetes namespace name "
-                                  "(lowercase letters, digits and '-', at most 63)")
-        if not (isinstance(self.pvc, str) and len(self.pvc) <= 253 and _DNS_SUBDOMAIN.fullmatch(self.pvc)):
-            raise InvalidSettings(f"setting pvc: {self.pvc!r} is not a PersistentVolumeClaim name "
-                                  "(lowercase letters, digits, '-' and '.', at most 253)")
+            raise ValueError(f"setting {exc}") from None
+        return self
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        return list(cls.model_fields)
 
     @classmethod
     def docs(cls) -> list[tuple[str, Any, str]]:
         """(name, default, description) for the README's configuration table."""
-        out = []
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            out.append((f.name, default, f.metadata["doc"]))
-        return out
+        return [(name, f.get_default(call_default_factory=True), f.description or "")
+                for name, f in cls.model_fields.items()]
 
     @classmethod
     def load(
@@ -194,31 +247,36 @@ class Settings:
         variable: str | Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> Settings:
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        types = {f.name: f.type for f in dataclasses.fields(cls)}
-        for name in types:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw != "":
-                values[name] = _coerce(name, raw, cls.__dataclass_fields__[name])
-        if variable:
-            if isinstance(variable, str):
-                try:
-                    variable = json.loads(variable)
-                except json.JSONDecodeError as exc:
-                    raise InvalidSettings(f"Airflow Variable {VARIABLE_NAME} is not valid JSON: {exc}") from None
-            if not isinstance(variable, Mapping):
-                raise InvalidSettings(f"Airflow Variable {VARIABLE_NAME} must be a JSON object")
-            values.update(_from_ui(variable, values, f"Airflow Variable {VARIABLE_NAME}"))
-        if overrides:
-            values.update(_from_ui(overrides, values, "overrides"))
-        return cls(**values)
+        """Defaults < environment ``env`` (``os.environ`` if None) < the Variable's JSON < ``overrides``.
+
+        The layers replace each other's values whole, a dict setting included (pydantic-settings
+        would deep-merge them): the images a Variable's ``suite_images`` names are the run's whole
+        set, each checked against what the environment allows."""
+        try:
+            deployed = EnvironmentSource(cls, os.environ if env is None else env)()
+        except SettingsError as exc:  # pydantic-settings wraps what decode_complex_value raised
+            cause = exc.__cause__
+            raise (cause if isinstance(cause, InvalidSettings) else InvalidSettings(one_line(exc))) from None
+        values = dict(deployed)
+        origin = {name: f"environment variable {ENV_PREFIX}{name.upper()}" for name in deployed}
+        for source in (VariableSource(cls, variable, deployed) if variable else None,
+                       VariableSource(cls, overrides, deployed, source="overrides") if overrides else None):
+            if source is not None:
+                layer = source()
+                values.update(layer)
+                origin.update(dict.fromkeys(layer, source.source))
+        try:
+            return cls(**values)
+        except InvalidSettings as exc:
+            if exc.validation is None:
+                raise
+            raise InvalidSettings(describe_errors(exc.validation, origin), exc.validation) from None
 
     def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **changes)
+        return type(self)(**{**self.to_dict(), **changes})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump(mode="json")
 
     def suite_timeout(self, test: str) -> int:
         return int(self.suite_timeouts_s.get(test, 900))
@@ -248,74 +306,113 @@ class Settings:
                     f"longer than the DagRun timeout of {self.dagrun_timeout_s} s")
 
 
-def _known(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    names = set(Settings.field_names())
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise InvalidSettings(f"{source}: unknown setting(s) {', '.join(unknown)}")
-    return dict(values)
+def _flagged(flag: str) -> tuple[str, ...]:
+    return tuple(name for name, f in Settings.model_fields.items() if (f.json_schema_extra or {}).get(flag))
 
 
-def _from_ui(values: Mapping[str, Any], deployed: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Settings from the Variable or run params: never the deployment-only ones, and images only
-    among those the environment allows."""
-    values = _known(values, source)
-    refused = sorted(set(values) & DEPLOYMENT_ONLY)
-    if refused:
-        raise InvalidSettings(
-            f"{source}: {', '.join(refused)} can only be set in the deployment environment "
-            f"({', '.join(ENV_PREFIX + name.upper() for name in refused)}), not from the UI")
-    defaults = Settings.__dataclass_fields__
-    image = deployed.get("image", defaults["image"].default)
-    suite_images = deployed.get("suite_images", {})
-    allowed = {image, *suite_images.values(), *deployed.get("allowed_images", [])}
-    chosen = []
-    if "image" in values:
-        chosen.append(("image", values["image"]))
-    if "suite_images" in values and isinstance(values["suite_images"], Mapping):
-        chosen += [(f"suite_images.{k}", v) for k, v in values["suite_images"].items()]
-    for name, image_ref in chosen:
-        if image_ref not in allowed:
+# Set only through CLUSTER_DOCTOR_* environment variables (or the constructor, in code and tests).
+DEPLOYMENT_ONLY = frozenset(_flagged("deployment_only"))
+# Fixed when the DAG file is parsed (pool, dagrun_timeout): a Variable cannot change them per run.
+PARSE_TIME = _flagged("parse_time")
+
+
+# ---------------------------------------------------------------------------- sources
+class EnvironmentSource(EnvSettingsSource):
+    """``CLUSTER_DOCTOR_<NAME>`` variables of a given mapping (``os.environ`` in production); lists
+    also comma-separated (``dl_unit,gpu_health``), objects as JSON."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]):
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # the names are matched case-insensitively (lower-cased), as pydantic-settings does for os.environ
+        return {k.lower(): v for k, v in self._environ.items() if v != ""}
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        if get_origin(field.annotation) is list and not value.lstrip().startswith("["):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidSettings(f"environment variable {ENV_PREFIX}{field_name.upper()}: not valid JSON "
+                                  f"({exc})") from None
+
+
+class VariableSource(PydanticBaseSettingsSource):
+    """Settings from the UI: the Airflow Variable's JSON (or a run's params, ``source="overrides"``).
+
+    Never the deployment-only settings, and images only among those the environment (``deployed``,
+    the environment layer's values) allows."""
+
+    def __init__(self, settings_cls: type[BaseSettings], value: str | Mapping[str, Any],
+                 deployed: Mapping[str, Any], *, source: str = f"Airflow Variable {VARIABLE_NAME}"):
+        super().__init__(settings_cls)
+        self.value, self.deployed, self.source = value, deployed, source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = self.value
+        if isinstance(values, str):
+            try:
+                values = json.loads(values)
+            except json.JSONDecodeError as exc:
+                raise InvalidSettings(f"{self.source} is not valid JSON: {exc}") from None
+        if not isinstance(values, Mapping):
+            raise InvalidSettings(f"{self.source} must be a JSON object")
+        unknown = sorted(set(values) - set(self.settings_cls.model_fields))
+        if unknown:
+            raise InvalidSettings(f"{self.source}: unknown setting(s) {', '.join(unknown)}")
+        refused = sorted(set(values) & DEPLOYMENT_ONLY)
+        if refused:
             raise InvalidSettings(
-                f"{source}: {name} {image_ref!r} is not an allowed image; allowed: {', '.join(sorted(map(str, allowed)))} "
-                f"(add it to {ENV_PREFIX}ALLOWED_IMAGES in the deployment environment)")
-    return values
+                f"{self.source}: {', '.join(refused)} can only be set in the deployment environment "
+                f"({', '.join(ENV_PREFIX + name.upper() for name in refused)}), not from the UI")
+        self._check_images(values)
+        return dict(values)
+
+    def _check_images(self, values: Mapping[str, Any]) -> None:
+        fields = self.settings_cls.model_fields
+        image = self.deployed.get("image", fields["image"].default)
+        suite_images = self.deployed.get("suite_images") or {}
+        allowed = {image, *(suite_images.values() if isinstance(suite_images, Mapping) else ()),
+                   *(self.deployed.get("allowed_images") or [])}
+        chosen = []
+        if "image" in values:
+            chosen.append(("image", values["image"]))
+        if "suite_images" in values and isinstance(values["suite_images"], Mapping):
+            chosen += [(f"suite_images.{k}", v) for k, v in values["suite_images"].items()]
+        for name, image_ref in chosen:
+            if image_ref not in allowed:
+                raise InvalidSettings(
+                    f"{self.source}: {name} {image_ref!r} is not an allowed image; allowed: "
+                    f"{', '.join(sorted(map(str, allowed)))} (add it to {ENV_PREFIX}ALLOWED_IMAGES in the "
+                    "deployment environment)")
 
 
-def _coerce(name: str, raw: str, field: dataclasses.Field) -> Any:
-    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    where = f"environment variable {ENV_PREFIX}{name.upper()}"
-    try:
-        if isinstance(default, bool):
-            return raw.strip().lower() in ("1", "true", "yes", "on")
-        if isinstance(default, int):
-            return int(raw)
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, (list, dict)):
-            if isinstance(default, list) and not raw.lstrip().startswith("["):
-                return [item.strip() for item in raw.split(",") if item.strip()]
-            value = json.loads(raw)
-            if not isinstance(value, type(default)):
-                raise ValueError(f"expected a JSON {type(default).__name__}")
-            return value
-    except ValueError as exc:
-        raise InvalidSettings(f"{where}: {exc}") from None
-    return raw
-
-
-_SELECTOR_TERM = (
-    r"!?[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?"
-    r"(\s*(=|==|!=)\s*[A-Za-z0-9._-]*|\s+(in|notin)\s+\([A-Za-z0-9._,\s-]*\))?"
-)
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _validate_label_selector(selector: str) -> None:
-    terms = re.split(r",(?![^()]*\))", selector)
-    for term in terms:
-        if not re.fullmatch(_SELECTOR_TERM, term.strip()):
-            raise InvalidSettings(f"setting node_selector: invalid label selector term {term.strip()!r}")
+# ---------------------------------------------------------------------------- one-line errors
+def describe_errors(exc: ValidationError, origin: Mapping[str, str] | None = None, *, noun: str = "setting") -> str:
+    """pydantic's multi-line report as one line, each problem naming its ``noun`` (a setting, a
+    payload's field) and, from ``load``, where the value came from (environment variable, Variable,
+    overrides)."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = error.get("loc") or ()
+        message = error["msg"].removeprefix("Value error, ")
+        if not loc:  # a check across settings: its message names them
+            parts.append(message)
+            continue
+        name = str(loc[0])
+        path = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+        if error["type"] == "extra_forbidden":
+            text = f"unknown {noun} {path}"
+        else:
+            text = f"{noun} {path}: {message}"
+        if error["type"] not in ("value_error", "extra_forbidden", "missing"):  # our checks quote the value
+            text += f", got {one_line(repr(error.get('input')), 120)}"
+        if origin and name in origin:
+            text = f"{origin[name]}: {text}"
+        parts.append(text)
+    return one_line("; ".join(parts), 1000)

@@ -42,6 +42,7 @@ from cluster_doctor.domain import fleet_verdicts, results
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
+from cluster_doctor.domain.payloads import OrphanReport
 from cluster_doctor.kube import api_errors, discovery, podspec
 from cluster_doctor.store import verdicts
 
@@ -88,29 +89,8 @@ class Orphan:
         return self.pod["metadata"]["name"]
 
 
-@dataclasses.dataclass
-class Report:
-    examined: int = 0
-    recorded: list[str] = dataclasses.field(default_factory=list)
-    deleted: list[str] = dataclasses.field(default_factory=list)
-    kept: list[str] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-    freed_nodes: list[str] = dataclasses.field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def describe(self) -> str:
-        head = (f"orphaned validation pods: {self.examined} examined, {len(self.recorded)} recorded, "
-                f"{len(self.deleted)} deleted, {len(self.kept)} left alone, {len(self.errors)} error(s)")
-        lines = [head]
-        lines += [f"  recorded {r}" for r in self.recorded]
-        lines += [f"  deleted {d}" for d in self.deleted]
-        lines += [f"  left alone {k}" for k in self.kept]
-        lines += [f"  ERROR {e}" for e in self.errors]
-        if self.freed_nodes:
-            lines.append(f"  nodes freed for the next run: {', '.join(self.freed_nodes)}")
-        return "\n".join(lines)
+# What reap() did: the reap_orphans task's XCom payload (to_xcom), built up as the pods are handled.
+Report = OrphanReport
 
 
 # ---------------------------------------------------------------------------- reading a pod (pure)

@@ -44,7 +44,9 @@ from typing import Any
 
 from cluster_doctor import __version__
 from cluster_doctor.domain.attempts import parse_timestamp
+from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.payloads import RunSummary
 from cluster_doctor.domain.status import Status
 
 log = logging.getLogger(__name__)
@@ -264,18 +266,18 @@ def _node_list(names: Sequence[str]) -> dict[str, Any]:
 
 def build_report(
     attempts: Sequence[Mapping[str, Any]],
-    summary: Mapping[str, Any] | None = None,
+    summary: RunSummary | None = None,
     *,
     dag_id: str,
     run_id: str,
     now: dt.datetime | None = None,
-    settings: Mapping[str, Any] | None = None,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
-    """The CTRF document of one run: its attempts, plus the run summary (``report.run_summary``)
-    for the environment (free / planned / not-eligible nodes, coverage)."""
+    """The CTRF document of one run: its attempts (as ``Attempt.to_dict`` writes them), plus the run
+    summary (``report.run_summary``) for the environment (free / planned / not-eligible nodes, coverage)."""
     now = now or dt.datetime.now(dt.UTC)
-    summary = summary or {}
-    newly = {(n["node_name"], n["test_name"]) for n in summary.get("newly_failing") or []}
+    summary = summary or RunSummary()
+    newly = {(n.node_name, n.test_name) for n in summary.newly_failing}
     ordered = sorted(attempts, key=lambda a: (a["node_name"], a["test_name"], a.get("try_number") or 0))
     tests = [ctrf_test(a, newly_failing=(a["node_name"], a["test_name"]) in newly
                        and a["status"] in ("fail", "error")) for a in ordered]
@@ -286,7 +288,7 @@ def build_report(
         raw_counts[test["rawStatus"]] = raw_counts.get(test["rawStatus"], 0) + 1
     now_ms = int(now.timestamp() * 1000)
     starts = [t["start"] for t in tests if "start" in t] + [t["stop"] for t in tests if "stop" in t]
-    run_start = _ms(summary.get("run_started_at"))
+    run_start = _ms(summary.run_started_at)
     start = run_start if run_start is not None else min(starts, default=now_ms)
     stop = max([now_ms, start, *(t["stop"] for t in tests if "stop" in t)])
     blocking = counts["failed"] + counts["other"]
@@ -302,16 +304,15 @@ def build_report(
         "tests": tests,
         # a run that could not create its pods (an unusable volume) is not healthy, even with no failure
         "environment": _environment(summary, dag_id, run_id, settings,
-                                    healthy=blocking == 0 and not summary.get("blocked")),
+                                    healthy=blocking == 0 and not summary.blocked),
     }
     extra: dict[str, Any] = {}
-    if summary.get("not_eligible") is not None:
-        extra["not_eligible"] = {reason: _node_list(list(names))
-                                 for reason, names in summary["not_eligible"].items()}
-    if summary.get("newly_failing"):
-        extra["newly_failing"] = [dict(n) for n in summary["newly_failing"]]
-    if summary.get("blocked"):
-        extra["blocked"] = dict(summary["blocked"])
+    if "not_eligible" in summary.model_fields_set:
+        extra["not_eligible"] = {reason: _node_list(list(names)) for reason, names in summary.not_eligible.items()}
+    if summary.newly_failing:
+        extra["newly_failing"] = [n.model_dump(mode="json") for n in summary.newly_failing]
+    if summary.blocked:
+        extra["blocked"] = summary.blocked.model_dump(mode="json")
     if extra:
         results["extra"] = extra
     return {
@@ -325,7 +326,7 @@ def build_report(
     }
 
 
-def _environment(summary: Mapping[str, Any], dag_id: str, run_id: str, settings: Mapping[str, Any] | None,
+def _environment(summary: RunSummary, dag_id: str, run_id: str, settings: Settings | None,
                  *, healthy: bool) -> dict[str, Any]:
     env: dict[str, Any] = {
         "reportName": f"{dag_id} {run_id}",
@@ -337,19 +338,20 @@ def _environment(summary: Mapping[str, Any], dag_id: str, run_id: str, settings:
     }
     extra: dict[str, Any] = {"dag_id": dag_id, "run_id": run_id}
     if settings:
-        env["testEnvironment"] = str(settings.get("kubernetes_conn_id") or "")
-        extra["namespace"] = settings.get("namespace")
-        extra["staleness_days"] = settings.get("staleness_days")
+        env["testEnvironment"] = settings.kubernetes_conn_id
+        extra["namespace"] = settings.namespace
+        extra["staleness_days"] = settings.staleness_days
+    # what the summary says (a summary built from part of a run leaves the rest out)
+    told = summary.model_dump(mode="json", include=summary.model_fields_set)
     for key in ("run_started_at", "dry_run", "gpu_nodes", "free_nodes", "planned", "params"):
-        if key in summary:
-            extra[key] = summary[key]
-    cov = summary.get("coverage")
+        if key in told:
+            extra[key] = told[key]
+    cov = summary.coverage
     if cov:
         extra["coverage"] = {
-            "gpu_nodes": cov.get("gpu_nodes"), "covered_nodes": cov.get("covered_nodes"),
-            "coverage": cov.get("coverage"),
-            "never_validated": _node_list(list(cov.get("never_validated") or [])),
-            "failing_nodes": _node_list(list(cov.get("failing_nodes") or [])),
+            "gpu_nodes": cov.gpu_nodes, "covered_nodes": cov.covered_nodes, "coverage": cov.coverage,
+            "never_validated": _node_list(cov.never_validated),
+            "failing_nodes": _node_list(cov.failing_nodes),
         }
     env["extra"] = extra
     return env
@@ -369,9 +371,9 @@ def write_ctrf(report: Mapping[str, Any], reports_dir: str | os.PathLike, dag_id
 
 def write_run_report(
     attempts: Sequence[Mapping[str, Any]],
-    summary: Mapping[str, Any],
+    summary: RunSummary,
     *,
-    settings: Mapping[str, Any],
+    settings: Settings,
     dag_id: str,
     run_id: str,
     now: dt.datetime | None = None,
@@ -381,7 +383,7 @@ def write_run_report(
     Never raises on I/O: a full or read-only reports volume must not hide the run's verdict."""
     report = build_report(attempts, summary, dag_id=dag_id, run_id=run_id, now=now, settings=settings)
     try:
-        path = write_ctrf(report, resolve_reports_dir(settings.get("reports_dir")), dag_id, run_id)
+        path = write_ctrf(report, resolve_reports_dir(settings.reports_dir), dag_id, run_id)
     except OSError as exc:
         log.error("CTRF report not written: %s", exc)
         return None

@@ -1,6 +1,7 @@
 """The end-of-run summary: what happened in this run, what it means for the fleet.
 
-The result is a plain dict (the summarize task's return value) plus a text rendering for the task log.
+The result is a ``RunSummary`` payload (the summarize task's return value) plus a text rendering for
+the task log.
 """
 
 from __future__ import annotations
@@ -11,125 +12,138 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import coverage as cov
+from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.payloads import (
+    AttemptLine,
+    Blocked,
+    Coverage,
+    DeferredPair,
+    Discovered,
+    Plan,
+    RunSummary,
+)
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import table
 
 
 def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
-             now: dt.datetime, staleness: dt.timedelta) -> dict[str, Any]:
+             now: dt.datetime, staleness: dt.timedelta) -> Coverage:
     """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``
     (the definitions of ``cluster_doctor.domain.coverage``)."""
     assessed = cov.assess(latest_rows, tests=tests, now=now, staleness=staleness,
                           nodes=sorted(set(gpu_nodes))).summary()
     total = assessed["gpu_nodes"]
-    return {
-        "gpu_nodes": total,
-        "covered_nodes": assessed["covered_nodes"],
-        "coverage": round(assessed["coverage"], 4) if total else None,
-        "never_validated": sorted(assessed["never_validated"]),
-        "failing_nodes": sorted(assessed["failing_nodes"]),
-        "pair_coverage": round(assessed["pair_coverage"], 4) if assessed["pairs"] else None,
-    }
+    return Coverage(
+        gpu_nodes=total,
+        covered_nodes=assessed["covered_nodes"],
+        coverage=round(assessed["coverage"], 4) if total else None,
+        never_validated=sorted(assessed["never_validated"]),
+        failing_nodes=sorted(assessed["failing_nodes"]),
+        pair_coverage=round(assessed["pair_coverage"], 4) if assessed["pairs"] else None,
+    )
 
 
 def run_summary(
-    discovered: Mapping[str, Any],
-    planned: Mapping[str, Any],
-    recorded: Sequence[Mapping[str, Any]],
+    discovered: Discovered,
+    planned: Plan,
+    recorded: Sequence[Attempt],
     latest_rows: Sequence[Mapping[str, Any]],
     *,
     now: dt.datetime,
-) -> dict[str, Any]:
-    counts = {status: 0 for status in Status}
-    counts.update(collections.Counter(a.get("status") for a in recorded))
+) -> RunSummary:
+    counts = {str(status): 0 for status in Status}
+    counts.update(collections.Counter(str(a.status) for a in recorded))
     state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
     newly_failing = []
     for a in recorded:
-        if a.get("status") not in FAILING:
+        if a.status not in FAILING:
             continue
-        latest = state.get((a.get("node_name"), a.get("test_name")))
+        latest = state.get((a.node_name, a.test_name))
         # the failure streak starts with this attempt: the previous executed result was not a failure
         if latest and latest.get("previous_status") in (None, "pass") and \
-                latest.get("status") == a.get("status") and latest.get("status_since") == latest.get("finished_at"):
-            newly_failing.append({k: a.get(k) for k in ("node_name", "test_name", "status", "reason")})
+                latest.get("status") == a.status and latest.get("status_since") == latest.get("finished_at"):
+            newly_failing.append(_line(a))
     not_eligible: dict[str, list[str]] = {}
-    for node in discovered["ineligible"]:
-        not_eligible.setdefault(node["reason"], []).append(node["name"])
-    not_eligible = {reason: sorted(names) for reason, names in sorted(not_eligible.items())}
-    settings = discovered["settings"]
-    gpu_nodes = [n["name"] for n in discovered["free"]] + [n["name"] for n in discovered["ineligible"]]
-    return {
-        "run_started_at": discovered["started_at"],
-        "params": discovered["params"],
-        "dry_run": planned["dry_run"],
-        "gpu_nodes": len(gpu_nodes),
-        "free_nodes": len(discovered["free"]),
-        "planned": len(planned["pairs"]),
+    for node in discovered.ineligible:
+        not_eligible.setdefault(node.reason, []).append(node.name)
+    gpu_nodes = discovered.gpu_nodes
+    return RunSummary(
+        run_started_at=discovered.started_at,
+        params=discovered.params,
+        dry_run=planned.dry_run,
+        gpu_nodes=len(gpu_nodes),
+        free_nodes=len(discovered.free),
+        planned=len(planned.pairs),
         # pairs left to another live run that held their node (cluster_doctor.store.claims)
-        "deferred": [{k: h.get(k) for k in ("node_name", "test_name", "run_id")}
-                     for h in planned.get("held_by_other_runs") or ()],
-        "counts": counts,
-        "attempts": [{k: a.get(k) for k in ("node_name", "test_name", "status", "reason")} for a in recorded],
-        "newly_failing": newly_failing,
-        "not_eligible": not_eligible,
-        "not_eligible_detail": list(discovered["ineligible"]),
-        "blocked": blocked(discovered),
-        "coverage": coverage(latest_rows, gpu_nodes, discovered["params"]["tests"], now,
-                             dt.timedelta(days=settings["staleness_days"])),
-    }
+        deferred=[DeferredPair(node_name=h.node_name, test_name=h.test_name, run_id=h.run_id)
+                  for h in planned.held_by_other_runs],
+        counts=counts,
+        attempts=[_line(a) for a in recorded],
+        newly_failing=newly_failing,
+        not_eligible={reason: sorted(names) for reason, names in sorted(not_eligible.items())},
+        not_eligible_detail=discovered.ineligible,
+        blocked=blocked(discovered),
+        coverage=coverage(latest_rows, gpu_nodes, discovered.params.tests, now,
+                          dt.timedelta(days=discovered.settings.staleness_days)),
+    )
 
 
-def blocked(discovered: Mapping[str, Any]) -> dict[str, Any] | None:
+def _line(attempt: Attempt) -> AttemptLine:
+    return AttemptLine(node_name=attempt.node_name, test_name=attempt.test_name, status=str(attempt.status),
+                       reason=attempt.reason)
+
+
+def blocked(discovered: Discovered) -> Blocked | None:
     """Tests none of whose pods were created because they could not mount a volume, and why (one line)."""
-    volumes = discovered.get("volumes") or {}
-    if not volumes.get("blocked_tests"):
+    volumes = discovered.volumes
+    if not volumes.blocked_tests:
         return None
-    return {"tests": list(volumes["blocked_tests"]), "reason": volumes["problem"], "codes": list(volumes.get("codes") or [])}
+    return Blocked(tests=volumes.blocked_tests, reason=volumes.problem, codes=volumes.codes)
 
 
-def blocked_line(item: Mapping[str, Any]) -> str:
-    return f"{item['reason']}: no validation pod of {', '.join(item['tests'])} was created"
+def blocked_line(item: Blocked) -> str:
+    return f"{item.reason}: no validation pod of {', '.join(item.tests)} was created"
 
 
-def render(summary: Mapping[str, Any]) -> str:
-    lines = [f"Run summary: {summary['gpu_nodes']} GPU node(s), {summary['free_nodes']} free, "
-             f"{summary['planned']} pair(s) planned" + (" (dry run)" if summary["dry_run"] else "")]
-    counts = summary["counts"]
+def render(summary: RunSummary) -> str:
+    lines = [f"Run summary: {summary.gpu_nodes} GPU node(s), {summary.free_nodes} free, "
+             f"{summary.planned} pair(s) planned" + (" (dry run)" if summary.dry_run else "")]
+    counts = summary.counts
     lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s)) or "none")
-    if summary["attempts"]:
-        lines.append(table([[a["node_name"], a["test_name"], a["status"], a["reason"] or ""]
-                            for a in summary["attempts"]], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
-    if summary.get("blocked"):
-        lines.append(f"NOT RUN: {blocked_line(summary['blocked'])}")
-    if summary.get("deferred"):
-        lines.append(f"deferred: {len(summary['deferred'])} pair(s), their node held by another live run: "
-                     f"{compress(d['node_name'] for d in summary['deferred'])}")
-    for item in summary["newly_failing"]:
-        lines.append(f"NEWLY FAILING: {item['node_name']} · {item['test_name']}: {item['reason']}")
-    for reason, names in summary["not_eligible"].items():
+    if summary.attempts:
+        lines.append(table([[a.node_name, a.test_name, a.status, a.reason or ""]
+                            for a in summary.attempts], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))
+    if summary.blocked:
+        lines.append(f"NOT RUN: {blocked_line(summary.blocked)}")
+    if summary.deferred:
+        lines.append(f"deferred: {len(summary.deferred)} pair(s), their node held by another live run: "
+                     f"{compress(d.node_name for d in summary.deferred)}")
+    for item in summary.newly_failing:
+        lines.append(f"NEWLY FAILING: {item.node_name} · {item.test_name}: {item.reason}")
+    for reason, names in summary.not_eligible.items():
         lines.append(f"not eligible ({reason}): {compress(names)}")
-    cov = summary["coverage"]
-    if cov["gpu_nodes"]:
-        lines.append(f"coverage: {cov['covered_nodes']}/{cov['gpu_nodes']} GPU node(s) fully validated within the "
-                     f"staleness window ({cov['coverage']:.0%}); never validated: {len(cov['never_validated'])}; "
-                     f"failing: {compress(cov['failing_nodes']) or 'none'}")
+    cov = summary.coverage
+    if cov is not None and cov.gpu_nodes:
+        lines.append(f"coverage: {cov.covered_nodes}/{cov.gpu_nodes} GPU node(s) fully validated within the "
+                     f"staleness window ({cov.coverage:.0%}); never validated: {len(cov.never_validated)}; "
+                     f"failing: {compress(cov.failing_nodes) or 'none'}")
     return "\n".join(lines)
 
 
-def verdict(summary: Mapping[str, Any]) -> str | None:
+def verdict(summary: RunSummary) -> str | None:
     """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
     or a suite erroring, or it could not run its validations (a volume the pods need is unusable).
     Timeouts, preemptions and skips never fail a run."""
-    bad = [a for a in summary["attempts"] if cov.is_failing(a["status"])]
+    bad = [a for a in summary.attempts if cov.is_failing(a.status)]
     # a planned validation that never reported means the run broke (suite shipping, a killed task)
-    lost = [a for a in summary["attempts"] if (a.get("reason") or "").startswith("the validation task did not report")]
-    if not bad and not lost and not summary.get("blocked"):
+    lost = [a for a in summary.attempts if (a.reason or "").startswith("the validation task did not report")]
+    if not bad and not lost and not summary.blocked:
         return None
     # the deployment problem first: it is why this run (and the next ones) validated nothing
-    problems = [blocked_line(summary["blocked"])] if summary.get("blocked") else []
+    problems = [blocked_line(summary.blocked)] if summary.blocked else []
     if bad:
-        shown = "; ".join(f"{a['node_name']} · {a['test_name']}: {a['status']}" for a in bad[:10])
+        shown = "; ".join(f"{a.node_name} · {a.test_name}: {a.status}" for a in bad[:10])
         more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
         problems.append(f"{len(bad)} validation(s) failed in this run: {shown}{more}")
     if lost:

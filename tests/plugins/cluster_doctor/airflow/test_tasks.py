@@ -4,15 +4,18 @@ import datetime as dt
 
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.payloads import Discovered, Latest, Plan, RunSummary
 from cluster_doctor.reports import summary as report
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 
 
 def planned(*pairs, dry_run=False):
-    return {"planned_at": NOW.isoformat(), "dry_run": dry_run,
-            "pairs": [{"node_name": n, "test_name": t, "why": "never executed", "last_status": None,
-                       "last_finished_at": None, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n, t in pairs]}
+    # the version-less dict of the releases before typed payloads: what a run started then hands record
+    return Plan.from_xcom({
+        "planned_at": NOW.isoformat(), "dry_run": dry_run,
+        "pairs": [{"node_name": n, "test_name": t, "why": "never executed", "last_status": None,
+                   "last_finished_at": None, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n, t in pairs]})
 
 
 def attempt(node, status, test="gpu_health", reason=None):
@@ -24,9 +27,9 @@ def test_a_planned_pair_that_never_reported_still_gets_a_row(store):
     plan = planned(("gpu-001", "gpu_health"), ("gpu-002", "gpu_health"))
     recorded = tasks.record(plan, [attempt("gpu-001", "pass"), None], store, dag_id="continuous_validation",
                             run_id="r1", now=NOW)
-    by_node = {r["node_name"]: r for r in recorded}
-    assert by_node["gpu-001"]["status"] == "pass"
-    assert by_node["gpu-002"]["status"] == "skipped" and "did not report" in by_node["gpu-002"]["reason"]
+    by_node = {r.node_name: r for r in recorded.attempts}
+    assert by_node["gpu-001"].status == "pass"
+    assert by_node["gpu-002"].status == "skipped" and "did not report" in by_node["gpu-002"].reason
     assert {(r["node_name"], r["status"]) for r in store.latest()} == {("gpu-001", "pass"), ("gpu-002", None)}
     # the record task retried: nothing doubles
     tasks.record(plan, [attempt("gpu-001", "pass")], store, dag_id="continuous_validation", run_id="r1", now=NOW)
@@ -35,17 +38,18 @@ def test_a_planned_pair_that_never_reported_still_gets_a_row(store):
 
 def test_a_dry_run_records_nothing(store):
     assert tasks.record(planned(("gpu-001", "gpu_health"), dry_run=True), [], store, dag_id="d", run_id="r",
-                        now=NOW) == []
+                        now=NOW).attempts == []
     assert store.latest() == []
 
 
-def discovered(free, ineligible=()):
-    return {"settings": Settings().to_dict(), "started_at": NOW.isoformat(),
-            "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
-                       "dry_run": False},
-            "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free],
-            "ineligible": [{"name": n, "reason": r, "detail": "", "gpu_count": 8, "gpu_model": None}
-                           for n, r in ineligible]}
+def discovered(free, ineligible=(), max_pairs=16, dry_run=False):
+    return Discovered.from_xcom({
+        "settings": Settings().to_dict(), "started_at": NOW.isoformat(),
+        "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": max_pairs,
+                   "dry_run": dry_run},
+        "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free],
+        "ineligible": [{"name": n, "reason": r, "detail": "", "gpu_count": 8, "gpu_model": None}
+                       for n, r in ineligible]})
 
 
 def test_summary_newly_failing_coverage_and_verdict(store):
@@ -58,26 +62,27 @@ def test_summary_newly_failing_coverage_and_verdict(store):
                             store, dag_id="continuous_validation", run_id="r1", now=NOW)
     found = discovered(["gpu-001", "gpu-002", "gpu-003"], [("gpu-004", "busy"), ("gpu-005", "cordoned")])
     summary = tasks.summarize(found, planned(), recorded, store, now=NOW)
-    assert summary["counts"]["fail"] == 2 and summary["counts"]["pass"] == 1
-    assert [n["node_name"] for n in summary["newly_failing"]] == ["gpu-001"]  # gpu-002 was already failing
-    assert summary["not_eligible"] == {"busy": ["gpu-004"], "cordoned": ["gpu-005"]}
-    cov = summary["coverage"]
-    assert cov["gpu_nodes"] == 5 and cov["covered_nodes"] == 3 and cov["never_validated"] == ["gpu-004", "gpu-005"]
-    assert cov["failing_nodes"] == ["gpu-001", "gpu-002"]
+    assert summary.counts["fail"] == 2 and summary.counts["pass"] == 1
+    assert [n.node_name for n in summary.newly_failing] == ["gpu-001"]  # gpu-002 was already failing
+    assert summary.not_eligible == {"busy": ["gpu-004"], "cordoned": ["gpu-005"]}
+    cov = summary.coverage
+    assert cov.gpu_nodes == 5 and cov.covered_nodes == 3 and cov.never_validated == ["gpu-004", "gpu-005"]
+    assert cov.failing_nodes == ["gpu-001", "gpu-002"]
     assert "gpu-001 · gpu_health: fail" in report.verdict(summary)
     text = report.render(summary)
     assert "NEWLY FAILING: gpu-001" in text and "not eligible (busy): gpu-004" in text
 
 
 def test_timeouts_and_preemptions_never_fail_the_run():
-    summary = {"attempts": [{"node_name": "gpu-1", "test_name": "dl_unit", "status": s, "reason": ""}
-                            for s in ("pass", "timeout", "preempted", "skipped")]}
+    summary = RunSummary(attempts=[{"node_name": "gpu-1", "test_name": "dl_unit", "status": s, "reason": ""}
+                                   for s in ("pass", "timeout", "preempted", "skipped")])
     assert report.verdict(summary) is None
 
 
 def test_planned_validations_that_never_reported_fail_the_run(store):
     recorded = tasks.record(planned(("gpu-001", "gpu_health")), [], store, dag_id="d", run_id="r", now=NOW)
-    assert "never reported" in report.verdict({"attempts": recorded})
+    summary = tasks.summarize(discovered(["gpu-001"]), planned(("gpu-001", "gpu_health")), recorded, store, now=NOW)
+    assert "never reported" in report.verdict(summary)
 
 
 # ---------------------------------------------------------------------------- run-to-run claims
@@ -92,50 +97,49 @@ def live(store):
 
 def test_prioritize_leaves_a_node_another_run_holds_and_plans_the_next_one(store, caplog):
     claims.claim(store.connect, [("gpu-001", "gpu_health", 600)], dag_id=DAG, run_id="backfill__1", limit=1)
-    found = discovered(["gpu-001", "gpu-002", "gpu-003", "gpu-004"])
-    found["params"]["max_pairs"] = 2
-    plan = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="scheduled__1")
+    found = discovered(["gpu-001", "gpu-002", "gpu-003", "gpu-004"], max_pairs=2)
+    plan = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="scheduled__1")
     # gpu-001 comes first by priority, but it is another live run's: the next two are taken instead
-    assert [p["node_name"] for p in plan["pairs"]] == ["gpu-002", "gpu-003"]
-    [held] = plan["held_by_other_runs"]
-    assert (held["node_name"], held["test_name"], held["run_id"]) == ("gpu-001", "gpu_health", "backfill__1")
+    assert [p.node_name for p in plan.pairs] == ["gpu-002", "gpu-003"]
+    [held] = plan.held_by_other_runs
+    assert (held.node_name, held.test_name, held.run_id) == ("gpu-001", "gpu_health", "backfill__1")
     assert "deferred 1 pair(s)" in caplog.text and "backfill__1" in caplog.text
     assert live(store) == [("gpu-001", "backfill__1"), ("gpu-002", "scheduled__1"), ("gpu-003", "scheduled__1")]
     # a retried prioritize of the same run plans (and holds) the same pairs, nothing more
-    again = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="scheduled__1")
-    assert again["pairs"] == plan["pairs"] and len(live(store)) == 3
+    again = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="scheduled__1")
+    assert again.pairs == plan.pairs and len(live(store)) == 3
     # the run summary counts the deferred pairs
-    summary = tasks.summarize(found, plan, [], store, now=NOW)
-    assert summary["deferred"] == [{"node_name": "gpu-001", "test_name": "gpu_health", "run_id": "backfill__1"}]
+    summary = tasks.summarize(found, plan, None, store, now=NOW)
+    assert summary.to_xcom()["deferred"] == [{"node_name": "gpu-001", "test_name": "gpu_health",
+                                               "run_id": "backfill__1"}]
     assert "deferred: 1 pair(s), their node held by another live run: gpu-001" in report.render(summary)
 
 
 def test_prioritize_of_a_second_run_takes_what_the_first_left(store):
     found = discovered(["gpu-001", "gpu-002", "gpu-003"])
-    first = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="r1")
-    second = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="r2")
-    assert [p["node_name"] for p in first["pairs"]] == ["gpu-001", "gpu-002", "gpu-003"]
-    assert second["pairs"] == [] and [h["node_name"] for h in second["held_by_other_runs"]] == \
+    first = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="r1")
+    second = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="r2")
+    assert [p.node_name for p in first.pairs] == ["gpu-001", "gpu-002", "gpu-003"]
+    assert second.pairs == [] and [h.node_name for h in second.held_by_other_runs] == \
         ["gpu-001", "gpu-002", "gpu-003"]
 
 
 def test_a_dry_run_claims_nothing_but_shows_what_is_held(store):
     claims.claim(store.connect, [("gpu-001", "gpu_health", 600)], dag_id=DAG, run_id="other", limit=1)
-    found = discovered(["gpu-001", "gpu-002"])
-    found["params"]["dry_run"] = True
-    plan = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="dry")
-    assert [p["node_name"] for p in plan["pairs"]] == ["gpu-002"]
-    assert [h["node_name"] for h in plan["held_by_other_runs"]] == ["gpu-001"]
+    found = discovered(["gpu-001", "gpu-002"], dry_run=True)
+    plan = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="dry")
+    assert [p.node_name for p in plan.pairs] == ["gpu-002"]
+    assert [h.node_name for h in plan.held_by_other_runs] == ["gpu-001"]
     assert live(store) == [("gpu-001", "other")]
 
 
 def test_record_releases_the_runs_claims_whatever_the_outcome(store):
     found = discovered(["gpu-001", "gpu-002", "gpu-003"])
-    plan = tasks.prioritize(found, [], now=NOW, store=store, dag_id=DAG, run_id="r1")
+    plan = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="r1")
     claims.claim(store.connect, [("gpu-009", "gpu_health", 600)], dag_id=DAG, run_id="r2", limit=1)
     reported = [{**attempt("gpu-001", "pass"), "run_id": "r1"}, {**attempt("gpu-002", "fail"), "run_id": "r1"}]
     recorded = tasks.record(plan, reported, store, dag_id=DAG, run_id="r1", now=NOW)
-    assert sorted((r["node_name"], r["status"]) for r in recorded) == \
+    assert sorted((r.node_name, r.status) for r in recorded.attempts) == \
         [("gpu-001", "pass"), ("gpu-002", "fail"), ("gpu-003", "skipped")]
     assert live(store) == [("gpu-009", "r2")]  # another run's claim stays
 
@@ -143,12 +147,12 @@ def test_record_releases_the_runs_claims_whatever_the_outcome(store):
 def test_a_failed_release_loses_no_row_and_fails_nothing(store, db_dsn, caplog):
     import psycopg
 
-    plan = tasks.prioritize(discovered(["gpu-001"]), [], now=NOW, store=store, dag_id=DAG, run_id="r1")
+    plan = tasks.prioritize(discovered(["gpu-001"]), Latest(), now=NOW, store=store, dag_id=DAG, run_id="r1")
     with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:  # the release will fail for real
         cur.execute("ALTER TABLE validation_claims RENAME TO validation_claims_gone")
     recorded = tasks.record(plan, [{**attempt("gpu-001", "pass"), "run_id": "r1"}], store, dag_id=DAG, run_id="r1",
                             now=NOW)
-    assert [r["status"] for r in recorded] == ["pass"]
+    assert [r.status for r in recorded.attempts] == ["pass"]
     assert [r["status"] for r in store.history("gpu-001")] == ["pass"]
     assert "could not release this run's claims on 1 node(s)" in caplog.text
 
@@ -157,4 +161,4 @@ def test_prioritize_with_a_store_needs_the_run_identity(store):
     import pytest
 
     with pytest.raises(ValueError, match="dag_id and run_id"):
-        tasks.prioritize(discovered(["gpu-001"]), [], now=NOW, store=store, dag_id=DAG, run_id=None)
+        tasks.prioritize(discovered(["gpu-001"]), Latest(), now=NOW, store=store, dag_id=DAG, run_id=None)

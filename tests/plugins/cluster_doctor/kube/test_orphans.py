@@ -142,8 +142,11 @@ def test_the_orphans_attempt_is_the_one_its_operator_would_have_recorded(cluster
 def test_a_did_not_report_row_is_superseded_by_the_pods_truthful_status(cluster, store):
     """The original run's record task found no report (the task process was SIGKILLed) and wrote its
     placeholder; the pod's own verdict replaces it: one row for the pair, the latest view agrees."""
-    pair = {"node_name": "gpu-001", "test_name": "gpu_health", "gpu_count": 8, "gpu_model": "NVIDIA-H100-80GB-HBM3"}
-    tasks.record({"dry_run": False, "pairs": [pair]}, [], store, dag_id=DAG_ID, run_id=RUN_ID)
+    from cluster_doctor.domain.payloads import Plan, PlannedPair
+
+    pair = PlannedPair(node_name="gpu-001", test_name="gpu_health", why="never executed", gpu_count=8,
+                       gpu_model="NVIDIA-H100-80GB-HBM3")
+    tasks.record(Plan(planned_at=dt.datetime.now(dt.UTC), pairs=[pair]), [], store, dag_id=DAG_ID, run_id=RUN_ID)
     (placeholder,) = history(store)
     assert placeholder["status"] == "skipped" and placeholder["reason"] == UNREPORTED
     script_result(cluster, "gpu-001")

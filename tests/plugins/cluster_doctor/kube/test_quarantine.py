@@ -221,14 +221,18 @@ def test_the_dag_task_fails_loudly_when_the_breaker_opens(cluster, store):
     from airflow.sdk.exceptions import AirflowFailException
     from cluster_doctor.airflow import tasks
     from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.payloads import Discovered, Params
 
     for node in ("gpu-010", "gpu-011"):
         _record(store, node, "nccl_loopback", ["fail", "fail"])
-    discovered = {"settings": Settings(quarantine={"enabled": True}).to_dict(), "params": {"tests": TESTS}}
+
+    def discovered(settings):
+        return Discovered(settings=settings, params=Params(tests=TESTS, max_pairs=16),
+                          started_at=dt.datetime.now(dt.UTC))
+
     with pytest.raises(AirflowFailException, match="circuit breaker open: 2 node"):
-        tasks.quarantine(discovered, store, cluster.core_v1())
-    off = {"settings": Settings().to_dict(), "params": {"tests": TESTS}}
-    assert tasks.quarantine(off, store, cluster.core_v1())["enabled"] is False
+        tasks.quarantine(discovered(Settings(quarantine={"enabled": True})), store, cluster.core_v1())
+    assert tasks.quarantine(discovered(Settings()), store, cluster.core_v1()).enabled is False
 
 
 def test_settings_refuse_a_bad_quarantine_or_verdict_setting():

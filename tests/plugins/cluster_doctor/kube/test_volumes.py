@@ -11,6 +11,7 @@ import yaml
 from airflow.sdk.exceptions import AirflowFailException
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.payloads import Discovered, Latest
 from cluster_doctor.kube import podspec, volumes
 from cluster_doctor.reports import summary as report
 from k8s_emulator import EmulatorProcess
@@ -63,19 +64,19 @@ def storage_class(storage, name: str, provisioner: str, mode: str | None = None)
                                   **({"volumeBindingMode": mode} if mode else {})})
 
 
-def run_discover(cluster, settings: Settings | None = None) -> dict:
+def run_discover(cluster, settings: Settings | None = None) -> Discovered:
     cluster.add_gpu_node("gpu-001")
     cluster.add_gpu_node("gpu-002")
     return tasks.discover({}, settings or Settings(), cluster.core_v1(), now=NOW)
 
 
-def planned_pairs(discovered: dict) -> list[tuple[str, str]]:
-    planned = tasks.prioritize(discovered, [], now=NOW)
-    return [(p["node_name"], p["test_name"]) for p in planned["pairs"]]
+def planned_pairs(discovered: Discovered) -> list[tuple[str, str]]:
+    planned = tasks.prioritize(discovered, Latest(), now=NOW)
+    return [(p.node_name, p.test_name) for p in planned.pairs]
 
 
-def verdict_of(discovered: dict) -> str | None:
-    planned = tasks.prioritize(discovered, [], now=NOW)
+def verdict_of(discovered: Discovered) -> str | None:
+    planned = tasks.prioritize(discovered, Latest(), now=NOW)
     summary = report.run_summary(discovered, planned, [], [], now=NOW)
     return report.verdict(summary)
 
@@ -84,9 +85,9 @@ def verdict_of(discovered: dict) -> str | None:
 def test_a_bound_claim_lets_every_pair_run_after_one_read(cluster):
     cluster.reset_counters()
     discovered = run_discover(cluster)
-    assert discovered["volumes"]["problem"] is None and discovered["volumes"]["blocked_tests"] == []
-    (claim,) = discovered["volumes"]["claims"]
-    assert claim["usable"] and claim["certain"] and claim["detail"].startswith("is Bound to ")
+    assert discovered.volumes.problem is None and discovered.volumes.blocked_tests == []
+    (claim,) = discovered.volumes.claims
+    assert claim.usable and claim.certain and claim.detail.startswith("is Bound to ")
     # one read for the run, whatever the number of tests and nodes
     assert cluster.counters()["by_verb_resource"].get("get persistentvolumeclaims") == 1
     assert len(planned_pairs(discovered)) == 2
@@ -97,9 +98,9 @@ def test_a_pending_claim_waiting_for_its_first_consumer_lets_pods_run(cluster, v
     storage_class(storage, "local-nvme", "rancher.io/local-path", "WaitForFirstConsumer")
     replace_claim(v1, "local-nvme")
     discovered = run_discover(cluster)
-    assert discovered["volumes"]["problem"] is None
+    assert discovered.volumes.problem is None
     assert "Pending until its first pod (StorageClass local-nvme is WaitForFirstConsumer)" in \
-        discovered["volumes"]["claims"][0]["detail"]
+        discovered.volumes.claims[0].detail
     assert len(planned_pairs(discovered)) == 2
 
 
@@ -109,9 +110,9 @@ def test_an_unreadable_storage_class_means_cannot_tell_and_pods_run_with_a_warni
     cluster.configure(forbidden=["get storageclasses.storage.k8s.io"])
     with caplog.at_level(logging.WARNING, logger="cluster_doctor.kube.volumes"):
         discovered = run_discover(cluster)
-    (claim,) = discovered["volumes"]["claims"]
-    assert claim["usable"] and not claim["certain"]
-    assert "StorageClass standard could not be read (Kubernetes API 403 Forbidden)" in claim["detail"]
+    (claim,) = discovered.volumes.claims
+    assert claim.usable and not claim.certain
+    assert "StorageClass standard could not be read (Kubernetes API 403 Forbidden)" in claim.detail
     assert "cannot tell" in caplog.text and f"PVC {NS}/{PVC}" in caplog.text
     assert len(planned_pairs(discovered)) == 2 and verdict_of(discovered) is None
 
@@ -126,17 +127,17 @@ def test_pods_that_mount_no_claim_run_whatever_the_claim(cluster, v1, tmp_path):
     v1.delete_namespaced_persistent_volume_claim(PVC, NS)
     cluster.reset_counters()
     discovered = run_discover(cluster, Settings(pod_template_file=str(path)))
-    assert discovered["volumes"] == {"claims": [], "blocked_tests": [], "problem": None, "codes": []}
+    assert discovered.volumes.model_dump() == {"claims": [], "blocked_tests": [], "problem": None, "codes": []}
     assert "get persistentvolumeclaims" not in cluster.counters()["by_verb_resource"]
     assert len(planned_pairs(discovered)) == 2
 
 
 # ------------------------------------------------------------------------- claims that stop every pod
-def assert_blocked(discovered: dict, detail: str, code: str) -> str:
-    volumes_ = discovered["volumes"]
-    assert volumes_["blocked_tests"] == TESTS
-    assert volumes_["problem"] == f"PVC {NS}/{PVC} {detail}"
-    assert volumes_["codes"] == [code]
+def assert_blocked(discovered: Discovered, detail: str, code: str) -> str:
+    volumes_ = discovered.volumes
+    assert volumes_.blocked_tests == TESTS
+    assert volumes_.problem == f"PVC {NS}/{PVC} {detail}"
+    assert volumes_.codes == [code]
     assert planned_pairs(discovered) == []  # no pod, and nothing per pair to record
     problem = verdict_of(discovered)
     assert problem == f"PVC {NS}/{PVC} {detail}: no validation pod of {', '.join(TESTS)} was created"
@@ -156,10 +157,10 @@ def test_a_missing_claim_stops_every_pod_with_one_reason(cluster, v1, caplog):
                              volumes.MISSING)
     # and the run fails with it (the verdict task's exception)
     with pytest.raises(AirflowFailException, match="does not exist"):
-        tasks.verdict(report.run_summary(discovered, tasks.prioritize(discovered, [], now=NOW), [], [], now=NOW))
-    summary = report.run_summary(discovered, tasks.prioritize(discovered, [], now=NOW), [], [], now=NOW)
-    assert summary["blocked"] == {"tests": TESTS, "reason": problem.split(": no validation pod")[0],
-                                  "codes": ["PVC_MISSING"]}
+        tasks.verdict(report.run_summary(discovered, tasks.prioritize(discovered, Latest(), now=NOW), [], [], now=NOW))
+    summary = report.run_summary(discovered, tasks.prioritize(discovered, Latest(), now=NOW), [], [], now=NOW)
+    assert summary.to_xcom()["blocked"] == {"tests": TESTS, "reason": problem.split(": no validation pod")[0],
+                                            "codes": ["PVC_MISSING"]}
     assert f"NOT RUN: {problem}" in report.render(summary)
 
 

@@ -10,6 +10,8 @@ import uuid
 import jsonschema
 import pytest
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.payloads import Discovered, Plan, RunSummary
 from cluster_doctor.reports import ctrf
 from cluster_doctor.reports import summary as report
 
@@ -62,7 +64,8 @@ def run_attempts():
 
 def summary(**kw):
     base = {
-        "run_started_at": (T0 - dt.timedelta(minutes=10)).isoformat(), "params": {"tests": ["dl_unit"]},
+        "run_started_at": (T0 - dt.timedelta(minutes=10)).isoformat(),
+        "params": {"tests": ["dl_unit"], "max_pairs": 16},
         "dry_run": False, "gpu_nodes": 9, "free_nodes": 6, "planned": 6,
         "newly_failing": [{"node_name": "gpu-002", "test_name": "dl_unit", "status": "fail", "reason": "slow"}],
         "not_eligible": {"busy": ["gpu-007", "gpu-008"], "cordoned": ["gpu-009"]},
@@ -70,11 +73,11 @@ def summary(**kw):
                      "failing_nodes": ["gpu-002", "gpu-003"]},
     }
     base.update(kw)
-    return base
+    return RunSummary.from_xcom(base)
 
 
-SETTINGS = {"kubernetes_conn_id": "kubernetes_default", "namespace": "cluster-doctor", "staleness_days": 7.0,
-            "reports_dir": ""}
+SETTINGS = Settings(kubernetes_conn_id="kubernetes_default", namespace="cluster-doctor", staleness_days=7.0,
+                    reports_dir="")
 
 
 def build(attempts=None, **kw):
@@ -176,7 +179,7 @@ def test_healthy_when_nothing_failed_or_errored():
 
 
 def test_a_dry_run_without_attempts_is_a_valid_empty_report():
-    doc = ctrf.build_report([], {"dry_run": True, "planned": 3}, dag_id=DAG, run_id=RUN, now=T0)
+    doc = ctrf.build_report([], RunSummary(dry_run=True, planned=3), dag_id=DAG, run_id=RUN, now=T0)
     validate(doc)
     s = doc["results"]["summary"]
     assert s["tests"] == 0 and s["start"] == s["stop"] == int(T0.timestamp() * 1000)
@@ -189,15 +192,17 @@ def test_with_the_real_run_summary_from_the_database(store):
     store.record([{**previous, "run_id": "earlier"}])
     recorded = run_attempts()
     store.record(recorded)
-    discovered = {"started_at": T0.isoformat(), "params": {"tests": ["dl_unit", "nccl_loopback", "gpu_health",
-                                                                     "storage_fio"]},
-                  "settings": {**SETTINGS, "staleness_days": 7},
-                  "free": [{"name": f"gpu-00{i}"} for i in range(1, 7)],
-                  "ineligible": [{"name": "gpu-007", "reason": "busy", "detail": "ml/train-1 requests 8"}]}
-    planned = {"dry_run": False, "pairs": [{"node_name": a["node_name"], "test_name": a["test_name"]}
-                                           for a in recorded]}
-    run = report.run_summary(discovered, planned, recorded, store.latest(), now=T0 + dt.timedelta(minutes=7))
-    doc = ctrf.build_report(recorded, run, dag_id=DAG, run_id=RUN, settings=discovered["settings"])
+    discovered = Discovered.from_xcom({
+        "started_at": T0.isoformat(), "settings": SETTINGS.to_dict(),
+        "params": {"tests": ["dl_unit", "nccl_loopback", "gpu_health", "storage_fio"], "max_pairs": 16},
+        "free": [{"name": f"gpu-00{i}", "gpu_count": 8} for i in range(1, 7)],
+        "ineligible": [{"name": "gpu-007", "reason": "busy", "detail": "ml/train-1 requests 8"}]})
+    planned = Plan.from_xcom({"planned_at": T0.isoformat(), "dry_run": False, "pairs": [
+        {"node_name": a["node_name"], "test_name": a["test_name"], "why": "stale", "gpu_count": 8}
+        for a in recorded]})
+    run = report.run_summary(discovered, planned, [Attempt.from_dict(a) for a in recorded], store.latest(),
+                             now=T0 + dt.timedelta(minutes=7))
+    doc = ctrf.build_report(recorded, run, dag_id=DAG, run_id=RUN, settings=discovered.settings)
     validate(doc)
     tags = {t["name"]: t.get("tags") for t in doc["results"]["tests"]}
     assert tags["gpu-002 · dl_unit"] == ["newly-failing"] and tags["gpu-003 · nccl_loopback"] == ["newly-failing"]
@@ -258,11 +263,11 @@ def test_reports_dir_resolution(tmp_path):
 
 
 def test_write_run_report_never_raises_on_io(tmp_path, caplog):
-    settings = {**SETTINGS, "reports_dir": str(tmp_path / "reports")}
+    settings = SETTINGS.replace(reports_dir=str(tmp_path / "reports"))
     path = ctrf.write_run_report(run_attempts(), summary(), settings=settings, dag_id=DAG, run_id=RUN, now=T0)
     assert path and json.loads(pathlib.Path(path).read_text())["results"]["summary"]["tests"] == 6
     (tmp_path / "blocked").write_text("a file where the reports dir should be")
-    blocked = {**SETTINGS, "reports_dir": str(tmp_path / "blocked")}
+    blocked = SETTINGS.replace(reports_dir=str(tmp_path / "blocked"))
     assert ctrf.write_run_report(run_attempts(), summary(), settings=blocked, dag_id=DAG, run_id=RUN, now=T0) is None
     assert "CTRF report not written" in caplog.text
 

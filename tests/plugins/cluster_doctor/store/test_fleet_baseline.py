@@ -304,11 +304,14 @@ def test_garbage_metric_values_are_not_judged(store):
 
 def test_the_record_task_judges_what_it_recorded(store):
     from cluster_doctor.airflow import tasks
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.payloads import Plan, PlannedPair
 
     rnd = random.Random(6)
     _history(store, rnd)
     slow = _attempt("gpu-002", T0 + dt.timedelta(days=21), 0.8, rnd, run="run-x")
-    planned = {"dry_run": False, "pairs": [{"node_name": "gpu-002", "test_name": "nccl_loopback"}]}
-    tasks.record(planned, [slow.to_dict()], store, dag_id=slow.dag_id, run_id="run-x", settings={})
+    planned = Plan(planned_at=slow.finished_at, pairs=[
+        PlannedPair(node_name="gpu-002", test_name="nccl_loopback", why="stale", gpu_count=8)])
+    tasks.record(planned, [slow.to_dict()], store, dag_id=slow.dag_id, run_id="run-x", settings=Settings())
     assert {(r["node_name"], r["kind"]) for r in fb.latest_verdicts(store.connect)} == {
         ("gpu-002", fv.STRAGGLER), ("gpu-002", fv.DRIFT)}

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.domain.payloads import Plan
 from cluster_doctor.store import database, spool
 from cluster_doctor.store.history import INDEPENDENT_LATEST_SQL, ResultStore, RetryPolicy
 
@@ -30,9 +31,10 @@ def attempt(node, status, *, run, minutes_ago, test="gpu_health", map_index=0, r
 
 
 def planned(*pairs):
-    return {"planned_at": NOW.isoformat(), "dry_run": False,
-            "pairs": [{"node_name": n, "test_name": t, "why": "never executed", "last_status": None,
-                       "last_finished_at": None, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n, t in pairs]}
+    return Plan.from_xcom({
+        "planned_at": NOW.isoformat(), "dry_run": False,
+        "pairs": [{"node_name": n, "test_name": t, "why": "never executed", "last_status": None,
+                   "last_finished_at": None, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n, t in pairs]})
 
 
 def history(dsn, where="TRUE", params=()):

@@ -1,0 +1,358 @@
+"""What one task of continuous_validation hands the next through XCom: typed, versioned payloads.
+
+Each payload has one way out, ``to_xcom()`` (plain JSON), and one way in, ``from_xcom()``. Its
+``version`` names the shape that wrote it: a run started before an upgrade hands the tasks the new
+code runs (record, summarize) payloads of the old shape, so ``from_xcom`` upgrades what it reads and
+refuses, in one line, a shape newer than it knows. Version 0 is the version-less dicts (and bare
+lists) written before payloads were typed; version 1 has the same keys plus ``version``.
+
+The chain: ``Discovered`` (discover) → ``Latest`` (load_latest) → ``Plan`` (prioritize) →
+``Validation`` per pair (ship_suites → the mapped validate task's kwargs, ``RunConfig`` inside) →
+``Recorded`` (record) → ``RunSummary`` (summarize → verdict); ``OrphanReport`` (reap_orphans).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, NamedTuple, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+)
+
+from cluster_doctor.domain.attempts import Attempt, parse_timestamp
+from cluster_doctor.domain.config import Settings, describe_errors
+from cluster_doctor.domain.nodes import parse_node_range
+from cluster_doctor.domain.planning import RunParams
+
+CURRENT = 1
+
+
+class InvalidPayload(ValueError):
+    """An XCom value that is not the payload its reader expects; the message names the field."""
+
+
+# ---------------------------------------------------------------------------- field types
+def _timestamp(value: Any) -> dt.datetime:
+    return parse_timestamp(value, "timestamp")  # aware UTC, or a ValueError naming what is wrong
+
+
+def _attempt(value: Any) -> Attempt:
+    return value if isinstance(value, Attempt) else Attempt.from_dict(value)
+
+
+def _known_settings(value: Any) -> Any:
+    # A setting an upgrade removed is dropped (one it added takes its default): a run started
+    # before the upgrade still plans, records and summarizes with the settings it began with.
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if k in Settings.model_fields}
+    return value
+
+
+# ISO-8601 with its offset on the wire (as before payloads were typed), an aware UTC datetime in code
+Timestamp = Annotated[dt.datetime, PlainValidator(_timestamp), PlainSerializer(dt.datetime.isoformat, when_used="json")]
+AttemptRecord = Annotated[Attempt, PlainValidator(_attempt), PlainSerializer(Attempt.to_dict, when_used="json")]
+RunSettings = Annotated[Settings, BeforeValidator(_known_settings)]
+
+
+class Part(BaseModel):
+    """A piece of a payload: immutable, no unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Payload(Part):
+    """A versioned XCom value: ``to_xcom()`` out, ``from_xcom()`` in."""
+
+    VERSION: ClassVar[int] = CURRENT
+    version: int = CURRENT
+
+    def to_xcom(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_xcom(cls, data: Any) -> Self:
+        if isinstance(data, cls):
+            return data
+        version = data.get("version", 0) if isinstance(data, Mapping) else 0
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= cls.VERSION:
+            raise InvalidPayload(f"{cls.__name__}: version {version!r} is not one this Cluster Doctor reads "
+                                 f"(0 to {cls.VERSION}): was it written by a newer release?")
+        data = cls._upgrade(data, version)
+        if not isinstance(data, Mapping):
+            raise InvalidPayload(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+        try:
+            return cls.model_validate({**data, "version": cls.VERSION})
+        except ValidationError as exc:
+            raise InvalidPayload(f"{cls.__name__}: {describe_errors(exc, noun='field')}") from None
+
+    @classmethod
+    def _upgrade(cls, data: Any, version: int) -> Any:
+        """``data`` of ``version`` in this version's shape. Version 0 had the same keys."""
+        return data
+
+
+# ---------------------------------------------------------------------------- discover
+class Params(Part):
+    """The run's params as ``discover`` validated them (``planning.parse_params``)."""
+
+    node_range: str = ""
+    tests: list[str]
+    stale_before: Timestamp | None = None
+    max_pairs: int = Field(ge=0)
+    dry_run: bool = False
+
+    @classmethod
+    def of(cls, run: RunParams) -> Params:
+        return cls(node_range=run.node_range.expression, tests=list(run.tests), stale_before=run.stale_before,
+                   max_pairs=run.max_pairs, dry_run=run.dry_run)
+
+    def run_params(self) -> RunParams:
+        return RunParams(parse_node_range(self.node_range), list(self.tests), self.stale_before, self.max_pairs,
+                         self.dry_run)
+
+
+class GpuNode(Part):
+    name: str
+    gpu_count: int
+    gpu_model: str | None = None
+
+
+class IneligibleNode(Part):
+    name: str
+    reason: str
+    detail: str = ""
+    gpu_count: int = 0
+    gpu_model: str | None = None
+
+
+class ClaimCheck(Part):
+    """One PVC the pods mount, as ``kube.volumes`` found it."""
+
+    namespace: str
+    name: str
+    usable: bool
+    detail: str
+    certain: bool = True
+    code: str | None = None
+
+
+class Volumes(Part):
+    claims: list[ClaimCheck] = Field(default_factory=list)
+    blocked_tests: list[str] = Field(default_factory=list)
+    problem: str | None = None
+    codes: list[str] = Field(default_factory=list)
+
+
+class Discovered(Payload):
+    """discover → every later task: the run's settings (read once), params, the GPU nodes found."""
+
+    settings: RunSettings
+    params: Params
+    started_at: Timestamp
+    free: list[GpuNode] = Field(default_factory=list)
+    ineligible: list[IneligibleNode] = Field(default_factory=list)
+    api_calls: int = 0
+    nodes_seen: int = 0
+    pods_seen: int = 0
+    decode_seconds: float = 0.0
+    read_mode: str = "watch-cache"
+    volumes: Volumes = Field(default_factory=Volumes)
+
+    @property
+    def gpu_nodes(self) -> list[str]:
+        """Every GPU node of the range, free or not."""
+        return [n.name for n in self.free] + [n.name for n in self.ineligible]
+
+
+# ---------------------------------------------------------------------------- load_latest
+class PairRow(NamedTuple):
+    """The latest state of one (node, test) pair; a JSON array on the wire (thousands per run)."""
+
+    node_name: str
+    test_name: str
+    status: str | None
+    finished_at: Timestamp | None
+    last_attempt_at: Timestamp | None
+    last_attempt_status: str | None
+
+
+class Latest(Payload):
+    """load_latest → prioritize."""
+
+    rows: list[PairRow] = Field(default_factory=list)
+
+    @classmethod
+    def _upgrade(cls, data: Any, version: int) -> Any:
+        return {"rows": data} if version == 0 and isinstance(data, list) else data  # was the bare list
+
+
+# ---------------------------------------------------------------------------- prioritize
+class PlannedPair(Part):
+    node_name: str
+    test_name: str
+    why: str
+    last_status: str | None = None
+    last_finished_at: Timestamp | None = None
+    last_attempt_at: Timestamp | None = None
+    last_attempt_status: str | None = None
+    gpu_count: int
+    gpu_model: str | None = None
+
+
+class HeldPair(Part):
+    """A pair deferred because another live run holds its node (``store.claims``)."""
+
+    node_name: str
+    test_name: str
+    dag_id: str
+    run_id: str
+    held_for: str
+    expires_at: Timestamp
+
+
+class Plan(Payload):
+    """prioritize → ship_suites, record, summarize."""
+
+    planned_at: Timestamp
+    dry_run: bool = False
+    pairs: list[PlannedPair] = Field(default_factory=list)
+    held_by_other_runs: list[HeldPair] = Field(default_factory=list)
+
+    @property
+    def creates_pods(self) -> bool:
+        return not self.dry_run and bool(self.pairs)
+
+
+# ---------------------------------------------------------------------------- ship_suites → validate
+class RunConfig(Payload):
+    """What every validation pod of the run shares: the settings and the shipped suite code."""
+
+    settings: RunSettings
+    configmap: str
+    suite_version: str
+    suite_files: list[str] | None = None
+
+
+class Validation(Part):
+    """One mapped validate task's kwargs (``expand_kwargs``): each key an argument of
+    ``NodeValidationPodOperator``, ``node_name`` and ``test_name`` also its map_index_template. No
+    version of its own: the operator takes no such argument; its ``run_config`` carries one."""
+
+    node_name: str
+    test_name: str
+    gpu_count: int = Field(ge=0)
+    gpu_model: str | None = None
+    planned_at: Timestamp
+    why: str | None = None
+    run_config: RunConfig
+
+    def to_xcom(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_xcom(cls, data: Mapping[str, Any]) -> Validation:
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, Mapping):
+            raise InvalidPayload(f"Validation: expected a JSON object, got {type(data).__name__}")
+        run_config = RunConfig.from_xcom(data.get("run_config"))
+        try:
+            return cls.model_validate({**data, "run_config": run_config})
+        except ValidationError as exc:
+            raise InvalidPayload(f"Validation: {describe_errors(exc, noun='field')}") from None
+
+
+# ---------------------------------------------------------------------------- record
+class Recorded(Payload):
+    """record → summarize (and the opt-in quarantine): every attempt of the run, as stored."""
+
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+
+    @classmethod
+    def _upgrade(cls, data: Any, version: int) -> Any:
+        return {"attempts": data} if version == 0 and isinstance(data, list) else data  # was the bare list
+
+
+# ---------------------------------------------------------------------------- summarize → verdict
+class AttemptLine(Part):
+    node_name: str
+    test_name: str
+    status: str | None = None
+    reason: str | None = None
+
+
+class DeferredPair(Part):
+    node_name: str
+    test_name: str
+    run_id: str | None = None
+
+
+class Blocked(Part):
+    """Tests none of whose pods were created: a volume they mount is unusable."""
+
+    tests: list[str]
+    reason: str | None = None
+    codes: list[str] = Field(default_factory=list)
+
+
+class Coverage(Part):
+    gpu_nodes: int = 0
+    covered_nodes: int = 0
+    coverage: float | None = None
+    never_validated: list[str] = Field(default_factory=list)
+    failing_nodes: list[str] = Field(default_factory=list)
+    pair_coverage: float | None = None
+
+
+class RunSummary(Payload):
+    """summarize → verdict; also the run's summary in the CTRF report and ``tools/dag_runner``."""
+
+    run_started_at: Timestamp | None = None
+    params: Params | None = None
+    dry_run: bool = False
+    gpu_nodes: int = 0
+    free_nodes: int = 0
+    planned: int = 0
+    deferred: list[DeferredPair] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    attempts: list[AttemptLine] = Field(default_factory=list)
+    newly_failing: list[AttemptLine] = Field(default_factory=list)
+    not_eligible: dict[str, list[str]] = Field(default_factory=dict)
+    not_eligible_detail: list[IneligibleNode] = Field(default_factory=list)
+    blocked: Blocked | None = None
+    coverage: Coverage | None = None
+    ctrf_path: str | None = None
+
+
+# ---------------------------------------------------------------------------- reap_orphans
+class OrphanReport(Payload):
+    """What reap_orphans did with the validation pods no live task owns. Filled in as it goes."""
+
+    model_config = ConfigDict(frozen=False, extra="forbid", validate_assignment=True)
+
+    examined: int = 0
+    recorded: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+    kept: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    freed_nodes: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        head = (f"orphaned validation pods: {self.examined} examined, {len(self.recorded)} recorded, "
+                f"{len(self.deleted)} deleted, {len(self.kept)} left alone, {len(self.errors)} error(s)")
+        lines = [head]
+        lines += [f"  recorded {r}" for r in self.recorded]
+        lines += [f"  deleted {d}" for d in self.deleted]
+        lines += [f"  left alone {k}" for k in self.kept]
+        lines += [f"  ERROR {e}" for e in self.errors]
+        if self.freed_nodes:
+            lines.append(f"  nodes freed for the next run: {', '.join(self.freed_nodes)}")
+        return "\n".join(lines)
