@@ -45,10 +45,13 @@ def results_store(conn_id: str, retry: RetryPolicy = RetryPolicy()) -> ResultSto
 
 
 def core_v1(conn_id: str) -> Any:
-    """The kubernetes CoreV1Api of the provider's hook for ``conn_id``."""
+    """The kubernetes CoreV1Api of the provider's hook for ``conn_id``, every call retried on
+    transient failures (``cluster_doctor.kube.retry``)."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-    return KubernetesHook(conn_id=conn_id).core_v1_client
+    from cluster_doctor.kube import retry
+
+    return retry.core_v1(KubernetesHook(conn_id=conn_id).api_client)
 
 
 def dagrun_ended(ti: Any) -> Callable[[str, str], bool]:

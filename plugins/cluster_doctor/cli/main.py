@@ -393,11 +393,11 @@ def _free_nodes(args: argparse.Namespace) -> list[str]:
         return parse_node_range(args.nodes).expand()
     if args.live:
         import yaml
-        from kubernetes import client, config
+        from kubernetes import config
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        from cluster_doctor.kube import discovery  # needs the kubernetes client and a kubeconfig
+        from cluster_doctor.kube import discovery, retry  # need the kubernetes client and a kubeconfig
 
         try:
             api_client = config.new_client_from_config(config_file=args.kubeconfig)
@@ -406,7 +406,7 @@ def _free_nodes(args: argparse.Namespace) -> list[str]:
             detail = one_line(exc, 200)
             raise UsageError(f"--kubeconfig: not a usable kubeconfig ({detail})") from None
         try:
-            return [n.name for n in discovery.discover(client.CoreV1Api(api_client), Settings.load()).free]
+            return [n.name for n in discovery.discover(retry.core_v1(api_client), Settings.load()).free]
         except (ApiException, HTTPError, OSError) as exc:
             raise ClusterUnavailable(f"cannot list the cluster's nodes: {database.one_line_cause(exc)[:300]}") from None
     what = "--nodes-file"

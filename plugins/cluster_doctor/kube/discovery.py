@@ -422,7 +422,8 @@ def node_gpu_pods(core_v1: Any, node_name: str, resource: str, *, exclude_pod: s
 def discover_from_kubeconfig(kubeconfig: str | None, settings: Settings,
                              node_range: NodeRange | None = None) -> Discovery:
     """For the CLI outside Airflow: the same discovery through a kubeconfig file."""
-    from kubernetes import client, config
+    from kubernetes import config
 
-    api_client = config.new_client_from_config(config_file=kubeconfig)
-    return discover(client.CoreV1Api(api_client), settings, node_range)
+    from cluster_doctor.kube import retry
+
+    return discover(retry.core_v1(config.new_client_from_config(config_file=kubeconfig)), settings, node_range)

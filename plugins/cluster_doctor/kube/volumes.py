@@ -177,7 +177,9 @@ def check(core_v1: Any, settings: Settings, tests: Sequence[str], storage_v1: An
     if storage_v1 is None:
         from kubernetes import client
 
-        storage_v1 = client.StorageV1Api(core_v1.api_client)
+        from cluster_doctor.kube import retry
+
+        storage_v1 = retry.sibling(core_v1, client.StorageV1Api)
     by_test = claims_by_test(settings, tests)
     states = {name: read_claim(core_v1, storage_v1, settings.namespace, name)
               for name in sorted({c for names in by_test.values() for c in names})}

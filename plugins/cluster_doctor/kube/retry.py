@@ -1,0 +1,230 @@
+"""Every Kubernetes API call Cluster Doctor makes, retried on transient failures (tenacity).
+
+A 429 (waiting at least its Retry-After), a 5xx other than 501, or a lost connection (reset,
+refused, timed out) is retried with exponential backoff and jitter, bounded in attempts and in total
+time, so a flaky apiserver never eats a task's execution_timeout. Anything else (403, 404, 409,
+422 ...) is the caller's at once. Each retry is logged once at WARNING with its one-line cause;
+giving up raises ``GaveUp`` (an ApiException with the last status, and a one-line message) or the
+last connection error.
+
+Callers get a ``Retrying`` proxy in place of the API object, so call sites stay as they are: every
+public method is retried. A create is not idempotent: when it is retried after an answer that may
+have taken effect (a 5xx or a lost connection, not a 429) and then refused with 409 AlreadyExists,
+the existing object is read back and returned (our own earlier attempt, most likely; the objects we
+create are named after their content).
+
+``core_v1`` builds the client the callers get from the provider's (or kubeconfig's) ApiClient, with
+urllib3's own status retries off: urllib3 would otherwise sleep on a 429/503 Retry-After itself,
+unbounded, and answer MaxRetryError instead of the status. urllib3 still re-sends an idempotent
+request at once when a pooled connection turns out dead. The provider's KubernetesPodOperator keeps
+its client and its own retries: only our guard calls in the operator go through ``wrap`` over it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import http.client
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import tenacity
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from cluster_doctor.kube.api_errors import describe
+
+log = logging.getLogger(__name__)
+
+# urllib3's connection errors and the stdlib's (RemoteDisconnected is a ConnectionResetError)
+CONNECTION_ERRORS = (urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError,
+                     urllib3.exceptions.TimeoutError, ConnectionError, http.client.IncompleteRead, TimeoutError)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 6  # tries in all, the first included
+    initial_s: float = 0.5  # first backoff; doubles per retry, plus up to as much jitter
+    max_wait_s: float = 10.0  # longest backoff (a longer Retry-After is still honoured)
+    total_s: float = 60.0  # no retry starts once the call has spent this long, waits included
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or min(self.initial_s, self.max_wait_s, self.total_s) < 0:
+            raise ValueError(f"invalid retry policy {self}: attempts >= 1 and non-negative times")
+
+
+DEFAULT_POLICY = RetryPolicy()
+# the operator's guard calls run in a pool slot, beside the provider's own wait for the pod: shorter
+GUARD_POLICY = RetryPolicy(attempts=4, max_wait_s=5.0, total_s=20.0)
+
+
+class GaveUp(ApiException):
+    """The last transient answer of a call that ran out of retries: same status, reason, body and
+    headers (so ``status`` checks still work), one line as ``str()``."""
+
+    def __init__(self, last: ApiException, message: str):
+        super().__init__(status=last.status, reason=last.reason)
+        self.body, self.headers, self.message = last.body, last.headers, message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def transient(exc: BaseException) -> bool:
+    if isinstance(exc, ApiException):
+        return exc.status == 429 or (500 <= (exc.status or 0) <= 599 and exc.status != 501)
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(exc.reason, urllib3.exceptions.SSLError):
+        return False  # a certificate problem does not go away by asking again
+    return isinstance(exc, CONNECTION_ERRORS)
+
+
+def retry_after(exc: BaseException) -> float:
+    """Seconds the server asked us to wait: the Retry-After header (seconds or an HTTP date), else
+    the Status's details.retryAfterSeconds; 0 when it says nothing."""
+    if not isinstance(exc, ApiException):
+        return 0.0
+    header = exc.headers.get("Retry-After") if exc.headers else None
+    if header:
+        try:
+            return max(0.0, float(header))
+        except ValueError:
+            try:
+                return max(0.0, email.utils.parsedate_to_datetime(header).timestamp() - time.time())
+            except (TypeError, ValueError):
+                pass
+    try:
+        details = (json.loads(exc.body).get("details") or {}) if exc.body else {}
+        return max(0.0, float(details.get("retryAfterSeconds") or 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0.0
+
+
+def _status_reason(exc: ApiException) -> str | None:
+    try:
+        return json.loads(exc.body).get("reason") if exc.body else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def _object_name(body: Any) -> str | None:
+    meta = body.get("metadata") if isinstance(body, dict) else getattr(body, "metadata", None)
+    return meta.get("name") if isinstance(meta, dict) else getattr(meta, "name", None)
+
+
+class Retrying:
+    """A Kubernetes API object (CoreV1Api, StorageV1Api ...) whose public methods retry transient
+    failures; every other attribute (``api_client``) is the wrapped object's."""
+
+    def __init__(self, api: Any, policy: RetryPolicy = DEFAULT_POLICY,
+                 sleep: Callable[[float], None] = time.sleep):
+        self._api, self._policy, self._sleep = api, policy, sleep
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self._policy
+
+    def __repr__(self) -> str:
+        return f"Retrying({self._api!r}, {self._policy})"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._api, name)
+        if name.startswith("_") or name == "api_client" or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, attr, args, kwargs)
+
+        call.__name__ = name
+        return call
+
+    def _call(self, name: str, method: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        policy = self._policy
+        maybe_applied = False  # an earlier attempt may have reached the server and taken effect
+
+        def attempt() -> Any:
+            nonlocal maybe_applied
+            try:
+                result = method(*args, **kwargs)
+                if kwargs.get("_preload_content") is False and hasattr(result, "data"):
+                    result.data  # noqa: B018 - read the body inside the retry: a reset mid-body is retried too
+                return result
+            except ApiException as exc:
+                if (exc.status == 409 and maybe_applied and name.startswith("create_")
+                        and _status_reason(exc) == "AlreadyExists"):
+                    return self._read_back(name, args, kwargs, exc)
+                if transient(exc) and exc.status != 429:  # a 429 is refused before anything happens
+                    maybe_applied = True
+                raise
+            except CONNECTION_ERRORS:
+                maybe_applied = True
+                raise
+
+        backoff = (tenacity.wait_exponential(multiplier=policy.initial_s, max=policy.max_wait_s)
+                   + tenacity.wait_random(0, policy.initial_s))
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            return max(backoff(state), retry_after(state.outcome.exception()))
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            log.warning("Kubernetes API %s failed (try %d of %d), retrying in %.1f s: %s", name,
+                        state.attempt_number, policy.attempts, state.upcoming_sleep,
+                        describe(state.outcome.exception()))
+
+        def give_up(state: tenacity.RetryCallState) -> Any:
+            exc = state.outcome.exception()
+            took = time.monotonic() - started
+            what = f"{name}: gave up after {state.attempt_number} attempt(s) in {took:.1f} s"
+            if isinstance(exc, ApiException):
+                raise GaveUp(exc, f"{describe(exc)} ({what})") from exc
+            exc.add_note(what)
+            raise exc
+
+        started = time.monotonic()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(transient),
+            stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_before_delay(policy.total_s),
+            wait=wait, sleep=self._sleep, before_sleep=before_sleep, retry_error_callback=give_up)
+        return retrying(attempt)
+
+    def _read_back(self, name: str, args: tuple, kwargs: dict, conflict: ApiException) -> Any:
+        """The object a retried create found already there (``create_namespaced_x(ns, body)`` ->
+        ``read_namespaced_x(name, ns)``); the 409 itself when it cannot be read."""
+        body = kwargs.get("body", args[-1] if args else None)
+        object_name = _object_name(body)
+        reader = getattr(self._api, "read_" + name[len("create_"):], None)
+        if not object_name or reader is None:
+            raise conflict
+        namespaced = name.startswith("create_namespaced_")
+        namespace = kwargs.get("namespace", args[0] if namespaced and len(args) > 1 else None)
+        extra = {k: v for k, v in kwargs.items() if k in ("_preload_content", "_request_timeout")}
+        try:
+            found = reader(object_name, namespace, **extra) if namespaced else reader(object_name, **extra)
+        except Exception:
+            raise conflict from None
+        log.warning("Kubernetes API %s: %s already exists after a retried create (the earlier attempt took "
+                    "effect); using it", name, object_name)
+        return found
+
+
+def wrap(api: Any, policy: RetryPolicy = DEFAULT_POLICY) -> Retrying:
+    """``api`` with its calls retried (idempotent: a Retrying is returned as is)."""
+    return api if isinstance(api, Retrying) else Retrying(api, policy)
+
+
+def sibling(core_v1: Any, api_class: Callable[[Any], Any]) -> Any:
+    """Another API group on the same client (``StorageV1Api``), retried like ``core_v1`` is."""
+    api = api_class(core_v1.api_client)
+    return Retrying(api, core_v1.retry_policy) if isinstance(core_v1, Retrying) else api
+
+
+def core_v1(api_client: Any, policy: RetryPolicy = DEFAULT_POLICY) -> Retrying:
+    """The CoreV1Api our code gets, over a client like ``api_client`` (same class and configuration)
+    whose urllib3 layer answers a 429/503 instead of sleeping on it (see the module doc)."""
+    from kubernetes import client
+
+    configuration = api_client.configuration
+    configuration.retries = urllib3.Retry(total=3, respect_retry_after_header=False)
+    return Retrying(client.CoreV1Api(type(api_client)(configuration=configuration)), policy)

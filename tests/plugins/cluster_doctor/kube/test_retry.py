@@ -1,0 +1,187 @@
+"""cluster_doctor.kube.retry: every Kubernetes API call retried on 429/5xx/lost connections, bounded,
+against the emulator answering injected faults, with the real kubernetes client."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import discovery, retry, suite_code
+from k8s_emulator import EmulatorProcess
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+NS = "cluster-doctor"
+FAST = retry.RetryPolicy(attempts=5, initial_s=0.05, max_wait_s=0.2, total_s=10.0)
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    with EmulatorProcess() as emu:
+        yield emu
+
+
+@pytest.fixture
+def emu(emulator):
+    emulator.reset()
+    emulator.core_v1().create_namespace({"metadata": {"name": NS}})
+    return emulator
+
+
+def core_v1(emu, policy=FAST) -> retry.Retrying:
+    return retry.core_v1(emu.api_client(), policy)
+
+
+def retries_logged(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == retry.__name__ and r.levelno == logging.WARNING]
+
+
+def test_discovery_survives_429_500_500_then_success(emu, caplog):
+    emu.add_gpu_node("gpu-001")
+    emu.add_gpu_node("gpu-002")
+    emu.inject_faults("/api/v1/nodes", [429, 500, 500], method="GET", retry_after=1)
+    caplog.set_level(logging.WARNING)
+    found = discovery.discover(core_v1(emu), Settings())
+    assert [n.name for n in found.free] == ["gpu-001", "gpu-002"]
+    assert found.read_mode == "watch-cache"  # retried, not refused: no fall-back to paged lists
+    assert emu.faults()[0]["hits"] == 3
+    logged = retries_logged(caplog)
+    assert len(logged) == 3 and all("\n" not in line and "list_node" in line for line in logged)
+    assert "429 Too Many Requests: storage is (re)initializing" in logged[0]
+    assert "500 Internal Server Error: Internal error occurred: etcdserver: request timed out" in logged[1]
+
+
+def test_retry_after_is_honoured(emu):
+    emu.inject_faults("/api/v1/nodes", [429], method="GET", retry_after=1)
+    started = time.monotonic()
+    core_v1(emu).list_node()
+    waited = time.monotonic() - started
+    assert waited >= 1.0, f"retried after {waited:.2f} s, the server asked for 1 s"  # backoff alone: 0.05 s
+
+
+def test_a_retry_after_beyond_the_time_bound_gives_up_at_once(emu):
+    emu.inject_faults("/api/v1/nodes", [429], method="GET", retry_after=30)
+    started = time.monotonic()
+    with pytest.raises(retry.GaveUp) as exc:
+        core_v1(emu, retry.RetryPolicy(attempts=5, initial_s=0.05, total_s=5.0)).list_node()
+    assert time.monotonic() - started < 2 and exc.value.status == 429
+    assert "gave up after 1 attempt(s)" in str(exc.value)
+
+
+def test_a_persistent_500_gives_up_after_the_bound_with_one_clear_error(emu, caplog):
+    emu.add_gpu_node("gpu-001")
+    emu.inject_faults("/api/v1/nodes", [500] * 100, method="GET")
+    policy = retry.RetryPolicy(attempts=4, initial_s=0.05, max_wait_s=0.2, total_s=5.0)
+    with pytest.raises(retry.GaveUp) as exc:
+        core_v1(emu, policy).list_node()
+    assert emu.faults()[0]["hits"] == 4  # the attempt bound
+    message = str(exc.value)
+    assert "\n" not in message and exc.value.status == 500 and isinstance(exc.value, ApiException)
+    assert message.startswith("Kubernetes API 500 Internal Server Error: Internal error occurred: etcdserver")
+    assert "list_node: gave up after 4 attempt(s) in" in message
+    # the time bound: many attempts allowed, 0.6 s in all
+    started = time.monotonic()
+    with pytest.raises(retry.GaveUp):
+        core_v1(emu, retry.RetryPolicy(attempts=100, initial_s=0.1, max_wait_s=0.1, total_s=0.6)).list_node()
+    assert time.monotonic() - started < 1.2
+    # discovery: the cached read gives up, the paged read too; one line for the run's log
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(retry.GaveUp) as exc:
+        discovery.discover(core_v1(emu, policy), Settings())
+    assert "\n" not in str(exc.value) and "gave up after 4 attempt(s)" in str(exc.value)
+
+
+@pytest.mark.parametrize("call", ["read_node", "read_namespaced_config_map"])
+def test_a_4xx_other_than_429_is_not_retried(emu, caplog, call):
+    caplog.set_level(logging.WARNING)
+    emu.reset_counters()
+    api = core_v1(emu)
+    with pytest.raises(ApiException) as exc:
+        getattr(api, call)(*(["nope"] if call == "read_node" else ["nope", NS]))
+    assert exc.value.status == 404 and not isinstance(exc.value, retry.GaveUp)
+    assert emu.counters()["total"] == 1 and retries_logged(caplog) == []
+
+
+def test_forbidden_is_not_retried(emu, caplog):
+    emu.configure(forbidden=["list nodes"])
+    emu.inject_faults("/api/v1/nodes", [503], method="GET")  # then 403 for good
+    with pytest.raises(ApiException) as exc:
+        core_v1(emu).list_node()
+    assert exc.value.status == 403 and emu.faults()[0]["hits"] == 1
+
+
+def _ship(api) -> tuple[bool, str]:
+    files = suite_code.shipped_files(suites.DEFAULT_SUITES_DIR)
+    version = suite_code.content_hash(suites.DEFAULT_SUITES_DIR)
+    name = suite_code.configmap_name(Settings(), version)
+    return suite_code.ensure_configmap(api, NS, name, files, version), name
+
+
+def test_a_create_whose_answer_was_lost_is_read_back_not_refused(emu, caplog):
+    """The first POST created the ConfigMap but its answer was lost (connection reset): the retry's
+    409 AlreadyExists means it exists, so the create succeeds."""
+    caplog.set_level(logging.WARNING)
+    emu.inject_faults(CONFIGMAPS, ["reset-after"], method="POST")
+    created, name = _ship(core_v1(emu))
+    assert created is True and emu.faults()[0]["hits"] == 1
+    assert emu.core_v1().read_namespaced_config_map(name, NS).immutable is True
+    assert any("already exists after a retried create" in line for line in retries_logged(caplog))
+    # without a lost answer a 409 stays a 409: someone else created it
+    assert _ship(core_v1(emu))[0] is False
+
+
+def test_a_create_reset_before_handling_is_sent_again(emu):
+    emu.inject_faults(CONFIGMAPS, ["reset", 503], method="POST")
+    created, name = _ship(core_v1(emu))
+    assert created is True and emu.faults()[0]["hits"] == 2
+
+
+def test_a_create_refused_with_429_then_409_is_a_conflict(emu):
+    """A 429 is refused before anything happens: a 409 after it is somebody else's object."""
+    _ship(emu.core_v1())
+    emu.inject_faults(CONFIGMAPS, [429], method="POST", retry_after=0)
+    assert _ship(core_v1(emu))[0] is False
+
+
+def test_connection_resets_beyond_urllib3s_own_resends(emu, caplog):
+    caplog.set_level(logging.WARNING)
+    emu.inject_faults("/api/v1/nodes", ["reset"] * 5, method="GET")  # urllib3 re-sends a GET 3 times itself
+    assert core_v1(emu).list_node().items == []
+    assert emu.faults()[0]["hits"] == 5
+    logged = retries_logged(caplog)
+    assert len(logged) == 1 and "Max retries exceeded" in logged[0]
+
+
+def test_other_api_groups_are_retried_like_core_v1(emu):
+    api = core_v1(emu)
+    storage = retry.sibling(api, client.StorageV1Api)
+    assert isinstance(storage, retry.Retrying) and storage.retry_policy == FAST
+    emu.inject_faults("/apis/storage.k8s.io/v1/storageclasses/fast", [503], method="GET")
+    with pytest.raises(ApiException) as exc:
+        storage.read_storage_class("fast")
+    assert exc.value.status == 404 and emu.faults()[0]["hits"] == 1  # the 503 retried, then the real answer
+    raw = emu.core_v1()
+    assert not isinstance(retry.sibling(raw, client.StorageV1Api), retry.Retrying)
+    assert retry.wrap(api) is api
+
+
+def test_classification_and_retry_after_parsing():
+    def api_exc(status, headers=None, body=None):
+        exc = ApiException(status=status, reason="x")
+        exc.headers, exc.body = headers, body
+        return exc
+
+    assert retry.transient(api_exc(429)) and retry.transient(api_exc(503)) and retry.transient(api_exc(504))
+    assert not retry.transient(api_exc(501)) and not retry.transient(api_exc(409)) and not retry.transient(api_exc(0))
+    assert retry.retry_after(api_exc(429, {"Retry-After": "3"})) == 3
+    assert retry.retry_after(api_exc(429, None, json.dumps({"details": {"retryAfterSeconds": 2}}))) == 2
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 60))
+    assert 55 <= retry.retry_after(api_exc(503, {"Retry-After": date})) <= 61
+    assert retry.retry_after(api_exc(429, {"Retry-After": "soon"}, b"not json")) == 0
+    with pytest.raises(ValueError):
+        retry.RetryPolicy(attempts=0)
