@@ -46,7 +46,7 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import RunConfig, Validation
 from cluster_doctor.domain.status import EXECUTED
-from cluster_doctor.kube import discovery, podspec
+from cluster_doctor.kube import discovery, podspec, retry
 from cluster_doctor.store.history import RetryPolicy
 
 LOG_TAIL_LINES = 200
@@ -99,7 +99,7 @@ class _PendingWatch(threading.Thread):
             now = time.monotonic()
             try:
                 if now >= next_check:
-                    holders = discovery.node_gpu_pods(self.operator.client, self.operator.node_name,
+                    holders = discovery.node_gpu_pods(self.operator.guard_client, self.operator.node_name,
                                                       s.gpu_resource, exclude_pod=self.pod.metadata.name)
                     if holders:
                         self.claimed_by = holders[0]
@@ -181,6 +181,12 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._reached_running = False
         self._recorded = False
         self._context = None
+
+    @property
+    def guard_client(self):
+        """The provider's client for our own guard calls, retried on transient failures; the provider's
+        calls (create, wait, logs, delete) keep their own retries."""
+        return retry.wrap(self.client, retry.GUARD_POLICY)
 
     # ------------------------------------------------------------------ pod request
     def build_pod_request_obj(self, context=None, *, dry_run: bool = False):
@@ -271,10 +277,10 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         if waited > self.cd_settings.max_queue_s:
             raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
                                     f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
-        holders = discovery.node_gpu_pods(self.client, self.node_name, self.cd_settings.gpu_resource)
+        holders = discovery.node_gpu_pods(self.guard_client, self.node_name, self.cd_settings.gpu_resource)
         if holders:
             raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
-        node = self.client.read_node(self.node_name)
+        node = self.guard_client.read_node(self.node_name)
         if node.spec and node.spec.unschedulable:
             raise _Ended("skipped", "the node was cordoned after planning; no pod created")
 
