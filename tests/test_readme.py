@@ -22,6 +22,22 @@ def test_every_setting_is_in_the_configuration_table():
         assert f"| `{name}` |" in table, name
 
 
+def test_the_configuration_table_is_the_one_the_settings_model_generates():
+    import settings_table
+
+    assert settings_table.current(README) == settings_table.render(), \
+        "README.md's settings table is stale: run python tools/settings_table.py"
+    assert settings_table.current(README) in README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_table_generator_sees_a_change_to_the_model(monkeypatch):
+    import settings_table
+
+    field = Settings.model_fields["staleness_days"]
+    monkeypatch.setattr(field, "description", "Something else entirely.")
+    assert settings_table.current(README) != settings_table.render()
+
+
 def test_the_makefile_has_the_documented_targets():
     makefile = (REPO / "Makefile").read_text()
     for target in ("demo", "test", "bench-store", "bench-discovery", ".venv"):
