@@ -23,10 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, TypedDict
 
 import hostlist
@@ -93,26 +92,24 @@ class Discovery:
 
 
 # ---------------------------------------------------------------------------- quantities
-_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": Decimal("0.001")}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$")
-
-
 def parse_quantity(value: Any) -> Decimal:
-    """A Kubernetes resource quantity ('8', '500m', '1Gi') as a number."""
+    """A Kubernetes resource quantity ('8', '500m', '1Gi') as a number, by the kubernetes client's own
+    parser (``kubernetes.utils.parse_quantity``); None is 0. ValueError names a value that is not one."""
     if value is None:
         return _ZERO
-    if isinstance(value, str) and value.isdigit():  # the common case for GPU counts ("8")
+    if isinstance(value, str) and value.isdigit():  # the common case for GPU counts ("8"): no parser
         return Decimal(value)
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    match = _QUANTITY.match(str(value).strip())
-    if not match:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    # Imported on first use: the kubernetes package takes over a second to import, and every caller of
+    # discovery holds a client (so has imported it) already.
+    from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
+
     try:
-        return Decimal(match.group(1)) * Decimal(_SUFFIX[match.group(2) or ""])
-    except InvalidOperation:
+        number = kubernetes_quantity(str(value).strip() if isinstance(value, (str, float)) else value)
+    except (ValueError, TypeError, ArithmeticError):
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+    if not number.is_finite():  # Decimal accepts "NaN" and "Infinity"; the apiserver never sends them
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return number
 
 
 _ZERO = Decimal(0)

@@ -1,5 +1,7 @@
 """Pure pieces of discovery: quantities, the scheduler's effective request, taints."""
 
+import subprocess
+import sys
 from decimal import Decimal
 
 import pytest
@@ -15,9 +17,22 @@ def test_quantities(text, value):
     assert parse_quantity(text) == value
 
 
-def test_bad_quantity():
-    with pytest.raises(ValueError):
-        parse_quantity("eight")
+@pytest.mark.parametrize("text, value", [("100n", Decimal("1E-7")), ("2E", 2 * 10**18), ("1Ki", 1024), (" 8 ", 8)])
+def test_quantities_the_kubernetes_parser_knows(text, value):
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["eight", "NaN", "Infinity", "1ki", "", "-"])
+def test_bad_quantity(text):
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+
+
+def test_importing_discovery_does_not_import_the_kubernetes_package():
+    """The client's quantity parser is imported on first use: importing discovery stays cheap (the
+    kubernetes package takes over a second to import; its callers hold a client, so have it loaded)."""
+    code = "import sys, cluster_doctor.kube.discovery; assert 'kubernetes' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def container(gpus=None, limit_only=False, restart=None):
