@@ -335,8 +335,8 @@ class EnvironmentSource(EnvSettingsSource):
         try:
             return json.loads(value)
         except json.JSONDecodeError as exc:
-            raise InvalidSettings(f"environment variable {ENV_PREFIX}{field_name.upper()}: not valid JSON "
-                                  f"({exc})") from None
+            raise InvalidSettings(f"environment variable {ENV_PREFIX}{field_name.upper()}: setting {field_name}: "
+                                  f"not valid JSON ({exc})") from None
 
 
 class VariableSource(PydanticBaseSettingsSource):

@@ -36,6 +36,26 @@ def test_a_planned_pair_that_never_reported_still_gets_a_row(store):
     assert len(store.history("gpu-002")) == 1 and len(store.history("gpu-001")) == 1
 
 
+def test_a_run_started_before_the_upgrade_still_records_and_summarizes(store):
+    """The XComs of a run started by the release before typed payloads: version-less dicts and lists,
+    read as the DAG reads them (from_xcom), recorded and summarized by this release's task bodies."""
+    from cluster_doctor.domain.payloads import Recorded
+
+    old_discovered = {"settings": {**Settings().to_dict(), "a_setting_since_removed": 1},
+                      "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
+                                 "dry_run": False},
+                      "started_at": NOW.isoformat(), "free": [{"name": "gpu-001", "gpu_count": 8, "gpu_model": None}],
+                      "ineligible": [], "api_calls": 2, "nodes_seen": 1, "pods_seen": 0}  # before volumes existed
+    found = Discovered.from_xcom(old_discovered)
+    recorded = tasks.record(planned(("gpu-001", "gpu_health")), [attempt("gpu-001", "pass")], store,
+                            dag_id="continuous_validation", run_id="r1", now=NOW, settings=found.settings)
+    old_recorded = [a.to_dict() for a in recorded.attempts]  # record's XCom was the bare list
+    summary = tasks.summarize(found, planned(("gpu-001", "gpu_health")), Recorded.from_xcom(old_recorded), store,
+                              now=NOW)
+    assert summary.counts["pass"] == 1 and summary.blocked is None and report.verdict(summary) is None
+    assert [(r["node_name"], r["status"]) for r in store.latest()] == [("gpu-001", "pass")]
+
+
 def test_a_dry_run_records_nothing(store):
     assert tasks.record(planned(("gpu-001", "gpu_health"), dry_run=True), [], store, dag_id="d", run_id="r",
                         now=NOW).attempts == []

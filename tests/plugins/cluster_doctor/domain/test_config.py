@@ -119,3 +119,54 @@ def test_run_time_settings_that_parsing_fixed_are_refused_with_the_variable_to_f
 def test_the_task_timeout_and_the_pod_deadline_come_from_the_same_numbers():
     s = Settings(pending_timeout_s=100, suite_timeouts_s={"gpu_health": 50}, task_margin_s=7)
     assert s.pod_deadline_s("gpu_health") == 150 and s.task_timeout_s("gpu_health") == 157
+
+
+# ------------------------------------------------------------------ the model and its sources
+def test_the_constructor_reads_nothing_but_its_arguments_and_load_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("CLUSTER_DOCTOR_STALENESS_DAYS", "3")
+    assert Settings().staleness_days == 7.0  # payloads read back from XCom must not pick up a worker's env
+    assert Settings.load().staleness_days == 3.0
+
+
+def test_settings_are_immutable_and_replace_validates():
+    s = Settings()
+    with pytest.raises(ValueError, match="frozen"):
+        s.staleness_days = 1
+    assert s.replace(staleness_days=2).staleness_days == 2 and s.staleness_days == 7
+    with pytest.raises(InvalidSettings, match="setting staleness_days"):
+        s.replace(staleness_days=0)
+    with pytest.raises(InvalidSettings, match="unknown setting stalenes_days"):
+        Settings(stalenes_days=1)
+
+
+def test_every_bad_value_is_named_on_one_line_with_where_it_came_from():
+    with pytest.raises(InvalidSettings) as raised:
+        Settings.load(env={"CLUSTER_DOCTOR_MAX_QUEUE_S": "-5"},
+                      variable={"staleness_days": True, "suite_timeouts_s": {"dl_unit": "long"}})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "environment variable CLUSTER_DOCTOR_MAX_QUEUE_S: setting max_queue_s: Input should be greater than 0" \
+        in message
+    assert "Airflow Variable cluster_doctor_settings: setting staleness_days: must be a number, not true/false" \
+        in message
+    assert "setting suite_timeouts_s.dl_unit: Input should be a valid integer" in message
+    with pytest.raises(InvalidSettings, match=r"environment variable CLUSTER_DOCTOR_POD_ENV: setting pod_env: not valid JSON"):
+        Settings.load(env={"CLUSTER_DOCTOR_POD_ENV": "{NCCL_IB_HCA: mlx5}"})
+
+
+def test_a_dict_from_the_variable_replaces_the_environments_whole():
+    env = {"CLUSTER_DOCTOR_SUITE_TIMEOUTS_S": '{"gpu_health": 100, "dl_unit": 200}'}
+    assert Settings.load(env=env).suite_timeouts_s == {"gpu_health": 100, "dl_unit": 200}
+    assert Settings.load(env=env, variable={"suite_timeouts_s": {"dl_unit": 300}}).suite_timeouts_s == {"dl_unit": 300}
+
+
+def test_documentation_and_where_each_setting_may_be_set_come_from_the_model():
+    from cluster_doctor.domain.config import DEPLOYMENT_ONLY, PARSE_TIME
+
+    assert DEPLOYMENT_ONLY == {"pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env",
+                               "pod_resources", "priority_class", "allowed_images"}
+    assert PARSE_TIME == ("pool", "dagrun_timeout_s")
+    docs = {name: (default, doc) for name, default, doc in Settings.docs()}
+    assert docs["tests"][0] == ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
+    assert docs["tests"][0] is not Settings().tests  # defaults are copies, never shared
+    assert list(docs) == Settings.field_names() == list(Settings().to_dict())
