@@ -58,9 +58,9 @@ def test_summary_agrees_with_the_run_report_definition(fq, small_db):
     nodes = sorted({r["node_name"] for r in latest})
     expected = report.coverage(latest, nodes, seed.TESTS, seed.NOW, WEEK)
     s = fq.summary()
-    assert (s["gpu_nodes"], s["covered_nodes"]) == (expected["gpu_nodes"], expected["covered_nodes"])
-    assert s["never_validated_nodes"] == len(expected["never_validated"])
-    assert s["failing_nodes"] == len(expected["failing_nodes"])
+    assert (s["gpu_nodes"], s["covered_nodes"]) == (expected.gpu_nodes, expected.covered_nodes)
+    assert s["never_validated_nodes"] == len(expected.never_validated)
+    assert s["failing_nodes"] == len(expected.failing_nodes)
 
 
 def test_gpu_hours_count_only_the_window_and_attempts_that_held_gpus(db_dsn, store):
