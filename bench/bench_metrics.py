@@ -6,9 +6,10 @@ window), then scrapes the standalone exporter's WSGI app in a fresh process per 
 
 * current: this checkout, with the family cache off (every scrape queries: Prometheus scrapes less
   often than the cache lives, so a miss is the honest figure); a second line gives the cached scrape;
-* previous: ``plugins/cluster_doctor`` of git ref ``--previous`` (default: the last commit before the
-  fast writer and the shared coverage module), extracted with ``git archive`` and imported instead of
-  this checkout (its migrations must match the seeded schema).
+* previous: ``plugins/cluster_doctor`` of git ref ``--previous`` (default: the last commit with the
+  hand-written text writer, before the exposition went through prometheus_client's WSGI app),
+  extracted with ``git archive`` and imported instead of this checkout (its migrations must match
+  the seeded schema).
 
 Each line reads ``scrape_ms=<p50> bytes=<n> gzip_bytes=<n> series=<n> nodes=<n>``; the last line is
 the current implementation's.
@@ -30,7 +31,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
-PREVIOUS = "07170ca"  # the last commit with the previous metrics implementation
+PREVIOUS = "ad0ef8e"  # the last commit with the hand-written text writer (FastGauge, _fast_text)
 
 OLDER_HISTORY = """
 INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, duration_s, metrics,
@@ -76,8 +77,8 @@ def worker(dsn: dict, runs: int, cache: bool) -> dict:
 
     def scrape(encoding: str) -> bytes:
         out = {}
-        body = b"".join(app({"PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": encoding},
-                            lambda status, headers: out.update(status=status)))
+        body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": encoding},
+                            lambda status, headers, exc_info=None: out.update(status=status)))
         assert out["status"].startswith("200"), out
         return body
 
@@ -133,7 +134,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--previous", default=PREVIOUS, help=f"git ref of the implementation to compare with "
-                        f"(default {PREVIOUS}: the metrics before the fast writer and the shared coverage module)")
+                        f"(default {PREVIOUS}: the hand-written text writer)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--cache", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -1,16 +1,18 @@
 """``cluster-doctor metrics``: the standalone Prometheus exporter of the results database (plain
-HTTP, ``/metrics``), for deployments that scrape outside the Airflow api-server."""
+HTTP, ``/metrics``), for deployments that scrape outside the Airflow api-server: prometheus_client's
+WSGI app on its threading server, behind the optional scrape token (``reports.metrics.exporter_app``)."""
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
 import logging
-import socketserver
 import sys
 from collections.abc import Sequence
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from cluster_doctor.cli import connection
 from cluster_doctor.domain.config import InvalidSettings, Settings
@@ -30,10 +32,6 @@ from cluster_doctor.reports.metrics import (
 from cluster_doctor.store import database
 
 log = logging.getLogger(__name__)
-
-
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -89,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(body.decode())
         return 0 if f"\n{PREFIX}_up 1.0\n" in "\n" + body.decode() else 1
     try:
-        server = make_server(args.host, args.port, exporter_app(registry), server_class=_ThreadingWSGIServer,
+        server = make_server(args.host, args.port, exporter_app(registry), server_class=ThreadingWSGIServer,
                              handler_class=_QuietHandler)
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)

@@ -5,17 +5,20 @@ so any number of api-server workers or exporters report the same figures). When 
 cannot be reached the scrape still succeeds with ``cluster_doctor_up 0`` and a one-line warning in
 the log, so Prometheus alerting sees the outage instead of a scrape error.
 
-Served two ways:
-- ``/cluster-doctor/metrics`` of the Airflow plugin (see ``cluster_doctor.web.app`` for its auth), and
-- a standalone exporter: ``python -m cluster_doctor.reports.metrics --port 9108 [--db-url URL]``.
+Exposition is prometheus_client's: its WSGI app (``make_wsgi_app``: content negotiation with
+OpenMetrics, gzip, ``name[]`` filtering) serves both
+- ``/cluster-doctor/metrics`` of the Airflow plugin, behind Airflow's own login (``cluster_doctor.web.app``),
+  called from a worker thread (the library's ASGI app would collect on the api-server's event loop), and
+- the standalone exporter ``cluster-doctor metrics`` (``cluster_doctor.cli.metrics_exporter``), wrapped
+  by ``exporter_app`` for its optional bearer token.
 
 Families and their labels are documented in docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
-import gzip
 import hmac
 import logging
 import math
@@ -26,11 +29,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
 from cluster_doctor.domain import numbers, suites
 from cluster_doctor.domain.config import Settings
@@ -61,79 +63,6 @@ def key_metric_name(key: str) -> str:
     if name in _RESERVED or name.startswith(("fleet_", "validation_")) or name[0].isdigit():
         name = f"suite_{name}"  # never shadow a fixed family
     return f"{PREFIX}_{name}"
-
-
-def _label_value(value: str) -> str:
-    if "\\" in value or '"' in value or "\n" in value:
-        value = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return value
-
-
-def _value(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value in (math.inf, -math.inf):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-class FastGauge(GaugeMetricFamily):
-    """A gauge that keeps each sample's rendered label set: ``render`` writes 90,000 series in one
-    pass instead of escaping every label of every sample again. ``samples`` is still the regular
-    list (built on demand) for any other consumer of the registry."""
-
-    def __init__(self, name: str, documentation: str, labels: Sequence[str]):
-        super().__init__(name, documentation, labels=labels)
-        self.rows: list[tuple[str, tuple[str, ...], float]] = []
-
-    @property
-    def samples(self) -> list[Sample]:  # type: ignore[override]
-        names = self._labelnames
-        return [Sample(self.name, dict(zip(names, values, strict=True)), value, None, None)
-                for _, values, value in self.rows]
-
-    @samples.setter
-    def samples(self, _value: Any) -> None:  # the base class initialises it; rows are the storage
-        pass
-
-    def add(self, rendered: str, values: tuple[str, ...], value: float) -> None:
-        """``rendered``: the label set as written between braces, from ``labels()``."""
-        self.rows.append((rendered, values, value))
-
-    def add_metric(self, labels: Sequence[str], value: float, timestamp: Any = None) -> None:
-        values = tuple(labels)
-        self.add(labels_text(self._labelnames, values), values, value)
-
-
-def labels_text(names: Sequence[str], values: Sequence[str]) -> str:
-    return ",".join(f'{n}="{_label_value(v)}"' for n, v in zip(names, values, strict=True))
-
-
-def _fast_text(registry: CollectorRegistry, openmetrics: bool) -> bytes | None:
-    """Prometheus text 0.0.4 or OpenMetrics 1.0 of gauges and counters; None when a family of
-    another type shows up (the library's encoder then writes it)."""
-    out: list[str] = []
-    for metric in registry.collect():
-        if metric.type not in ("gauge", "counter"):
-            return None
-        name = metric.name
-        shown = f"{name}_total" if metric.type == "counter" and not openmetrics else name
-        doc = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        if openmetrics:
-            doc = doc.replace('"', '\\"')
-        out.append(f"# HELP {shown} {doc}\n# TYPE {shown} {metric.type}\n")
-        if isinstance(metric, FastGauge):
-            out.append("".join([f"{name}{{{rendered}}} {_value(value)}\n" for rendered, _, value in metric.rows]))
-            continue
-        for sample in metric.samples:
-            if sample.name.endswith("_created"):
-                continue
-            labels = labels_text(list(sample.labels), list(sample.labels.values()))
-            out.append(f"{sample.name}{{{labels}}} {_value(sample.value)}\n" if labels
-                       else f"{sample.name} {_value(sample.value)}\n")
-    if openmetrics:
-        out.append("# EOF\n")
-    return "".join(out).encode()
 
 
 def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]],
@@ -171,56 +100,67 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
     gauge("fleet_validation_gpu_hours_7d", "GPU-hours spent by validation pods in the last 7 days "
           "(duration x GPU count of pass/fail/error/preempted attempts).", summary["gpu_hours_7d"])
 
-    labels = ["node", "test"]
-    status = FastGauge(
-        f"{PREFIX}_validation_status",
-        "Always 1; the status label is the pair's latest executed status (pass, fail, error), or never "
-        "when the suite has not executed on the node yet.", [*labels, "status"])
-    since_ts = FastGauge(
-        f"{PREFIX}_validation_status_since_timestamp_seconds",
-        "Unix time the pair's current executed status started (first attempt of the streak); only for "
-        "pairs whose status is fail or error.", labels)
-    staleness = FastGauge(
-        f"{PREFIX}_validation_staleness_seconds",
-        "Seconds since the latest executed attempt of the pair finished; +Inf when never executed.", labels)
-    info = FastGauge(f"{PREFIX}_node_info", "Always 1; the node's GPU model (for joins).", ["node", "gpu_model"])
-
-    # One family per key figure named in the suite catalog, shared by the suites that report it.
-    key_tests: dict[str, list[str]] = {}
-    for test in tests:
-        suite = suites.CATALOG.get(test)
-        for key in (suite.key_metrics if suite else ()):
-            key_tests.setdefault(key, []).append(test)
-    figures = {
-        key: FastGauge(
-            key_metric_name(key),
-            f"Key figure {key} of the node's latest executed {'/'.join(ts)} result (join cluster_doctor_node_info "
-            "on node for the GPU model).", ["node", "test"])
-        for key, ts in key_tests.items()
-    }
+    status, since_ts, staleness, info = _pair_families()
+    key_tests = _key_tests(tests)
+    figures = {key: _figure_family(key, ts) for key, ts in key_tests.items()}
 
     node_models: dict[str, str] = {}
     for pair in pairs:
         node, test = pair["node_name"], pair["test_name"]
         state = pair["status"] if pair["status"] in STATES else "never"
-        rendered = f'node="{_label_value(node)}",test="{_label_value(test)}"'
         # Only the current state is exposed (not a 0/1 row per state): a quarter of the series at
         # 5,000 nodes, and `== 1` / `count by (status)` alerting works the same.
-        status.add(f'{rendered},status="{state}"', (node, test, state), 1.0)
+        status.add_metric([node, test, state], 1.0)
         if state in FAILING and pair.get("since_ts") is not None:
-            since_ts.add(rendered, (node, test), pair["since_ts"])
-        staleness.add(rendered, (node, test), math.inf if pair["age_s"] is None else pair["age_s"])
+            since_ts.add_metric([node, test], pair["since_ts"])
+        staleness.add_metric([node, test], math.inf if pair["age_s"] is None else pair["age_s"])
         if not node_models.get(node):
             node_models[node] = pair.get("gpu_model") or ""
         if state != "never":
             for key, value in (pair.get("metrics") or {}).items():
                 family = figures.get(key)
                 if family is not None and test in key_tests[key]:
-                    family.add(rendered, (node, test), value)
+                    family.add_metric([node, test], value)
     for node, model in node_models.items():
         info.add_metric([node, model], 1.0)
     out += [status, since_ts, staleness, info, *figures.values()]
     return out
+
+
+def _pair_families() -> tuple[GaugeMetricFamily, ...]:
+    labels = ["node", "test"]
+    return (
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_status",
+            "Always 1; the status label is the pair's latest executed status (pass, fail, error), or never "
+            "when the suite has not executed on the node yet.", labels=[*labels, "status"]),
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_status_since_timestamp_seconds",
+            "Unix time the pair's current executed status started (first attempt of the streak); only for "
+            "pairs whose status is fail or error.", labels=labels),
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_staleness_seconds",
+            "Seconds since the latest executed attempt of the pair finished; +Inf when never executed.", labels=labels),
+        GaugeMetricFamily(f"{PREFIX}_node_info", "Always 1; the node's GPU model (for joins).",
+                          labels=["node", "gpu_model"]),
+    )
+
+
+def _key_tests(tests: Iterable[str]) -> dict[str, list[str]]:
+    """Key figure -> the tests that report it (one family per key figure of the suite catalog)."""
+    key_tests: dict[str, list[str]] = {}
+    for test in tests:
+        suite = suites.CATALOG.get(test)
+        for key in (suite.key_metrics if suite else ()):
+            key_tests.setdefault(key, []).append(test)
+    return key_tests
+
+
+def _figure_family(key: str, tests: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        key_metric_name(key),
+        f"Key figure {key} of the node's latest executed {'/'.join(tests)} result (join cluster_doctor_node_info "
+        "on node for the GPU model).", labels=["node", "test"])
 
 
 def skipped_family() -> Metric:
@@ -255,8 +195,10 @@ class ClusterDoctorCollector(Collector):
         self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
-        # Nothing up front: registering must not query the database (families depend on the catalog).
-        return []
+        """Every family a scrape may hold, without samples, from the code alone (registering must not
+        query the database): the registry learns the names, so the library's ``name[]`` filter works."""
+        yield from build_families(collections.defaultdict(lambda: None), [], list(suites.CATALOG))
+        yield from _self_families(0.0, 0.0)
 
     def _families(self) -> list[Metric]:
         settings = self.settings_provider()
@@ -282,14 +224,15 @@ class ClusterDoctorCollector(Collector):
             log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             families, up = [], 0.0
         yield from families
-        g = GaugeMetricFamily(f"{PREFIX}_up", "1 when the results database answered this scrape, else 0.")
-        g.add_metric([], up)
-        yield g
-        yield skipped_family()
-        d = GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds",
-                              "Time this scrape spent querying and building.")
-        d.add_metric([], time.perf_counter() - started)
-        yield d
+        yield from _self_families(up, time.perf_counter() - started)
+
+
+def _self_families(up: float, duration_s: float) -> list[Metric]:
+    g = GaugeMetricFamily(f"{PREFIX}_up", "1 when the results database answered this scrape, else 0.")
+    g.add_metric([], up)
+    d = GaugeMetricFamily(f"{PREFIX}_scrape_duration_seconds", "Time this scrape spent querying and building.")
+    d.add_metric([], duration_s)
+    return [g, skipped_family(), d]
 
 
 def make_registry(collector: Collector) -> CollectorRegistry:
@@ -299,26 +242,40 @@ def make_registry(collector: Collector) -> CollectorRegistry:
 
 
 def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
-    """(body, content type) in the format the scraper asked for (Prometheus text or OpenMetrics)."""
+    """(body, content type) of one scrape in the format ``accept`` asks for (Prometheus text, or
+    OpenMetrics), by the library's encoder."""
     encoder, content_type = choose_encoder(accept or "")
-    body = _fast_text(registry, content_type.startswith("application/openmetrics-text"))
-    return (encoder(registry) if body is None else body), content_type
+    return encoder(registry), content_type
 
 
-def wants_gzip(accept_encoding: str | None) -> bool:
-    return any(part.split(";")[0].strip().lower() == "gzip" for part in (accept_encoding or "").split(","))
+def metrics_app(registry: CollectorRegistry):
+    """prometheus_client's WSGI app over ``registry`` (any path; gzip when accepted, OpenMetrics when
+    asked, ``name[]`` filter), its answers marked as varying with the format and encoding asked for."""
+    library = make_wsgi_app(registry)
+
+    def app(environ, start_response):
+        def start(status, headers, exc_info=None):
+            headers = [*headers, ("Vary", "Accept, Accept-Encoding")]
+            return start_response(status, headers) if exc_info is None else start_response(status, headers, exc_info)
+
+        return library(environ, start)
+
+    return app
 
 
-def encode(registry: CollectorRegistry, accept: str | None, accept_encoding: str | None
-           ) -> tuple[bytes, dict[str, str]]:
-    """(body, headers) of a scrape: the format asked for, gzip-compressed when the client accepts it
-    (Prometheus does by default; ~10x smaller at 5,000 nodes)."""
-    body, content_type = render(registry, accept)
-    headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
-    if wants_gzip(accept_encoding):
-        body = gzip.compress(body, compresslevel=5)
-        headers["Content-Encoding"] = "gzip"
-    return body, headers
+def wsgi_get(app, *, accept: str | None = None, accept_encoding: str | None = None,
+             query: str = "") -> tuple[int, list[tuple[str, str]], bytes]:
+    """(status, headers, body) of a GET /metrics answered by the WSGI ``app``, for a server that is not
+    WSGI: the plugin's FastAPI route, which runs it in a worker thread."""
+    answer: dict[str, Any] = {}
+
+    def start_response(status, headers, exc_info=None):
+        answer.update(status=int(status.split(" ", 1)[0]), headers=list(headers))
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": query or "",
+               "HTTP_ACCEPT": accept or "", "HTTP_ACCEPT_ENCODING": accept_encoding or ""}
+    body = b"".join(app(environ, start_response))
+    return answer["status"], answer["headers"], body
 
 
 # ---------------------------------------------------------------------------------------- auth
@@ -350,20 +307,19 @@ def token_matches(authorization: str | None, token: str | None) -> bool:
 
 # ---------------------------------------------------------------------------------------- exporter
 def exporter_app(registry: CollectorRegistry, token: Callable[[], str | None] = configured_token):
-    """WSGI app: GET /metrics (bearer token checked when one is configured), / a pointer to it."""
+    """The standalone exporter's WSGI app: /metrics is the library's app behind the bearer token (when
+    one is configured), / a pointer to it, anything else 404."""
+    scrape = metrics_app(registry)
 
     def app(environ, start_response):
-        path = environ.get("PATH_INFO", "/")
+        path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
             expected = token()
             if expected and not token_matches(environ.get("HTTP_AUTHORIZATION"), expected):
                 start_response("401 Unauthorized", [("Content-Type", "text/plain"),
                                                     ("WWW-Authenticate", 'Bearer realm="cluster-doctor"')])
                 return [b"bearer token required\n"]
-            body, extra = encode(registry, environ.get("HTTP_ACCEPT"), environ.get("HTTP_ACCEPT_ENCODING"))
-            headers = [*extra.items(), ("Content-Length", str(len(body)))]
-            start_response("200 OK", headers)
-            return [body]
+            return scrape(environ, start_response)
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [b'<html><body><a href="metrics">Cluster Doctor metrics</a></body></html>\n']

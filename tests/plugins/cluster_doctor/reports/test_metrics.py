@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import logging
 import math
 
@@ -10,9 +11,7 @@ import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.reports import metrics
 from cluster_doctor.store.history import ResultStore
-from cluster_doctor.web import app as webapp
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
+from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -142,46 +141,47 @@ def test_key_metric_names_are_sanitized_and_never_shadow_fixed_families():
     assert metrics.key_metric_name("2x") == "cluster_doctor_suite_2x"
 
 
-# ---------------------------------------------------------------------------------------- plugin route
-def plugin_client(dsn: dict) -> TestClient:
-    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=Settings, clock=lambda: seed.NOW)
-    root = FastAPI()
-    root.mount(webapp.MOUNT_PREFIX, sub)
-    return TestClient(root)
+# ---------------------------------------------------------------------------------------- exporter app
+def call(app, path="/metrics", **headers) -> tuple[str, dict, bytes]:
+    out = {}
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": headers.pop("query", ""),
+               **{f"HTTP_{k.upper()}": v for k, v in headers.items()}}
+    body = b"".join(app(environ, lambda status, hdrs, exc_info=None: out.update(status=status, headers=dict(hdrs))))
+    return out["status"], out["headers"], body
 
 
-def test_plugin_route_with_scrape_token(small_db, monkeypatch):
-    monkeypatch.setenv(metrics.TOKEN_ENV, "scrape-secret-123")
-    c = plugin_client(small_db)
-    r = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer scrape-secret-123"})
-    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
-    assert value(samples(r.text), "cluster_doctor_fleet_failing_nodes") == 2
+def exporter(dsn: dict, token=lambda: None):
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: dsn, Settings, clock=lambda: seed.NOW))
+    return metrics.exporter_app(registry, token=token)
 
 
-def test_plugin_route_token_from_file(small_db, monkeypatch, tmp_path):
+def test_exporter_app_serves_the_library_app_behind_the_scrape_token(small_db):
+    app = exporter(small_db, token=lambda: "scrape-secret-123")
+    status, headers, _ = call(app)
+    assert status.startswith("401") and headers["WWW-Authenticate"].startswith("Bearer")
+    assert call(app, authorization="Bearer scrape-secret-124")[0].startswith("401")
+    status, headers, body = call(app, authorization="Bearer scrape-secret-123", accept_encoding="gzip")
+    assert status.startswith("200") and headers["Content-Encoding"] == "gzip"
+    assert headers["Vary"] == "Accept, Accept-Encoding"
+    assert value(samples(gzip.decompress(body).decode()), "cluster_doctor_fleet_failing_nodes") == 2
+    assert call(app, "/")[0].startswith("200") and call(app, "/nope")[0].startswith("404")
+
+
+def test_token_from_a_file_is_read_on_every_request(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("from-a-file\n")
-    monkeypatch.delenv(metrics.TOKEN_ENV, raising=False)
-    monkeypatch.setenv(metrics.TOKEN_FILE_ENV, str(token_file))
-    r = plugin_client(small_db).get("/cluster-doctor/metrics", headers={"Authorization": "Bearer from-a-file"})
-    assert r.status_code == 200
+    env = {metrics.TOKEN_FILE_ENV: str(token_file)}
+    assert metrics.configured_token(env) == "from-a-file"
+    token_file.write_text("rotated\n")  # a rotated Kubernetes Secret applies without a restart
+    assert metrics.configured_token(env) == "rotated"
+    assert metrics.configured_token({metrics.TOKEN_FILE_ENV: str(tmp_path / "missing")}) is None
 
 
-def test_plugin_route_refuses_wrong_or_missing_token(small_db, monkeypatch):
-    """A wrong token falls through to Airflow's JWT check, which refuses it; no token at all is 401."""
-    monkeypatch.setenv(metrics.TOKEN_ENV, "scrape-secret-123")
-    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "cluster-doctor-unit-tests-" + "0" * 64)
-    from airflow.api_fastapi import app as airflow_app
-    from airflow.api_fastapi.auth.managers.base_auth_manager import BaseAuthManager
-    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
-
-    BaseAuthManager._get_token_validator.__func__.cache_clear()
-    monkeypatch.setattr(airflow_app._AuthManagerState, "instance", SimpleAuthManager())
-    c = plugin_client(small_db)
-    assert c.get("/cluster-doctor/metrics").status_code == 401
-    wrong = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer scrape-secret-124"})
-    assert wrong.status_code == 403 and "cluster_doctor_" not in wrong.text
-    BaseAuthManager._get_token_validator.__func__.cache_clear()
+def test_the_library_filters_families_by_name(small_db):
+    """name[] (prometheus_client's filter) works: the collector describes its families up front."""
+    status, _, body = call(exporter(small_db), query="name[]=cluster_doctor_up&name[]=cluster_doctor_node_info")
+    assert status.startswith("200")
+    assert names(samples(body.decode())) == {"cluster_doctor_up", "cluster_doctor_node_info"}
 
 
 def test_token_comparison():
@@ -191,7 +191,6 @@ def test_token_comparison():
     assert metrics.configured_token({}) is None and metrics.configured_token({metrics.TOKEN_ENV: " t "}) == "t"
 
 
-# ---------------------------------------------------------------------------------------- exporter
 # ---------------------------------------------------------------------------------------- docs
 def test_documented_config_and_rules_parse_and_name_real_families(small_db):
     """docs/metrics.md: its YAML parses, and every family it names exists in a real scrape."""
@@ -291,27 +290,8 @@ def test_families_are_cached_for_the_ttl(small_db):
     assert value(samples(metrics.render(registry)[0].decode()), "cluster_doctor_up") == 1
 
 
-def test_fast_writer_matches_the_library_encoder(small_db):
-    """The one-pass writer and prometheus_client's encoders describe the same series."""
-    from prometheus_client.exposition import generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-
-    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: small_db, Settings, clock=lambda: seed.NOW))
-    ours = {k: v for k, v in samples(metrics.render(registry)[0].decode()).items()
-            if k[0] != "cluster_doctor_scrape_duration_seconds"}
-    theirs = {k: v for k, v in samples(generate_latest(registry).decode()).items()
-              if k[0] != "cluster_doctor_scrape_duration_seconds"}
-    assert ours.keys() == theirs.keys() and len(ours) > 100
-    assert all(ours[k] == theirs[k] or (math.isnan(ours[k]) and math.isnan(theirs[k])) for k in ours)
-    om, _ = metrics.render(registry, "application/openmetrics-text; version=1.0.0")
-    ours_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(om.decode()) for s in f.samples}
-    theirs_om = {(s.name, frozenset(s.labels.items())) for f in parse_openmetrics(generate_openmetrics(registry).decode())
-                 for s in f.samples}
-    assert ours_om == theirs_om
-
-
 def test_label_values_are_escaped():
-    fam = metrics.FastGauge("cluster_doctor_node_info", "x", ["node", "gpu_model"])
+    fam = GaugeMetricFamily("cluster_doctor_node_info", "x", labels=["node", "gpu_model"])
     fam.add_metric(["gpu-1", 'H100 "SXM"\\\nx'], 1.0)
     registry = metrics.make_registry(type("C", (), {"collect": lambda self: [fam]})())
     parsed = list(text_string_to_metric_families(metrics.render(registry)[0].decode()))

@@ -352,13 +352,38 @@ def test_coverage_slo_and_chart(client):
     assert svg.count("<circle") == 30 and "<script" not in svg and "href" not in svg
 
 
-def test_metrics_route_gzip(small_db, monkeypatch):
+def test_metrics_route_is_the_library_app_gzip_and_openmetrics(small_db):
     import gzip
 
-    monkeypatch.setenv("CLUSTER_DOCTOR_METRICS_TOKEN", "t0ken")
-    c = make_client(small_db, authenticated=False)
-    r = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "gzip"})
+    c = make_client(small_db)
+    r = c.get("/cluster-doctor/metrics", headers={"Accept-Encoding": "gzip"})
     assert r.status_code == 200 and r.headers["content-encoding"] == "gzip"
+    assert r.headers["cache-control"] == "no-store" and r.headers["vary"] == "Accept, Accept-Encoding"
     assert b"cluster_doctor_up 1.0" in r.content  # the client decoded the gzip body
-    raw = c.get("/cluster-doctor/metrics", headers={"Authorization": "Bearer t0ken", "Accept-Encoding": "identity"})
+    raw = c.get("/cluster-doctor/metrics", headers={"Accept-Encoding": "identity"})
     assert "content-encoding" not in raw.headers and gzip.compress(raw.content)
+    om = c.get("/cluster-doctor/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert om.headers["content-type"].startswith("application/openmetrics-text") and om.text.endswith("# EOF\n")
+    only = c.get("/cluster-doctor/metrics?name[]=cluster_doctor_fleet_failing_nodes")
+    assert only.text.count("\ncluster_doctor_") == 1 and "cluster_doctor_fleet_failing_nodes 2.0" in only.text
+
+
+def test_metrics_route_takes_the_airflow_jwt_and_no_private_token(small_db, airflow_auth, monkeypatch):
+    """Prometheus sends Airflow's own JWT (from POST /auth/token) as a bearer token; the standalone
+    exporter's scrape token means nothing here, even when set on the api-server."""
+    monkeypatch.setenv("CLUSTER_DOCTOR_METRICS_TOKEN", "scrape-secret-123")
+    _, token = airflow_auth
+    c = make_client(small_db, authenticated=False)
+    r = c.get("/cluster-doctor/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 200 and "cluster_doctor_fleet_failing_nodes 2.0" in r.text
+    for headers, status in (({}, 401), ({"Authorization": "Bearer scrape-secret-123"}, 403)):
+        refused = c.get("/cluster-doctor/metrics", headers=headers)
+        assert refused.status_code == status and "cluster_doctor_" not in refused.text
+
+
+def test_metrics_route_asks_the_auth_manager(small_db, airflow_auth, monkeypatch):
+    manager, token = airflow_auth
+    monkeypatch.setattr(manager, "is_authorized_dag", lambda **kwargs: False)
+    r = make_client(small_db, authenticated=False).get("/cluster-doctor/metrics",
+                                                       headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 403 and "cluster_doctor_" not in r.text
