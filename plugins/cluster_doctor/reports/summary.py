@@ -110,7 +110,7 @@ def render(summary: RunSummary) -> str:
     lines = [f"Run summary: {summary.gpu_nodes} GPU node(s), {summary.free_nodes} free, "
              f"{summary.planned} pair(s) planned" + (" (dry run)" if summary.dry_run else "")]
     counts = summary.counts
-    lines.append("attempts: " + ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s)) or "none")
+    lines.append("attempts: " + (", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s)) or "none"))
     if summary.attempts:
         lines.append(table([[a.node_name, a.test_name, a.status, a.reason or ""]
                             for a in summary.attempts], ["NODE", "TEST", "STATUS", "REASON"], max_width=100))

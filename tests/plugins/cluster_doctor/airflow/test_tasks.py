@@ -133,6 +133,7 @@ def test_prioritize_leaves_a_node_another_run_holds_and_plans_the_next_one(store
     assert summary.to_xcom()["deferred"] == [{"node_name": "gpu-001", "test_name": "gpu_health",
                                                "run_id": "backfill__1"}]
     assert "deferred: 1 pair(s), their node held by another live run: gpu-001" in report.render(summary)
+    assert "attempts: none" in report.render(summary)  # nothing recorded: said, not a bare "attempts: "
 
 
 def test_prioritize_of_a_second_run_takes_what_the_first_left(store):
