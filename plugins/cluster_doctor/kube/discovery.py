@@ -13,7 +13,8 @@ cache in one response instead of paging through etcd (at 150,000 pods, seconds i
 Only the fields discovery uses are decoded, by msgspec into plain dicts, skipping the rest of each
 object (most of a pod's JSON) without building it; the client's model deserializer is never used.
 When the server refuses that read (an error, or it pages anyway), discovery falls back to paginated
-consistent lists (limit/continue). The results are exact for the state the list returns; a watch
+consistent lists (limit/continue). The client it is given retries transient failures (kube/retry):
+a watch cache answering 429 while it initializes is waited for, then a refusal that lasts falls back. The results are exact for the state the list returns; a watch
 cache can lag etcd by a moment, which is safe here because the operator re-checks the chosen node
 with a consistent read right before it creates a pod, and again while its pod is Pending.
 """
