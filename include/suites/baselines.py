@@ -1,4 +1,6 @@
-"""Load baselines.yaml and turn it into expectations for one node (model, GPU count)."""
+"""Load baselines.yaml and turn it into expectations for one node: the floors of its GPU model
+(scaled by the GPU count) and the counts it must show (Expectations: GPUs, HCAs, NVLinks per GPU,
+PCIe generation and width), per model with sources, overridable per node pool."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .common import SuiteError
+from .harness.checks import SuiteError
 
 SCALES = ("none", "per_gpu", "nic_share")
 
@@ -34,13 +36,13 @@ class Expectation:
     def floor(self) -> float:
         return self.value * (1.0 - self.tolerance)
 
-    def scaled(self, n_gpus: int, nics_per_node: int | None = None) -> "Expectation":
-        """The expectation for a run over n_gpus GPUs."""
+    def scaled(self, n_gpus: int, hcas: int | None = None) -> "Expectation":
+        """The expectation for a run over n_gpus GPUs; `hcas` is the node's EXPECTED HCA count."""
         factor = 1.0
         if self.scale == "per_gpu":
             factor = float(n_gpus)
-        elif self.scale == "nic_share" and nics_per_node and n_gpus:
-            factor = min(1.0, nics_per_node / n_gpus)
+        elif self.scale == "nic_share" and hcas and n_gpus:
+            factor = min(1.0, hcas / n_gpus)
         if factor == 1.0:
             return self
         return Expectation(
@@ -114,10 +116,10 @@ class Baselines:
         return self.models.get(key or "", {}) if key else {}
 
     def expectation(
-        self, key: str | None, metric: str, n_gpus: int = 1, nics: int | None = None
+        self, key: str | None, metric: str, n_gpus: int = 1, hcas: int | None = None
     ) -> Expectation | None:
-        """The expectation for a run over n_gpus GPUs; `nics` is the number of NICs the run actually
-        used (e.g. NCCL restricted by NCCL_IB_HCA), default the model's nics_per_node."""
+        """The expectation for a run over n_gpus GPUs; `hcas` is the node's expected HCA count
+        (Expectations.get("hcas")): what the node should have, never what a tool found."""
         spec = (self.model(key).get("metrics") or {}).get(metric)
         if not spec:
             return None
@@ -128,13 +130,68 @@ class Baselines:
             str(spec["source"]),
             spec.get("scale", "none"),
         )
-        return e.scaled(n_gpus, nics if nics else self.model(key).get("nics_per_node"))
+        return e.scaled(n_gpus, hcas)
 
     def relative_tol(self, key: str | None) -> float:
         return float(self.model(key).get("relative_tolerance", self.relative_tolerance))
 
     def section(self, name: str) -> dict[str, Any]:
         return self.data.get(name) or {}
+
+
+EXPECT_KEYS = ("gpus", "hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width")
+
+
+def parse_expect(text: str | None) -> dict[str, int]:
+    """'hcas=4,nvlinks_per_gpu=12' -> {'hcas': 4, 'nvlinks_per_gpu': 12}; ValueError on anything else
+    (a typo in a node pool's override must not silently lower a bar)."""
+    out: dict[str, int] = {}
+    for item in re.split(r"[,\s]+", (text or "").strip()):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in EXPECT_KEYS or not value.strip().isdigit():
+            raise ValueError(f"bad expectation {item!r}: use KEY=INTEGER with KEY one of {', '.join(EXPECT_KEYS)}")
+        out[key.strip()] = int(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What this node must show, each value with where it comes from (`sources`)."""
+
+    values: dict[str, int]
+    sources: dict[str, str]
+
+    def get(self, key: str) -> int | None:
+        return self.values.get(key)
+
+    def basis(self, key: str) -> str:
+        return f"expected {self.values[key]}: {self.sources.get(key, '?')}" if key in self.values else "no expectation"
+
+    def as_environment(self) -> dict[str, Any]:
+        return {k: {"value": v, "source": self.sources.get(k)} for k, v in sorted(self.values.items())}
+
+
+def expectations(baselines: "Baselines", key: str | None, args) -> Expectations:
+    """The model's `expect` block, then the orchestrator's GPU count (--expected-gpus), then the node
+    pool's overrides (--expect / CLUSTER_DOCTOR_EXPECT): later ones win."""
+    values: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    block = baselines.model(key).get("expect") or {}
+    srcs = block.get("sources") or {}
+    for k in EXPECT_KEYS:
+        if isinstance(block.get(k), int) and not isinstance(block.get(k), bool):
+            values[k] = block[k]
+            src = srcs.get(k) or srcs.get(k.split("_")[0]) or "no source given"
+            sources[k] = f"baselines.yaml {key}: {src}"
+    if getattr(args, "expected_gpus", None):
+        values["gpus"] = int(args.expected_gpus)
+        sources["gpus"] = "--expected-gpus / CLUSTER_DOCTOR_EXPECTED_GPUS (the node's GPUs, from the orchestrator)"
+    for k, v in (getattr(args, "expect", None) or {}).items():
+        values[k] = v
+        sources[k] = "node pool override (--expect / CLUSTER_DOCTOR_EXPECT)"
+    return Expectations(values, sources)
 
 
 def model_for_node(ctx, baselines: Baselines, detected_names: list[str]) -> tuple[str | None, str | None]:

@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .baselines import Baselines, model_for_node
-from .common import Context, SuiteError, fmt, gpu_inventory, main_entry, one_line, run_suite
+from .harness.checks import SuiteError
+from .harness.context import Context
+from .harness.inventory import gpu_inventory
+from .harness.runner import main_entry, run_suite
+from .harness.text import fmt, one_line
 
 SUITE = "dl_unit"
 GROUPS = ("numerics", "agreement", "gemm", "membw", "training", "memory")
@@ -663,6 +667,55 @@ def judge_verdicts(ctx: Context, name: str, what: str, verdicts: Verdicts, devs:
                       message=f"{what} verified after each of {chunks} chunk(s)")
 
 
+def bit_differences(torch, out, ref) -> tuple[int, str]:
+    """(elements whose bits differ, where the first is): an exact comparison, NaN included."""
+    if out.dtype == ref.dtype and torch.equal(out.reshape(-1).view(_int_view(torch, out)),
+                                              ref.reshape(-1).view(_int_view(torch, ref))):
+        return 0, ""
+    a = out.reshape(-1).view(_int_view(torch, out))
+    b = ref.reshape(-1).view(_int_view(torch, ref))
+    bad = a != b
+    n = int(bad.sum().item())
+    idx = int(bad.nonzero()[0].item())
+    return n, (f"element {idx} = {float(out.reshape(-1)[idx])!r} (bits {int(a[idx]) & 0xFFFFFFFF:#x}), first run "
+               f"{float(ref.reshape(-1)[idx])!r} (bits {int(b[idx]) & 0xFFFFFFFF:#x})")
+
+
+def _int_view(torch, t):
+    return {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+
+
+def judge_agreement(ctx: Context, name: str, what: str, results: dict, devs: list[Dev]) -> None:
+    """The same computation on the same inputs on every device of one model: bit-identical outputs,
+    else the odd ones out are silent-data-corruption suspects (the majority wins with >= 3 devices;
+    with 2 that disagree both are named)."""
+    torch = torch_mod()
+    names = [d.name for d in devs if d.name in results]
+    kinds = {(d.info.get("name"), d.info.get("sms")) for d in devs if d.name in results}
+    if len(names) < 2 or len(kinds) > 1:
+        for n in names:
+            ctx.check(name, "skip", device=n, code="AGREEMENT_NOT_APPLICABLE",
+                      message="single device: nothing to compare" if len(names) < 2
+                      else f"mixed models {sorted(map(str, kinds))}: different kernels, no bitwise comparison")
+        return
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(_digest(results[n]), []).append(n)
+    top = max(groups.values(), key=len)
+    majority = top if len(top) * 2 > len(names) else None
+    ref_dev = (majority or names)[0]
+    for n in names:
+        if (majority is not None and n in majority) or len(groups) == 1:
+            ctx.check(name, "pass", value=0, unit="elements", threshold="== 0", device=n,
+                      message=f"{what}: bit-identical to the other {len(names) - 1} device(s)")
+            continue
+        other = ref_dev if ref_dev != n else next(m for m in names if m != n)
+        diff, detail = bit_differences(torch, results[n].to("cpu"), results[other].to("cpu"))
+        ctx.check(name, "fail", value=diff, unit="elements", threshold="== 0", device=n, code="SDC_SUSPECT",
+                  message=f"silent-data-corruption suspect: {what} differs from "
+                  f"{'the majority' if majority else other} in {diff} element(s) with the same inputs; {detail}")
+
+
 def judge_perf(
     ctx: Context,
     metric: str,
@@ -709,7 +762,8 @@ def judge_perf(
                 basis=f"best device of this node {fmt(best)} -{rel_tol:.0%}"
                 + (where[name] if v < rf else ""),
             )
-    if expectation is not None and override is None and len(per_dev) == n_total and n_total > 1:
+    # the node total against the EXPECTED GPU count: a node with a GPU missing cannot reach it
+    if expectation is not None and override is None and n_total > 1:
         total = sum(vals)
         node_exp = expectation.scaled(n_total)  # per_gpu scaling: the node total is n x per-GPU
         node_floor = expectation.floor * n_total
@@ -719,7 +773,8 @@ def judge_perf(
             total,
             node_floor,
             unit=unit,
-            basis=f"{n_total} x {fmt(expectation.floor)} ({node_exp.metric} scaled per GPU)",
+            basis=f"{n_total} expected GPUs x {fmt(expectation.floor)} ({node_exp.metric} scaled per GPU; "
+            f"{len(per_dev)} measured)",
         )
 
 
@@ -760,6 +815,7 @@ def gemm(
         state[d.name] = [a0.to(d.tdev), b0.to(d.tdev), torch.empty(n, n, dtype=dt, device=d.tdev), None]
     verdicts = Verdicts(devs)
     pre_bad: dict[str, str] = {}
+    firsts: dict = {}  # each device's first result: compared bit for bit across devices
     for d in devs:  # the reference of each device: its first result, judged against float64
         with on_device(d.name):
             torch.matmul(state[d.name][0], state[d.name][1], out=state[d.name][2])
@@ -768,21 +824,15 @@ def gemm(
         if not err <= tol:  # NaN too
             pre_bad[d.name] = f"first result off the float64 reference by {fmt(err)} (> {fmt(tol)})"
         state[d.name][3] = first
+        firsts[d.name] = first
 
     def step(d, s):
         torch.matmul(s[0], s[1], out=s[2])
 
     def verify(d, s) -> tuple[int, str]:
-        out, first = s[2], s[3]
-        if torch.equal(out, first):
-            return 0, ""
-        diff = (out.float() - first.float()).abs()
-        scale = float(first.float().abs().max()) or 1.0
-        bad = int((diff > tol * scale).sum().item()) + int((~torch.isfinite(out)).sum().item())
-        if not bad:
-            return 0, ""  # last-bit differences only: library non-determinism, not corruption
-        idx = int(torch.argmax(diff.reshape(-1)).item())
-        return bad, f"element {idx} = {fmt(float(out.reshape(-1)[idx]))}, first run {fmt(float(first.reshape(-1)[idx]))}"
+        # bit for bit: the same GEMM on the same inputs is deterministic (cuBLAS with one stream and
+        # CUBLAS_WORKSPACE_CONFIG), so any flipped bit, even the lowest of a mantissa, is corruption
+        return bit_differences(torch, s[2], s[3])
 
     flop = 2.0 * n**3 / 1e12
     rates = (
@@ -795,9 +845,11 @@ def gemm(
         verdicts.bad[name] += 1
         verdicts.first_bad.setdefault(name, (0, 0.0, why))
     judge_verdicts(ctx, "gemm_result", f"GEMM {n}x{n}x{n}", verdicts, devs)
+    judge_agreement(ctx, "gemm_agreement", f"GEMM {n}x{n}x{n}", firsts, devs)
     per_dev = _summarise(ctx, rates)
     exp = baselines.expectation(key, metric) if key else None
-    judge_perf(ctx, metric, "TFLOPS", per_dev, exp, override, baselines.relative_tol(key), devs, len(devs))
+    judge_perf(ctx, metric, "TFLOPS", per_dev, exp, override, baselines.relative_tol(key), devs,
+               ctx.expected_gpus or len(devs))
 
 
 def membw(
@@ -843,7 +895,7 @@ def membw(
         override,
         baselines.relative_tol(key),
         devs,
-        len(devs),
+        ctx.expected_gpus or len(devs),
     )
 
 

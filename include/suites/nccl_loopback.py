@@ -26,10 +26,15 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 
 from . import parsers
-from .baselines import Baselines, model_for_node
-from .common import Context, SuiteError, fmt, gpu_inventory, main_entry, one_line, run_suite
+from .baselines import Baselines, expectations, model_for_node
+from .harness.checks import SuiteError
+from .harness.context import Context
+from .harness.inventory import gpu_inventory
+from .harness.runner import main_entry, run_suite
+from .harness.text import fmt, one_line
 
 SUITE = "nccl_loopback"
 
@@ -147,9 +152,10 @@ def visible_gpus(ctx: Context) -> tuple[int, list[dict], str]:
 # --------------------------------------------------------------------------------------------------
 # Judging (pure apart from ctx)
 # --------------------------------------------------------------------------------------------------
-def judge_transport(
-    ctx: Context, info: dict, transport: str, expect_net: str, n: int, expected_hcas: int | None
-) -> None:
+def judge_transport(ctx: Context, info: dict, transport: str, expect_net: str, n: int) -> None:
+    """What NCCL said it used. ib mode: `transport_isolation` (no P2P/SHM/NVLS path although
+    disabled) and `transport` (the network: IB as expected, sockets, or another one), each condition
+    its own code; nvlink mode: P2P/NVLS between the GPUs, anything else names the NVLink failure."""
     families = info["transport_families"]
     nets = info["networks"]
     ctx.environment.update(
@@ -159,103 +165,88 @@ def judge_transport(
     ctx.metric("nccl_gdr_channels", info["gdr_channels"])
     ctx.metric("nccl_ib_devices", len(info["ib_devices"]), summary=transport == "ib")
     if n < 2:
-        ctx.check("transport", "skip", message="single GPU: no inter-GPU transport to prove")
+        ctx.check("transport", "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
+                  message="single GPU: no inter-GPU transport to prove")
         return
-    net_fams = {f: c for f, c in families.items() if f.startswith("NET/")}
     summary = ", ".join(f"{f} x{c}" for f, c in sorted(families.items())) or "none"
     if transport == "ib":
-        sock = "Socket" in nets or "NET/Socket" in families
-        wanted = [f for f in net_fams if re.search(expect_net, f[4:])]
-        if sock:
-            ctx.check(
-                "transport",
-                "fail",
-                value="NET/Socket",
-                device=None,
-                threshold=f"NET matching /{expect_net}/",
-                message="NCCL fell back to socket transport (NET/Socket) instead of IB; "
-                f"channels: {summary}; "
-                f"networks: {', '.join(nets) or 'none'}"
-                + (" (NET/IB: no device found)" if info["ib_no_device"] else ""),
-            )
-        elif "P2P" in families or "SHM" in families or "NVLS" in families:
-            ctx.check(
-                "transport",
-                "fail",
-                value=summary,
-                threshold="NET only",
-                message="intra-node P2P/SHM used although disabled, traffic did not leave the node: "
-                + summary,
-            )
-        elif wanted and len(wanted) == len(net_fams):
-            gdr = info["gdr_channels"]
-            ctx.check(
-                "transport",
-                "pass",
-                value=",".join(sorted(wanted)),
-                threshold=f"NET matching /{expect_net}/",
-                message=f"{info['channel_count']} channel(s) via {', '.join(sorted(wanted))} "
-                f"({gdr} with GPUDirect RDMA); HCAs: {', '.join(sorted(info['ib_devices'])) or '?'}",
-            )
-            if gdr == 0:
-                ctx.check(
-                    "gpudirect_rdma",
-                    "warn",
-                    value=0,
-                    unit="channels",
-                    message="no channel uses GPUDirect RDMA: data is staged through host memory",
-                )
-        elif net_fams:
-            ctx.check(
-                "transport",
-                "fail",
-                value=",".join(sorted(net_fams)),
-                threshold=f"NET matching /{expect_net}/",
-                message=f"NCCL used {', '.join(sorted(net_fams))}, not a network matching /{expect_net}/",
-            )
-        elif any(re.search(expect_net, k) for k in nets):
-            ctx.check(
-                "transport",
-                "warn",
-                value=",".join(sorted(nets)),
-                threshold=f"NET matching /{expect_net}/",
-                message=f"NCCL chose network {', '.join(sorted(nets))} but printed no channel lines",
-            )
-        else:
-            ctx.check(
-                "transport",
-                "error",
-                message="could not determine the transport: no 'Using network' or "
-                "'via NET/...' lines in the NCCL INFO output",
-            )
-        if expected_hcas is not None:
-            have = len(info["ib_devices"])
-            ctx.check(
-                "ib_hcas",
-                "pass" if have >= expected_hcas else "fail",
-                value=have,
-                unit="ports",
-                threshold=f">= {expected_hcas}",
-                message=f"NCCL found {have} usable HCA port(s): "
-                + (", ".join(sorted(info["ib_devices"])) or "none"),
-            )
+        _judge_isolation(ctx, families, summary)
+        _judge_network(ctx, info, expect_net, summary)
     else:
-        if net_fams or "SHM" in families:
-            ctx.check(
-                "transport",
-                "fail",
-                value=summary,
-                threshold="P2P/NVLS only",
-                message=f"NVLink mode but NCCL used {summary}: P2P between GPUs is not available",
-            )
-        elif "P2P" in families or "NVLS" in families:
-            ctx.check(
-                "transport", "pass", value=summary, message=f"{info['channel_count']} channel(s): {summary}"
-            )
-        else:
-            ctx.check(
-                "transport", "error", message="could not determine the transport from the NCCL INFO output"
-            )
+        _judge_nvlink_mode(ctx, info, summary)
+
+
+def _judge_isolation(ctx: Context, families: dict, summary: str) -> None:
+    local = sorted(f for f in families if f in ("P2P", "SHM", "NVLS"))
+    if local:
+        ctx.check("transport_isolation", "fail", value=",".join(local), threshold="NET only", code="NCCL_P2P_SHM_USED",
+                  message="intra-node P2P/SHM used although disabled (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE / "
+                  f"NCCL_NVLS_ENABLE=0 not honoured): traffic did not leave the node; channels: {summary}")
+    elif families:
+        ctx.check("transport_isolation", "pass", value="NET only", threshold="NET only",
+                  message=f"no P2P/SHM/NVLS channel: every channel left the node ({summary})")
+
+
+def _judge_network(ctx: Context, info: dict, expect_net: str, summary: str) -> None:
+    families, nets = info["transport_families"], info["networks"]
+    net_fams = {f: c for f, c in families.items() if f.startswith("NET/")}
+    wanted = [f for f in net_fams if re.search(expect_net, f[4:])]
+    threshold = f"NET matching /{expect_net}/"
+    if "Socket" in nets or "NET/Socket" in families:
+        ctx.check("transport", "fail", value="NET/Socket", threshold=threshold, code="NCCL_SOCKET_FALLBACK",
+                  message="NCCL fell back to socket transport (NET/Socket) instead of IB; "
+                  f"channels: {summary}; networks: {', '.join(nets) or 'none'}"
+                  + (" (NET/IB: no device found)" if info["ib_no_device"] else ""))
+    elif net_fams and len(wanted) < len(net_fams):
+        other = sorted(set(net_fams) - set(wanted))
+        ctx.check("transport", "fail", value=",".join(other), threshold=threshold, code="NCCL_NET_UNEXPECTED",
+                  message=f"NCCL used {', '.join(other)}, not a network matching /{expect_net}/")
+    elif wanted:
+        gdr = info["gdr_channels"]
+        ctx.check("transport", "pass", value=",".join(sorted(wanted)), threshold=threshold,
+                  message=f"{info['channel_count']} channel(s) via {', '.join(sorted(wanted))} "
+                  f"({gdr} with GPUDirect RDMA); HCAs: {', '.join(sorted(info['ib_devices'])) or '?'}")
+        if gdr == 0:
+            ctx.check("gpudirect_rdma", "warn", value=0, unit="channels", code="NCCL_NO_GPUDIRECT",
+                      message="no channel uses GPUDirect RDMA: data is staged through host memory")
+    elif any(re.search(expect_net, k) for k in nets):
+        ctx.check("transport", "warn", value=",".join(sorted(nets)), threshold=threshold, code="NCCL_TRANSPORT_UNKNOWN",
+                  message=f"NCCL chose network {', '.join(sorted(nets))} but printed no channel lines")
+    elif info["ib_no_device"]:
+        ctx.check("transport", "fail", value="no IB device", threshold=threshold, code="NCCL_IB_NO_DEVICE",
+                  message="NCCL found no IB device at all (NET/IB: no device found, or libibverbs missing); "
+                  f"networks: {', '.join(nets) or 'none'}")
+    else:
+        ctx.check("transport", "error", code="NCCL_TRANSPORT_UNKNOWN",
+                  message="could not determine the transport: no 'Using network' or "
+                  "'via NET/...' lines in the NCCL INFO output")
+
+
+def _judge_nvlink_mode(ctx: Context, info: dict, summary: str) -> None:
+    families = info["transport_families"]
+    if any(f.startswith("NET/") for f in families) or "SHM" in families:
+        ctx.check("transport", "fail", value=summary, threshold="P2P/NVLS only", code="NCCL_NVLINK_UNAVAILABLE",
+                  message=f"NVLink mode but NCCL used {summary}: P2P over NVLink between the GPUs is not available")
+    elif "P2P" in families or "NVLS" in families:
+        ctx.check("transport", "pass", value=summary, message=f"{info['channel_count']} channel(s): {summary}")
+    else:
+        ctx.check("transport", "error", code="NCCL_TRANSPORT_UNKNOWN",
+                  message="could not determine the transport from the NCCL INFO output")
+
+
+def judge_hcas(ctx: Context, info: dict, expected: int | None, basis: str) -> None:
+    """The HCA ports NCCL found against the node's expected count (never the other way round)."""
+    have = len(info["ib_devices"])
+    found = ", ".join(sorted(info["ib_devices"])) or "none"
+    if expected is None:
+        ctx.check("ib_hcas", "skip", value=have, unit="ports", code="EXPECTATION_MISSING",
+                  message=f"NCCL found {have} HCA port(s) ({found}); no expected count for this node "
+                  "(baselines.yaml expect.hcas, --expect hcas=N, --expected-hcas)")
+        return
+    ok = have >= expected
+    code = None if ok else ("NCCL_IB_NO_DEVICE" if have == 0 and info["ib_no_device"] else "IB_HCAS_MISSING")
+    ctx.check("ib_hcas", "pass" if ok else "fail", value=have, unit="ports", threshold=f">= {expected}", code=code,
+              message=f"NCCL found {have} usable HCA port(s) ({found}), expected {expected} ({basis})")
 
 
 def merge_rank_rows(per_rank: list[list[dict]]) -> list[dict]:
@@ -415,12 +406,43 @@ def run_nccl_tests(
     try:
         parsed = parsers.parse_nccl_tests(out)
     except ValueError as exc:
-        first = next((ln for ln in reversed(text.splitlines()) if "WARN" in ln or "error" in ln.lower()), "")
-        return (
-            [],
-            text,
-            f"all_reduce_perf exited {rc} without usable results ({exc}) {one_line(first, 160)}".strip(),
-        )
+        return [], text, exit_problem(rc, text, f"no usable results ({exc})")
+    rows = table_rows(ctx, parsed)
+    wrong = bool(parsed["oob"]) or any(r["wrong"] for r in rows)
+    if wrong:  # wrong values are a failure whatever the exit code says (1 before nccl-tests 2.17.3, 7 since)
+        ctx.log(f"all_reduce_perf exited {rc} and reported wrong values: judged as a failure")
+        return rows, text, None
+    if rc == NCCL_TESTS_NUM_RESULTS:
+        # testNumResults without wrong values: the average bus bandwidth was below NCCL_TESTS_MIN_BW
+        ctx.check("nccl_tests_result", "fail", value=rc, code="NCCL_TESTS_FAILED",
+                  message=f"all_reduce_perf exited {rc} (testNumResults: results out of bounds or below "
+                  f"NCCL_TESTS_MIN_BW) without wrong values in its table: {one_line(_failure_lines(text), 200)}")
+        return rows, text, None
+    return rows, text, None if rc == 0 else exit_problem(rc, text, "results printed")
+
+
+# nccl-tests' testResult_t (src/common.h), what all_reduce_perf's main returns since nccl-tests 2.17.3
+# (TESTCHECK(run()) in main); older builds exit(EXIT_FAILURE) = 1 when values were wrong
+NCCL_TESTS_RESULTS = {0: "testSuccess", 1: "testInternalError", 2: "testCudaError", 3: "testNcclError",
+                      4: "testTimeout", 5: "testNotImplemented", 6: "testInvalidUsage", 7: "testNumResults"}
+NCCL_TESTS_NUM_RESULTS = 7
+
+
+def exit_problem(rc: int, text: str, what: str) -> str:
+    """One line on why all_reduce_perf did not succeed, named as its source names the exit code."""
+    name = NCCL_TESTS_RESULTS.get(rc, "killed by a signal" if rc < 0 else "not a testResult_t (the loader?)")
+    return one_line(f"all_reduce_perf exited {rc} ({name}), {what}: {_failure_lines(text)}", 400)
+
+
+def _failure_lines(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines()
+             if re.search(r"Test (CUDA |NCCL )?failure|NCCL WARN|error while loading|Test timeout|FAILED", ln)]
+    return " / ".join(lines[:3]) or "no failure message"
+
+
+def table_rows(ctx: Context, parsed: dict) -> list[dict]:
+    """One row per size (the better of out-of-place / in-place), wrong elements of both added; the
+    OOB summary line is a check of its own."""
     rows = []
     for r in parsed["rows"]:
         wrong = None if r["oop_wrong"] is None or r["ip_wrong"] is None else r["oop_wrong"] + r["ip_wrong"]
@@ -428,30 +450,15 @@ def run_nccl_tests(
             (r["oop_busbw"], r["oop_algbw"], r["oop_time_us"]),
             (r["ip_busbw"], r["ip_algbw"], r["ip_time_us"]),
         )
-        rows.append(
-            {"size": r["size"], "busbw": best[0], "algbw": best[1], "time_us": best[2], "wrong": wrong}
-        )
+        rows.append({"size": r["size"], "busbw": best[0], "algbw": best[1], "time_us": best[2], "wrong": wrong})
     if parsed["oob"]:
-        ctx.check(
-            "nccl_tests_oob",
-            "fail",
-            value=parsed["oob"],
-            unit="elements",
-            threshold="== 0",
-            message=f"all_reduce_perf reports {parsed['oob']} out-of-bounds value(s) "
-            f"('Out of bounds values : {parsed['oob']} FAILED')",
-            code="NCCL_WRONG_VALUES",
-        )
+        ctx.check("nccl_tests_oob", "fail", value=parsed["oob"], unit="elements", threshold="== 0",
+                  message=f"all_reduce_perf reports {parsed['oob']} out-of-bounds value(s) "
+                  f"('Out of bounds values : {parsed['oob']} FAILED')", code="NCCL_WRONG_VALUES")
     if parsed["header"].get("validation") == 0:
         for r in rows:
             r["wrong"] = None
-    # all_reduce_perf exits 1 whenever a value was wrong: that exit is the verdict it printed, not a
-    # crash. Any other non-zero exit (or one without wrong values to explain it) leaves the run unjudged.
-    explained = rc == 1 and (parsed["oob"] or any(r["wrong"] for r in rows))
-    problem = None if rc == 0 or explained else f"all_reduce_perf exited with code {rc}"
-    if explained:
-        ctx.log(f"all_reduce_perf exited {rc} because it found wrong values: judged as a failure")
-    return rows, text, problem
+    return rows
 
 
 def run_torch(
@@ -525,133 +532,157 @@ def run_torch(
 
 
 # --------------------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """What one run of the suite does: the sweep, the implementation and what it is judged against."""
+
+    sizes: list[int]
+    factor: int
+    iters: int
+    warmup: int
+    run_timeout: float
+    n: int
+    backend: str
+    impl: str
+    binary: str | None
+    metric: str
+    key: str | None
+    env: dict
+    hcas: int | None = None  # the node's expected HCA count (ib mode)
+    hcas_basis: str = ""
+
+
 def run(ctx: Context) -> None:
-    a = ctx.args
-    cpu = ctx.cpu
-    baselines = Baselines.load(a.baselines)
+    baselines = Baselines.load(ctx.args.baselines)
+    plan = _plan(ctx, baselines)
+    if plan is None:
+        return  # no GPU to run on: gpu_count failed
+    ctx.set_phase(
+        f"all-reduce {plan.impl}/{plan.backend}, {plan.n} ranks, {_human(plan.sizes[0])}..{_human(plan.sizes[-1])}B "
+        f"x{plan.factor}, {plan.iters} iters, env {' '.join(f'{k}={v}' for k, v in plan.env.items())}"
+    )
+    if plan.impl == "nccl-tests":
+        rows, text, problem = run_nccl_tests(ctx, plan.binary, plan.n, plan.sizes, plan.factor, plan.iters,
+                                             plan.warmup, plan.env, plan.run_timeout)
+    else:
+        rows, text, problem = run_torch(ctx, plan.backend, plan.n, plan.sizes, plan.iters, plan.warmup, plan.env,
+                                        plan.run_timeout)
+    info = parsers.parse_nccl_log(text) if not ctx.cpu else None
+    if info and info.get("version"):
+        ctx.environment["nccl"] = info["version"]
+    if problem:
+        _judge_broken_run(ctx, plan, info, text, problem)
+        return
+    if not rows:
+        raise SuiteError("the all-reduce produced no results")
+    if ctx.cpu:
+        ctx.check("transport", "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
+                  message="CPU mode: gloo over TCP loopback has no NCCL transport to prove")
+    else:
+        _judge_nccl_said(ctx, plan, info)
+    expectation = baselines.expectation(plan.key, plan.metric, plan.n, hcas=plan.hcas) if plan.key else None
+    note = "" if plan.key else " (unknown GPU model)"
+    if not ctx.cpu and expectation is None and plan.key:
+        note = f" ({plan.key} has no {plan.metric} baseline)"
+    judge_rows(ctx, sorted(rows, key=lambda r: r["size"]), plan.n, expectation, ctx.args.min_busbw, note,
+               rank_device=(lambda k: f"cpu-rank{k}") if ctx.cpu else (lambda k: f"cuda:{k}"))
+
+
+def _plan(ctx: Context, baselines: Baselines) -> Plan | None:
+    a, cpu = ctx.args, ctx.cpu
     try:
         min_b = _bytes(a.min_bytes or ("1K" if cpu else "1M"))
         max_b = _bytes(a.max_bytes or ("4M" if cpu else "4G"))
     except ValueError as exc:
         raise SuiteError(str(exc)) from None
     factor = a.factor or (4 if cpu else 2)
-    sizes = sweep(min_b, max_b, factor)
-    iters = a.iters or (5 if cpu else 20)
-    warmup = a.warmup if a.warmup is not None else (2 if cpu else 5)
-    run_timeout = a.run_timeout or (90 if cpu else 240)
-
+    common = dict(sizes=sweep(min_b, max_b, factor), factor=factor, iters=a.iters or (5 if cpu else 20),
+                  warmup=a.warmup if a.warmup is not None else (2 if cpu else 5),
+                  run_timeout=a.run_timeout or (90 if cpu else 240))
     if cpu:
-        n, inv, source = a.cpu_ranks, [], "CPU mode"
-        if a.expected_gpus:
-            inv, _, src = gpu_inventory()
-            ctx.check_gpu_count(len(inv), source=src)
-        else:
-            ctx.check_gpu_count(0, source="CPU mode")
-        if n < 1:
+        if a.cpu_ranks < 1:
             raise SuiteError("--cpu-ranks must be >= 1")
-        backend, impl = "gloo", "torch"
-        key, name = model_for_node(ctx, baselines, [])
-        metric = "nccl_gloo_busbw_gbps"
-        ctx.environment.update(gpu_model=a.gpu_model, gpu_count=0, baseline=None)
-    else:
-        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # rank N on nvidia-smi's GPU N
-        n, inv, source = visible_gpus(ctx)
-        if not ctx.check_gpu_count(n, source=source):
-            return
-        key, name = model_for_node(ctx, baselines, [g["name"] for g in inv])
-        ctx.environment.update(
-            gpu_model=name,
-            gpu_count=n,
-            baseline=key,
-            gpus=[{k: g.get(k) for k in ("index", "name", "uuid", "pci_bus_id")} for g in inv],
-        )
-        backend = "nccl"
-        binary = shutil.which(a.all_reduce_perf)
-        impl = a.impl if a.impl != "auto" else ("nccl-tests" if binary else "torch")
-        if impl == "nccl-tests" and not binary:
-            raise SuiteError(f"--impl nccl-tests but {a.all_reduce_perf!r} is not in PATH", code="TOOL_MISSING")
-        metric = "nccl_ib_busbw_gbps" if a.transport == "ib" else "nccl_nvlink_busbw_gbps"
-    env = nccl_env(a.transport, a.ib_hca) if not cpu else {}
+        inv, _, src = gpu_inventory() if ctx.expected_gpus else ([], None, "CPU mode")
+        ctx.check_gpu_count(len(inv), source=src)
+        model_for_node(ctx, baselines, [])
+        ctx.environment.update(gpu_model=a.gpu_model, gpu_count=0, baseline=None, nccl_impl="torch",
+                               nccl_transport_mode="gloo", nccl_env={})
+        return Plan(**common, n=a.cpu_ranks, backend="gloo", impl="torch", binary=None,
+                    metric="nccl_gloo_busbw_gbps", key="cpu" if "cpu" in baselines.models else None, env={})
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # rank N on nvidia-smi's GPU N
+    n, inv, source = visible_gpus(ctx)
+    if not ctx.check_gpu_count(n, source=source):
+        return None
+    key, name = model_for_node(ctx, baselines, [g["name"] for g in inv])
+    expect = expectations(baselines, key, a)
+    hcas, basis = expected_hcas(a, expect)
+    binary = shutil.which(a.all_reduce_perf)
+    impl = a.impl if a.impl != "auto" else ("nccl-tests" if binary else "torch")
+    if impl == "nccl-tests" and not binary:
+        raise SuiteError(f"--impl nccl-tests but {a.all_reduce_perf!r} is not in PATH", code="TOOL_MISSING")
+    env = nccl_env(a.transport, a.ib_hca)
     ctx.environment.update(
-        nccl_impl=impl,
-        nccl_transport_mode=a.transport if not cpu else "gloo",
+        gpu_model=name, gpu_count=n, baseline=key, expectations=expect.as_environment(),
+        gpus=[{k: g.get(k) for k in ("index", "name", "uuid", "pci_bus_id")} for g in inv],
+        nccl_impl=impl, nccl_transport_mode=a.transport,
         nccl_env={k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")},
     )
-    ctx.set_phase(
-        f"all-reduce {impl}/{backend}, {n} ranks, {_human(sizes[0])}..{_human(sizes[-1])}B "
-        f"x{factor}, {iters} iters, env {' '.join(f'{k}={v}' for k, v in env.items())}"
-    )
-    if impl == "nccl-tests":
-        rows, text, problem = run_nccl_tests(ctx, binary, n, sizes, factor, iters, warmup, env, run_timeout)
-    else:
-        rows, text, problem = run_torch(ctx, backend, n, sizes, iters, warmup, env, run_timeout)
-
-    info = parsers.parse_nccl_log(text) if not cpu else None
-    if info and info.get("version"):
-        ctx.environment["nccl"] = info["version"]
-    if problem:
-        if info and (info["transport_families"] or info["networks"]):
-            # NCCL said which network it chose before the run broke: a fall-back to sockets (no IB
-            # device, e.g. NVIDIA/nccl-tests#217) is the node's fault even without a result table
-            judge_transport(ctx, info, a.transport, a.expect_net, n, a.expected_hcas)
-            if any(c.name == "transport" and c.status == "fail" for c in ctx.checks):
-                ctx.warn(f"run did not complete: {one_line(problem, 200)}")
-                return
-        if info and info["ib_errors"]:
-            # the run broke because the fabric did: that is a verdict on the node, not "could not judge"
-            ctx.check(
-                "ib_errors",
-                "fail",
-                value=len(info["ib_errors"]),
-                message=f"NCCL reported IB completion errors (link / HCA / cable fault), run aborted: "
-                f"{one_line(info['ib_errors'][0], 200)}",
-            )
-            return
-        warn = f"; NCCL WARN: {one_line(info['warnings'][0], 150)}" if info and info["warnings"] else ""
-        raise SuiteError(problem + warn)
-    if not rows:
-        raise SuiteError("the all-reduce produced no results")
-    if cpu:
-        ctx.check(
-            "transport", "skip", message="CPU mode: gloo over TCP loopback has no NCCL transport to prove"
-        )
-    else:
-        judge_transport(ctx, info, a.transport, a.expect_net, n, a.expected_hcas)
-        if info["ib_errors"]:
-            ctx.check(
-                "ib_errors",
-                "fail",
-                value=len(info["ib_errors"]),
-                message=f"NCCL reported IB completion errors: {one_line(info['ib_errors'][0], 200)}",
-            )
-    nics = nics_in_use(info, a.ib_hca) if (not cpu and a.transport == "ib") else None
-    if nics:
-        ctx.metric("nccl_nics_used", nics)
-    expectation = baselines.expectation(key, metric, n, nics=nics) if key else None
-    note = "" if key else " (unknown GPU model)"
-    if not cpu and expectation is None and key:
-        note = f" ({key} has no {metric} baseline)"
-    judge_rows(
-        ctx,
-        sorted(rows, key=lambda r: r["size"]),
-        n,
-        expectation,
-        a.min_busbw,
-        note,
-        rank_device=(lambda k: f"cpu-rank{k}") if cpu else (lambda k: f"cuda:{k}"),
-    )
+    if hcas is not None:
+        ctx.metric("nccl_hcas_expected", hcas)
+    return Plan(**common, n=n, backend="nccl", impl=impl, binary=binary,
+                metric="nccl_ib_busbw_gbps" if a.transport == "ib" else "nccl_nvlink_busbw_gbps", key=key, env=env,
+                hcas=hcas if a.transport == "ib" else None, hcas_basis=basis)
 
 
-def nics_in_use(info: dict | None, ib_hca: str | None) -> int | None:
-    """How many HCA ports NCCL actually used: what it reported (`NET/IB : Using [0]mlx5_0:1/IB ...`),
-    else the entries of an inclusive NCCL_IB_HCA list; None when unknown (the model's nics_per_node
-    applies). With --ib-hca restricting NCCL to one HCA, a healthy node shares one NIC among all GPUs."""
-    if info and info.get("ib_devices"):
-        return len(info["ib_devices"])
-    if ib_hca and not ib_hca.lstrip("=").startswith("^"):
-        names = [x for x in ib_hca.lstrip("=").split(",") if x.strip()]
-        return len(names) or None
-    return None
+def expected_hcas(a, expect) -> tuple[int | None, str]:
+    """The HCA ports this run must use: --expected-hcas, else the HCAs an inclusive --ib-hca lists
+    (the operator restricted NCCL to them), else the node's expectation (model / --expect). Never
+    what NCCL happened to find: a node with HCAs down must not lower its own bar."""
+    if a.expected_hcas is not None:
+        return a.expected_hcas, "--expected-hcas"
+    if a.ib_hca and not a.ib_hca.lstrip("=").startswith("^"):
+        names = [x for x in a.ib_hca.lstrip("=").split(",") if x.strip()]
+        if names:
+            return len(names), f"--ib-hca {a.ib_hca} lists {len(names)}"
+    hcas = expect.get("hcas")
+    return hcas, expect.basis("hcas")
+
+
+def _judge_nccl_said(ctx: Context, plan: Plan, info: dict) -> bool:
+    """Transport, HCA count and IB errors from the NCCL INFO output; True when any of them failed."""
+    a = ctx.args
+    judge_transport(ctx, info, a.transport, a.expect_net, plan.n)
+    if a.transport == "ib":
+        if info["networks"] or info["ib_devices"] or info["ib_no_device"]:
+            judge_hcas(ctx, info, plan.hcas, plan.hcas_basis)
+        else:
+            ctx.check("ib_hcas", "skip", code="NCCL_TRANSPORT_UNKNOWN",
+                      message="NCCL printed no network selection: the HCAs it found cannot be counted")
+    if info["ib_errors"]:
+        ctx.check("ib_errors", "fail", value=len(info["ib_errors"]), code="IB_COMPLETION_ERROR",
+                  message=f"NCCL reported IB completion errors (link / HCA / cable fault): "
+                  f"{one_line(info['ib_errors'][0], 200)}")
+    return any(c.status == "fail" for c in ctx.checks if c.name in ("transport", "transport_isolation", "ib_hcas", "ib_errors"))
+
+
+def _judge_broken_run(ctx: Context, plan: Plan, info: dict | None, text: str, problem: str) -> None:
+    """The run did not complete. What NCCL said before it broke (sockets, no IB device, fewer HCAs,
+    IB completion errors) or a hardware-class CUDA error is a verdict on the node; anything else
+    leaves it unjudged (error)."""
+    said = info is not None and (info["transport_families"] or info["networks"] or info["ib_no_device"]
+                                 or info["ib_errors"])
+    if said and _judge_nccl_said(ctx, plan, info):
+        ctx.warn(f"run did not complete: {one_line(problem, 200)}")
+        return
+    hw = re.search(r"Test CUDA failure [^']*'([^']*(?:ECC|fallen off the bus|NVLink|Xid|unspecified launch failure)[^']*)'",
+                   text, re.I)
+    if hw:
+        ctx.check("allreduce_values", "fail", code="GPU_HW_ERROR",
+                  message=f"all_reduce_perf stopped on a hardware-class CUDA error: {one_line(hw.group(1), 200)}")
+        return
+    warn = f"; NCCL WARN: {one_line(info['warnings'][0], 150)}" if info and info["warnings"] else ""
+    code = "TOOL_MISSING" if re.search(r"error while loading shared libraries", text) else None
+    raise SuiteError(problem + warn, code=code)
 
 
 DESCRIPTION = __doc__.split("\n\n")[0]

@@ -8,9 +8,9 @@ Each parser raises ValueError on output it cannot make sense of: the caller turn
   nccl-tests all_reduce_perf        parse_nccl_tests
   nvidia-smi -q -x                  parse_smi_xml
   nvidia-smi nvlink -s              parse_nvlink_status
+(the kernel log is split and classified by checkers/kernel_log.py and checkers/driver_log.py)
   dcgmi diag -r N -j (DCGM 3.x / 4.x) parse_dcgmi_diag_json
   dcgmi diag -r N (DCGM 3.x / 4.x)  parse_dcgmi_diag (the table; the fallback)
-  kernel log (dmesg)                parse_xids
 """
 
 from __future__ import annotations
@@ -411,21 +411,42 @@ def parse_smi_xml(text: str) -> dict:
     }
 
 
-def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
-    """`nvidia-smi nvlink -s`: {gpu: {link: GB/s, or None when <inactive>}}."""
-    out: dict[int, dict[int, float | None]] = {}
+_NVLINK_ALL_INACTIVE = re.compile(r"Unable to retrieve NVLink information as all links are inactive", re.I)
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict]:
+    """`nvidia-smi nvlink -s`: {gpu: {"links": {link: GB/s, or None when inactive}, "all_inactive":
+    bool, "unparsed": [lines]}}.
+
+    Drivers print `Link 3: <inactive>` (V100, Azure/azhpc-diagnostics#73) and, when no link of a GPU
+    is up, no Link lines but `NVML: Unable to retrieve NVLink information as all links are inActive`
+    (B200 / 590, leptonai/gpud#1085, NVIDIA/open-gpu-kernel-modules#1150). A line of a GPU block
+    that is neither is kept in `unparsed`: the caller reports it, it is never "no data"."""
+    out: dict[int, dict] = {}
     cur = None
     for line in text.splitlines():
+        if not line.strip():
+            continue
         m = re.match(r"\s*GPU (\d+):", line)
         if m:
             cur = int(m.group(1))
-            out[cur] = {}
+            out[cur] = {"links": {}, "all_inactive": False, "unparsed": []}
             continue
+        if cur is None:
+            continue  # a preamble (e.g. a warning) before the first GPU block
         m = re.match(r"\s*Link (\d+):\s*(.+?)\s*$", line)
-        if m and cur is not None:
-            val = m.group(2)
-            num = re.match(r"([0-9.]+)\s*GB/s", val)
-            out[cur][int(m.group(1))] = float(num.group(1)) if num else None
+        if m:
+            num = re.match(r"([0-9.]+)\s*GB/s", m.group(2))
+            if num:
+                out[cur]["links"][int(m.group(1))] = float(num.group(1))
+            elif "inactive" in m.group(2).lower():
+                out[cur]["links"][int(m.group(1))] = None
+            else:
+                out[cur]["unparsed"].append(line.strip())
+        elif _NVLINK_ALL_INACTIVE.search(line):
+            out[cur]["all_inactive"] = True
+        else:
+            out[cur]["unparsed"].append(line.strip())
     if not out:
         raise ValueError("no GPU sections in nvidia-smi nvlink -s output")
     return out
@@ -668,75 +689,3 @@ def parse_dcgmi_diag_json(text: str) -> dict:
             raise ValueError(f"dcgmi diag did not run: {' '.join(err.split())}")
         raise ValueError("dcgmi diag JSON has no test results")
     return {"version": version, "driver": driver, "metadata": meta, "tests": tests}
-
-
-# --------------------------------------------------------------------------------------------------
-# Kernel log Xids
-# --------------------------------------------------------------------------------------------------
-_XID = re.compile(
-    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-    r"[^)]*\): (\d+),\s*(.*)$"
-)
-
-
-# "GPU has fallen off the bus" without an Xid token. The driver prints it as one multi-line kernel
-# message (R525..R570+: "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5) installed in
-# this system has / NVRM: fallen off the bus and is not responding to commands."): dmesg indents the
-# continuation lines, journalctl prefixes each with the host and "kernel:". Older drivers print
-# "NVRM: GPU at 0000:01:00.0 has fallen off the bus." on one line; R525 adds
-# "NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus." to its Xid 79.
-_FALLEN_START = re.compile(
-    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: The NVIDIA GPU ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"
-)
-_FALLEN_ONE_LINE = re.compile(
-    r"(?:\[\s*(\d+\.\d+)\])?.*?NVRM: GPU (?:at )?(?:PCI:)?"
-    r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[.0-9]*:? (?:GPU )?has fallen off the bus"
-)
-_KERNEL_TS = re.compile(r"^\s*\[\s*(\d+\.\d+)\]")
-
-
-def parse_xids(text: str) -> list[dict]:
-    """Xid events of the NVIDIA driver: [{'uptime_s', 'pci', 'xid', 'message'}], and the GPUs the
-    driver reported as fallen off the bus without an Xid line ({'xid': None, 'kind': 'fallen_off_bus'})."""
-    out = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = _XID.search(line)
-        if m:
-            out.append(
-                {
-                    "uptime_s": float(m.group(1)) if m.group(1) else None,
-                    "pci": m.group(2).lower(),
-                    "xid": int(m.group(3)),
-                    "message": m.group(4).strip()[:200],
-                    "kind": "xid",
-                }
-            )
-            continue
-        m = _FALLEN_ONE_LINE.search(line)
-        if not m:
-            m = _FALLEN_START.search(line)
-            # the rest of the message sits on the next (continuation) lines
-            if not m or "fallen off the bus" not in " ".join([line, *lines[i + 1 : i + 3]]):
-                continue
-        pci = short_pci(m.group(2)) or m.group(2).lower()
-        out.append(
-            {
-                "uptime_s": float(m.group(1)) if m.group(1) else None,
-                "pci": pci,
-                "xid": None,
-                "message": "GPU has fallen off the bus and is not responding to commands",
-                "kind": "fallen_off_bus",
-            }
-        )
-    return out
-
-
-def short_pci(bus_id: str | None) -> str | None:
-    """'00000000:3B:00.0' -> '0000:3b:00' (the form the kernel log uses)."""
-    if not bus_id:
-        return None
-    m = re.search(r"([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", bus_id)
-    if not m:
-        return None
-    return f"{m.group(1)[-4:]}:{m.group(2)}:{m.group(3)}".lower()

@@ -18,7 +18,12 @@ import time
 
 from . import parsers
 from .baselines import Baselines
-from .common import Context, SuiteError, fmt, gpu_inventory, main_entry, one_line, run_suite, safe_name
+from .harness.checks import SuiteError
+from .harness.context import Context
+from .harness.files import safe_name
+from .harness.inventory import gpu_inventory
+from .harness.runner import main_entry, run_suite
+from .harness.text import fmt, one_line
 
 SUITE = "storage_fio"
 PATTERNS = {  # name: (fio rw, block size, direction, judged figure)
@@ -315,78 +320,19 @@ def _run_in_scratch(
     numjobs: int,
     iodepth: int,
 ) -> None:
-    a = ctx.args
-    need = _size_bytes(size) * numjobs + (64 << 20)
-    st = os.statvfs(scratch)
-    free = st.f_bavail * st.f_frsize
-    ctx.metric("fio_free_bytes", free)
-    if free < need:
-        ctx.check(
-            "storage_free_space",
-            "fail",
-            value=round(free / 2**30, 3),
-            unit="GiB",
-            threshold=f">= {fmt(need / 2**30)}",
-            device=target,
-            message=f"not enough free space in {target}: {fmt(free / 2**30)} GiB free, "
-            f"{fmt(need / 2**30)} GiB needed",
-            code="STORAGE_FULL",
-        )
+    if not _enough_space(ctx, scratch, target, _size_bytes(size) * numjobs + (64 << 20)):
         return
-
-    if a.direct == "off":
-        direct, why = False, "disabled by --direct off"
-    else:
-        try:
-            direct, why = probe_direct_io(scratch)
-        except OSError as exc:
-            write_failure(ctx, target, exc, "write a probe file")
-            return
-        if a.direct == "on" and not direct:
-            raise SuiteError(f"--direct on, but {target} refuses O_DIRECT ({why})")
-    if direct:
-        ctx.check("direct_io", "pass", value=True, device=target, message=why)
-    else:
-        ctx.check(
-            "direct_io",
-            "warn",
-            value=False,
-            device=target,
-            message=f"buffered I/O ({why}); reads may be served from the page cache",
-        )
-        ctx.warn(f"direct I/O unavailable on {target}: {why}")
-
-    ioengine = a.ioengine
-    if ioengine == "auto":
-        ioengine = "psync"
-        if direct:
-            rc, out, _ = ctx.run_tool([fio, "--enghelp"], timeout=30)
-            ioengine = "libaio" if rc == 0 and "libaio" in out.split() else "psync"
-
+    direct = _direct_io(ctx, scratch, target)
+    if direct is None:
+        return  # the probe write failed: a storage_writable finding says why
+    ioengine = _ioengine(ctx, fio, direct)
     jf = os.path.join(scratch, "cluster-doctor.fio")
     with open(jf, "w") as fh:
-        fh.write(
-            job_file(
-                scratch,
-                patterns,
-                size=size,
-                runtime=runtime,
-                ramp=ramp,
-                numjobs=numjobs,
-                iodepth=iodepth,
-                direct=direct,
-                ioengine=ioengine,
-            )
-        )
-    for key, value in (
-        ("fio_direct", direct),
-        ("fio_ioengine", ioengine),
-        ("fio_size", size),
-        ("fio_numjobs", numjobs),
-        ("fio_iodepth", iodepth),
-        ("fio_runtime_s", runtime),
-        ("fio_profile", profile),
-    ):
+        fh.write(job_file(scratch, patterns, size=size, runtime=runtime, ramp=ramp, numjobs=numjobs,
+                          iodepth=iodepth, direct=direct, ioengine=ioengine))
+    for key, value in (("fio_direct", direct), ("fio_ioengine", ioengine), ("fio_size", size),
+                       ("fio_numjobs", numjobs), ("fio_iodepth", iodepth), ("fio_runtime_s", runtime),
+                       ("fio_profile", profile)):
         ctx.metric(key, value)
     ctx.set_phase(
         f"fio {', '.join(patterns)} on {target} ({size} x {numjobs} jobs, {fmt(runtime)} s each, "
@@ -401,8 +347,55 @@ def _run_in_scratch(
     except ValueError as exc:
         first = next((ln for ln in (err + "\n" + out).splitlines() if ln.strip()), "no output")
         raise SuiteError(f"fio exited {rc} without usable JSON ({exc}): {one_line(first, 160)}") from None
-    if rc != 0:
-        ctx.warn(f"fio exited with code {rc}; judging the per-job results it reported")
+    _log_jobs(ctx, parsed)
+    judge(ctx, parsed, patterns, floors, target, profile)
+    judge_exit(ctx, rc, parsed, target)
+
+
+def _enough_space(ctx: Context, scratch: str, target: str, need: int) -> bool:
+    st = os.statvfs(scratch)
+    free = st.f_bavail * st.f_frsize
+    ctx.metric("fio_free_bytes", free)
+    if free >= need:
+        return True
+    ctx.check("storage_free_space", "fail", value=round(free / 2**30, 3), unit="GiB",
+              threshold=f">= {fmt(need / 2**30)}", device=target, code="STORAGE_FULL",
+              message=f"not enough free space in {target}: {fmt(free / 2**30)} GiB free, {fmt(need / 2**30)} GiB needed")
+    return False
+
+
+def _direct_io(ctx: Context, scratch: str, target: str) -> bool | None:
+    """Whether to use O_DIRECT (probed); None when the probe could not even write."""
+    a = ctx.args
+    if a.direct == "off":
+        direct, why = False, "disabled by --direct off"
+    else:
+        try:
+            direct, why = probe_direct_io(scratch)
+        except OSError as exc:
+            write_failure(ctx, target, exc, "write a probe file")
+            return None
+        if a.direct == "on" and not direct:
+            raise SuiteError(f"--direct on, but {target} refuses O_DIRECT ({why})")
+    if direct:
+        ctx.check("direct_io", "pass", value=True, device=target, message=why)
+    else:
+        ctx.check("direct_io", "warn", value=False, device=target, code="DIRECT_IO_UNAVAILABLE",
+                  message=f"buffered I/O ({why}); reads may be served from the page cache")
+        ctx.warn(f"direct I/O unavailable on {target}: {why}")
+    return direct
+
+
+def _ioengine(ctx: Context, fio: str, direct: bool) -> str:
+    if ctx.args.ioengine != "auto":
+        return ctx.args.ioengine
+    if not direct:
+        return "psync"
+    rc, out, _ = ctx.run_tool([fio, "--enghelp"], timeout=30)
+    return "libaio" if rc == 0 and "libaio" in out.split() else "psync"
+
+
+def _log_jobs(ctx: Context, parsed: dict) -> None:
     for name, job in parsed["jobs"].items():
         for side in ("read", "write"):
             st = job.get(side) or {}
@@ -411,7 +404,17 @@ def _run_in_scratch(
                     f"fio {name} {side}: {fmt(st['bw_mibps'])} MiB/s, {fmt(st['iops'])} IOPS, "
                     f"p99 {fmt(st['p99_ms'])} ms, {fmt(st['io_bytes'] / 2**20)} MiB, error {job['error']}"
                 )
-    judge(ctx, parsed, patterns, floors, target, profile)
+
+
+def judge_exit(ctx: Context, rc: int, parsed: dict, target: str) -> None:
+    """fio exits with the number of jobs that ended in an error (backend.c: `if (td->error)
+    exit_value++`), 1 for a bad job file: an exit code no job error explains is never a pass."""
+    with_error = sum(1 for j in parsed["jobs"].values() if j["error"])
+    if rc == 0 or with_error:
+        return
+    ctx.check("fio_exit", "error", value=rc, device=target, code="FIO_EXIT_UNEXPLAINED",
+              message=f"fio exited {rc} (jobs with an error, or a bad job file) but its JSON reports no job "
+              "error: results not trusted")
 
 
 def judge(ctx: Context, parsed: dict, patterns: list[str], floors: dict, target: str, profile: str) -> None:

@@ -27,6 +27,7 @@ import yaml
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
+from cluster_doctor.kube import suite_code
 
 # What each suite needs beyond an unprivileged container. A capability added in the securityContext
 # reaches a process only when it runs as UID 0 (Kubernetes sets no ambient capabilities), so a suite
@@ -186,8 +187,9 @@ def build_pod(
         if "configMap" in volume and volume.get("name") == "suites":
             volume["configMap"]["name"] = configmap
             if suite_files:
-                # ConfigMaps are flat; project them into a package directory
-                volume["configMap"]["items"] = [{"key": f, "path": f"cluster_doctor_suites/{f}"} for f in sorted(suite_files)]
+                # ConfigMaps are flat: project each key back to its path in the package directory
+                volume["configMap"]["items"] = [{"key": suite_code.configmap_key(f), "path": f"cluster_doctor_suites/{f}"}
+                                                for f in sorted(suite_files)]
 
     container = next(c for c in spec["containers"] if c.get("name") == "base")
     container["image"] = suite.image(settings)

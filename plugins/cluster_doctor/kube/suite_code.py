@@ -1,5 +1,10 @@
 """The suite code in the cluster: an immutable ConfigMap named after its content hash, shipped once
-per run and mounted by every validation pod; old versions pruned."""
+per run and mounted by every validation pod; old versions pruned.
+
+ConfigMap keys are flat (``[-._a-zA-Z0-9]+``) while the suites package has subfolders: each file's
+path relative to the package is its name here (and in the suite_version hash), its key the path with
+"/" spelled "__" (``checkers/xid.py`` -> ``checkers__xid.py``); the pod's volume ``items`` map each
+key back to its path (kube/podspec.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from cluster_doctor_suites.version import HASHED_SUFFIXES, digest
+from cluster_doctor_suites.version import HASHED_SUFFIXES, digest, package_files
 from kubernetes.client.exceptions import ApiException
 
 from cluster_doctor.domain.config import Settings
@@ -46,17 +52,29 @@ def suites_dir(settings: Settings) -> pathlib.Path:
 
 
 def shipped_files(directory: pathlib.Path) -> dict[str, bytes]:
-    """The flat set of files that make up the suite code (the ConfigMap's data), by name."""
-    files = {}
-    for path in sorted(directory.iterdir(), key=lambda p: p.name):
-        if path.is_file() and path.name.endswith(SHIPPED_SUFFIXES):
-            files[path.name] = path.read_bytes()
+    """The files that make up the suite code, by path relative to the package ("checkers/xid.py"):
+    the suites' own walk (cluster_doctor_suites.version.package_files), so both sides hash the same set."""
+    files = package_files(directory)
     if not files:
         raise FileNotFoundError(f"no suite code found in {directory}")
-    size = sum(len(k) + len(v) for k, v in files.items())
+    keys = [configmap_key(name) for name in files]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"suite files in {directory} collide as ConfigMap keys: {sorted(keys)}")
+    size = sum(len(k) + len(v) for k, v in zip(keys, files.values()))
     if size > CONFIGMAP_LIMIT:
         raise ValueError(f"suite code in {directory} is {size} bytes, over the ConfigMap limit of 1 MiB")
     return files
+
+
+_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+def configmap_key(relative_path: str) -> str:
+    """The ConfigMap key of a file of the package: its relative path with "/" spelled "__"."""
+    key = relative_path.replace("/", "__")
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"suite file {relative_path!r} cannot be a ConfigMap key ({key!r})")
+    return key
 
 
 def content_hash(directory: pathlib.Path) -> str:
@@ -76,7 +94,7 @@ def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str
                      "labels": {"app.kubernetes.io/name": "cluster-doctor", "app.kubernetes.io/component": "suites"},
                      "annotations": {"cluster-doctor.io/suite-version": version}},
         "immutable": True,
-        "data": {k: v.decode("utf-8") for k, v in files.items()},
+        "data": {configmap_key(k): v.decode("utf-8") for k, v in files.items()},
     }
     try:
         core_v1.create_namespaced_config_map(namespace, body)

@@ -150,9 +150,15 @@ def check_artifacts(ns, *, status: str, suite: str) -> None:
     assert not [p for p in rp.parent.iterdir() if p.name.startswith(".")], "temporary files left behind"
     from cluster_doctor_suites import codes
 
-    for c in ns.result["checks"]:  # every non-pass check carries a documented, specific code
+    for c in ns.result["checks"]:  # every non-pass check carries a documented, specific code and an action
         if c["status"] != "pass":
             assert c["code"] in codes.registry() and c["code"] != codes.UNCLASSIFIED, (c["name"], c["status"], c["code"])
+            assert c["action"] in codes.ACTIONS, (c["name"], c["action"])
+        else:
+            assert c["action"] is None
+    assert ns.result["action"] in codes.ACTIONS and ns.summary["action"] == ns.result["action"]
+    if status == "pass":
+        assert ns.result["action"] == "none"
     skipped = any(c["status"] == "skip" for c in ns.result["checks"])
     assert ns.result["incomplete"] is skipped and ns.summary["incomplete"] is skipped
     if status == "pass" and skipped:

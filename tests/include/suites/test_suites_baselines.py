@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 from cluster_doctor_suites.baselines import Baselines, Expectation, model_for_node, normalize_model
-from cluster_doctor_suites.common import Context, SuiteError
+from cluster_doctor_suites.harness.checks import SuiteError
+from cluster_doctor_suites.harness.context import Context
 
 REQUIRED = ("h100-sxm", "h100-pcie", "h200", "a100-sxm4-80gb", "b200", "l40s", "cpu")
 
@@ -64,15 +65,36 @@ def test_normalize():
 
 
 def test_expectations_scale_with_gpu_count(b):
-    e8 = b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 8)
+    e8 = b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 8, hcas=8)
     assert e8.floor == pytest.approx(40.05)  # AzureHPC NHC's 40 GB/s IB loop-back floor
-    e16 = b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 16)  # 16 GPUs share 8 NICs
+    e16 = b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 16, hcas=8)  # 16 GPUs share 8 NICs
     assert e16.value == pytest.approx(e8.value / 2) and "scaled" in e16.source
-    assert b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 4).value == e8.value  # a NIC each
+    assert b.expectation("h100-sxm", "nccl_ib_busbw_gbps", 4, hcas=8).value == e8.value  # a NIC each
     per_gpu = Expectation("x", 100, 0.1, "s", "per_gpu")
     assert per_gpu.scaled(8).value == 800 and per_gpu.scaled(8).floor == pytest.approx(720)
     assert b.expectation("l40s", "nccl_ib_busbw_gbps", 8) is None
     assert b.expectation(None, "gemm_bf16_tflops") is None
+
+
+def test_expectations_per_sku_with_sources_and_node_pool_overrides(b):
+    from types import SimpleNamespace
+
+    from cluster_doctor_suites.baselines import expectations, parse_expect
+
+    e = expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=8, expect={}))
+    assert (e.get("gpus"), e.get("hcas"), e.get("nvlinks_per_gpu"), e.get("pcie_gen"), e.get("pcie_width")) == (8, 8, 18, 5, 16)
+    assert "ConnectX-7" in e.sources["hcas"] and "--expected-gpus" in e.sources["gpus"]
+    pool = expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=8, expect=parse_expect("hcas=4, gpus=4")))
+    assert pool.get("hcas") == 4 and pool.get("gpus") == 4 and "node pool override" in pool.basis("hcas")
+    for bad in ("hcas=four", "nics=8", "hcas"):
+        with pytest.raises(ValueError):
+            parse_expect(bad)
+    for key, model in b.models.items():  # every expectation of a model names its source
+        block = model.get("expect") or {}
+        for k in ("hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width"):
+            if k in block:
+                src = (block.get("sources") or {})
+                assert src.get(k) or src.get(k.split("_")[0]), (key, k)
 
 
 def test_relative_tolerance(b):

@@ -152,7 +152,7 @@ class _Ctx:
     def __init__(self):
         import argparse
 
-        from cluster_doctor_suites.common import Context
+        from cluster_doctor_suites.harness.context import Context
 
         self.c = Context(
             "dl_unit", argparse.Namespace(node="n", device="cuda", gpu_model=None, expected_gpus=None)

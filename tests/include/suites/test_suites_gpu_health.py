@@ -79,8 +79,12 @@ def test_cpu_mode_passes(run_cli, h):
     ns = run_cli("gpu_health", "--device", "cpu")
     h.check_artifacts(ns, status="pass", suite="gpu_health")
     checks = {c["name"]: c["status"] for c in ns.result["checks"]}
-    assert checks["gpu_count"] == "pass" and checks["gpu_state_source"] == "skip"
+    assert checks["gpu_count"] == "pass"
     assert checks["xid"] in ("pass", "skip")  # skip where the kernel log is not readable
+    # every GPU check appears, as not run: CPU mode has no GPU state (never a silent pass)
+    for name in gpu_health.GPU_CHECKS + ("dcgm_diag",):
+        assert checks[name] == "skip", name
+    assert ns.summary["incomplete"] is True
 
 
 def test_no_gpu_visible_with_expected_8_fails(run_cli, h):
@@ -110,14 +114,16 @@ def test_healthy_node_of_driver_590_passes_and_says_what_it_could_not_check(run_
     for name in healthy:
         got = by_name(ns, name)
         assert sorted(got) == ["cuda:0", "cuda:1"] and {c["status"] for c in got.values()} == {"pass"}, name
-    assert "PCIe Gen1 at idle (P8); max Gen4" in by_name(ns, "pcie_gen")["cuda:0"]["message"]
+    assert "PCIe Gen1 at idle (P8), link capable of Gen4, expected Gen4" in by_name(ns, "pcie_gen")["cuda:0"]["message"]
     assert by_name(ns, "nvlink")["cuda:1"]["value"] == 12
     ecc = by_name(ns, "ecc_uncorrected_volatile")
     assert {c["status"] for c in ecc.values()} == {"skip"} and "ECC is disabled" in ecc["cuda:0"]["message"]
     left = by_name(ns, "leftover_processes")
     assert left["cuda:0"]["status"] == "warn" and "22430 MiB" in left["cuda:0"]["message"]
-    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 2 check(s) could not run")
-    assert by_name(ns, "xid")[None]["status"] == "pass"
+    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 3 check(s) could not run")
+    assert by_name(ns, "dcgm_diag")[None]["code"] == "DCGM_UNAVAILABLE"  # dcgmi not installed: visible
+    assert "dcgmi-not-installed not installed" in by_name(ns, "dcgm_diag")[None]["message"]
+    assert by_name(ns, "xid")[None]["status"] == "pass" and by_name(ns, "driver_log")[None]["status"] == "pass"
 
 
 def test_faulty_node_names_every_bad_gpu(run_cli, tools, h):
@@ -145,10 +151,11 @@ def test_faulty_node_names_every_bad_gpu(run_cli, tools, h):
     assert "hw_slowdown while idle (00000000:81:00.0)" in by_name(ns, "clock_throttle")["cuda:0"]["message"]
     rec, nvl = by_name(ns, "recovery_action")["cuda:1"], by_name(ns, "nvlink")["cuda:1"]
     assert "driver requests recovery action 'Reset' (00000000:C1:00.0)" in rec["message"]
-    assert "link(s) 5 inactive; 11 active, expected 12 (best GPU of this node)" in nvl["message"]
+    assert "link(s) 5 inactive; 11 active, expected 12 (no expectation: the best GPU of this node)" in nvl["message"]
     codes = {c["code"] for c in h.failing(ns)}
     assert codes == {"CLOCK_THROTTLE_HW", "PCIE_WIDTH_DEGRADED", "GPU_RECOVERY_ACTION", "NVLINK_DOWN"}
     assert ns.summary["check_counts"]["fail"] == 4 and ns.summary["checks"][0]["status"] == "fail"
+    assert rec["action"] == "reset_gpu" and ns.summary["action"] == "drain_and_service"  # HW slowdown
 
 
 def test_driver_not_loaded_is_a_failure(run_cli, tools, h):
@@ -158,6 +165,7 @@ def test_driver_not_loaded_is_a_failure(run_cli, tools, h):
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     q = h.failing(ns, "gpu_query")
     assert q and "couldn't communicate with the NVIDIA driver" in q[0]["message"]
+    assert "exit 9 (the NVIDIA driver is not loaded)" in q[0]["message"] and q[0]["code"] == "GPU_DRIVER_UNREACHABLE"
 
 
 def test_garbage_nvidia_smi_output_is_an_error(run_cli, tools, h, tmp_path):
@@ -168,16 +176,24 @@ def test_garbage_nvidia_smi_output_is_an_error(run_cli, tools, h, tmp_path):
 
 @pytest.mark.parametrize("window, status79", [(24, "fail"), (0.5, "warn")])
 def test_xids_from_the_kernel_log(run_inproc, tools, h, monkeypatch, window, status79):
-    monkeypatch.setattr(gpu_health, "uptime_seconds", lambda: 90000.0)  # 1 h after the Xid 79 in the fixture
+    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: 90000.0)  # 1 h after the Xid 79
     ns = run_inproc(
         gpu_health, "--expected-gpus", "2", "--xid-window-hours", str(window),
         *tools(dmesg="dmesg_xids_derived.txt"),
     )
-    xids = by_name(ns, "xid")
-    assert xids["cuda:1"]["status"] == status79 and "Xid 79 (critical, 1 h ago)" in xids["cuda:1"]["message"]
-    assert xids["cuda:1"]["code"] == ("XID_CRITICAL" if status79 == "fail" else "XID_WARNING")
-    assert "Xid 94 (critical" in xids["cuda:1"]["message"]
-    assert xids["cuda:0"]["status"] == "warn" and "Xid 13 (application" in xids["cuda:0"]["message"]
+    xids = {(c["device"], c["code"]): c for c in ns.result["checks"] if c["name"] == "xid"}
+    if status79 == "fail":  # each condition its own code: bus, memory
+        bus = xids[("cuda:1", "GPU_FALLEN_OFF_BUS")]
+        assert bus["status"] == "fail" and bus["action"] == "reboot"
+        assert "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM), 1 h ago" in bus["message"]
+        assert xids[("cuda:1", "XID_MEMORY_ERROR")]["status"] == "fail"  # Xid 94, on AzureHPC NHC's list
+    else:  # older than the window: still reported, as a warning
+        old = xids[("cuda:1", "XID_HISTORICAL")]
+        assert old["status"] == "warn" and "Xid 79" in old["message"] and "Xid 94" in old["message"]
+    app = xids[("cuda:0", "XID_APPLICATION")]
+    assert app["status"] == "warn" and "Xid 13 (ROBUST_CHANNEL_GR_EXCEPTION" in app["message"]
+    # Xid 109 (context-switch timeout, NVIDIA: RESET_GPU) 24.1 h before: past both windows
+    assert "Xid 109 (ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR" in xids[("cuda:0", "XID_HISTORICAL")]["message"]
     h.check_artifacts(ns, status=status79 if status79 == "fail" else "pass", suite="gpu_health")
     assert ns.result["metrics"]["xid_events"] == 5
 
@@ -195,17 +211,20 @@ def test_gpu_fallen_off_the_bus_without_an_xid_fails(run_cli, tools, h, fixture,
     bad = h.failing(ns, "gpu_fallen_off_bus")
     assert [c["device"] for c in bad] == [device] and bad[0]["code"] == "GPU_FALLEN_OFF_BUS"
     assert by_name(ns, "xid")[None]["status"] == "pass", "no Xid line: only the fallen-off-bus check catches it"
+    assert bad[0]["action"] == "reboot" and bad[0]["status"] == "fail"
 
 
 def test_unreadable_kernel_log_is_a_visible_skip_never_a_clean_pass(run_cli, tools, h):
     """dmesg under kernel.dmesg_restrict=1 without CAP_SYSLOG (recorded from util-linux 2.38.1)."""
     ns = run_cli("gpu_health", "--expected-gpus", "2", *tools(dmesg="dmesg_restricted.stderr", dmesg_rc=1))
     h.check_artifacts(ns, status="pass", suite="gpu_health")
-    xid = by_name(ns, "xid")[None]
-    assert xid["status"] == "skip" and xid["code"] == "KERNEL_LOG_UNREADABLE"
-    assert "read kernel buffer failed: Operation not permitted" in xid["message"]
+    for name in ("xid", "driver_log", "gpu_fallen_off_bus"):
+        c = by_name(ns, name)[None]
+        assert c["status"] == "skip" and c["code"] == "KERNEL_LOG_UNREADABLE", name
+        assert "read kernel buffer failed: Operation not permitted" in c["message"]
     assert ns.summary["incomplete"] is True and ns.result["incomplete"] is True
-    assert ns.summary["reason"].startswith("pass, 3 check(s) could not run: ")  # 2x ECC off, and the Xids
+    # 2x ECC off, the three kernel-log checks, dcgmi not installed
+    assert ns.summary["reason"].startswith("pass, 6 check(s) could not run: ")
     assert {"name": "xid", "status": "skip"}.items() <= next(
         c for c in ns.summary["checks"] if c["name"] == "xid"
     ).items()
@@ -220,9 +239,9 @@ def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, f
     ns = run_cli("gpu_health", "--expected-gpus", "2", *args, "--journal-dir", str(jdir), "--journalctl", str(jctl))
     h.check_artifacts(ns, status="pass", suite="gpu_health")
     xid = [c for c in ns.result["checks"] if c["name"] == "xid"]
-    assert {c["status"] for c in xid} == {"warn"} and all("Xid 45 (application" in c["message"] for c in xid)
-    assert "node journal" in xid[0]["message"]
-    assert {c["name"] for c in ns.result["checks"] if c["status"] == "skip"} == {"ecc_uncorrected_volatile"}
+    assert {c["status"] for c in xid} == {"warn"} and all("Xid 45 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL" in c["message"] for c in xid)
+    assert {c["code"] for c in xid} == {"XID_APPLICATION"} and "node journal" in xid[0]["message"]
+    assert {c["name"] for c in ns.result["checks"] if c["status"] == "skip"} == {"ecc_uncorrected_volatile", "dcgm_diag"}
 
 
 def test_genuine_a100_mig_output_passes_but_says_what_it_could_not_check(run_cli, tools, h):
@@ -259,8 +278,9 @@ def test_dcgm_diag(run_cli, tools, h, fixture, status, version, failing):
     dcgm_checks = [c for c in ns.result["checks"] if c["name"].startswith("dcgm_")]
     assert dcgm_checks, "dcgmi results must become checks"
     assert ns.result["environment"]["dcgm"] == version
-    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_")} == failing
+    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_") and c["name"] != "dcgm_diag"} == failing
     assert all(c["code"] == "DCGM_DIAG_FAIL" for c in h.failing(ns) if c["name"].startswith("dcgm_"))
+    assert by_name(ns, "dcgm_diag")[None]["status"] == status
 
 
 def test_dcgm_message_keeps_the_words_of_a_wrapped_warning(run_cli, tools, h):
@@ -282,7 +302,7 @@ def test_dcgm_without_hostengine_is_skipped_with_a_warning(run_cli, tools, h):
 def test_dcgm_garbage_is_an_error_never_a_pass(run_cli, tools, h):
     ns = run_cli("gpu_health", "--expected-gpus", "2", *tools(dcgm="../kernel/dmesg_clean_6.18_firecracker.txt"))
     h.check_artifacts(ns, status="error", suite="gpu_health")
-    assert "unparseable dcgmi diag output" in ns.summary["reason"]
+    assert "unparseable dcgmi diag -r 1 output" in ns.summary["reason"]
 
 
 # ------------------------------------------------------------------ dcgmi diag -j first, the table as fallback
@@ -355,7 +375,7 @@ def test_dcgm_json_failure_on_one_gpu(run_cli, tools, dcgmi, h):
     ns = _gpu_health(run_cli, tools, args)
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     assert calls() == ["diag -r 1 -j"]
-    bad = [c for c in h.failing(ns) if c["name"].startswith("dcgm_")]
+    bad = [c for c in h.failing(ns) if c["name"].startswith("dcgm_") and c["name"] != "dcgm_diag"]
     assert [(c["name"], c["device"], c["code"]) for c in bad] == [("dcgm_software", "cuda:3", "DCGM_DIAG_FAIL")]
 
 
@@ -371,7 +391,7 @@ def test_dcgm_4x_json_failure(run_cli, tools, dcgmi, h):
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     assert ns.result["environment"]["dcgm"] == "4.1.1"
     assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_")} == {
-        ("dcgm_diagnostic", "cuda:5")
+        ("dcgm_diagnostic", "cuda:5"), ("dcgm_diag", None)
     }
 
 
@@ -393,8 +413,8 @@ def test_dcgm_without_json_support_falls_back_to_the_table(
     h.check_artifacts(ns, status=status, suite="gpu_health")
     assert calls() == ["diag -r 1 -j", "diag -r 1"]
     assert ns.result["environment"]["dcgm"] == version
-    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_")} == failing
-    assert not any(c["name"] == "dcgm_diag" for c in ns.result["checks"])
+    assert {(c["name"], c["device"]) for c in h.failing(ns) if c["name"].startswith("dcgm_") and c["name"] != "dcgm_diag"} == failing
+    assert by_name(ns, "dcgm_diag")[None]["status"] == status
 
 
 def test_dcgm_json_runtime_error_is_not_retried_as_a_table(run_cli, tools, dcgmi, h):
@@ -404,10 +424,10 @@ def test_dcgm_json_runtime_error_is_not_retried_as_a_table(run_cli, tools, dcgmi
            'while DCGM is paused.",\n\t\t"version" : "3.3.1"\n\t}\n}\n')
     args, calls = dcgmi(json=doc, json_rc=1, table="dcgmi-diag-r1_4.2.3_570.148.08_head.txt")
     ns = _gpu_health(run_cli, tools, args)
-    h.check_artifacts(ns, status="error", suite="gpu_health")
-    assert calls() == ["diag -r 1 -j"]
+    h.check_artifacts(ns, status="pass", suite="gpu_health")  # the diagnostic did not run: not run, visible
+    assert calls() == ["diag -r 1 -j"] and ns.summary["incomplete"] is True
     check = by_name(ns, "dcgm_diag")[None]
-    assert check["status"] == "error" and check["code"] == "DCGM_UNAVAILABLE"
+    assert check["status"] == "skip" and check["code"] == "DCGM_UNAVAILABLE"
     assert "could not be run while DCGM is paused" in check["message"]
 
 
@@ -603,6 +623,8 @@ def test_nvml_path(run_inproc, h, monkeypatch, tools):
         ("gpu_reachable", "cuda:2"),
         ("xid", "cuda:0"),
     }
+    assert by_name(ns, "xid")["cuda:0"]["code"] == "GPU_FALLEN_OFF_BUS"  # live Xid 79
+    assert by_name(ns, "nvlink")["cuda:1"]["message"].startswith("NVLink link(s) 3 inactive; 17 active, expected 18 (expected 18: baselines.yaml h100-sxm")
     env = ns.result["environment"]
     assert env["gpu_state_source"] == "NVML" and env["driver"] == "570.124.06" and env["cuda"] == "12.8"
     assert by_name(ns, "fabric")["cuda:0"]["status"] == "pass"

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_doctor_suites import common
-from cluster_doctor_suites.common import Check, build_summary, decide, run_suite
+from cluster_doctor_suites.harness import files
+from cluster_doctor_suites.harness.checks import CHECK_STATUSES, Check
+from cluster_doctor_suites.harness.runner import run_suite
+from cluster_doctor_suites.harness.verdict import build_summary, decide
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
@@ -183,14 +185,14 @@ def test_invalid_arguments_are_an_error_result(tmp_path, h, monkeypatch):
 
 
 def test_default_termination_log_is_only_written_inside_kubernetes(tmp_path):
-    assert common.write_termination_log(common.DEFAULT_TERMINATION_LOG, "{}") is None
-    assert not os.path.exists(common.DEFAULT_TERMINATION_LOG)
-    assert common.write_termination_log("", "{}") is None
+    assert files.write_termination_log(files.DEFAULT_TERMINATION_LOG, "{}") is None
+    assert not os.path.exists(files.DEFAULT_TERMINATION_LOG)
+    assert files.write_termination_log("", "{}") is None
     p = tmp_path / "a" / "term"
-    assert common.write_termination_log(str(p), '{"x":1}') is None and p.read_text() == '{"x":1}'
+    assert files.write_termination_log(str(p), '{"x":1}') is None and p.read_text() == '{"x":1}'
     existing = tmp_path / "bind-mounted"
     existing.write_text("old content that is longer")
-    common.write_termination_log(str(existing), "{}")  # written in place (rename over a bind mount fails)
+    files.write_termination_log(str(existing), "{}")  # written in place (rename over a bind mount fails)
     assert existing.read_text() == "{}"
 
 
@@ -230,7 +232,7 @@ def test_env_fallbacks(tmp_path, monkeypatch):
 
 DUMMY = """
 import sys, time
-from cluster_doctor_suites.common import main_entry
+from cluster_doctor_suites.harness.runner import main_entry
 def add(p):
     p.add_argument("--mode")
 def run(ctx):
@@ -364,7 +366,7 @@ _text = st.text(max_size=400)
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(common.CHECK_STATUSES),
+            st.sampled_from(CHECK_STATUSES),
             _text,
             _text,
             st.one_of(st.none(), st.floats(allow_nan=True), st.integers(), _text),
@@ -380,5 +382,5 @@ def test_summary_always_fits_and_validates(items, node, metrics):
     result = _result(checks, node=node or "n", status=status, reason=reason, metrics=metrics)
     s = build_summary(result, checks, sorted(metrics), "/l", "/r")
     assert len(json.dumps(s, separators=(",", ":"), ensure_ascii=True).encode()) < 4096
-    schema = json.loads((Path(common.__file__).parent / "result.schema.json").read_text())
+    schema = json.loads((Path(files.__file__).parents[1] / "result.schema.json").read_text())
     Draft202012Validator({"$ref": "#/$defs/summary", "$defs": schema["$defs"]}).validate(s)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from cluster_doctor_suites import nccl_loopback, nccl_worker, parsers
-from cluster_doctor_suites.common import SuiteError
+from cluster_doctor_suites.harness.checks import SuiteError
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -146,9 +146,9 @@ def test_transport_judged_on_genuine_nccl_logs(h, fixture, ib_hca, status):
     ctx = Ctx()
     ctx.checks = []
     info = parsers.parse_nccl_log(h.fx("nccl", fixture))
-    nccl_loopback.judge_transport(ctx, info, "ib", "^IB", 8, None)
+    nccl_loopback.judge_transport(ctx, info, "ib", "^IB", 8)
     got = {name: (st, msg) for name, st, msg in ctx.checks}
-    assert got["transport"][0] == status, got
+    assert status in {got[n][0] for n in got if n.startswith("transport")}, got
     if status == "pass":
         assert got["transport"][1].startswith("12 channel(s) via NET/IB (12 with GPUDirect RDMA)")
 
@@ -165,9 +165,26 @@ def test_wrong_reduced_values_fail_although_the_tool_exits_1(run_inproc, monkeyp
 
 
 def test_nonzero_exit_without_wrong_values_stays_an_error(run_inproc, monkeypatch, arp, h):
+    """testInternalError (1) with a clean table: the tool failed, nothing proves the node either way."""
     ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_ok_nccl-tests252.txt", rc=1))
     h.check_artifacts(ns, status="error", suite="nccl_loopback")
-    assert "all_reduce_perf exited with code 1" in ns.summary["reason"]
+    assert "all_reduce_perf exited 1 (testInternalError), results printed" in ns.summary["reason"]
+
+
+@pytest.mark.parametrize("rc", [1, 7])
+def test_wrong_values_fail_whatever_the_exit_code(run_inproc, monkeypatch, arp, h, rc):
+    """nccl-tests before 2.17.3 exit(EXIT_FAILURE) = 1 on wrong values; since then main returns
+    testNumResults = 7 (src/common.h testResult_t): the table decides, not the number."""
+    ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_wrong_values_derived.txt", rc=rc))
+    h.check_artifacts(ns, status="fail", suite="nccl_loopback")
+    assert ns.summary["code"] == "NCCL_WRONG_VALUES" and ns.summary["action"] == "drain_and_service"
+
+
+def test_exit_7_with_a_clean_table_is_a_failure_not_a_pass(run_inproc, monkeypatch, arp, h):
+    """testNumResults without wrong values in the table (e.g. below NCCL_TESTS_MIN_BW): not a pass."""
+    ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_ok_nccl-tests252.txt", rc=7))
+    h.check_artifacts(ns, status="fail", suite="nccl_loopback")
+    assert h.failing(ns, "nccl_tests_result")[0]["code"] == "NCCL_TESTS_FAILED"
 
 
 def test_wrong_value_seen_only_by_rank_1_fails(run_inproc, monkeypatch, h, tmp_path):
@@ -202,9 +219,32 @@ def test_busbw_floor_follows_the_hcas_nccl_used(run_inproc, monkeypatch, arp, h)
     )
     busbw = {c["name"]: c for c in ns.result["checks"]}["busbw"]
     assert busbw["threshold"] == ">= 5.006" and "scaled x0.125 for 8 GPU(s)" in busbw["message"]
-    assert ns.result["metrics"]["nccl_nics_used"] == 1
-    assert nccl_loopback.nics_in_use(None, "^mlx5_0") is None
-    assert nccl_loopback.nics_in_use({"ib_devices": {"mlx5_0:1": "IB", "mlx5_1:1": "IB"}}, None) == 2
+    assert ns.result["metrics"]["nccl_hcas_expected"] == 1
+
+
+def test_expected_hcas_come_from_the_node_never_from_what_nccl_found():
+    from types import SimpleNamespace
+
+    from cluster_doctor_suites.baselines import Expectations
+
+    sku = Expectations({"hcas": 8}, {"hcas": "baselines.yaml h100-sxm: HGX"})
+    args = SimpleNamespace(expected_hcas=None, ib_hca=None)
+    assert nccl_loopback.expected_hcas(args, sku) == (8, "expected 8: baselines.yaml h100-sxm: HGX")
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="^mlx5_0"), sku)[0] == 8
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="=mlx5_0:1,mlx5_1:1"), sku)[0] == 2
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=4, ib_hca=None), sku) == (4, "--expected-hcas")
+
+
+def test_fewer_hcas_than_the_node_has_fail_and_the_floor_stays_the_nodes(run_inproc, monkeypatch, arp, h):
+    """NCCL sees one HCA (nccl-tests#128's line) on an 8-GPU H100 node that has eight: ib_hcas fails,
+    and the bus-bandwidth floor is the 8-NIC one (40 GB/s), not one scaled down to the single HCA."""
+    ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_one_hca_of_8_derived.txt"))
+    h.check_artifacts(ns, status="fail", suite="nccl_loopback")
+    hcas = h.failing(ns, "ib_hcas")[0]
+    assert hcas["value"] == 1 and hcas["threshold"] == ">= 8" and hcas["code"] == "IB_HCAS_MISSING"
+    assert hcas["action"] == "check_fabric"
+    busbw = {c["name"]: c for c in ns.result["checks"]}["busbw"]
+    assert busbw["threshold"] == ">= 40.05"
 
 
 def test_low_bus_bandwidth_fails_with_the_number(run_inproc, monkeypatch, arp, h):
@@ -234,7 +274,8 @@ def test_ib_completion_error_is_a_node_failure(run_inproc, monkeypatch, arp, h, 
 def test_tool_crash_without_results_is_an_error(run_inproc, monkeypatch, arp, h):
     ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_missing_libnccl_nccl-tests85.txt", rc=127))
     h.check_artifacts(ns, status="error", suite="nccl_loopback")
-    assert "all_reduce_perf exited 127 without usable results" in ns.summary["reason"]
+    assert "all_reduce_perf exited 127 (not a testResult_t (the loader?)), no usable results" in ns.summary["reason"]
+    assert ns.summary["code"] == "TOOL_MISSING"
     assert "libnccl.so.2: cannot open shared object file" in ns.summary["reason"]
 
 
@@ -272,9 +313,9 @@ def test_overrides_min_busbw_and_expected_hcas(run_inproc, monkeypatch, arp, h):
     )
     h.check_artifacts(ns, status="fail", suite="nccl_loopback")
     assert h.failing(ns, "busbw")[0]["threshold"] == ">= 100" and h.failing(ns, "busbw")[0]["value"] == 95.10
-    hcas = h.failing(ns, "ib_hcas")[0]
-    assert hcas["value"] == 0 and hcas["threshold"] == ">= 8"
-    assert "NCCL found 0 usable HCA port(s)" in hcas["message"]
+    # the table alone has no NCCL INFO lines: the HCAs cannot be counted, which is said, not passed
+    hcas = {c["name"]: c for c in ns.result["checks"]}["ib_hcas"]
+    assert hcas["status"] == "skip" and hcas["code"] == "NCCL_TRANSPORT_UNKNOWN"
 
 
 def test_no_gpu_visible_with_expected_8_fails(run_inproc, h):
@@ -297,32 +338,58 @@ def _info(**families):
 
 
 @pytest.mark.parametrize(
-    "mode, families, status",
+    "mode, families, check, status, code",
     [
-        ("nvlink", {"P2P": 16}, "pass"),
-        ("nvlink", {"NVLS": 16, "P2P": 2}, "pass"),
-        ("nvlink", {"NET/IB": 16}, "fail"),
-        ("ib", {"P2P": 16}, "fail"),
-        ("ib", {"SHM": 16}, "fail"),
-        ("ib", {"NET/IBext_v8": 16}, "pass"),
-        ("ib", {"NET/AWS Libfabric": 16}, "fail"),
-        ("ib", {}, "error"),
+        ("nvlink", {"P2P": 16}, "transport", "pass", None),
+        ("nvlink", {"NVLS": 16, "P2P": 2}, "transport", "pass", None),
+        ("nvlink", {"NET/IB": 16}, "transport", "fail", "NCCL_NVLINK_UNAVAILABLE"),
+        ("ib", {"P2P": 16}, "transport_isolation", "fail", "NCCL_P2P_SHM_USED"),
+        ("ib", {"SHM": 16}, "transport_isolation", "fail", "NCCL_P2P_SHM_USED"),
+        # P2P inside and sockets outside: each condition its own finding, the most specific code each
+        ("ib", {"P2P": 8, "NET/Socket": 8}, "transport_isolation", "fail", "NCCL_P2P_SHM_USED"),
+        ("ib", {"P2P": 8, "NET/Socket": 8}, "transport", "fail", "NCCL_SOCKET_FALLBACK"),
+        ("ib", {"NET/IBext_v8": 16}, "transport", "pass", None),
+        ("ib", {"NET/AWS Libfabric": 16}, "transport", "fail", "NCCL_NET_UNEXPECTED"),
+        ("ib", {}, "transport", "error", "NCCL_TRANSPORT_UNKNOWN"),
     ],
 )
-def test_judge_transport(mode, families, status):
+def test_judge_transport(mode, families, check, status, code):
     class Ctx:
         checks = []
         environment = {}
 
         def check(self, name, st, **kw):
-            self.checks.append((name, st))
+            self.checks.append((name, st, kw.get("code")))
 
         def metric(self, *a, **k):
             pass
 
     ctx = Ctx()
-    nccl_loopback.judge_transport(ctx, _info(**families), mode, "^IB", 8, None)
-    assert dict(ctx.checks)["transport"] == status
+    ctx.checks = []
+    nccl_loopback.judge_transport(ctx, _info(**families), mode, "^IB", 8)
+    got = {name: (st, c) for name, st, c in ctx.checks}
+    assert got[check] == (status, code)
+
+
+def test_no_ib_device_at_all_is_a_failed_node():
+    info = {**_info(), "ib_no_device": True}
+
+    class Ctx:
+        environment = {}
+
+        def __init__(self):
+            self.checks = []
+
+        def check(self, name, st, **kw):
+            self.checks.append((name, st, kw.get("code")))
+
+        def metric(self, *a, **k):
+            pass
+
+    ctx = Ctx()
+    nccl_loopback.judge_transport(ctx, info, "ib", "^IB", 8)
+    nccl_loopback.judge_hcas(ctx, info, 8, "expected 8")
+    assert ("transport", "fail", "NCCL_IB_NO_DEVICE") in ctx.checks and ("ib_hcas", "fail", "NCCL_IB_NO_DEVICE") in ctx.checks
 
 
 def test_nccl_env():

@@ -13,19 +13,24 @@ from jsonschema import Draft202012Validator
 SHIPPED = (".py", ".yaml", ".yml", ".json")
 
 
-def test_flat_and_configmap_sized(h):
-    d = h.SUITES_DIR
-    assert not [p for p in d.iterdir() if p.is_dir() and p.name != "__pycache__"], "a ConfigMap is flat"
-    files = [p for p in d.iterdir() if p.is_file() and p.name.endswith(SHIPPED)]
-    total = sum(p.stat().st_size for p in files)
+def test_configmap_sized_with_valid_keys(h):
+    from cluster_doctor_suites import version
+
+    files = version.package_files(h.SUITES_DIR)
+    total = sum(len(v) for v in files.values())
     assert total < 512 * 1024, f"{total} bytes: stay well under the 1 MiB ConfigMap limit"
-    for p in files:  # ConfigMap keys: [-._a-zA-Z0-9]+
-        assert re.fullmatch(r"[-._a-zA-Z0-9]+", p.name)
+    for name in files:  # ConfigMap keys: [-._a-zA-Z0-9]+, a subfolder's "/" spelled "__"
+        assert re.fullmatch(r"[-._a-zA-Z0-9]+", name.replace("/", "__")), name
+    subfolders = {p.name for p in h.SUITES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert subfolders == {"harness", "checkers"}, "one level of subfolders, each a package"
+    for sub in subfolders:
+        assert (h.SUITES_DIR / sub / "__init__.py").exists()
 
 
 def test_no_airflow_imports(h):
-    for p in h.SUITES_DIR.glob("*.py"):
-        assert not re.search(r"^\s*(from|import)\s+airflow", p.read_text(), re.M), p.name
+    for p in h.SUITES_DIR.rglob("*.py"):
+        text = p.read_text()
+        assert not re.search(r"^\s*(from|import)\s+(airflow|cluster_doctor\b)", text, re.M), p.name
 
 
 def test_every_suite_is_a_module_with_help(h):

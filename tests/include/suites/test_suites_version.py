@@ -14,11 +14,14 @@ from cluster_doctor_suites import version
 def reference_hash(directory: Path) -> str:
     """The algorithm exactly as specified, written independently of the implementation."""
     h = hashlib.sha256()
-    for name in sorted(
-        p.name
-        for p in directory.iterdir()
-        if p.is_file() and p.name.endswith((".py", ".yaml", ".yml", ".json"))
-    ):
+    names = sorted(
+        p.relative_to(directory).as_posix()
+        for p in directory.rglob("*")
+        if p.is_file()
+        and p.name.endswith((".py", ".yaml", ".yml", ".json"))
+        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(directory).parts)
+    )
+    for name in names:
         h.update(name.encode() + b"\0" + (directory / name).read_bytes() + b"\0")
     return "sha256:" + h.hexdigest()[:16]
 
@@ -29,7 +32,7 @@ def test_matches_the_specified_algorithm_on_the_real_folder(h):
     assert got == reference_hash(h.SUITES_DIR)
 
 
-def test_only_hashed_suffixes_and_no_recursion(tmp_path):
+def test_only_hashed_suffixes_in_the_package_and_its_subfolders(tmp_path):
     (tmp_path / "a.py").write_text("print(1)\n")
     (tmp_path / "b.yaml").write_text("x: 1\n")
     base = version.content_hash(tmp_path)
@@ -38,7 +41,14 @@ def test_only_hashed_suffixes_and_no_recursion(tmp_path):
     (tmp_path / "a.pyc").write_bytes(b"\0")
     (tmp_path / "__pycache__").mkdir()
     (tmp_path / "__pycache__" / "c.py").write_text("ignored")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "d.py").write_text("ignored")
     assert version.content_hash(tmp_path) == base
+    (tmp_path / "checkers").mkdir()
+    (tmp_path / "checkers" / "x.py").write_text("x = 1\n")
+    with_sub = version.content_hash(tmp_path)
+    assert with_sub != base and "checkers/x.py" in version.package_files(tmp_path)
+    (tmp_path / "checkers" / "x.py").unlink()
     (tmp_path / "c.json").write_text("{}")
     assert version.content_hash(tmp_path) != base
     (tmp_path / "c.json").unlink()
@@ -47,13 +57,16 @@ def test_only_hashed_suffixes_and_no_recursion(tmp_path):
 
 
 def test_configmap_mount_layout_hashes_like_the_flat_folder(tmp_path, h):
-    """kubelet mounts a ConfigMap as symlinks into a hidden, timestamped ..data directory."""
+    """kubelet mounts a ConfigMap as symlinks into a hidden, timestamped ..data directory (subfolders
+    included: the symlinked directories are followed)."""
     mount = tmp_path / "suites"
     data = mount / "..2026_11_22_04_00_00.123456789"
     data.mkdir(parents=True)
     for p in h.SUITES_DIR.iterdir():
         if p.is_file():
             shutil.copy(p, data / p.name)
+        elif p.is_dir() and p.name != "__pycache__":
+            shutil.copytree(p, data / p.name)
     os.symlink(data.name, mount / "..data")
     for p in data.iterdir():
         os.symlink(f"..data/{p.name}", mount / p.name)

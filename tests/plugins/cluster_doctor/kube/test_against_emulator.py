@@ -32,7 +32,8 @@ def test_suite_code_ships_once_as_an_immutable_configmap(core_v1):
     assert suite_code.ensure_configmap(core_v1, NS, name, files, version) is True
     assert suite_code.ensure_configmap(core_v1, NS, name, files, version) is False  # already there
     cm = core_v1.read_namespaced_config_map(name, NS)
-    assert cm.immutable is True and set(cm.data) == set(files)
+    assert cm.immutable is True and set(cm.data) == {suite_code.configmap_key(f) for f in files}
+    assert "checkers__xid.py" in cm.data  # a file of a subfolder, its key flat
     assert cm.metadata.annotations["cluster-doctor.io/suite-version"] == version
 
 
@@ -77,11 +78,3 @@ def test_discovery_respects_the_node_range_and_selector(emulator, core_v1):
         emulator.add_gpu_node(f"gpu-{i:03d}", labels={"pool": "a" if i < 4 else "b"})
     found = discovery.discover(core_v1, Settings(node_selector="pool=a"), parse_node_range("gpu-00[2-5]"))
     assert [n.name for n in found.free] == ["gpu-002", "gpu-003"]
-
-
-def test_node_gpu_pods_sees_a_user_pod(emulator, core_v1):
-    emulator.add_gpu_node("gpu-001")
-    assert discovery.node_gpu_pods(core_v1, "gpu-001", "nvidia.com/gpu") == []
-    emulator.add_user_pod("gpu-001", gpus=2, name="trainer", namespace="default")
-    holders = discovery.node_gpu_pods(core_v1, "gpu-001", "nvidia.com/gpu")
-    assert len(holders) == 1 and "default/trainer requests 2" in holders[0]

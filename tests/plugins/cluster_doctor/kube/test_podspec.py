@@ -110,3 +110,13 @@ def test_suite_code_is_projected_as_a_package():
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "suites")
     assert volume["configMap"]["items"] == [{"key": "__init__.py", "path": "cluster_doctor_suites/__init__.py"},
                                             {"key": "dl_unit.py", "path": "cluster_doctor_suites/dl_unit.py"}]
+
+
+def test_suite_files_in_subfolders_map_back_from_flat_configmap_keys():
+    pod = podspec.build_pod(Settings(), **BASE, suite_files=["checkers/xid.py", "checkers/__init__.py", "gpu_health.py"])
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "suites")
+    assert volume["configMap"]["items"] == [
+        {"key": "checkers____init__.py", "path": "cluster_doctor_suites/checkers/__init__.py"},
+        {"key": "checkers__xid.py", "path": "cluster_doctor_suites/checkers/xid.py"},
+        {"key": "gpu_health.py", "path": "cluster_doctor_suites/gpu_health.py"},
+    ]

@@ -1,0 +1,134 @@
+"""Xid events (kernel log and the live NVML event stream) judged against NVIDIA's Xid catalog
+(xid_catalog.yaml: each Xid with NVIDIA's recovery action). Fail closed: an Xid the catalog does not
+know is a finding with its number; a failing Xid older than the window is still reported, as a
+warning."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+
+from .. import codes
+from ..harness.checks import Check
+from ..harness.text import fmt, one_line
+from . import recovery
+from .driver_log import DriverEvent, age_h
+
+CODES = ("XID_CRITICAL", "XID_MEMORY_ERROR", "XID_NVLINK_ERROR", "XID_GSP_ERROR", "GPU_FALLEN_OFF_BUS",
+         "GPU_RECOVERY_ACTION", "XID_APPLICATION", "XID_INFORMATIONAL", "XID_HISTORICAL", "XID_UNKNOWN")
+CATALOG_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xid_catalog.yaml")
+CATEGORY_CODES = {
+    "memory": "XID_MEMORY_ERROR",
+    "nvlink": "XID_NVLINK_ERROR",
+    "gsp": "XID_GSP_ERROR",
+    "bus": "GPU_FALLEN_OFF_BUS",
+    "recovery": "GPU_RECOVERY_ACTION",
+    "application": "XID_APPLICATION",
+    "informational": "XID_INFORMATIONAL",
+    "hardware": "XID_CRITICAL",
+    "unused": "XID_CRITICAL",
+}
+# NVIDIA's immediate action -> (status, our action); see the rules at the top of xid_catalog.yaml
+IMMEDIATE = {
+    "RESET_GPU": ("fail", "reset_gpu"),
+    "WORKFLOW_XID_48": ("fail", "reset_gpu"),
+    "WORKFLOW_NVLINK_ERR": ("fail", "reset_gpu"),
+    "RESTART_BM": ("fail", "reboot"),
+    "RESTART_VM": ("fail", "reboot"),
+    "RESTART_APP": ("warn", "none"),
+    "CHECK_APP/CUDA": ("warn", "none"),
+    "CHECK_UVM": ("warn", "none"),
+    "WORKFLOW_XID_13": ("warn", "none"),
+    "WORKFLOW_XID_31": ("warn", "none"),
+    "WORKFLOW_XID_45": ("warn", "none"),
+    "IGNORE": ("warn", "none"),
+}
+_TO_ACTION = re.compile(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
+
+
+@functools.lru_cache(maxsize=1)
+def catalog() -> dict[int, dict]:
+    import yaml
+
+    with open(CATALOG_FILE, encoding="utf-8") as fh:
+        return {int(k): v for k, v in (yaml.safe_load(fh)["xids"] or {}).items()}
+
+
+@dataclass(frozen=True)
+class XidVerdict:
+    xid: int
+    status: str  # fail | warn
+    code: str
+    action: str
+    label: str  # "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM)"
+
+
+def judge(xid: int, text: str, critical: set[int]) -> XidVerdict:
+    """One Xid, from NVIDIA's catalog and what the line itself says (the severity of Xid 144-150,
+    the recovery action of Xid 154); the AzureHPC NHC hardware list (`critical`) always fails."""
+    entry = catalog().get(xid)
+    if entry is None:
+        return XidVerdict(xid, "fail", "XID_UNKNOWN", "drain_and_service", f"Xid {xid} (not in NVIDIA's catalog)")
+    imm = entry.get("nvidia_immediate") or ""
+    code = CATEGORY_CODES.get(entry.get("category"), "XID_CRITICAL")
+    if "status" in entry:
+        status, action = entry["status"], entry["action"]
+    elif imm == "WORKFLOW_NVLINK5_ERR":
+        nonfatal = re.search(r"\bNon-?fatal\b", text, re.I)
+        status, action = ("warn", "none") if nonfatal else ("fail", "reset_gpu")
+    elif imm == "XID_154":
+        m = _TO_ACTION.search(text)
+        action = recovery.action_for(m.group(1)) if m else "drain_and_service"
+        status = "warn" if action == "none" else "fail"
+    else:
+        status, action = IMMEDIATE.get(imm, ("fail", "drain_and_service"))
+    if xid in critical and status != "fail":
+        status, action = "fail", action if action in ("reset_gpu", "reboot", "drain_and_service") else "reset_gpu"
+        code = "XID_CRITICAL" if code in ("XID_APPLICATION", "XID_INFORMATIONAL") else code
+    return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, NVIDIA: {imm or 'no action given'})")
+
+
+def to_checks(events: list[DriverEvent], device_of, critical: set[int], window_h: float, uptime_now: float | None,
+              source: str) -> list[Check]:
+    """One `xid` check per (device, code); a pass when the source holds no Xid at all."""
+    groups: dict[tuple[str, str], list] = {}
+    for ev in events:
+        if ev.kind != "xid":
+            continue
+        v = judge(ev.xid, ev.text, critical)
+        age = age_h(ev.message, uptime_now)
+        status, code = v.status, v.code
+        if status == "fail" and age is not None and age > window_h:
+            status, code = "warn", "XID_HISTORICAL"
+        groups.setdefault((device_of(ev.pci), code), []).append((status, v, age, ev))
+    if not groups:
+        return [Check("xid", "pass", 0, "events", "== 0", f"no Xid events in the {source}")]
+    out = []
+    for (dev, code), items in sorted(groups.items()):
+        worst = "fail" if any(s == "fail" for s, *_ in items) else "warn"
+        desc = []
+        for _, v, age, ev in items[-4:]:
+            when = f", {fmt(age)} h ago" if age is not None else ""
+            desc.append(f"{v.label}{when}: {one_line(_after_number(ev.text), 70)}")
+        shown = max((v for _, v, _, _ in items), key=lambda v: v.status == "fail")
+        out.append(Check("xid", worst, shown.xid, "xid", f"no failing Xid within {fmt(window_h)} h",
+                         f"{len(items)} Xid event(s) in the {source}; " + "; ".join(desc),
+                         dev if dev != "node" else None, code,
+                         action=codes.most_severe(v.action for _, v, _, _ in items)))
+    return out
+
+
+def live_events(raw: list[dict]) -> list[DriverEvent]:
+    """The NVML event stream's Xids as events (no time stamp: they are happening now)."""
+    from .kernel_log import KernelMessage
+
+    return [DriverEvent("xid", KernelMessage(f"live NVML event: Xid {e['xid']}", None, None, None), e.get("pci"),
+                        xid=int(e["xid"])) for e in raw]
+
+
+def _after_number(text: str) -> str:
+    m = re.search(r"\):?\s*\d+,?\s*(.*)$", text)
+    return m.group(1) if m else text
+

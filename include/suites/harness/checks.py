@@ -1,0 +1,79 @@
+"""Check: one line of a result (name, status, value, threshold, message, device, code, action), and
+SuiteError, the exception that turns a run into `error` with a code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import codes
+from .text import fmt
+
+CHECK_STATUSES = ("pass", "fail", "warn", "error", "skip")
+
+
+class SuiteError(Exception):
+    """The suite cannot judge the node (tool missing, garbage output, ...): status `error`.
+
+    `code` (codes.yaml) says why in machine-readable form; SUITE_ERROR when not given."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.output = ""  # what a tool printed before it was stopped (run_tool on timeout)
+
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    value: Any = None
+    unit: str | None = None
+    threshold: str | None = None
+    message: str = ""
+    device: str | None = None
+    code: str | None = None  # stable machine-readable code of a non-pass check (codes.yaml)
+    # recommended action (codes.ACTIONS); the code's own unless the finding knows better (an Xid's
+    # recovery action from NVIDIA's catalog, the action the driver requests)
+    action: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in CHECK_STATUSES:
+            raise ValueError(f"bad check status {self.status!r}")
+        if self.status == "pass":
+            self.code = self.action = None
+        else:
+            if not self.code:
+                self.code = codes.resolve(self.name, self.status)
+            self.action = self.action or codes.action(self.code)
+            if self.action not in codes.ACTIONS:
+                raise ValueError(f"bad action {self.action!r} for {self.name}")
+        if isinstance(self.value, float) and (
+            self.value != self.value or self.value in (float("inf"), float("-inf"))
+        ):
+            # JSON has no NaN/inf: keep the fact in the message, the value as a string.
+            self.value = str(self.value)
+        elif isinstance(self.value, float):
+            self.value = float(f"{self.value:.6g}")
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "value": self.value,
+            "unit": self.unit,
+            "threshold": self.threshold,
+            "message": self.message,
+            "device": self.device,
+            "code": self.code,
+            "action": self.action,
+        }
+
+    def headline(self) -> str:
+        where = f"[{self.device}]" if self.device else ""
+        msg = self.message or f"value {fmt(self.value)}{' ' + self.unit if self.unit else ''}" + (
+            f" vs {self.threshold}" if self.threshold else ""
+        )
+        return f"{self.name}{where}: {msg}"
+

@@ -1,0 +1,73 @@
+"""checkers/xid.py: Xids judged against NVIDIA's catalog (xid_catalog.yaml), fail closed."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_doctor_suites.checkers import driver_log, kernel_log, xid
+
+NHC = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140}
+
+
+def test_catalog_covers_nvidias_xids_with_their_actions():
+    cat = xid.catalog()
+    assert set(range(1, 173)) <= set(cat), "NVIDIA's catalog lists Xid 1..172"
+    assert cat[79]["nvidia_immediate"] == "RESTART_BM" and cat[154]["mnemonic"] == "GPU_RECOVERY_ACTION_CHANGED"
+    for n, entry in cat.items():
+        assert entry["category"] in xid.CATEGORY_CODES, n
+        if not entry.get("nvidia_immediate"):
+            assert entry.get("status") and entry.get("action") and entry.get("why"), f"Xid {n}: no NVIDIA action, ours needs a why"
+
+
+@pytest.mark.parametrize(
+    "n, text, status, code, action",
+    [
+        (79, "GPU has fallen off the bus.", "fail", "GPU_FALLEN_OFF_BUS", "reboot"),
+        (48, "DBE", "fail", "XID_MEMORY_ERROR", "reset_gpu"),
+        (119, "Timeout after 6s of waiting for RPC response from GPU4 GSP!", "fail", "XID_GSP_ERROR", "reset_gpu"),
+        (13, "Graphics SM Warp Exception", "warn", "XID_APPLICATION", "none"),
+        (94, "Contained ECC error", "fail", "XID_MEMORY_ERROR", "reset_gpu"),  # NVIDIA: RESTART_APP; NHC: hardware
+        (158, "GPU fatal timeout", "fail", "XID_CRITICAL", "reset_gpu"),  # above 140: NVIDIA RESET_GPU
+        (167, "PCIE_FATAL_TIMEOUT", "fail", "XID_CRITICAL", "reboot"),  # no NVIDIA action: ours, with a why
+        (173, "something new", "fail", "XID_UNKNOWN", "drain_and_service"),  # not in the catalog: fail closed
+        (144, "SAW_MVB Nonfatal XC0 i0 Link 0 (0x00000001 0x00000008", "warn", "XID_NVLINK_ERROR", "none"),
+        (149, "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6", "fail", "XID_NVLINK_ERROR", "reset_gpu"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", "fail", "GPU_RECOVERY_ACTION", "reset_gpu"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "fail", "GPU_RECOVERY_ACTION", "reboot"),
+    ],
+)
+def test_judge(n, text, status, code, action):
+    v = xid.judge(n, text, NHC)
+    assert (v.status, v.code, v.action) == (status, code, action)
+
+
+def _checks(h, fixture, by_pci=None, now=None, window=24.0):
+    events, _ = driver_log.classify(kernel_log.split(h.fx("kernel", fixture)))
+    by_pci = by_pci or {}
+    return xid.to_checks(events, lambda p: by_pci.get(p, f"pci:{p}" if p else "node"), NHC, window, now, "log")
+
+
+def test_gb200_nvlink_and_recovery_action_xids(h):
+    """GB200 kernel log (gpud's kmsg test input): Xid 149 Fatal and Xid 154 on several GPUs."""
+    checks = _checks(h, "dmesg_xid149_xid154_gb200_gpud-kmsg-test.txt", {"0009:01:00": "cuda:0", "0008:01:00": "cuda:1"})
+    got = {(c.device, c.code): c for c in checks}
+    assert got[("cuda:0", "XID_NVLINK_ERROR")].status == "fail" and got[("cuda:0", "XID_NVLINK_ERROR")].value == 149
+    assert got[("cuda:0", "GPU_RECOVERY_ACTION")].action == "reset_gpu"
+    assert got[("cuda:1", "GPU_RECOVERY_ACTION")].status == "fail"
+    assert "NVIDIA: WORKFLOW_NVLINK5_ERR" in got[("cuda:0", "XID_NVLINK_ERROR")].message
+
+
+def test_nonfatal_and_fatal_nvlink_xids_from_their_lines(h):
+    checks = _checks(h, "xid144_nonfatal_xid149_fatal_gpud1160.txt")
+    got = {(c.device, c.code): c.status for c in checks}
+    assert got == {("pci:0000:01:00", "XID_NVLINK_ERROR"): "warn", ("pci:0000:00:00", "XID_NVLINK_ERROR"): "fail"}
+
+
+def test_old_failing_xid_is_reported_as_historical(h):
+    checks = _checks(h, "dmesg_xids_derived.txt", {"0000:c1:00": "cuda:1"}, now=86400.0 + 30 * 3600)
+    old = [c for c in checks if c.device == "cuda:1"]
+    assert {c.code for c in old} == {"XID_HISTORICAL"} and {c.status for c in old} == {"warn"}
+
+
+def test_no_xid_is_a_pass_with_evidence(h):
+    [c] = _checks(h, "dmesg_clean_6.18_firecracker.txt")
+    assert c.status == "pass" and c.name == "xid"
