@@ -58,6 +58,20 @@ def test_fail_with_checks():
         "FAIL  gemm_bf16_tflops [cuda:3] value=512.3 TFLOPS threshold=>= 657.0: below baseline"]
 
 
+def test_the_recommended_action_of_a_suite_reaches_the_attempt():
+    """Suites report the most severe action in the summary and each finding's in its check
+    (schema_version 1, fields added compatibly): the summary is accepted and the checks keep them."""
+    s = summary("fail", code="ROW_REMAP_PENDING", action="reset_gpu", incomplete=False,
+                checks=[{"name": "row_remap_pending", "status": "fail", "device": "cuda:1", "code": "ROW_REMAP_PENDING",
+                         "action": "reset_gpu", "message": "row remapping pending"}])
+    out = classify(pod(1, json.dumps(s)))
+    assert out.status == "fail" and out.summary["action"] == "reset_gpu"
+    attempt = results.to_attempt(out, node_name=NODE, test_name=TEST)
+    assert attempt.checks[0]["action"] == "reset_gpu"
+    bad = classify(pod(1, json.dumps(summary("fail", action="format_the_disk"))))
+    assert bad.status == "error"  # an action outside the fixed set breaks the contract
+
+
 def test_result_line_in_the_log_when_the_message_is_log_fallback():
     tail = ["step 1", "RuntimeError: CUDA error", "CLUSTER_DOCTOR_RESULT " + json.dumps(summary("error", reason="crash"))]
     out = classify(pod(2, "\n".join(tail)))
