@@ -42,8 +42,10 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
     Suite(
         name="gpu_health",
         title="GPU health",
-        description="Seconds, no load: GPU count vs expected, XID events, uncorrected ECC, retired/remapped "
-                    "rows, throttle reasons, PCIe link and NVLink state, DCGM diag level 1 when present.",
+        description="Seconds, no load: GPU count, PCIe generation/width and NVLinks per GPU vs what the node's "
+                    "model should have; Xids judged by NVIDIA's catalog and every other driver error in the "
+                    "kernel log (fail-closed); uncorrected ECC, row remapping / retired pages, the driver's "
+                    "recovery action, throttle reasons, NVSwitch fabric; DCGM diag level 1 (not run: said so).",
         module="cluster_doctor_suites.gpu_health", cpu="1", memory="2Gi",
         key_metrics=("gpus_visible", "xid_events"),
     ),
@@ -51,9 +53,9 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         name="dl_unit",
         title="DL numerical unit test",
         description="Per GPU: DL layers (matmul fp32/tf32/bf16/fp16, conv, norms, attention, losses, backward) "
-                    "against a float64 reference, bit-for-bit agreement across GPUs, GEMM TFLOPS and memory "
-                    "bandwidth vs the model baseline and the node's best GPU, a training smoke test, a memory "
-                    "pattern test.",
+                    "against a float64 reference, bit-for-bit agreement across GPUs and between runs, GEMM "
+                    "TFLOPS and memory bandwidth vs the model baseline and the node's best GPU with every GEMM "
+                    "result compared bit for bit under load, a training smoke test, a memory pattern test.",
         module="cluster_doctor_suites.dl_unit", cpu="8", memory="64Gi",
         key_metrics=("gemm_bf16_tflops_min", "mem_bw_gbps_min"),
     ),
@@ -61,8 +63,8 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         name="nccl_loopback",
         title="NCCL loop-back all-reduce",
         description="All GPUs of the node in one all-reduce with P2P and SHM disabled, so traffic leaves "
-                    "through the node's HCAs; bus bandwidth vs baseline, transport proven IB from NCCL's log, "
-                    "reduced values verified.",
+                    "through the node's HCAs; HCAs NCCL found vs the node's expected count, bus bandwidth vs a "
+                    "floor from that count, transport proven IB from NCCL's log, reduced values verified.",
         module="cluster_doctor_suites.nccl_loopback", cpu="8", memory="64Gi",
         key_metrics=("nccl_busbw_gbps",),
     ),
