@@ -5,8 +5,10 @@ a year of history with realistic status mix and payloads) in a throwaway embedde
 them into an unindexed table, then times
   * ``SELECT * FROM validation_latest`` (the product's view), and
   * the same semantics computed naively (DISTINCT ON over the unindexed copy),
-each fetched completely by the client. The last line reads exactly
-``latest_view_ms=<p50> naive_ms=<p50> speedup=<x> rows=<n>``.
+each fetched completely by the client. Then it stops and deletes the server and checks that
+nothing of the run is left (tools/leftovers.py: processes, its temporary directory, ports) and says
+so; the last line reads exactly ``latest_view_ms=<p50> naive_ms=<p50> speedup=<x> rows=<n>``.
+Exit status 1 when the view disagrees with the naive query or something was left behind.
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
+import pathlib
 import statistics
 import sys
-import tempfile
 import time
 
 import psycopg
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+from leftovers import Leftovers
 
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 
@@ -106,75 +111,85 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--naive-repeats", type=int, default=3)
     args = parser.parse_args()
+    leftovers = Leftovers()
+    with leftovers.tempdir("cd-bench-store-") as tmp:
+        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
+        try:
+            figure = measure(database.libpq_params(server.get_uri()), args)
+        finally:
+            server.cleanup()  # before the directory goes: a server in a removed directory runs on
+    return leftovers.finish(figure or "latest_view_ms=nan naive_ms=nan speedup=nan rows=0", ok=figure is not None)
+
+
+def measure(dsn: dict, args: argparse.Namespace) -> str | None:
+    """Load, record incrementally, time both queries, compare their answers: the figure line, or
+    None when the answers differ."""
+    ResultStore(dsn).upgrade()
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        history_rows = load(conn.cursor(), args)
+    record_incrementally(dsn, args)
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO naive_history SELECT * FROM validation_history WHERE dag_id = 'bench'")
+        conn.execute("VACUUM ANALYZE naive_history")
+    view_ms = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
+    naive_ms = timed_query(dsn, NAIVE, args.naive_repeats)
+    # Same answer, or the comparison means nothing.
+    core = "SELECT node_name, test_name, status, finished_at, last_attempt_status, last_attempt_at FROM ({}) q"
+    view_rows = fetch(dsn, core.format("SELECT * FROM validation_latest"))
+    if sorted(view_rows) != sorted(fetch(dsn, core.format(NAIVE))):
+        print("ERROR: validation_latest differs from the naive query", file=sys.stderr)
+        return None
+    started = time.perf_counter()
+    fetch(dsn, "SELECT * FROM validation_latest")
+    decoded_ms = (time.perf_counter() - started) * 1000
+    print(f"view: {len(view_rows):,} pairs, identical to the naive result; fetched and decoded into "
+          f"Python objects by psycopg in {decoded_ms:.0f} ms", flush=True)
+    return (f"latest_view_ms={view_ms:.1f} naive_ms={naive_ms:.1f} speedup={naive_ms / view_ms:.1f} "
+            f"rows={history_rows}")
+
+
+def load(cur: psycopg.Cursor, args: argparse.Namespace) -> int:
+    """The history, loaded the way an import would (triggers off, then one rebuild of the latest
+    state), and its unindexed copy; the number of history rows."""
     pairs = args.nodes * len(TESTS)
-    per_pair = max(1, args.rows // pairs)
-    spacing = int(365 * 86400 / per_pair)
+    spacing = int(365 * 86400 / max(1, args.rows // pairs))
+    cur.execute("ALTER SYSTEM SET max_wal_size = '16GB'")
+    cur.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
+    cur.execute("SELECT pg_reload_conf()")
+    cur.execute("SET synchronous_commit = off")
+    cur.execute("SET maintenance_work_mem = '1GB'")
+    cur.execute("SET work_mem = '256MB'")
+    t0 = time.perf_counter()
+    cur.execute("ALTER TABLE validation_history DISABLE TRIGGER validation_history_state_insert")
+    chunk = 1_000_000
+    for start in range(0, args.rows, chunk):
+        stop = min(args.rows, start + chunk) - 1
+        cur.execute(GENERATE.format(start=start, stop=stop, pairs=pairs, nodes=args.nodes, spacing=spacing))
+        print(f"  loaded {stop + 1:,} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    cur.execute("ALTER TABLE validation_history ENABLE TRIGGER validation_history_state_insert")
+    t1 = time.perf_counter()
+    cur.execute("SELECT cluster_doctor_rebuild_pair_state()")
+    pair_rows = cur.fetchone()[0]
+    print(f"history loaded in {t1 - t0:.0f} s; validation_latest rebuilt in {time.perf_counter() - t1:.1f} s "
+          f"({pair_rows:,} pairs)", flush=True)
+    cur.execute("CREATE TABLE naive_history AS SELECT * FROM validation_history")
+    for table in ("validation_history", "validation_pair_state", "naive_history"):
+        cur.execute(f"VACUUM ANALYZE {table}")
+    cur.execute("SELECT count(*) FROM validation_history")
+    return cur.fetchone()[0]
 
-    with tempfile.TemporaryDirectory(prefix="cd-bench-store-") as tmp:
-        server = database.embedded_server(tmp, cleanup_mode="delete")
-        dsn = database.libpq_params(server.get_uri())
-        ResultStore(dsn).upgrade()
-        conn = psycopg.connect(**dsn)
-        conn.autocommit = True
-        cur = conn.cursor()
-        cur.execute("ALTER SYSTEM SET max_wal_size = '16GB'")
-        cur.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
-        cur.execute("SELECT pg_reload_conf()")
-        cur.execute("SET synchronous_commit = off")
-        cur.execute("SET maintenance_work_mem = '1GB'")
-        cur.execute("SET work_mem = '256MB'")
 
-        # Bulk load the way an import would: triggers off, then one rebuild of the latest state.
-        t0 = time.perf_counter()
-        cur.execute("ALTER TABLE validation_history DISABLE TRIGGER validation_history_state_insert")
-        chunk = 1_000_000
-        for start in range(0, args.rows, chunk):
-            stop = min(args.rows, start + chunk) - 1
-            cur.execute(GENERATE.format(start=start, stop=stop, pairs=pairs, nodes=args.nodes, spacing=spacing))
-            print(f"  loaded {stop + 1:,} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-        cur.execute("ALTER TABLE validation_history ENABLE TRIGGER validation_history_state_insert")
-        t1 = time.perf_counter()
-        cur.execute("SELECT cluster_doctor_rebuild_pair_state()")
-        pair_rows = cur.fetchone()[0]
-        print(f"history loaded in {t1 - t0:.0f} s; validation_latest rebuilt in {time.perf_counter() - t1:.1f} s "
-              f"({pair_rows:,} pairs)", flush=True)
-        cur.execute("CREATE TABLE naive_history AS SELECT * FROM validation_history")
-        cur.execute("VACUUM ANALYZE validation_history")
-        cur.execute("VACUUM ANALYZE validation_pair_state")
-        cur.execute("VACUUM ANALYZE naive_history")
-        cur.execute("SELECT count(*) FROM validation_history")
-        history_rows = cur.fetchone()[0]
-
-        # Incremental path: attempts recorded one run at a time keep the view exact.
-        store = ResultStore(dsn)
-        batch = [{"node_name": f"gpu-{i % args.nodes:05d}", "test_name": TESTS[i % len(TESTS)], "status": "pass",
-                  "finished_at": dt.datetime.now(dt.UTC), "metrics": {"gemm_bf16_tflops_min": 700.0},
-                  "dag_id": "bench", "run_id": f"bench__{i // 16}", "map_index": i % 16} for i in range(2000)]
-        t2 = time.perf_counter()
-        for start in range(0, len(batch), 16):  # one record() per run of 16 pairs, as the DAG does
-            store.record(batch[start:start + 16])
-        per_attempt_ms = (time.perf_counter() - t2) * 1000 / len(batch)
-        print(f"record(): {per_attempt_ms:.2f} ms per attempt through the trigger (batches of 16)", flush=True)
-
-        cur.execute("INSERT INTO naive_history SELECT * FROM validation_history WHERE dag_id = 'bench'")
-        cur.execute("VACUUM ANALYZE naive_history")
-        view_ms = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
-        naive_ms = timed_query(dsn, NAIVE, args.naive_repeats)
-        # Same answer, or the comparison means nothing.
-        core = "SELECT node_name, test_name, status, finished_at, last_attempt_status, last_attempt_at FROM ({}) q"
-        view_rows = fetch(dsn, core.format("SELECT * FROM validation_latest"))
-        if sorted(view_rows) != sorted(fetch(dsn, core.format(NAIVE))):
-            print("ERROR: validation_latest differs from the naive query", file=sys.stderr)
-            return 1
-        started = time.perf_counter()
-        fetch(dsn, "SELECT * FROM validation_latest")
-        decoded_ms = (time.perf_counter() - started) * 1000
-        conn.close()
-        print(f"view: {len(view_rows):,} pairs, identical to the naive result; fetched and decoded into "
-              f"Python objects by psycopg in {decoded_ms:.0f} ms", flush=True)
-        print(f"latest_view_ms={view_ms:.1f} naive_ms={naive_ms:.1f} speedup={naive_ms / view_ms:.1f} "
-              f"rows={history_rows}")
-    return 0
+def record_incrementally(dsn: dict, args: argparse.Namespace) -> None:
+    """Attempts recorded one run at a time through the trigger keep the view exact; how fast."""
+    store = ResultStore(dsn)
+    batch = [{"node_name": f"gpu-{i % args.nodes:05d}", "test_name": TESTS[i % len(TESTS)], "status": "pass",
+              "finished_at": dt.datetime.now(dt.UTC), "metrics": {"gemm_bf16_tflops_min": 700.0},
+              "dag_id": "bench", "run_id": f"bench__{i // 16}", "map_index": i % 16} for i in range(2000)]
+    t2 = time.perf_counter()
+    for start in range(0, len(batch), 16):  # one record() per run of 16 pairs, as the DAG does
+        store.record(batch[start:start + 16])
+    per_attempt_ms = (time.perf_counter() - t2) * 1000 / len(batch)
+    print(f"record(): {per_attempt_ms:.2f} ms per attempt through the trigger (batches of 16)", flush=True)
 
 
 if __name__ == "__main__":

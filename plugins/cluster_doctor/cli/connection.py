@@ -1,12 +1,19 @@
 """Which results database a CLI command uses: ``--db-url``, then the Airflow connection
 ``validation_db`` (from ``$AIRFLOW_CONN_VALIDATION_DB`` or, with ``$AIRFLOW_HOME`` set, Airflow's own
-store), then the embedded PostgreSQL."""
+store), then the embedded PostgreSQL — and the one line that tells the user which it was.
+
+The embedded server runs only while a command uses it: pgserver stops it when the last process that
+started or joined it exits (``database.embedded_server``'s default), SIGTERM included."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import TextIO
 
 from cluster_doctor.store.database import (
     CONN_ENV,
@@ -19,6 +26,8 @@ from cluster_doctor.store.database import (
     url_connector,
 )
 
+EMBEDDED = "embedded PostgreSQL"  # how every embedded source starts
+
 
 def _airflow_available() -> bool:
     try:  # found, not imported: importing Airflow takes seconds
@@ -30,7 +39,7 @@ def _airflow_available() -> bool:
 def resolve(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[Connector, str]:
     """(connector, source) for the CLI: --db-url, then the Airflow connection validation_db (from
     $AIRFLOW_CONN_VALIDATION_DB or, with $AIRFLOW_HOME set, Airflow's own store), then the embedded
-    server."""
+    server, started here and stopped when this process (and any other using it) has exited."""
     env = os.environ if env is None else env
     if db_url:
         return url_connector(db_url), "--db-url"
@@ -46,10 +55,37 @@ def resolve(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[C
         except DatabaseUnavailable:
             if conn_env:
                 raise
-    server = embedded_server()
-    return url_connector(server.get_uri()), f"embedded PostgreSQL in {embedded_dir()}"
+    directory = embedded_dir(env)
+    _stop_on_sigterm()
+    server = embedded_server(directory)
+    return url_connector(server.get_uri()), f"{EMBEDDED} in {directory}"
 
 
+def where(connect: Connector, source: str) -> str:
+    """Where a command's database is and why that one: ``host:port/db (from --db-url)``."""
+    if source.startswith(EMBEDDED) or source in connect.description:  # the hook's names its connection
+        return source if source.startswith(EMBEDDED) else connect.description
+    return f"{connect.description} (from {'$' + source if source == CONN_ENV else source})"
+
+
+def announced(connect: Connector, source: str, stream: Callable[[], TextIO] = lambda: sys.stderr) -> Connector:
+    """The connector a command uses: its first successful connection prints one line on stderr,
+    ``cluster-doctor: results database: <where> (from <source>)``; a failure to connect is one
+    error line naming the same place."""
+    place = where(connect, source)
+    line = f"cluster-doctor: results database: {place}"
+    if source.startswith(EMBEDDED):
+        line += (f" (no --db-url, ${CONN_ENV} or Airflow connection {CONN_ID}; "
+                 "it runs only while a command uses it)")
+    return connect.announcing(place, lambda: print(line, file=stream()))
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (kill, systemd, a container stop) exits through Python's exit handlers, where pgserver
+    stops the embedded server; the default action would leave it running. Only the main thread may
+    set a handler, and a handler someone else installed stays."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def _hook_connector(conn_id: str) -> Connector:

@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--db-url", default=argparse.SUPPRESS,
-        help="postgresql://user:pass@host:port/db (default: $AIRFLOW_CONN_VALIDATION_DB, else an "
-             "embedded PostgreSQL in $CLUSTER_DOCTOR_HOME or ~/.cluster_doctor)")
+        help="postgresql://user:pass@host:port/db (default: $AIRFLOW_CONN_VALIDATION_DB, the Airflow "
+             "connection validation_db, else an embedded PostgreSQL in $CLUSTER_DOCTOR_HOME or "
+             "~/.cluster_doctor, running only while a command uses it)")
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
@@ -256,10 +257,9 @@ def _suite_list(text: str) -> list[str]:
 
 
 def _store(args: argparse.Namespace) -> ResultStore:
+    """The command's results store; its first connection says on stderr which database and why."""
     connect, source = connection.resolve(getattr(args, "db_url", None))
-    if source.startswith("embedded"):
-        print(f"cluster-doctor: using the {source}", file=sys.stderr)
-    return ResultStore(connect)
+    return ResultStore(connection.announced(connect, source))
 
 
 def _read_text(path: str, what: str) -> str:

@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"listen address (default {DEFAULT_HOST}: this machine only; use 0.0.0.0 with "
                              f"${TOKEN_ENV} or ${TOKEN_FILE_ENV} so Prometheus in the cluster can reach it)")
     parser.add_argument("--db-url", default=None,
-                        help="postgresql://user:pass@host:port/db (default: $AIRFLOW_CONN_VALIDATION_DB, else "
-                             "the embedded PostgreSQL of the demo)")
+                        help="postgresql://user:pass@host:port/db (default: $AIRFLOW_CONN_VALIDATION_DB, the "
+                             "Airflow connection validation_db, else the embedded PostgreSQL in "
+                             "~/.cluster_doctor, stopped when the exporter exits)")
     parser.add_argument("--once", action="store_true",
                         help="print one scrape to stdout and exit (1 when the database is down)")
     return parser
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings.load()  # CLUSTER_DOCTOR_* environment: tests, staleness_days
         connect, source = connection.resolve(args.db_url)
+        connect = connection.announced(connect, source)
     except (InvalidSettings, database.InvalidDatabaseUrl) as exc:
         print(f"error: {one_line(exc, 300)}", file=sys.stderr)
         return 2
@@ -92,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    log.info("serving http://%s:%d/metrics from %s (%s)%s", args.host, server.server_port,
-             connect, source, "; bearer token required" if configured_token() else "")
+    log.info("serving http://%s:%d/metrics from %s%s", args.host, server.server_port,
+             connect, "; bearer token required" if configured_token() else "")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,9 +60,11 @@ def _prepare(conn: psycopg.Connection, autocommit: bool) -> psycopg.Connection:
 class Connector:
     """A connection factory: ``connector()`` opens a new connection, ``str(connector)`` says where."""
 
-    def __init__(self, open_connection: Callable[[str], psycopg.Connection], description: str):
+    def __init__(self, open_connection: Callable[[str], psycopg.Connection], description: str,
+                 on_first_connect: Callable[[], None] | None = None):
         self._open = open_connection
         self.description = description
+        self._on_first_connect = on_first_connect
 
     def __call__(self, *, autocommit: bool = False, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
         try:
@@ -70,7 +73,15 @@ class Connector:
             raise DatabaseUnavailable(
                 f"cannot connect to the results database at {self.description}: {one_line_cause(exc)}"
             ) from None
+        said, self._on_first_connect = self._on_first_connect, None
+        if said is not None:
+            said()
         return _prepare(conn, autocommit)
+
+    def announcing(self, description: str, on_first_connect: Callable[[], None]) -> Connector:
+        """The same database under another description, calling ``on_first_connect`` once, after the
+        first connection succeeds (a command says which database it used; a failure says it instead)."""
+        return Connector(self._open, description, on_first_connect)
 
     def __str__(self) -> str:
         return self.description
@@ -120,19 +131,48 @@ def embedded_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:
     return pathlib.Path(base) / "pgdata"
 
 
-def embedded_server(path: str | os.PathLike | None = None, *, cleanup_mode: str | None = None):
-    """Start (or reuse) a real embedded PostgreSQL 16 from the pgserver wheel."""
-    try:
-        import pgserver
-    except ImportError:
-        raise DatabaseUnavailable(
-            "no results database configured (--db-url or AIRFLOW_CONN_VALIDATION_DB) and the embedded "
-            "server is not installed: pip install pgserver"
-        ) from None
+def embedded_server(path: str | os.PathLike | None = None, *, cleanup_mode: str | None = "stop"):
+    """Start (or reuse) a real embedded PostgreSQL 16 from the pgserver wheel.
+
+    ``cleanup_mode`` is pgserver's: "stop" (the default) stops the server when the last process using
+    it exits, "delete" also removes its data directory, None leaves it running (``make up`` only, which
+    has its own stop command). Call ``server.cleanup()`` before removing a directory that holds the
+    data: pgserver's own exit handler runs after every ``with`` block has ended."""
+    with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers, su, cron), then
+        # falls back to /tmp/runtime-<uid> for pgserver's lock file: noise for whoever runs a command
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        try:
+            import pgserver
+        except ImportError:
+            raise DatabaseUnavailable(
+                "no results database configured (--db-url or AIRFLOW_CONN_VALIDATION_DB) and the embedded "
+                "server is not installed: pip install pgserver"
+            ) from None
     target = pathlib.Path(path) if path else embedded_dir()
-    target.mkdir(parents=True, exist_ok=True)
     try:
+        target.mkdir(parents=True, exist_ok=True)
+        with pgserver.PostgresServer._lock:  # the inter-process lock pgserver guards that list with
+            _forget_dead_handles(target)
         return pgserver.get_server(str(target), cleanup_mode=cleanup_mode)
     except Exception as exc:  # pgserver raises plain exceptions with the initdb/pg_ctl output
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL in {target}: {first}") from None
+
+
+def _forget_dead_handles(pgdata: pathlib.Path) -> None:
+    """Drop the processes that died without pgserver's exit handler (SIGKILL, a crash) from its list of
+    the server's users: pgserver stops a server only when its last listed user exits, so one dead
+    entry would keep the server running after every later command."""
+    import json
+
+    import psutil  # a dependency of pgserver
+
+    handles = pgdata / ".handle_pids.json"  # pgserver's DiskList of the processes holding the server
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
