@@ -169,6 +169,7 @@ def _sizes(cpu: bool, n: int) -> dict:
 
 
 def op_cases() -> list[OpCase]:
+    # Long: a table of the op/dtype cases, one small closure each; splitting it would scatter the table.
     def rnd(torch, gen, *shape, scale=1.0):
         return torch.randn(*shape, generator=gen, dtype=torch.float32) * scale
 
@@ -369,6 +370,7 @@ def _numerics_devices(
     do_numerics: bool,
     do_agreement: bool,
 ) -> None:
+    # Long: one loop over devices x cases with its error handling in place; the checks it records read top to bottom.
     bwd_factor = float(tolerances.get("backward_factor", 2.5))
     runs: dict[str, list[dict]] = {}  # device -> [pass A digests, pass B digests]
     outputs: dict[str, dict] = {}  # device -> {key: [cpu tensors]} of pass A
@@ -434,7 +436,13 @@ def _numerics_devices(
 
 
 def agreement(ctx: Context, torch, devs: list[Dev], runs: dict, outputs: dict) -> None:
-    names = [d.name for d in devs if d.name in runs]
+    """Each device against itself (two identical runs), then the devices against each other."""
+    names, nondet = _determinism(ctx, runs)
+    _cross_device(ctx, torch, devs, runs, outputs, names, nondet)
+
+
+def _determinism(ctx: Context, runs: dict) -> tuple[list[str], dict[str, set]]:
+    names = list(runs)  # the devices that ran the numerics, in device order
     # 1. run twice on the same device: an output that changes is non-deterministic there
     nondet: dict[str, set] = {n: {k for k, v in runs[n][0].items() if runs[n][1].get(k) != v} for n in names}
     all_keys = set().union(*(set(runs[n][0]) for n in names)) if names else set()
@@ -464,6 +472,13 @@ def agreement(ctx: Context, torch, devs: list[Dev], runs: dict, outputs: dict) -
             ),
         )
     ctx.metric("determinism_failures", sum(bool(nondet[n] - everywhere) for n in names))
+    return names, nondet
+
+
+def _cross_device(ctx: Context, torch, devs: list[Dev], runs: dict, outputs: dict, names: list[str],
+                  nondet: dict[str, set]) -> None:
+    # Long: the majority vote and its two verdict shapes (pass / named suspect) belong together.
+    all_keys = set().union(*(set(runs[n][0]) for n in names)) if names else set()
     # 2. across devices, on the outputs that are deterministic everywhere
     models = {d.info.get("name") for d in devs if d.name in runs}
     if len(names) < 2:
@@ -796,6 +811,7 @@ def gemm(
     override,
     tolerance: float = 2e-2,
 ) -> None:
+    # Long: the GEMM benchmark's setup, its float64 reference and its bit-exact verifier share local state.
     dt = torch.float32 if ctx.cpu else torch.bfloat16
     metric = "gemm_fp32_tflops" if ctx.cpu else "gemm_bf16_tflops"
     ctx.set_phase(
@@ -956,6 +972,7 @@ def training(ctx: Context, torch, dev: Dev, steps: int, ratio: float) -> None:
 
 
 def memory_test(ctx: Context, torch, dev: Dev, fraction: float, cpu_mib: int) -> None:
+    # Long: allocate, write both polarities, verify, report: one pass over the same chunks.
     chunk_mib = 8 if dev.tdev.type == "cpu" else 256
     if dev.tdev.type == "cuda":
         free, total = torch.cuda.mem_get_info(dev.tdev)
@@ -1046,6 +1063,7 @@ def memory_test(ctx: Context, torch, dev: Dev, fraction: float, cpu_mib: int) ->
 
 # --------------------------------------------------------------------------------------------------
 def setup_devices(ctx: Context) -> tuple[Any, list[Dev]]:
+    # Long: the CPU and the CUDA device setups side by side, so their differences stay visible.
     a = ctx.args
     if not ctx.cpu:
         # cuda:N == nvidia-smi index N; deterministic cuBLAS (required for bitwise agreement)
@@ -1129,60 +1147,53 @@ def run(ctx: Context) -> None:
     key, name = model_for_node(ctx, baselines, [d.info.get("name") for d in devs] if not ctx.cpu else [])
     if not ctx.cpu:
         ctx.environment.update(gpu_model=name, baseline=key)
-    cpu = ctx.cpu
     if "numerics" in only or "agreement" in only:
         tolerances = dict(settings.get("numerics_tolerance") or {})
         tolerances["backward_factor"] = settings.get("backward_factor", 2.5)
-        numerics(
-            ctx,
-            torch,
-            devs,
-            tolerances,
-            a.numerics_size or (96 if cpu else 1024),
-            "numerics" in only,
-            "agreement" in only,
-        )
-    live = [d for d in devs if not d.broken]
-    for group, fn in (
-        (
-            "gemm",
-            lambda: gemm(
-                ctx,
-                torch,
-                live,
-                a.gemm_size or (256 if cpu else 8192),
-                a.gemm_seconds if a.gemm_seconds is not None else (0.3 if cpu else 20),
-                baselines,
-                key,
-                a.min_gemm_tflops,
-                float((settings.get("numerics_tolerance") or {}).get("fp32" if cpu else "bf16", 2e-2)),
-            ),
-        ),
-        (
-            "membw",
-            lambda: membw(
-                ctx,
-                torch,
-                live,
-                a.membw_mib or (32 if cpu else 2048),
-                a.membw_seconds if a.membw_seconds is not None else (0.3 if cpu else 5),
-                baselines,
-                key,
-                a.min_membw_gbps,
-            ),
-        ),
+        numerics(ctx, torch, devs, tolerances, a.numerics_size or (96 if ctx.cpu else 1024),
+                 "numerics" in only, "agreement" in only)
+    _benchmarks(ctx, torch, [d for d in devs if not d.broken], only, baselines, key, settings)
+    _per_device_tests(ctx, torch, devs, only, settings)
+    # node-level key figures for the summary (the per-device values stay in the full result)
+    for prefix, mkey, agg in (
+        ("training_loss_ratio.", "training_loss_ratio_max", max),
+        ("memory_tested_gib.", "memory_tested_gib_min", min),
     ):
-        if group in only and live:
-            try:
-                fn()
-            except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
-                if "out of memory" in str(exc).lower():
-                    ctx.check(group, "error", message=f"out of memory: {one_line(exc, 200)}")
-                else:
-                    ctx.check(group, _classify(exc), message=f"{type(exc).__name__}: {one_line(exc, 200)}")
-            if not cpu:
-                torch.cuda.empty_cache()
-    steps = a.train_steps or (40 if cpu else 200)
+        vals = [v for k, v in ctx.metrics.items() if k.startswith(prefix) and isinstance(v, (int, float))]
+        if vals:
+            ctx.metric(mkey, agg(vals), summary=True)
+
+
+def _benchmarks(ctx: Context, torch, live: list[Dev], only: set, baselines: Baselines, key, settings: dict) -> None:
+    """GEMM and memory bandwidth on every live device at once; one broken benchmark never hides the other."""
+    a, cpu = ctx.args, ctx.cpu
+    tol = float((settings.get("numerics_tolerance") or {}).get("fp32" if cpu else "bf16", 2e-2))
+    for group, fn in (
+        ("gemm", lambda: gemm(ctx, torch, live, a.gemm_size or (256 if cpu else 8192),
+                              a.gemm_seconds if a.gemm_seconds is not None else (0.3 if cpu else 20),
+                              baselines, key, a.min_gemm_tflops, tol)),
+        ("membw", lambda: membw(ctx, torch, live, a.membw_mib or (32 if cpu else 2048),
+                                a.membw_seconds if a.membw_seconds is not None else (0.3 if cpu else 5),
+                                baselines, key, a.min_membw_gbps)),
+    ):
+        if group not in only or not live:
+            continue
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+            if "out of memory" in str(exc).lower():
+                ctx.check(group, "error", message=f"out of memory: {one_line(exc, 200)}", code="OUT_OF_MEMORY")
+            else:
+                ctx.check(group, _classify(exc), message=f"{type(exc).__name__}: {one_line(exc, 200)}")
+        if not cpu:
+            torch.cuda.empty_cache()
+
+
+def _per_device_tests(ctx: Context, torch, devs: list[Dev], only: set, settings: dict) -> None:
+    """Training smoke test and memory pattern test, one device after the other; a device that failed
+    with a hardware error is skipped (and said so)."""
+    a = ctx.args
+    steps = a.train_steps or (40 if ctx.cpu else 200)
     ratio = float(settings.get("training_loss_ratio", 0.5))
     fraction = a.memory_fraction or float(settings.get("memory_fraction", 0.9))
     for group, label, fn in (
@@ -1194,34 +1205,17 @@ def run(ctx: Context) -> None:
         ctx.set_phase(f"{label} on {len(devs)} device(s)")
         for d in devs:
             if d.broken:
-                ctx.check(
-                    label,
-                    "skip",
-                    device=d.name,
-                    message=f"skipped after a hardware error: {one_line(d.broken, 100)}",
-                )
+                ctx.check(label, "skip", device=d.name, code="SKIPPED_AFTER_HW_ERROR",
+                          message=f"skipped after a hardware error: {one_line(d.broken, 100)}")
                 continue
             with on_device(d.name):
                 try:
                     fn(d)
                 except Exception as exc:  # noqa: BLE001
                     status = _classify(exc)
-                    ctx.check(
-                        label,
-                        status,
-                        device=d.name,
-                        message=f"{type(exc).__name__}: {one_line(exc, 200)}{d.where}",
-                    )
+                    ctx.check(label, status, device=d.name, message=f"{type(exc).__name__}: {one_line(exc, 200)}{d.where}")
                     if status == "fail":
                         d.broken = str(exc)
-    # node-level key figures for the summary (the per-device values stay in the full result)
-    for prefix, key, agg in (
-        ("training_loss_ratio.", "training_loss_ratio_max", max),
-        ("memory_tested_gib.", "memory_tested_gib_min", min),
-    ):
-        vals = [v for k, v in ctx.metrics.items() if k.startswith(prefix) and isinstance(v, (int, float))]
-        if vals:
-            ctx.metric(key, agg(vals), summary=True)
 
 
 DESCRIPTION = __doc__.split("\n\n")[0]

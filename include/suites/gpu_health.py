@@ -186,6 +186,9 @@ def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: d
                       message=f"GPU is lost / unreachable{' (' + g['pci_bus_id'] + ')' if g.get('pci_bus_id') else ''}: {g['lost']}")
             continue
         live.append(g)
+        if g.get("field_errors"):
+            ctx.check("gpu_fields", "warn", value=len(g["field_errors"]), device=f"cuda:{g['index']}", code="GPU_FIELD_ERROR",
+                      message="the driver answered with an error for: " + ", ".join(g["field_errors"][:8]))
         remap = row_remap.observe(g)
         pages = retired_pages.observe(g)
         for c in (

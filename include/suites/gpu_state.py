@@ -15,22 +15,30 @@ from .checkers.recovery import NVML_ACTIONS as RECOVERY_ACTIONS
 from .harness.checks import SuiteError
 from .harness.text import one_line
 
-FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
 NVML_ERR_NOT_SUPPORTED, NVML_ERR_GPU_IS_LOST = 3, 15
+# NVML_ERROR_INVALID_ARGUMENT (2: a link / counter this GPU does not have), NOT_SUPPORTED (3),
+# FUNCTION_NOT_FOUND (13): the value does not exist here, which the checkers report as not run
+NVML_NOT_THERE = {2, 3, 13}
+FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
 # nvmlGpuRecoveryAction_t (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), named as nvidia-smi -q prints them
 
 
 
 
 def _q(nv, fn_name: str, *args, lost: list | None = None):
+    """One NVML query; None when the driver does not support it. A GPU reported lost, and any other
+    NVML error (not "not supported"), is noted in `lost` as (kind, text): never silently no data."""
     fn = getattr(nv, fn_name, None)
     if fn is None:
         return None
     try:
         return fn(*args)
     except Exception as exc:  # NVMLError_*: NotSupported on this GPU, or worse
-        if getattr(exc, "value", None) == NVML_ERR_GPU_IS_LOST and lost is not None:
-            lost.append(str(exc))
+        value = getattr(exc, "value", None)
+        if lost is not None and value == NVML_ERR_GPU_IS_LOST:
+            lost.append(("lost", str(exc)))
+        elif lost is not None and isinstance(value, int) and value not in NVML_NOT_THERE:
+            lost.append(("error", f"{fn_name}: {exc}"))
         return None
 
 
@@ -61,22 +69,22 @@ def collect_nvml(nv) -> dict:
         reasons = _q(nv, "nvmlDeviceGetCurrentClocksEventReasons", h, lost=lost)
         if reasons is None:
             reasons = _q(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", h, lost=lost)
-        ecc = _q(nv, "nvmlDeviceGetEccMode", h)
-        remap = _q(nv, "nvmlDeviceGetRemappedRows", h)
-        pending = _q(nv, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        ecc = _q(nv, "nvmlDeviceGetEccMode", h, lost=lost)
+        remap = _q(nv, "nvmlDeviceGetRemappedRows", h, lost=lost)
+        pending = _q(nv, "nvmlDeviceGetRetiredPagesPendingStatus", h, lost=lost)
         dbe_pages = _q(
             nv, "nvmlDeviceGetRetiredPages", h, 1
         )  # NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
-        pstate = _q(nv, "nvmlDeviceGetPerformanceState", h)
-        procs = _q(nv, "nvmlDeviceGetComputeRunningProcesses", h)
+        pstate = _q(nv, "nvmlDeviceGetPerformanceState", h, lost=lost)
+        procs = _q(nv, "nvmlDeviceGetComputeRunningProcesses", h, lost=lost)
         state = {
             "index": i,
             "name": _s(_q(nv, "nvmlDeviceGetName", h, lost=lost)),
-            "uuid": _s(_q(nv, "nvmlDeviceGetUUID", h)),
+            "uuid": _s(_q(nv, "nvmlDeviceGetUUID", h, lost=lost)),
             "pci_bus_id": _s(pci.busId) if pci is not None else None,
             "ecc_enabled": (ecc[0] == 1) if ecc else None,
-            "volatile_uncorrected": _q(nv, "nvmlDeviceGetTotalEccErrors", h, 1, 0),  # UNCORRECTED, VOLATILE
-            "aggregate_uncorrected": _q(nv, "nvmlDeviceGetTotalEccErrors", h, 1, 1),  # UNCORRECTED, AGGREGATE
+            "volatile_uncorrected": _q(nv, "nvmlDeviceGetTotalEccErrors", h, 1, 0, lost=lost),  # UNCORRECTED, VOLATILE
+            "aggregate_uncorrected": _q(nv, "nvmlDeviceGetTotalEccErrors", h, 1, 1, lost=lost),  # UNCORRECTED, AGGREGATE
             "retired_pending": (pending == 1) if pending is not None else None,
             "retired_dbe": len(dbe_pages) if dbe_pages is not None else None,
             "remap_pending": bool(remap[2]) if remap else None,
@@ -85,15 +93,15 @@ def collect_nvml(nv) -> dict:
             "throttle_active": sorted(n for b, n in THROTTLE_BITS.items() if reasons & b)
             if reasons is not None
             else None,
-            "pcie_gen": _q(nv, "nvmlDeviceGetCurrPcieLinkGeneration", h),
-            "pcie_gen_max": _q(nv, "nvmlDeviceGetMaxPcieLinkGeneration", h),
-            "pcie_gen_gpu_max": _q(nv, "nvmlDeviceGetGpuMaxPcieLinkGeneration", h),
-            "pcie_width": _q(nv, "nvmlDeviceGetCurrPcieLinkWidth", h),
-            "pcie_width_max": _q(nv, "nvmlDeviceGetMaxPcieLinkWidth", h),
-            "pcie_replays": _q(nv, "nvmlDeviceGetPcieReplayCounter", h),
+            "pcie_gen": _q(nv, "nvmlDeviceGetCurrPcieLinkGeneration", h, lost=lost),
+            "pcie_gen_max": _q(nv, "nvmlDeviceGetMaxPcieLinkGeneration", h, lost=lost),
+            "pcie_gen_gpu_max": _q(nv, "nvmlDeviceGetGpuMaxPcieLinkGeneration", h, lost=lost),
+            "pcie_width": _q(nv, "nvmlDeviceGetCurrPcieLinkWidth", h, lost=lost),
+            "pcie_width_max": _q(nv, "nvmlDeviceGetMaxPcieLinkWidth", h, lost=lost),
+            "pcie_replays": _q(nv, "nvmlDeviceGetPcieReplayCounter", h, lost=lost),
             "pstate": pstate if isinstance(pstate, int) and pstate < 32 else None,
-            "temp_c": _q(nv, "nvmlDeviceGetTemperature", h, 0),  # NVML_TEMPERATURE_GPU
-            "slowdown_temp_c": _q(nv, "nvmlDeviceGetTemperatureThreshold", h, 1),  # THRESHOLD_SLOWDOWN
+            "temp_c": _q(nv, "nvmlDeviceGetTemperature", h, 0, lost=lost),  # NVML_TEMPERATURE_GPU
+            "slowdown_temp_c": _q(nv, "nvmlDeviceGetTemperatureThreshold", h, 1, lost=lost),  # THRESHOLD_SLOWDOWN
             "fabric_state": None,
             "fabric_status": None,
             "recovery_action": None,
@@ -106,8 +114,10 @@ def collect_nvml(nv) -> dict:
         }
         _nvml_fabric(nv, h, state)
         _nvml_recovery(nv, h, state)
-        if lost:
-            state["lost"] = lost[0]
+        gone = [text for kind, text in lost if kind == "lost"]
+        if gone:
+            state["lost"] = gone[0]
+        state["field_errors"] = [text for kind, text in lost if kind == "error"]
         gpus.append(state)
     _sample_throttle(nv, gpus, handles)
     return {"driver": driver, "cuda": cuda, "attached_gpus": count, "gpus": gpus}

@@ -288,6 +288,7 @@ def judge_rows(
 ) -> None:
     """rows: [{size, algbw, busbw, wrong (None = not validated), time_us, wrong_by_rank?}] sorted by
     size. `rank_device(rank)` names the device of a rank (cuda:N, or the CPU rank)."""
+    # Long: values, per-size metrics and the busbw floor of one sweep.
     wrong_rows = [r for r in rows if r.get("wrong")]
     unvalidated = [r for r in rows if r.get("wrong") is None]
     if wrong_rows:
@@ -464,6 +465,7 @@ def table_rows(ctx: Context, parsed: dict) -> list[dict]:
 def run_torch(
     ctx: Context, backend: str, n: int, sizes: list[int], iters: int, warmup: int, env: dict, timeout: float
 ) -> tuple[list[dict], str, str | None]:
+    # Long: spawns the ranks, supervises them (a dead rank stops the others) and collects their results.
     workdir = tempfile.mkdtemp(prefix="cd-nccl-")
     ctx.register_scratch(workdir)
     try:

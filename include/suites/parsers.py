@@ -137,6 +137,7 @@ _IB_COMPLETION = re.compile(
 
 def parse_nccl_log(text: str) -> dict:
     """What NCCL said about itself: version, chosen network, IB devices, channel transports, warnings."""
+    # Long: one pass over NCCL's INFO lines, one branch per line kind.
     networks: Counter = Counter()
     transports: Counter = Counter()
     ib_devices: dict[str, str] = {}
@@ -337,6 +338,7 @@ _UNC_PATHS = [
 
 def parse_smi_xml(text: str) -> dict:
     """Normalised per-GPU health state from `nvidia-smi -q -x` (old and new tag names)."""
+    # Long: one field per line of the normalised state.
     start = min((i for i in (text.find("<?xml"), text.find("<nvidia_smi_log")) if i >= 0), default=-1)
     if start < 0:
         raise ValueError("no nvidia_smi_log XML in the output")
@@ -400,6 +402,8 @@ def parse_smi_xml(text: str) -> dict:
                 "processes": len(g.findall("processes/process_info")),
                 "process_mib": sum(_int(p, "used_memory") or 0 for p in g.findall("processes/process_info")),
                 "nvlinks": None,  # not in -q -x; see parse_nvlink_status
+                # fields the driver answered with an error: reported, never read as "not reported"
+                "field_errors": sorted({el.tag for el in g.iter() if (el.text or "").strip() == "Unknown Error"}),
             }
         )
     attached = _int(root, "attached_gpus")
@@ -465,6 +469,7 @@ def parse_dcgmi_diag(text: str) -> dict:
     4.x: '| memory | Fail |' then '|  | GPU0: Fail |'. 'Warning' / 'Info' texts are cut every `width`
     characters, mid-word or not: a piece that fills the cell continues in the next row as is, a shorter
     one ended in a space that the padding hides (go-dcgm#52: 'cuCtxCreate Check' / 'DCGM and ...')."""
+    # Long: a small state machine over the table's rows (sections, wrapped messages, per-GPU rows).
     tests: list[dict] = []
     meta: dict[str, str] = {}
     section = None
@@ -620,6 +625,7 @@ def parse_dcgmi_diag_json(text: str) -> dict:
     "test_summary": {"status"}]}, "entity_groups": [...], "metadata": {"version", "Driver Version
     Detected"}}. Unknown keys are ignored. Text before the document (dcgmi or NVVS notes) is skipped.
     ValueError when there is no such document, or when it only carries dcgmi's `runtime_error`."""
+    # Long: DCGM 3 and 4 layouts in one walk, metadata and tests.
     try:
         doc = extract_json_object(text or "")
     except ValueError:

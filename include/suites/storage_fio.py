@@ -226,6 +226,7 @@ def _cleanup_stale(parent: str, node: str) -> None:
 
 
 def run(ctx: Context) -> None:
+    # Long: storage_fio.run: arguments, inventory, tool and directory checks before the scratch run, each a verdict of its own.
     a = ctx.args
     cpu = ctx.cpu
     baselines = Baselines.load(a.baselines)

@@ -38,6 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def make_parser(suite: str, description: str) -> argparse.ArgumentParser:
+    # Long: one add_argument per common option, flat.
     p = _Parser(
         prog=f"python -m cluster_doctor_suites.{suite}",
         description=description,

@@ -174,6 +174,7 @@ class _Runner:
 
     # -- the end
     def finalize(self, suite_error: str | None) -> int:
+        # Long: builds, writes and prints the result under one lock, in the order the contract needs (result, log, termination log, stdout).
         with self._fin_lock:
             if self._finalized.is_set():
                 return self.exit_code if self.exit_code is not None else EXIT_ERROR
@@ -265,6 +266,7 @@ def run_suite(
     standalone: bool = False,
 ) -> int:
     """Parse arguments, run the suite, write everything, return the exit code (never raises)."""
+    # Long: the contract's one entry point: parse, run, and on every path finalize; kept in one piece on purpose.
     parser = make_parser(suite, description)
     add_arguments(parser)
     arg_error = None

@@ -128,6 +128,7 @@ def build_summary(
 
     Truncation is deterministic: checks are ordered fail, error, warn, skip, pass (then by position)
     and cut from the end; then metrics, then long strings. `truncated` says something was cut."""
+    # Long: the deterministic truncation steps of the 4 KiB summary, in order.
     ordered = sorted(enumerate(checks), key=lambda ic: (_ORDER[ic[1].status], ic[0]))
     compact = [_compact(c) for _, c in ordered]
     metrics = {k: result["metrics"][k] for k in key_metrics if k in result["metrics"]}

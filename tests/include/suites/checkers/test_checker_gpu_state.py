@@ -85,3 +85,12 @@ def test_nvlink_all_inactive_and_expected_count(h):
 def test_clock_reasons_not_reported_is_a_skip():
     [c] = clocks.to_checks(clocks.ClockState(0, None, None, (), None, None))
     assert c.status == "skip" and c.code == "CLOCK_THROTTLE_UNAVAILABLE"
+
+
+def test_a_field_the_driver_answers_with_an_error_is_reported(h):
+    """nvidia-smi prints 'Unknown Error' where the driver failed a query: not the same as N/A."""
+    xml = h.fx("smi", "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml")
+    old = "<current_link_width>16x</current_link_width>"
+    assert old in xml
+    g = parsers.parse_smi_xml(xml.replace(old, "<current_link_width>Unknown Error</current_link_width>", 1))["gpus"][0]
+    assert g["field_errors"] == ["current_link_width"] and g["pcie_width"] is None
