@@ -1,6 +1,7 @@
 """Cluster Doctor validation suites: the code that runs inside the validation pods (or under Slurm).
 
-Flat package (shipped as a Kubernetes ConfigMap, which has no subdirectories); no Airflow imports.
+A harness (harness/), one checker per GPU health concern (checkers/) and one module per suite; shipped as
+a Kubernetes ConfigMap (a subfolder's '/' spelled '__' in its keys); no Airflow, nothing of cluster_doctor.
 Each suite is a module run as `python -m cluster_doctor_suites.<name>`: dl_unit, nccl_loopback, storage_fio, gpu_health.
 See README.md in this folder for the checks, the result contract and the exit codes.
 """
