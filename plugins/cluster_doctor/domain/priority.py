@@ -13,15 +13,20 @@ most recent executed result of any enabled test (a node never validated at all g
 that only misses one suite, so fleet coverage grows fastest), then on the oldest last attempt of any
 status (a node whose pod just timed out goes after untried ones), then the node name (natural order),
 then the test's position in the enabled list: deterministic.
-At most one pair per node per run (two suites on one node would fight for its GPUs), and at most
-``max_pairs`` pairs.
+
+Bundles (issue 21): a free window is rare on a busy cluster, so a chosen node runs *every* suite due on
+it in the same run, one after another (``gpu_health`` first: a node failing health skips the rest), and
+pairs that would fall due within ``bundle_ahead`` join them, so a node's suites fall due together and
+one window serves them all from then on. Nodes are ordered by their most urgent pair (``first`` nodes,
+the reserved ones, before all others); at most ``max_pairs`` pairs per run, the last node's bundle cut
+to its most urgent pairs. ``bundle=False`` is the former rule, at most one pair per node per run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import hostlist
 
@@ -31,6 +36,9 @@ NEVER = "never executed"
 STALE = "stale"
 RETEST = "retest after failure"
 OLDER_THAN_STALE_BEFORE = "older than stale_before"
+AHEAD = "due soon, bundled"
+# Runs first in every bundle: seconds long, and a node failing it is not worth the long suites.
+HEALTH_FIRST = "gpu_health"
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -57,8 +65,12 @@ class Policy:
     failed_retest: dt.timedelta = dt.timedelta(hours=6)  # zero disables
     max_pairs: int = 16
     stale_before: dt.datetime | None = None
+    bundle: bool = True  # every due suite of a chosen node in one run (False: one pair per node)
+    bundle_ahead: dt.timedelta = dt.timedelta(hours=48)  # pairs due within this long join a bundle
 
     def __post_init__(self) -> None:
+        if self.bundle_ahead < dt.timedelta(0):
+            raise ValueError("bundle_ahead must be >= 0")
         if self.staleness <= dt.timedelta(0):
             raise ValueError("staleness must be positive")
         if self.failed_retest < dt.timedelta(0):
@@ -73,7 +85,7 @@ class Policy:
 class PlannedPair:
     node_name: str
     test_name: str
-    why: str  # one of NEVER, STALE, RETEST, OLDER_THAN_STALE_BEFORE
+    why: str  # one of NEVER, STALE, RETEST, OLDER_THAN_STALE_BEFORE, AHEAD
     last_status: str | None
     last_finished_at: dt.datetime | None
     last_attempt_at: dt.datetime | None = None
@@ -101,31 +113,71 @@ def why_due(state: PairState | None, now: dt.datetime, policy: Policy) -> str | 
     return None
 
 
-def plan(
+def bundle_order(tests: Sequence[str]) -> list[str]:
+    """The order a node's suites run in, one after another: health first, then the given order."""
+    tests = list(dict.fromkeys(tests))
+    return ([HEALTH_FIRST] if HEALTH_FIRST in tests else []) + [t for t in tests if t != HEALTH_FIRST]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    """One node's pairs of this run. ``urgent``: most urgent first (what a cut keeps); ``pairs``: the
+    order they run in (``bundle_order``)."""
+
+    node_name: str
+    urgent: tuple[PlannedPair, ...]
+    order: tuple[str, ...]
+
+    @property
+    def pairs(self) -> list[PlannedPair]:
+        rank = {t: i for i, t in enumerate(self.order)}
+        return sorted(self.urgent, key=lambda p: rank[p.test_name])
+
+    def cut(self, size: int) -> Bundle:
+        """The ``size`` most urgent pairs (health kept when it is due: it gates the rest)."""
+        if size >= len(self.urgent):
+            return self
+        keep = [p for p in self.urgent if p.test_name == HEALTH_FIRST and p.why != AHEAD][:size]
+        keep += [p for p in self.urgent if p not in keep][:size - len(keep)]
+        return dataclasses.replace(self, urgent=tuple(p for p in self.urgent if p in keep))
+
+
+def bundles(
     free_nodes: Iterable[str],
     tests: Sequence[str],
     latest: Mapping[tuple[str, str], PairState],
     *,
     now: dt.datetime,
     policy: Policy = Policy(),
-) -> list[PlannedPair]:
-    """The ordered list of pairs to validate in this run."""
+    first: Collection[str] = (),
+) -> list[Bundle]:
+    """Every free node with a due pair, most urgent node first, with the pairs it would run (all of its
+    due pairs and those due within ``bundle_ahead``; only its most urgent one without ``bundle``).
+    ``first``: nodes that go before all others (reserved nodes: they idle until validated)."""
     if now.tzinfo is None:
         raise ValueError("now must be time-zone aware")
     test_rank = {t: i for i, t in enumerate(dict.fromkeys(tests))}
-    candidates = []
+    order = tuple(bundle_order(list(test_rank)))
+    ahead = dataclasses.replace(policy, staleness=max(policy.staleness - policy.bundle_ahead, dt.timedelta(seconds=1)),
+                                stale_before=None) if policy.bundle and policy.bundle_ahead else None
+    first = set(first)
+    found = []
     for node in dict.fromkeys(free_nodes):  # de-duplicate, keep order
         node_key = hostlist.numeric_sort_key(node)
         executed = [s.finished_at for t in test_rank if (s := latest.get((node, t))) and s.finished_at]
         node_validated_at = max(executed) if executed else _EPOCH
+        due, soon = [], []
         for test, rank in test_rank.items():
             state = latest.get((node, test))
             why = why_due(state, now, policy)
+            if why is None and ahead is not None and why_due(state, now, ahead) is not None:
+                why = AHEAD
             if why is None:
                 continue
             executed_at = state.finished_at if state and state.finished_at else None
             attempted_at = state.last_attempt_at if state and state.last_attempt_at else None
             key = (
+                0 if node in first else 1,
                 0 if executed_at is None else 1,
                 executed_at or _EPOCH,
                 node_validated_at,
@@ -135,7 +187,7 @@ def plan(
                 node,
                 rank,
             )
-            candidates.append((key, PlannedPair(
+            (soon if why == AHEAD else due).append((key, PlannedPair(
                 node_name=node,
                 test_name=test,
                 why=why,
@@ -144,14 +196,39 @@ def plan(
                 last_attempt_at=attempted_at,
                 last_attempt_status=state.last_attempt_status if state else None,
             )))
-    candidates.sort(key=lambda item: item[0])
-    chosen: list[PlannedPair] = []
-    busy: set[str] = set()
-    for _, pair in candidates:
-        if len(chosen) >= policy.max_pairs:
-            break
-        if pair.node_name in busy:
+        if not due:  # pairs due soon only ride along with a due one
             continue
-        busy.add(pair.node_name)
-        chosen.append(pair)
+        due.sort(key=lambda item: item[0])
+        soon.sort(key=lambda item: item[0])
+        chosen = due + soon if policy.bundle else due[:1]
+        found.append((due[0][0], Bundle(node, tuple(p for _, p in chosen), order)))
+    found.sort(key=lambda item: item[0])
+    return [b for _, b in found]
+
+
+def take(found: Iterable[Bundle], max_pairs: int) -> list[Bundle]:
+    """The first bundles holding at most ``max_pairs`` pairs, the last one cut to fit."""
+    chosen: list[Bundle] = []
+    room = max_pairs
+    for bundle in found:
+        if room <= 0:
+            break
+        bundle = bundle.cut(room)
+        chosen.append(bundle)
+        room -= len(bundle.urgent)
     return chosen
+
+
+def plan(
+    free_nodes: Iterable[str],
+    tests: Sequence[str],
+    latest: Mapping[tuple[str, str], PairState],
+    *,
+    now: dt.datetime,
+    policy: Policy = Policy(),
+    first: Collection[str] = (),
+) -> list[PlannedPair]:
+    """The pairs to validate in this run: node by node, most urgent node first, each node's pairs in
+    the order they run (``bundle_order``)."""
+    return [p for b in take(bundles(free_nodes, tests, latest, now=now, policy=policy, first=first),
+                            policy.max_pairs) for p in b.pairs]

@@ -1,19 +1,25 @@
-"""``cluster-doctor simulate``: the real prioritizer over a simulated cluster, to size the pool.
+"""``cluster-doctor simulate``: the real planner and policies over a simulated cluster, to size the pool.
 
-Every simulated hour is one run of the continuous_validation DAG: the nodes that are free at that
-moment (user jobs come and go, with lengths drawn from a log-normal distribution and idle gaps sized
-so that the fleet is busy the requested share of the time) are planned by ``priority.plan`` — the
-same function the DAG runs — with the latest state of every pair; the planned pairs then run on the
-pool's slots one after another within the run's window. A pair whose turn comes more than the
-queue limit after planning is skipped; a pair whose node is claimed by a user job before the suite
-ends is preempted; both leave the pair due, as in production. Executed results fail with the given
+Every simulated hour is one run of the continuous_validation DAG. User jobs come and go on every node
+(lengths from a log-normal distribution, cut at the cluster's job limit; idle gaps sized so the fleet
+is busy the requested share of the time, or none at all with ``no_gap``: a queue-backed cluster where
+a new job starts the moment one ends). With ``reserve``, the reservation policy the DAG applies
+(``reservation.overdue`` / ``reservation.choose``, the same functions) taints overdue busy nodes: when
+their job ends no new one starts until their validation is done. The free nodes are planned by
+``priority.bundles`` / ``priority.take`` — what the DAG's prioritize task runs — reserved nodes first,
+every due suite of a chosen node in one bundle; the bundles then run on the pool's slots, a slot
+running one node's suites one after another (the DAG's later steps outrank new nodes for a slot), within
+the run's window. A bundle whose turn comes more than the queue limit after planning is skipped; a user
+job claiming the node before a suite ends preempts it and skips the rest; a failed health check skips
+the rest. All of these leave the pairs due, as in production. Executed results fail with the given
 probability (and are retested after the failed-retest interval).
 
-It prints coverage over time (share of pairs validated within the target), p50/p95/max staleness
-per pair, and with ``--target-staleness`` the minimum pool slots that keep the worst staleness
-within the target over the simulated period (a search over slots, the same seed for each try).
+It prints coverage over time, p50/p95/max staleness per pair, the worst staleness over the period, the
+share of pair-hours within the target, and the reservations' idle GPU-hours; with
+``--target-staleness`` the fewest pool slots that keep every pair within the target, without and with
+reservation, and what reservation costs (a search over slots, the same seed for each try).
 
-Pure Python, no cluster and no database: seconds at 5,000 nodes.
+Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_doctor.domain import priority
+from cluster_doctor.domain import priority, reservation
 
 DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -45,20 +51,27 @@ class SimConfig:
     nodes: int = 1000
     days: float = 28.0
     slots: int = 2
-    occupancy: float = 0.85  # share of the time a node runs a user job
+    occupancy: float = 0.85  # share of the time a node runs a user job (ignored with no_gap)
     job_hours: float = 4.0  # median user job length (log-normal)
     job_sigma: float = 0.8  # log-normal shape
     max_job_hours: float = 24.0  # the cluster's job time limit (jobs are cut there)
     suite_minutes: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SUITE_MINUTES))
     pod_startup_minutes: float = 1.0
     staleness_days: float = 7.0  # the prioritizer's threshold Z: a pair is due when older
+    target_days: float = 7.0  # the promise: within_target_share counts pair-hours at most this old
     failed_retest_hours: float = 6.0
     failure_rate: float = 0.01
     max_pairs: int | None = None  # per run; None: what the slots can run in one run window
     run_window_minutes: float = 55.0  # a run ends before the next hourly one starts
     max_queue_minutes: float = 30.0
     gpu_models: dict = dataclasses.field(default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 1.0})
+    gpus_per_node: int = 8
     start: str = "steady"  # steady: last results spread over the threshold; fresh: nothing validated yet
+    bundle: bool = True  # every due suite of a chosen node in one run (False: one suite per node per run)
+    bundle_ahead_hours: float = 48.0
+    no_gap: bool = False  # a queue-backed cluster: a new job starts the moment one ends
+    reserve: bool = False  # taint overdue busy nodes (the DAG's opt-in reservation)
+    reservation: dict = dataclasses.field(default_factory=dict)  # ReservationPolicy keys (target_days: ours)
     seed: int = 7
 
     def __post_init__(self) -> None:
@@ -66,16 +79,17 @@ class SimConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or (integer and not isinstance(v, int)):
                 raise InvalidSimulation(f"{name}: must be {'an integer' if integer else 'a number'} > 0, got {v!r}")
-        for name in ("nodes", "slots"):
+        for name in ("nodes", "slots", "gpus_per_node"):
             positive(name, integer=True)
-        for name in ("days", "job_hours", "job_sigma", "max_job_hours", "staleness_days", "run_window_minutes", "max_queue_minutes"):
+        for name in ("days", "job_hours", "job_sigma", "max_job_hours", "staleness_days", "target_days",
+                     "run_window_minutes", "max_queue_minutes"):
             positive(name)
         if not 0 <= self.occupancy < 1:
             raise InvalidSimulation(f"occupancy: must be a share in [0, 1), got {self.occupancy!r}")
         if not 0 <= self.failure_rate < 1:
             raise InvalidSimulation(f"failure_rate: must be a share in [0, 1), got {self.failure_rate!r}")
-        if self.failed_retest_hours < 0 or self.pod_startup_minutes < 0:
-            raise InvalidSimulation("failed_retest_hours and pod_startup_minutes must be >= 0")
+        if self.failed_retest_hours < 0 or self.pod_startup_minutes < 0 or self.bundle_ahead_hours < 0:
+            raise InvalidSimulation("failed_retest_hours, pod_startup_minutes and bundle_ahead_hours must be >= 0")
         if not self.suite_minutes or any(not isinstance(v, (int, float)) or v <= 0 for v in self.suite_minutes.values()):
             raise InvalidSimulation(f"suite_minutes: every suite needs a duration > 0, got {self.suite_minutes!r}")
         if self.max_pairs is not None and (not isinstance(self.max_pairs, int) or self.max_pairs < 1):
@@ -84,6 +98,10 @@ class SimConfig:
             raise InvalidSimulation(f"gpu_models: shares must be > 0, got {self.gpu_models!r}")
         if self.start not in ("steady", "fresh"):
             raise InvalidSimulation(f"start: 'steady' or 'fresh', got {self.start!r}")
+        try:
+            self.reservation_policy()
+        except reservation.InvalidReservationPolicy as exc:
+            raise InvalidSimulation(str(exc)) from None
 
     @property
     def tests(self) -> list[str]:
@@ -95,12 +113,21 @@ class SimConfig:
         mean = sum(self.suite_minutes.values()) / len(self.suite_minutes) + self.pod_startup_minutes
         return max(1, self.slots * math.floor(self.run_window_minutes / mean))
 
+    def reservation_policy(self) -> reservation.ReservationPolicy:
+        """The DAG's policy, its target the simulated one, its lead by default the longest job + 6 h."""
+        values = {"lead_hours": self.max_job_hours + 6, "max_hold_hours": self.max_job_hours + 12,
+                  **self.reservation, "enabled": self.reserve, "target_days": self.target_days}
+        return reservation.ReservationPolicy.from_mapping(values)
+
 
 @dataclasses.dataclass
 class SimResult:
     config: SimConfig
     coverage: list[tuple[float, float]]  # (day, share of pairs validated within the staleness threshold)
-    worst_staleness_h: float  # over the whole simulated period (hourly samples)
+    # Staleness of a pair: hours since it last executed, or since its node failed gpu_health in a bundle
+    # that then skipped it (the node is known bad). Worst over the whole period (hourly samples).
+    worst_staleness_h: float
+    within_target_share: float  # share of the hourly pair samples no older than the target
     final_p50_h: float
     final_p95_h: float
     final_max_h: float
@@ -108,7 +135,14 @@ class SimResult:
     skipped: int
     preempted: int
     failed: int
+    health_gated: int  # pairs skipped because their node failed gpu_health first (counted as judged then)
     never_validated: int
+    reservations: int  # taints applied
+    reservations_released: dict[str, int]  # taints removed, by why
+    max_reserved_at_once: int
+    reserved_gpu_hours: float  # GPU-hours reserved nodes stood idle, tainted, waiting for validation
+    reserved_share: float  # of the fleet's GPU-hours over the period
+    breaker_open_runs: int  # runs where the reservation breaker kept every candidate out
     plan_seconds: float
     wall_seconds: float
 
@@ -119,7 +153,8 @@ class SimResult:
 
 
 class _Cluster:
-    """User occupancy: each node alternates busy (log-normal job) and idle (exponential gap) periods."""
+    """User occupancy: each node alternates busy (log-normal job) and idle (exponential gap, or none with
+    ``no_gap``) periods. A reserved node whose job ends stays idle until it is released."""
 
     def __init__(self, cfg: SimConfig, rnd: random.Random):
         self.rnd, self.cfg = rnd, cfg
@@ -128,62 +163,147 @@ class _Cluster:
         probe = random.Random(0)
         mean_job = sum(min(probe.lognormvariate(self.mu, cfg.job_sigma), cfg.max_job_hours)
                        for _ in range(20000)) / 20000
-        self.mean_gap = mean_job * (1 - cfg.occupancy) / cfg.occupancy if cfg.occupancy > 0 else math.inf
+        self.mean_gap = 0.0 if cfg.no_gap else (
+            mean_job * (1 - cfg.occupancy) / cfg.occupancy if cfg.occupancy > 0 else math.inf)
         self.busy = [False] * cfg.nodes
-        self.until = [0.0] * cfg.nodes  # hours: when the current period ends
-        self.events: list[tuple[float, int]] = []
+        self.until = [0.0] * cfg.nodes  # hours: when the current period ends (inf: not before a release)
+        self.version = [0] * cfg.nodes  # events of an older version are stale (a release re-plans the node)
+        self.reserved: set[int] = set()
+        self.free_since: dict[int, float] = {}  # reserved nodes whose job ended: idle since
+        self.events: list[tuple[float, int, int]] = []
         for n in range(cfg.nodes):
-            busy = rnd.random() < cfg.occupancy
+            busy = cfg.no_gap or rnd.random() < cfg.occupancy
             self.busy[n] = busy
             # a random point inside the current period (length-biased sampling is ignored: close enough)
             length = self._job() if busy else self._gap()
-            self.until[n] = rnd.random() * length
-            heapq.heappush(self.events, (self.until[n], n))
+            self._set(n, rnd.random() * length)
         self.free = {n for n in range(cfg.nodes) if not self.busy[n]}
 
     def _job(self) -> float:
         return min(self.rnd.lognormvariate(self.mu, self.cfg.job_sigma), self.cfg.max_job_hours)
 
     def _gap(self) -> float:
-        return self.rnd.expovariate(1 / self.mean_gap) if self.mean_gap != math.inf else math.inf
+        if self.mean_gap == math.inf:
+            return math.inf
+        return self.rnd.expovariate(1 / self.mean_gap) if self.mean_gap > 0 else 0.0
+
+    def _set(self, n: int, until: float) -> None:
+        self.version[n] += 1
+        self.until[n] = until
+        if until != math.inf:
+            heapq.heappush(self.events, (until, n, self.version[n]))
 
     def advance(self, hour: float) -> None:
         events = self.events
         while events and events[0][0] <= hour:
-            at, n = heapq.heappop(events)
-            if self.busy[n]:
+            at, n, version = heapq.heappop(events)
+            if version != self.version[n]:
+                continue
+            if self.busy[n] and n in self.reserved:  # the job ended; the taint keeps new ones off
                 self.busy[n] = False
                 self.free.add(n)
-                self.until[n] = at + self._gap()
+                self.free_since[n] = at
+                self._set(n, math.inf)
+            elif self.busy[n]:
+                gap = self._gap()
+                if gap > 0:
+                    self.busy[n] = False
+                    self.free.add(n)
+                    self._set(n, at + gap)
+                else:  # queue-backed: the next job starts at once
+                    self._set(n, at + self._job())
             else:
                 self.busy[n] = True
                 self.free.discard(n)
-                self.until[n] = at + self._job()
-            if self.until[n] != math.inf:
-                heapq.heappush(events, (self.until[n], n))
+                self._set(n, at + self._job())
+
+    def release(self, n: int, at: float) -> float:
+        """Remove the taint at ``at`` (hours); the idle hours the reservation cost."""
+        self.reserved.discard(n)
+        idle = max(0.0, at - self.free_since.pop(n, at))
+        if not self.busy[n]:
+            gap = self._gap()
+            if gap > 0:
+                self._set(n, at + gap)
+            else:
+                self.busy[n] = True
+                self.free.discard(n)
+                self._set(n, at + self._job())
+        return idle
+
+
+@dataclasses.dataclass
+class _Counts:
+    executed: int = 0
+    skipped: int = 0
+    preempted: int = 0
+    failed: int = 0
+    health_gated: int = 0
+
+
+def _run_bundle(bundle: priority.Bundle, start: float, hour: int, n: int, cfg: SimConfig, cluster: _Cluster,
+                states: dict, last: dict, outcomes: random.Random, counts: _Counts) -> tuple[float, bool]:
+    """One node's suites on one slot from ``start`` (minutes into the run), as the DAG's task group runs
+    them. Returns when the slot is free again and whether the bundle is done with the node (every pair
+    executed, health failed, or a user job claimed it) — a reserved node is released then."""
+    now = T0 + dt.timedelta(hours=hour)
+    t = start
+    pairs = bundle.pairs
+    for i, pair in enumerate(pairs):
+        duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
+        key = (pair.node_name, pair.test_name)
+        prev = states.get(key)
+        claimed = (cluster.until[n] - hour) * 60  # minutes into the run when a user job takes the node
+        if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
+            counts.skipped += len(pairs) - i  # queue limit, or the run's window: the rest waits for a run
+            return (start if i == 0 else t), False
+        if claimed <= t or claimed < t + duration:
+            # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
+            what = "skipped" if claimed <= t else "preempted"
+            counts.preempted += what == "preempted"
+            counts.skipped += len(pairs) - i - (what == "preempted")
+            at = now + dt.timedelta(minutes=min(claimed, t + duration))
+            states[key] = priority.PairState(prev.status if prev else None, prev.finished_at if prev else None,
+                                             at, what)
+            return max(t, min(claimed, t + duration)), True
+        t += duration
+        status = "fail" if outcomes.random() < cfg.failure_rate else "pass"
+        counts.failed += status == "fail"
+        counts.executed += 1
+        at = now + dt.timedelta(minutes=t)
+        states[key] = priority.PairState(status, at, at, status)
+        last[key] = hour + t / 60
+        if status == "fail" and pair.test_name == priority.HEALTH_FIRST:
+            # The rest is not worth running on a failing node: skipped, they stay due for the planner;
+            # the node is judged (known bad) now, which is what the staleness figures measure.
+            for rest in pairs[i + 1:]:
+                last[(rest.node_name, rest.test_name)] = hour + t / 60
+            counts.skipped += len(pairs) - i - 1
+            counts.health_gated += len(pairs) - i - 1
+            return t, True
+    return t, True
 
 
 def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
     """Simulate ``cfg.days`` of hourly runs; with ``stop_above_h``, stop as soon as the worst staleness
-    exceeds it (the slots search only needs to know that it does)."""
+    exceeds it (the slots search only needs to know that it does). Long: the DAG's hourly loop, in order
+    (cluster, reservations, plan, bundles on slots, samples) — split, it would only scatter its state."""
     started = time.perf_counter()
     # separate streams: the same seed gives the same user jobs whatever the slots (fair comparisons)
     rnd, outcomes = random.Random(cfg.seed), random.Random(cfg.seed + 1)
     names = [f"gpu-{i:05d}" for i in range(cfg.nodes)]
     index = {name: i for i, name in enumerate(names)}
     tests = cfg.tests
-    z_h = cfg.staleness_days * 24
+    z_h, target_h = cfg.staleness_days * 24, cfg.target_days * 24
     cluster = _Cluster(cfg, random.Random(cfg.seed + 2))
     policy = priority.Policy(staleness=dt.timedelta(hours=z_h),
                              failed_retest=dt.timedelta(hours=cfg.failed_retest_hours),
-                             max_pairs=cfg.pairs_per_run())
+                             max_pairs=cfg.pairs_per_run(), bundle=cfg.bundle,
+                             bundle_ahead=dt.timedelta(hours=cfg.bundle_ahead_hours))
+    rpolicy = cfg.reservation_policy()
     # last executed result per pair, in simulated hours (None: never)
     last: dict[tuple[str, str], float] = {}
     states: dict[tuple[str, str], priority.PairState] = {}
-    retest_h = cfg.failed_retest_hours if cfg.failed_retest_hours > 0 else z_h
-    # When each node next has a due pair. Handing priority.plan only the free nodes that have one is
-    # exact (a node without a due pair adds no candidate) and keeps 5,000-node runs in seconds.
-    node_due = [-math.inf] * cfg.nodes
     if cfg.start == "steady":
         for name in names:
             for test in tests:
@@ -191,70 +311,77 @@ def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
                 last[(name, test)] = at
                 when = T0 + dt.timedelta(hours=at)
                 states[(name, test)] = priority.PairState("pass", when, when, "pass")
-            node_due[index[name]] = min(last[(name, t)] for t in tests) + z_h
     hours = int(cfg.days * 24)
-    coverage, worst = [], 0.0
-    executed = skipped = preempted = failed = 0
+    coverage, worst, within, samples = [], 0.0, 0, 0
+    counts = _Counts()
+    reserved_at: dict[int, int] = {}
+    released: dict[str, int] = {}
+    reservations = most_reserved = breaker_runs = 0
+    idle_h = 0.0
     plan_s = 0.0
-    never = -math.inf
+    total_pairs = cfg.nodes * len(tests)
     for hour in range(hours):
         cluster.advance(hour)
         now = T0 + dt.timedelta(hours=hour)
-        free = [names[n] for n in sorted(cluster.free) if node_due[n] <= hour]
         t = time.perf_counter()
-        planned = priority.plan(free, tests, states, now=now, policy=policy)
+        if rpolicy.enabled:
+            for n in [n for n, at in reserved_at.items() if hour - at >= rpolicy.max_hold_hours]:
+                idle_h += cluster.release(n, hour)
+                del reserved_at[n]
+                released[reservation.MAX_HOLD] = released.get(reservation.MAX_HOLD, 0) + 1
+            busy = [names[n] for n in range(cfg.nodes) if cluster.busy[n] and n not in cluster.reserved]
+            choice = reservation.choose(
+                reservation.overdue(busy, tests, states, now=now, due_policy=policy, policy=rpolicy),
+                reserved=len(reserved_at), overdue_reserved=len(reserved_at), gpu_nodes=cfg.nodes, policy=rpolicy)
+            breaker_runs += choice.breaker_open
+            for node in choice.reserve:
+                n = index[node.node_name]
+                cluster.reserved.add(n)
+                reserved_at[n] = hour
+                reservations += 1
+            most_reserved = max(most_reserved, len(reserved_at))
+        # Handing the planner only the free nodes with a due pair is exact (a node without one adds no
+        # candidate) and keeps 1,000-node runs in seconds.
+        free = [names[n] for n in sorted(cluster.free)]
+        found = priority.take(priority.bundles(free, tests, states, now=now, policy=policy,
+                                               first={names[n] for n in cluster.reserved}), policy.max_pairs)
         plan_s += time.perf_counter() - t
-        slots = [0.0] * min(cfg.slots, len(planned))  # heap: minutes into the run when a slot is free again
-        for pair in planned:
-            start = heapq.heappop(slots)
-            duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
-            key = (pair.node_name, pair.test_name)
-            if start > cfg.max_queue_minutes or start + duration > cfg.run_window_minutes:
-                skipped += 1
-                heapq.heappush(slots, start)
-                continue
-            n = index[pair.node_name]
-            end_h = hour + (start + duration) / 60
-            prev = states.get(key)
-            claimed = (cluster.until[n] - hour) * 60  # minutes into the run when a user job takes the node
-            if claimed <= start or claimed < start + duration:
-                # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
-                what = "skipped" if claimed <= start else "preempted"
-                if what == "skipped":
-                    skipped += 1
-                    heapq.heappush(slots, start)
-                else:
-                    preempted += 1
-                    heapq.heappush(slots, claimed)
-                at = now + dt.timedelta(minutes=min(claimed, start + duration))
-                states[key] = priority.PairState(prev.status if prev else None, prev.finished_at if prev else None,
-                                                 at, what)
-                continue
-            heapq.heappush(slots, start + duration)
-            status = "fail" if outcomes.random() < cfg.failure_rate else "pass"
-            failed += status == "fail"
-            executed += 1
-            at = now + dt.timedelta(minutes=start + duration)
-            states[key] = priority.PairState(status, at, at, status)
-            last[key] = end_h
-            node_due[n] = min(
-                (last[(pair.node_name, t)] + (z_h if states[(pair.node_name, t)].status == "pass" else retest_h))
-                if (pair.node_name, t) in last else -math.inf for t in tests)
-        oldest = min(last.values()) if len(last) == cfg.nodes * len(tests) else never
-        worst = max(worst, hour - oldest)
+        slots = [0.0] * min(cfg.slots, len(found))  # heap: minutes into the run when a slot is free again
+        for bundle in found:
+            n = index[bundle.node_name]
+            begin = heapq.heappop(slots)
+            end, done = _run_bundle(bundle, begin, hour, n, cfg, cluster, states, last, outcomes, counts)
+            heapq.heappush(slots, end)
+            if done and n in cluster.reserved:
+                idle_h += cluster.release(n, hour + end / 60)
+                del reserved_at[n]
+                released[reservation.VALIDATED] = released.get(reservation.VALIDATED, 0) + 1
+        if len(last) == total_pairs:
+            ages = [hour - v for v in last.values()]
+            worst = max(worst, max(ages))
+            within += sum(1 for a in ages if a <= target_h)
+        else:
+            worst = math.inf
+            within += sum(1 for v in last.values() if hour - v <= target_h)
+        samples += total_pairs
         if stop_above_h is not None and worst > stop_above_h:
             break
         if hour % 24 == 23 or hour == hours - 1:
             fresh = sum(1 for v in last.values() if hour - v <= z_h)
-            coverage.append(((hour + 1) / 24, fresh / (cfg.nodes * len(tests))))
+            coverage.append(((hour + 1) / 24, fresh / total_pairs))
     end = hours
-    ages = sorted(end - v for v in last.values()) + [math.inf] * (cfg.nodes * len(tests) - len(last))
+    for n in list(reserved_at):  # still reserved at the end: count the idle time so far
+        idle_h += max(0.0, end - cluster.free_since.get(n, end))
+    ages = sorted(end - v for v in last.values()) + [math.inf] * (total_pairs - len(last))
+    gpu_hours = idle_h * cfg.gpus_per_node
     return SimResult(
-        config=cfg, coverage=coverage, worst_staleness_h=worst,
+        config=cfg, coverage=coverage, worst_staleness_h=worst, within_target_share=within / samples if samples else 0.0,
         final_p50_h=_quantile(ages, 0.5), final_p95_h=_quantile(ages, 0.95), final_max_h=ages[-1],
-        executed=executed, skipped=skipped, preempted=preempted, failed=failed,
-        never_validated=cfg.nodes * len(tests) - len(last), plan_seconds=plan_s,
-        wall_seconds=time.perf_counter() - started)
+        executed=counts.executed, skipped=counts.skipped, preempted=counts.preempted, failed=counts.failed,
+        health_gated=counts.health_gated, never_validated=total_pairs - len(last), reservations=reservations, reservations_released=released,
+        max_reserved_at_once=most_reserved, reserved_gpu_hours=gpu_hours,
+        reserved_share=gpu_hours / (cfg.nodes * cfg.gpus_per_node * hours) if hours else 0.0,
+        breaker_open_runs=breaker_runs, plan_seconds=plan_s, wall_seconds=time.perf_counter() - started)
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -263,21 +390,28 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))]
 
 
-def min_slots(cfg: SimConfig, target_h: float) -> tuple[int | None, SimResult, dict[int, SimResult]]:
-    """The fewest slots whose simulated worst staleness stays within ``target_h``.
+def min_slots(cfg: SimConfig, target_h: float, *, max_reserved_share: float | None = None,
+              ) -> tuple[int | None, SimResult, dict[int, SimResult]]:
+    """The fewest slots whose simulated worst staleness stays within ``target_h`` (and, with reservation,
+    whose reserved idle share stays within ``max_reserved_share``: slots a reserved node waits for cost
+    idle GPU-hours).
 
     First a reference run with a slot per node: what user occupancy alone allows (nodes that stay busy
-    for days cannot be validated by any number of slots). When even that misses the target, returns
-    None with the reference; the search then finds the slots that reach the reference's worst
-    staleness (more slots would not help). Doubling, then bisection, the same user jobs for each try."""
+    for days cannot be validated by any number of slots, unless they are reserved). When even that misses
+    the target, returns None with the reference; the search then finds the slots that reach the
+    reference's worst staleness (more slots would not help). Doubling, then bisection, the same user jobs
+    for each try."""
     tried: dict[int, SimResult] = {}
-    floor = run(dataclasses.replace(cfg, slots=cfg.nodes, max_pairs=cfg.nodes))
-    goal = target_h if floor.worst_staleness_h <= target_h else floor.worst_staleness_h + 1.0
+    budget = max_reserved_share if cfg.reserve and max_reserved_share is not None else math.inf
+    floor = run(dataclasses.replace(cfg, slots=cfg.nodes, max_pairs=cfg.nodes * len(cfg.tests)))
+    reachable = floor.worst_staleness_h <= target_h and floor.reserved_share <= budget
+    goal = target_h if reachable else floor.worst_staleness_h + 1.0
 
     def ok(slots: int) -> bool:
         if slots not in tried:
             tried[slots] = run(dataclasses.replace(cfg, slots=slots), stop_above_h=goal)
-        return tried[slots].worst_staleness_h <= goal
+        found = tried[slots]
+        return found.worst_staleness_h <= goal and (not reachable or found.reserved_share <= budget)
 
     hi = 1
     while not ok(hi):
@@ -291,7 +425,7 @@ def min_slots(cfg: SimConfig, target_h: float) -> tuple[int | None, SimResult, d
             hi = mid
         else:
             lo = mid
-    return (hi if floor.worst_staleness_h <= target_h else None), floor, tried
+    return (hi if reachable else None), floor, tried
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -324,47 +458,62 @@ def _shares(text: str, what: str) -> dict[str, float]:
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("simulate", help="size the pool: the real prioritizer over a simulated cluster",
+    p = sub.add_parser("simulate", help="size the pool: the real planner and policies over a simulated cluster",
                        description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--days", type=float, default=28.0, help="simulated period (default 28)")
     p.add_argument("--slots", type=int, default=2, help="pool slots (concurrent validation pods)")
     p.add_argument("--occupancy", type=float, default=0.85, help="share of time nodes are busy with user jobs")
+    p.add_argument("--no-gap", action="store_true",
+                   help="a queue-backed cluster: a new job starts the moment one ends (no idle gaps at all)")
     p.add_argument("--job-hours", type=float, default=4.0, help="median user job length (log-normal)")
     p.add_argument("--job-sigma", type=float, default=0.8, help="log-normal shape of job lengths")
     p.add_argument("--max-job-hours", type=float, default=24.0, help="job time limit of the cluster")
     p.add_argument("--suite-minutes", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_SUITE_MINUTES.items()),
                    help="suite=minutes,... (the enabled suites and how long each runs)")
+    p.add_argument("--target-staleness", default=None,
+                   help="the promise, e.g. 7d (default 7d): the figures count pair-hours within it; given, "
+                        "the command searches the fewest slots keeping every pair within it, without and "
+                        "with reservation")
     p.add_argument("--staleness", default=None,
-                   help="the prioritizer's threshold Z (default 7d; with --target-staleness: the target less "
-                        "the longest job and 12 h, so one full-length job fits before the target)")
+                   help="the prioritizer's threshold Z (default: the target less the longest job and 12 h, so "
+                        "one full-length job fits before the target)")
+    p.add_argument("--reserve", action="store_true",
+                   help="reserve overdue busy nodes (the DAG's opt-in setting reservation)")
+    p.add_argument("--reserve-lead", type=float, default=None,
+                   help="hours before the target a busy node is reserved (default: the longest job + 6)")
+    p.add_argument("--max-reserved-share", type=float, default=0.01,
+                   help="with --target-staleness: the idle share of the fleet's GPU-hours reservation may cost "
+                        "(default 0.01); the search adds slots until it fits")
+    p.add_argument("--no-bundle", action="store_true", help="one suite per node per run (the former planner)")
+    p.add_argument("--bundle-ahead", type=float, default=48.0, help="hours: pairs due this soon join a bundle")
     p.add_argument("--failure-rate", type=float, default=0.01)
     p.add_argument("--max-pairs", type=int, default=None, help="per run (default: what the slots run in a run)")
     p.add_argument("--gpu-models", default="NVIDIA-H100-80GB-HBM3=1", help="model=share,...")
     p.add_argument("--start", choices=("steady", "fresh"), default="steady")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--target-staleness", default=None,
-                   help="e.g. 7d: print the minimum slots keeping the worst staleness within it")
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
 
 
 def _config(args: argparse.Namespace) -> tuple[SimConfig, float | None]:
-    target_h = parse_duration_hours(args.target_staleness, "--target-staleness") if args.target_staleness else None
-    if args.staleness:
-        z_h = parse_duration_hours(args.staleness, "--staleness")
-    else:
-        z_h = max(target_h / 2, target_h - args.max_job_hours - 12) if target_h else 7 * 24.0
+    """The simulation, and the target to search slots for (None: one simulation)."""
+    target_h = parse_duration_hours(args.target_staleness or "7d", "--target-staleness")
+    z_h = (parse_duration_hours(args.staleness, "--staleness") if args.staleness
+           else max(target_h / 2, target_h - args.max_job_hours - 12))
+    reservation_values = {"lead_hours": args.reserve_lead} if args.reserve_lead is not None else {}
     cfg = SimConfig(nodes=args.nodes, days=args.days, slots=args.slots, occupancy=args.occupancy,
                     job_hours=args.job_hours, job_sigma=args.job_sigma, max_job_hours=args.max_job_hours,
                     suite_minutes=_shares(args.suite_minutes, "--suite-minutes"), staleness_days=z_h / 24,
-                    failure_rate=args.failure_rate, max_pairs=args.max_pairs,
-                    gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed)
-    if target_h is not None and z_h >= target_h:
+                    target_days=target_h / 24, failure_rate=args.failure_rate, max_pairs=args.max_pairs,
+                    gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed,
+                    bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
+                    reserve=args.reserve, reservation=reservation_values)
+    if args.target_staleness and z_h >= target_h:
         raise InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
             "becomes due at the threshold, so its worst staleness is the threshold plus the wait for a free node")
-    return cfg, target_h
+    return cfg, (target_h if args.target_staleness else None)
 
 
 def _h(hours: float) -> str:
@@ -375,23 +524,81 @@ def _h(hours: float) -> str:
 
 def render(result: SimResult) -> str:
     cfg = result.config
+    mode = "no gaps between jobs (queue-backed)" if cfg.no_gap else f"occupancy {cfg.occupancy:.0%}"
     lines = [f"simulated {cfg.nodes:,} nodes x {len(cfg.tests)} suites for {cfg.days:g} days: {cfg.slots} slot(s), "
-             f"{cfg.pairs_per_run()} pairs/run max, occupancy {cfg.occupancy:.0%} (jobs median {cfg.job_hours:g} h, "
-             f"at most {cfg.max_job_hours:g} h), "
-             f"threshold Z {cfg.staleness_days:g}d, failure rate {cfg.failure_rate:.1%}, start {cfg.start}",
+             f"{cfg.pairs_per_run()} pairs/run max, {mode} (jobs median {cfg.job_hours:g} h, "
+             f"at most {cfg.max_job_hours:g} h), threshold Z {cfg.staleness_days:g}d, target {cfg.target_days:g}d, "
+             f"{'bundles' if cfg.bundle else 'one suite per node per run'}, "
+             f"{'reservation on' if cfg.reserve else 'no reservation'}, failure rate {cfg.failure_rate:.1%}, "
+             f"start {cfg.start}",
              "coverage (pairs validated within Z), by day:"]
     step = max(1, len(result.coverage) // 14)
     lines.append("  " + "  ".join(f"d{day:g} {share:.1%}" for day, share in result.coverage[::step]))
     lines.append(f"staleness per pair at the end: p50 {_h(result.final_p50_h)}, p95 {_h(result.final_p95_h)}, "
-                 f"max {_h(result.final_max_h)}; worst over the period {_h(result.worst_staleness_h)}")
+                 f"max {_h(result.final_max_h)}; worst over the period {_h(result.worst_staleness_h)}; "
+                 f"pair-hours within the target: {result.within_target_share:.4%}")
     lines.append(f"attempts: {result.executed:,} executed ({result.failed:,} failed), {result.preempted:,} preempted "
-                 f"by user jobs, {result.skipped:,} skipped (queue limit, or the node taken before the pod started); never validated at the end: "
+                 f"by user jobs, {result.skipped:,} skipped (queue limit, run window, the node taken before the pod "
+                 f"started, or its health check failed: {result.health_gated:,}); never validated at the end: "
                  f"{result.never_validated:,}")
-    lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s in priority.plan)")
+    if cfg.reserve:
+        released = ", ".join(f"{n} {why}" for why, n in sorted(result.reservations_released.items())) or "none"
+        lines.append(f"reservations: {result.reservations:,} applied (released: {released}), at most "
+                     f"{result.max_reserved_at_once} at once; idle while reserved {result.reserved_gpu_hours:,.0f} "
+                     f"GPU-hours = {result.reserved_share:.3%} of the fleet's; breaker open in "
+                     f"{result.breaker_open_runs} run(s)")
+    lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s planning)")
     return "\n".join(lines)
 
 
+@dataclasses.dataclass
+class Search:
+    """``min_slots`` for one configuration: the answer and what it tried."""
+
+    slots: int | None
+    floor: SimResult
+    tried: dict[int, SimResult]
+    target_h: float
+
+    @property
+    def best(self) -> SimResult | None:
+        """The run at the fewest slots that reach the target (or, unreachable, the occupancy floor)."""
+        if self.slots is not None:
+            return self.tried[self.slots]
+        fits = [n for n, r in self.tried.items() if r.worst_staleness_h <= self.floor.worst_staleness_h + 1]
+        return self.tried[min(fits)] if fits else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        return {"min_slots": self.slots, "occupancy_floor_h": self.floor.worst_staleness_h,
+                "at_min_slots": _figures(best) if best is not None else None,
+                "tried": {n: _figures(r) for n, r in sorted(self.tried.items())}}
+
+
+def _figures(r: SimResult) -> dict[str, Any]:
+    return {"slots": r.config.slots, "worst_staleness_h": r.worst_staleness_h,
+            "within_target_share": r.within_target_share, "reserved_gpu_hours": r.reserved_gpu_hours,
+            "reserved_share": r.reserved_share, "reservations": r.reservations,
+            "max_reserved_at_once": r.max_reserved_at_once, "executed": r.executed,
+            "wall_seconds": r.wall_seconds}
+
+
+def search(cfg: SimConfig, target_h: float, max_reserved_share: float | None = None) -> Search:
+    return Search(*min_slots(cfg, target_h, max_reserved_share=max_reserved_share), target_h=target_h)
+
+
+def _search_lines(name: str, found: Search) -> list[str]:
+    lines = [f"{name}: with a slot per node, worst staleness {_h(found.floor.worst_staleness_h)}"]
+    for n, res in sorted(found.tried.items()):
+        stopped = res.worst_staleness_h > max(found.target_h, found.floor.worst_staleness_h + 1)
+        lines.append(f"  slots={n}: worst staleness {_h(res.worst_staleness_h)}{'+ (stopped early)' if stopped else ''}"
+                     f", {res.wall_seconds:.1f} s")
+    return lines
+
+
 def cmd(args: argparse.Namespace, out=None) -> int:
+    """One simulation, or with ``--target-staleness`` the slots search: bundling alone first, then (unless
+    it already reaches the target) with reservation. Exits 0 when the target is reachable either way."""
     import json
 
     out = out or sys.stdout
@@ -404,26 +611,45 @@ def cmd(args: argparse.Namespace, out=None) -> int:
         result = run(cfg)
         print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else render(result), file=out)
         return 0
-    slots, floor, tried = min_slots(cfg, target_h)
-    best = min((n for n, r in tried.items() if r.worst_staleness_h <= max(target_h, floor.worst_staleness_h + 1)),
-               default=None)
+    searches: dict[str, Search] = {}
+    if not cfg.reserve:
+        searches["without_reservation"] = search(cfg, target_h)
+    if cfg.reserve or searches["without_reservation"].slots is None:
+        searches["with_reservation"] = search(dataclasses.replace(cfg, reserve=True), target_h,
+                                              args.max_reserved_share)
+    reached = {k: v for k, v in searches.items() if v.slots is not None}
+    answer = next(iter(reached.values()), None)
     if args.format == "json":
-        print(json.dumps({"target_staleness_h": target_h, "min_slots": slots, "slots_reaching_floor": best,
-                          "occupancy_floor_h": floor.worst_staleness_h,
-                          "tried": {k: v.to_dict() for k, v in sorted(tried.items())}}, indent=2), file=out)
-        return 0 if slots is not None else 1
-    print(f"with a slot per node (user occupancy alone): worst staleness {_h(floor.worst_staleness_h)}", file=out)
-    for n, res in sorted(tried.items()):
-        print(f"slots={n}: worst staleness {_h(res.worst_staleness_h)}"
-              f"{'+ (stopped early)' if res.worst_staleness_h > max(target_h, floor.worst_staleness_h + 1) else ''}, "
-              f"{res.wall_seconds:.1f} s", file=out)
-    if best is not None:
-        print(render(tried[best]), file=out)
-    if slots is None:
-        print(f"no number of slots keeps the worst staleness within {_h(target_h)}: user jobs keep some nodes busy "
-              f"longer (worst {_h(floor.worst_staleness_h)} even with a slot per node; {best} slot(s) reach that). "
-              "Lower --staleness, or accept the occupancy bound.", file=out)
-        print(f"min_slots=none target_staleness={_h(target_h)} nodes={cfg.nodes} slots_reaching_floor={best}", file=out)
+        print(json.dumps({"target_staleness_h": target_h, "staleness_threshold_h": cfg.staleness_days * 24,
+                          "reachable": answer is not None, **{k: v.to_dict() for k, v in searches.items()}},
+                         indent=2), file=out)
+        return 0 if answer is not None else 1
+    for name, found in searches.items():
+        print("\n".join(_search_lines(name.replace("_", " "), found)), file=out)
+    shown = answer or next(iter(searches.values()))
+    if shown.best is not None:
+        print(render(shown.best), file=out)
+    tail = f"target_staleness={_h(target_h)} nodes={cfg.nodes}"
+    if answer is None:
+        print(f"no number of slots keeps the worst staleness within {_h(target_h)}"
+              f"{'' if cfg.reserve else ' without reservation'}, nor with reservation within "
+              f"{args.max_reserved_share:.1%} of the fleet's GPU-hours (worst {_h(shown.floor.worst_staleness_h)}, "
+              f"idle {shown.floor.reserved_share:.2%} with a slot per node): user jobs keep some nodes busy longer "
+              "than the lead. Lower --staleness, raise --reserve-lead or --max-reserved-share, or accept the bound.",
+              file=out)
+        print(f"min_slots=none {tail}", file=out)
         return 1
-    print(f"min_slots={slots} target_staleness={_h(target_h)} nodes={cfg.nodes}", file=out)
+    best = answer.best
+    if answer is searches.get("with_reservation"):
+        if "without_reservation" in searches:
+            print(f"bundling alone does not reach {_h(target_h)} (worst "
+                  f"{_h(searches['without_reservation'].floor.worst_staleness_h)} with a slot per node); "
+                  "with reservation it does:", file=out)
+        print(f"settings: staleness_days={cfg.staleness_days:g}, pool slots {answer.slots}, reservation "
+              f"{{\"enabled\": true, \"target_days\": {target_h / 24:g}, \"lead_hours\": "
+              f"{cfg.reservation_policy().lead_hours:g}}}; it costs {best.reserved_gpu_hours:,.0f} idle GPU-hours, "
+              f"{best.reserved_share:.2%} of the fleet's", file=out)
+        print(f"min_slots={answer.slots} {tail} reserve=yes reserved_share={best.reserved_share:.4f}", file=out)
+    else:
+        print(f"min_slots={answer.slots} {tail} reserve=no", file=out)
     return 0

@@ -1,7 +1,9 @@
+import dataclasses
 import datetime as dt
 
 import pytest
 from cluster_doctor.domain.priority import (
+    AHEAD,
     NEVER,
     OLDER_THAN_STALE_BEFORE,
     RETEST,
@@ -9,6 +11,8 @@ from cluster_doctor.domain.priority import (
     PairState,
     Policy,
     plan,
+    bundle_order,
+    bundles,
     why_due,
 )
 from hypothesis import given, settings
@@ -82,8 +86,11 @@ def test_stale_before_makes_older_results_due():
     assert [(p.node_name, p.why) for p in pairs] == [("n1", OLDER_THAN_STALE_BEFORE)]
 
 
-def test_one_pair_per_node_and_the_cap():
-    pairs = plan([f"n{i}" for i in range(10)], TESTS, {}, now=NOW, policy=Policy(max_pairs=4))
+ONE_PER_NODE = Policy(bundle=False)
+
+
+def test_one_pair_per_node_and_the_cap_without_bundles():
+    pairs = plan([f"n{i}" for i in range(10)], TESTS, {}, now=NOW, policy=Policy(max_pairs=4, bundle=False))
     assert len(pairs) == 4
     assert len({p.node_name for p in pairs}) == 4
     # never tested everywhere: the tie-break is the node's natural order, then the test order
@@ -95,9 +102,9 @@ def test_natural_node_order_in_ties():
     assert [p.node_name for p in pairs] == ["gpu-9", "gpu-10", "gpu-100"]
 
 
-def test_the_most_stale_test_of_a_node_is_chosen():
+def test_the_most_stale_test_of_a_node_is_chosen_without_bundles():
     latest = {("n1", "gpu_health"): state("pass", ago(days=8)), ("n1", "dl_unit"): state("pass", ago(days=30))}
-    pairs = plan(["n1"], ["gpu_health", "dl_unit"], latest, now=NOW)
+    pairs = plan(["n1"], ["gpu_health", "dl_unit"], latest, now=NOW, policy=ONE_PER_NODE)
     assert [(p.test_name, p.why) for p in pairs] == [("dl_unit", STALE)]
 
 
@@ -135,6 +142,7 @@ def scenario(draw):
         failed_retest=dt.timedelta(hours=draw(st.integers(0, 12))),
         max_pairs=draw(st.integers(0, 12)),
         stale_before=draw(st.none() | st.builds(lambda h: ago(hours=h), st.integers(0, 300))),
+        bundle=False,
     )
     return nodes, tests, latest, policy
 
@@ -146,7 +154,7 @@ def _executed_at(latest, pair):
 
 @settings(max_examples=300, deadline=None)
 @given(scenario())
-def test_plan_invariants(sc):
+def test_plan_invariants_without_bundles(sc):
     nodes, tests, latest, policy = sc
     pairs = plan(nodes, tests, latest, now=NOW, policy=policy)
     # no node twice, within the cap, only free nodes and enabled tests
@@ -176,3 +184,87 @@ def test_among_never_tested_pairs_never_validated_nodes_go_first():
     latest = {("n1", "gpu_health"): state("pass", ago(hours=1))}
     pairs = plan(["n1", "n2"], ["gpu_health", "dl_unit"], latest, now=NOW, policy=Policy(max_pairs=1))
     assert [(p.node_name, p.test_name) for p in pairs] == [("n2", "gpu_health")]
+
+
+# ------------------------------------------------------------------ bundles (issue 21 §1)
+def test_a_free_node_runs_every_due_suite_health_first():
+    latest = {("n1", "dl_unit"): state("pass", ago(days=9)), ("n1", "gpu_health"): state("pass", ago(days=8)),
+              ("n1", "storage_fio"): state("pass", ago(days=1)), ("n2", "dl_unit"): state("pass", ago(days=1))}
+    policy = Policy(bundle_ahead=dt.timedelta(0))
+    pairs = plan(["n1", "n2"], TESTS, latest, now=NOW, policy=policy)
+    # nccl_loopback never ran; storage_fio is fresh; n2 misses three suites but is behind n1 (never-run
+    # pairs on both, n1's last validation is older)
+    assert [(p.node_name, p.test_name, p.why) for p in pairs] == [
+        ("n1", "gpu_health", STALE), ("n1", "dl_unit", STALE), ("n1", "nccl_loopback", NEVER),
+        ("n2", "gpu_health", NEVER), ("n2", "nccl_loopback", NEVER), ("n2", "storage_fio", NEVER)]
+
+
+def test_pairs_due_soon_ride_along_but_never_make_a_node_due():
+    latest = {("n1", "dl_unit"): state("pass", ago(days=8)), ("n1", "gpu_health"): state("pass", ago(days=6)),
+              ("n1", "storage_fio"): state("pass", ago(days=2)),
+              **{("n2", t): state("pass", ago(days=6)) for t in ("gpu_health", "dl_unit", "storage_fio")}}
+    pairs = plan(["n1", "n2"], ["gpu_health", "dl_unit", "storage_fio"], latest, now=NOW)
+    assert [(p.node_name, p.test_name, p.why) for p in pairs] == [("n1", "gpu_health", AHEAD), ("n1", "dl_unit", STALE)]
+
+
+def test_the_cap_cuts_the_last_bundle_to_its_most_urgent_pairs():
+    latest = {("n2", "storage_fio"): state("pass", ago(days=30)), ("n2", "nccl_loopback"): state("pass", ago(days=20))}
+    pairs = plan(["n1", "n2"], TESTS, latest, now=NOW, policy=Policy(max_pairs=6))
+    # n1 (never validated) whole, then n2's health (it gates the rest) and its stalest suite
+    assert [(p.node_name, p.test_name) for p in pairs] == [
+        ("n1", "gpu_health"), ("n1", "dl_unit"), ("n1", "nccl_loopback"), ("n1", "storage_fio"),
+        ("n2", "gpu_health"), ("n2", "dl_unit")]
+    pairs = plan(["n2"], TESTS, {**latest, ("n2", "gpu_health"): state("pass", ago(hours=1)),
+                                 ("n2", "dl_unit"): state("pass", ago(hours=1))}, now=NOW, policy=Policy(max_pairs=1))
+    assert [(p.node_name, p.test_name) for p in pairs] == [("n2", "storage_fio")]
+
+
+def test_reserved_nodes_go_first():
+    latest = {("n1", t): state("pass", ago(days=8)) for t in TESTS}
+    pairs = plan(["n1", "n2"], TESTS, latest, now=NOW, policy=Policy(max_pairs=4), first={"n1"})
+    assert {p.node_name for p in pairs} == {"n1"}
+
+
+def test_bundle_order_puts_health_first():
+    assert bundle_order(["dl_unit", "storage_fio", "gpu_health"]) == ["gpu_health", "dl_unit", "storage_fio"]
+    assert bundle_order(["dl_unit", "dl_unit"]) == ["dl_unit"]
+
+
+@st.composite
+def bundle_scenario(draw):
+    nodes, tests, latest, policy = draw(scenario())
+    return nodes, tests, latest, dataclasses.replace(
+        policy, bundle=True, bundle_ahead=dt.timedelta(hours=draw(st.integers(0, 72))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(bundle_scenario())
+def test_bundle_invariants(sc):
+    nodes, tests, latest, policy = sc
+    pairs = plan(nodes, tests, latest, now=NOW, policy=policy)
+    assert len(pairs) <= policy.max_pairs
+    assert len(set((p.node_name, p.test_name) for p in pairs)) == len(pairs)
+    assert all(p.node_name in nodes and p.test_name in tests for p in pairs)
+    # a node's pairs are contiguous and run in bundle order; every node has a really due pair
+    order = bundle_order(tests)
+    seen: list[str] = []
+    for p in pairs:
+        if not seen or seen[-1] != p.node_name:
+            assert p.node_name not in seen
+            seen.append(p.node_name)
+    for node in seen:
+        mine = [p for p in pairs if p.node_name == node]
+        assert [p.test_name for p in mine] == sorted((p.test_name for p in mine), key=order.index)
+        assert any(p.why != AHEAD for p in mine)
+        for p in mine:
+            due = why_due(latest.get((p.node_name, p.test_name)), NOW, policy)
+            assert p.why == due or (p.why == AHEAD and due is None)
+    # below the cap, every due pair of every free node is planned
+    if len(pairs) < policy.max_pairs:
+        planned = {(p.node_name, p.test_name) for p in pairs}
+        for node in set(nodes):
+            for t in tests:
+                if why_due(latest.get((node, t)), NOW, policy) is not None:
+                    assert (node, t) in planned
+    assert plan(list(reversed(nodes)), tests, latest, now=NOW, policy=policy) == pairs
+    assert [b.node_name for b in bundles(nodes, tests, latest, now=NOW, policy=policy)][:len(seen)] == seen

@@ -14,16 +14,16 @@ SMALL = simulate.SimConfig(nodes=60, days=10, slots=2, seed=3)
 
 def test_runs_the_real_prioritizer(monkeypatch):
     calls = []
-    real = priority.plan
+    real = priority.bundles
 
     def spy(*args, **kwargs):
         calls.append(kwargs["policy"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(priority, "plan", spy)
+    monkeypatch.setattr(priority, "bundles", spy)
     result = simulate.run(SMALL)
     assert len(calls) == 240  # one plan per simulated hourly run
-    assert calls[0].staleness.days == 7 and calls[0].max_pairs == SMALL.pairs_per_run()
+    assert calls[0].staleness.days == 7 and calls[0].max_pairs == SMALL.pairs_per_run() and calls[0].bundle
     assert result.executed > 0 and result.preempted > 0
 
 
@@ -59,6 +59,37 @@ def test_min_slots_finds_the_smallest_sufficient_count():
         assert tried[slots - 1].worst_staleness_h > 96  # one fewer misses the target
 
 
+def test_bundles_serve_every_due_suite_of_a_free_window():
+    cfg = dataclasses.replace(SMALL, nodes=200, slots=8, start="fresh", days=4)
+    bundled, single = simulate.run(cfg), simulate.run(dataclasses.replace(cfg, bundle=False))
+    # from nothing validated, bundles cover the fleet in fewer windows than one suite per node per run
+    assert bundled.never_validated < single.never_validated
+    assert bundled.coverage[-1][1] > single.coverage[-1][1]
+
+
+def test_reservation_keeps_every_pair_within_the_target_at_a_small_idle_cost():
+    cfg = simulate.SimConfig(nodes=200, days=14, slots=6, staleness_days=5.5, target_days=7, seed=11)
+    without, reserved = simulate.run(cfg), simulate.run(dataclasses.replace(cfg, reserve=True))
+    assert without.worst_staleness_h > 168 and without.reservations == 0 and without.reserved_gpu_hours == 0
+    assert reserved.worst_staleness_h <= 168 and reserved.within_target_share == 1.0
+    assert reserved.reservations > 0 and 0 < reserved.reserved_share < 0.02
+    assert sum(reserved.reservations_released.values()) <= reserved.reservations
+    assert reserved.max_reserved_at_once <= cfg.reservation_policy().limit(cfg.nodes)
+
+
+def test_without_gaps_only_reservation_validates():
+    cfg = simulate.SimConfig(nodes=100, days=7, slots=4, staleness_days=2, target_days=3, no_gap=True,
+                             max_job_hours=12, seed=2)
+    assert simulate.run(cfg).executed == 0
+    reserved = simulate.run(dataclasses.replace(cfg, reserve=True, reservation={"max_share": 0.5, "breaker_share": 1}))
+    assert reserved.executed > 0 and reserved.worst_staleness_h <= 72 and reserved.breaker_open_runs == 0
+    assert reserved.reserved_gpu_hours > 0  # every validation idles a node that would have run a job
+    # at most 20 % of the nodes reserved at once is too few for a 3-day target here: overdue nodes pile
+    # up past 30 % of the fleet and the breaker stops reserving, as the DAG's task would (and fail)
+    capped = simulate.run(dataclasses.replace(cfg, reserve=True))
+    assert capped.breaker_open_runs > 0 and capped.worst_staleness_h > 72
+
+
 def test_cli_target_staleness(capsys):
     code = cli.main(["simulate", "--nodes", "150", "--days", "10", "--occupancy", "0.3", "--job-hours", "2",
                      "--max-job-hours", "6", "--target-staleness", "4d", "--staleness", "3d"])
@@ -74,14 +105,29 @@ def test_cli_says_when_no_slot_count_is_enough(capsys):
                      "--max-job-hours", "200", "--target-staleness", "3d", "--staleness", "1d"])
     out = capsys.readouterr().out
     assert code == 1
-    assert "no number of slots keeps the worst staleness within 3.0d" in out
+    assert "no number of slots keeps the worst staleness within 3.0d without reservation, nor with" in out
     assert out.strip().splitlines()[-1].startswith("min_slots=none")
 
 
-def test_cli_json(capsys):
-    assert cli.main(["simulate", "--nodes", "40", "--days", "3", "--format", "json"]) == 0
+def test_cli_target_staleness_answers_with_reservation_and_its_cost(capsys):
+    code = cli.main(["simulate", "--nodes", "120", "--days", "10", "--target-staleness", "7d", "--format", "json"])
     data = json.loads(capsys.readouterr().out)
-    assert data["config"]["nodes"] == 40 and data["executed"] > 0
+    assert code == 0 and data["reachable"] and data["staleness_threshold_h"] == 132
+    assert data["without_reservation"]["min_slots"] is None  # bundling alone: the occupancy floor
+    assert data["without_reservation"]["occupancy_floor_h"] > 168
+    found = data["with_reservation"]
+    assert found["min_slots"] >= 1
+    best = found["at_min_slots"]
+    assert best["slots"] == found["min_slots"] and best["worst_staleness_h"] <= 168
+    assert best["within_target_share"] == 1.0 and best["reserved_share"] <= 0.01
+
+
+def test_cli_json(capsys):
+    assert cli.main(["simulate", "--nodes", "40", "--days", "3", "--reserve", "--no-gap", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["nodes"] == 40 and data["config"]["no_gap"] and data["config"]["reserve"]
+    for key in ("worst_staleness_h", "within_target_share", "reserved_gpu_hours", "reserved_share"):
+        assert isinstance(data[key], float), key
 
 
 @pytest.mark.parametrize("argv, message", [
