@@ -177,7 +177,7 @@ with DAG(
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
         found, plan = Discovered.from_xcom(discovered), Plan.from_xcom(planned)
         if recorded is None and plan.creates_pods:
-            raise AirflowFailException("the attempts of this run could not be recorded: see the record task")
+            raise AirflowFailException(tasks.unrecorded(found))  # names what waits in the spool
         store = runtime.results_store(found.settings.validation_db_conn_id)
         return tasks.summarize(found, plan, None if recorded is None else Recorded.from_xcom(recorded), store,
                                dag_id=dag.dag_id, run_id=get_current_context()["run_id"]).to_xcom()

@@ -66,17 +66,10 @@ with DAG(
 
     @task
     def write_report(fleet: dict) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.reports import daily
+        from cluster_doctor.airflow import daily_tasks, runtime
 
         context = get_current_context()
-        settings = runtime.load_settings()
-        return daily.run(
-            runtime.results_store(settings.validation_db_conn_id),
-            settings,
-            day=context["params"]["day"],
-            data_interval_end=context.get("data_interval_end"),
-            gpu_nodes=fleet["nodes"],
-        )
+        return daily_tasks.write_report(runtime.load_settings(), day=context["params"]["day"],
+                                        data_interval_end=context.get("data_interval_end"), gpu_nodes=fleet["nodes"])
 
     write_report(gpu_nodes())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from cluster_doctor.airflow import runtime
+from cluster_doctor.airflow import runtime, storage
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.kube import discovery
 
@@ -22,3 +22,12 @@ def cluster_gpu_nodes(settings: Any) -> list[str] | None:
                     "results DB", one_line(exc, 300))
         return None
     return [n.name for n in found.free] + [n.name for n in found.ineligible]
+
+
+def write_report(settings: Any, **kwargs: Any) -> dict[str, Any]:
+    """The daily report, written where the settings say (a path or an object store URL), with what
+    waits in the attempt spool."""
+    from cluster_doctor.reports import daily
+
+    return daily.run(runtime.results_store(settings.validation_db_conn_id), settings,
+                     reports_dir=storage.reports_dir(settings), spool=storage.spool(settings).status(), **kwargs)

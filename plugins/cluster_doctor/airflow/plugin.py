@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from cluster_doctor.airflow import runtime
+from cluster_doctor.airflow import runtime, storage
 from cluster_doctor.web import app as webapp
 
 
@@ -25,7 +25,8 @@ def _connector(settings):
 class ClusterDoctorPlugin(AirflowPlugin):
     name = "cluster_doctor"
     fastapi_apps = [
-        {"app": webapp.create_app(connector_provider=_connector, settings_provider=runtime.load_settings),
+        {"app": webapp.create_app(connector_provider=_connector, settings_provider=runtime.load_settings,
+                                  spool_provider=lambda settings: storage.spool(settings).status()),
          "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
     ]
     external_views = [

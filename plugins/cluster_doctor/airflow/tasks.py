@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.airflow import storage
 from cluster_doctor.domain import fleet_verdicts, planning, priority
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
@@ -28,6 +29,7 @@ from cluster_doctor.domain.payloads import (
     Recorded,
     RunConfig,
     RunSummary,
+    SpoolState,
     Validation,
 )
 from cluster_doctor.domain.quarantine import QuarantineReport
@@ -44,13 +46,17 @@ def _now() -> dt.datetime:
 
 # ---------------------------------------------------------------------------- 1. discover
 def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
-             parsed: Settings | None = None) -> Discovered:
+             parsed: Settings | None = None, executors: list[str] | None = None) -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
-    then find the free GPU nodes (and why the others are not)."""
+    then find the free GPU nodes (and why the others are not). ``executors``: Airflow's configured
+    ones (read from its configuration when None), to warn when the spool cannot follow them."""
     now = now or _now()
     if parsed is not None:
         settings.check_parse_time(parsed)
     run = planning.parse_params(params, settings, now=now)
+    warnings = [w for w in (storage.executor_warning(settings, executors),) if w]
+    for warning in warnings:
+        log.warning("%s", warning)
     found = discovery.discover(core_v1, settings, run.node_range)
     log.info("%d GPU node(s) in range %s: %d free, %d not eligible (%d API calls, %d pods read)",
              len(found.free) + len(found.ineligible), run.node_range, len(found.free), len(found.ineligible),
@@ -68,7 +74,7 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     if mounts.blocked_tests:
         log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
     return Discovered(settings=settings, params=Params.of(run), started_at=now, **found.to_dict(),
-                      volumes=mounts.to_dict())
+                      volumes=mounts.to_dict(), warnings=warnings)
 
 
 # ---------------------------------------------------------------------------- 2. load latest
@@ -191,9 +197,10 @@ def record(
                     node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
                     reason=UNREPORTED, gpu_model=pair.gpu_model, gpu_count=pair.gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=index, try_number=0)
-    # Earlier runs' spooled attempts first (quiet runs too); if the database stays unavailable beyond
-    # the store's retries, this run's attempts are spooled durably and the task still fails.
-    result = spool.record_or_spool(store, list(attempts.values()))
+    # Whatever any run on any worker spooled first (quiet runs too); if writing this run's attempts
+    # fails, they are spooled durably (settings.spool_dir, shared by every worker) and the task fails.
+    result = spool.record_or_spool(store, list(attempts.values()),
+                                   storage.spool(settings if settings is not None else Settings.load()))
     if planned.creates_pods:
         _release_claims(store, planned.pairs, dag_id=dag_id, run_id=run_id)
     if attempts:
@@ -227,12 +234,27 @@ def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, 
     attempts = recorded.attempts if recorded is not None else []
     latest_rows = store.latest(tests=discovered.params.tests) if discovered.gpu_nodes else []
     summary = report.run_summary(discovered, planned, attempts, latest_rows, now=now)
+    summary = summary.model_copy(update={"spool": spool_state(discovered.settings, now)})
     log.info("%s", report.render(summary))
     if dag_id and run_id:
         path = ctrf.write_run_report([a.to_dict() for a in attempts], summary, settings=discovered.settings,
-                                     dag_id=dag_id, run_id=run_id, now=now)
+                                     dag_id=dag_id, run_id=run_id, now=now,
+                                     reports_dir=storage.reports_dir(discovered.settings))
         summary = summary.model_copy(update={"ctrf_path": str(path) if path else None})
     return summary
+
+
+def spool_state(settings: Settings, now: dt.datetime) -> SpoolState:
+    """What waits in the attempt spool (never raises: an unreadable spool is said to be one)."""
+    status = storage.spool(settings).status()
+    return SpoolState(location=status.location, waiting=status.waiting, rejected=status.rejected,
+                      oldest_at=status.oldest_at, error=status.error, line=status.describe(now))
+
+
+def unrecorded(discovered: Discovered, now: dt.datetime | None = None) -> str:
+    """Why summarize stops when record failed, with what waits in the spool."""
+    line = spool_state(discovered.settings, now or _now()).line
+    return "the attempts of this run could not be recorded: see the record task" + (f"; {line}" if line else "")
 
 
 def verdict(summary: RunSummary) -> None:
@@ -241,8 +263,11 @@ def verdict(summary: RunSummary) -> None:
     from cluster_doctor.reports import summary as report
 
     problem = report.verdict(summary)
+    notices = report.notices(summary)
     if problem:
-        raise AirflowFailException(problem)
+        raise AirflowFailException("; ".join([problem, *notices]))
+    for notice in notices:
+        log.warning("%s", notice)
     log.info("no node failed a check in this run")
 
 

@@ -188,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", parents=[common],
         help="record the attempts spooled while the database was unreachable (oldest first; idempotent)")
     replay.add_argument("--spool-dir", default=None,
-                        help=f"default: ${spool.SPOOL_ENV}, else $AIRFLOW_HOME/cluster_doctor/spool, "
-                             "else ~/.cluster_doctor/spool")
+                        help=f"a path or an object store URL (default: ${spool.SPOOL_ENV}, the setting spool_dir, "
+                             "else $AIRFLOW_HOME/cluster_doctor/spool, else ~/.cluster_doctor/spool)")
 
     fmt = argparse.ArgumentParser(add_help=False)
     fmt.add_argument("--format", choices=("table", "json", "csv"), default="table")
@@ -304,7 +304,9 @@ def _read_json_arg(path: str, what: str) -> Any:
 
 def cmd_db(args: argparse.Namespace, out) -> int:
     if args.db_command == "replay":
-        box = spool.Spool(args.spool_dir)
+        from cluster_doctor.airflow import storage  # Airflow itself only for an object store URL
+
+        box = storage.spool(Settings.load()) if args.spool_dir is None else spool.Spool(storage.location(args.spool_dir))
         result = box.replay(_store(args))
         print(result.describe(box.directory), file=out)
         for line in result.rejected[:50]:

@@ -83,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one line, before serving: the results name every node and its faults
         print(f"warning: serving metrics on {args.host} without a token: anyone who can reach port "
               f"{args.port} can read them (set ${TOKEN_ENV} or ${TOKEN_FILE_ENV})", file=sys.stderr)
-    registry = make_registry(ClusterDoctorCollector(lambda _settings: connect, lambda: settings))
+    from cluster_doctor.airflow import storage  # Airflow itself only for an object store URL
+
+    registry = make_registry(ClusterDoctorCollector(lambda _settings: connect, lambda: settings,
+                                                    spool_provider=lambda s: storage.spool(s).status()))
     if args.once:
         body, _ = render(registry)
         sys.stdout.write(body.decode())

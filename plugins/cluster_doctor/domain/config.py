@@ -83,6 +83,21 @@ def _label_selector(selector: str) -> str:
     return selector
 
 
+# What a pod template may not do unless the deployment allows it (pod_allowed_host_fields).
+HOST_FIELDS = ("hostPID", "hostNetwork", "hostIPC", "privileged", "hostPath")
+HostField = Literal["hostPID", "hostNetwork", "hostIPC", "privileged", "hostPath"]
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _location(value: str) -> str:
+    """A path or a URL with a scheme; nothing that would be read as a relative path by surprise."""
+    if value and not (value.startswith(("/", "~")) or _URL_SCHEME.match(value)):
+        raise ValueError(f"{value!r} is neither an absolute path nor a URL like s3://bucket/prefix")
+    if any(ch in value for ch in "\x00\n\r"):
+        raise ValueError("contains a NUL or line break")
+    return value
+
+
 _SELECTOR_TERM = (
     r"!?[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?"
     r"(\s*(=|==|!=)\s*[A-Za-z0-9._-]*|\s+(in|notin)\s+\([A-Za-z0-9._,\s-]*\))?"
@@ -185,6 +200,10 @@ class Settings(BaseSettings):
     allowed_images: list[Name] = _setting(
         [], "Further images the Airflow Variable may choose for `image` / `suite_images` (the environment's "
             "own image and suite_images are always allowed).", deployment_only=True)
+    pod_allowed_host_fields: list[HostField] = _setting(
+        [], "Host access a custom pod template may keep (hostPID, hostNetwork, hostIPC, privileged, hostPath); "
+            "a template using any other is refused, naming the field. Empty: none (the shipped template needs "
+            "none).", deployment_only=True)
     pod_template_file: str = _setting(
         "", "Base pod manifest (empty: the pod_templates/validation-pod.yaml shipped in the cluster_doctor "
             "package).", deployment_only=True)
@@ -203,8 +222,15 @@ class Settings(BaseSettings):
         {}, "Opt-in node quarantine with a circuit breaker ([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), "
             "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. "
             "Off by default.")
-    reports_dir: str = _setting("", "Where run reports (CTRF JSON, daily summaries) are written (empty: "
-                                    "$AIRFLOW_HOME/cluster_doctor_reports).")
+    reports_dir: Annotated[str, AfterValidator(_location)] = _setting(
+        "", "Where run reports (CTRF JSON, daily summaries) are written: a path, or an Airflow ObjectStoragePath "
+            "URL (`file:///shared/reports`, `s3://aws_default@bucket/reports`, `gs://…`) that the web server and "
+            "every worker reach (empty: $AIRFLOW_HOME/cluster_doctor_reports, per host).")
+    spool_dir: Annotated[str, AfterValidator(_location)] = _setting(
+        "", "Where attempts wait while the results database cannot take them: a path on a volume every worker "
+            "mounts, or an Airflow ObjectStoragePath URL (`s3://aws_default@bucket/spool`, `gs://…`). Empty: "
+            "$AIRFLOW_HOME/cluster_doctor/spool, right only for LocalExecutor (discover warns otherwise).",
+        deployment_only=True)
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -165,6 +165,9 @@ class Discovered(Payload):
     decode_seconds: float = 0.0
     read_mode: str = "watch-cache"
     volumes: Volumes = Field(default_factory=Volumes)
+    # deployment problems that do not stop the run (e.g. a per-host spool under a remote executor):
+    # the run summary and the verdict repeat them
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def gpu_nodes(self) -> list[str]:
@@ -312,6 +315,17 @@ class Coverage(Part):
     pair_coverage: float | None = None
 
 
+class SpoolState(Part):
+    """The attempt spool when the run was summarized: attempts the results database has not taken."""
+
+    location: str
+    waiting: int = 0
+    rejected: int = 0
+    oldest_at: Timestamp | None = None
+    error: str | None = None
+    line: str | None = None  # the one-line description, when something waits or is wrong
+
+
 class RunSummary(Payload):
     """summarize → verdict; also the run's summary in the CTRF report and ``tools/dag_runner``."""
 
@@ -330,6 +344,8 @@ class RunSummary(Payload):
     blocked: Blocked | None = None
     coverage: Coverage | None = None
     ctrf_path: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    spool: SpoolState | None = None
 
 
 # ---------------------------------------------------------------------------- reap_orphans

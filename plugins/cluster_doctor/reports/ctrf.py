@@ -23,12 +23,12 @@ skipped     skipped   about the node, the pair stays due. AICR's exit code 2 is 
 A CI gate therefore fails when ``summary.failed + summary.other > 0`` (also exposed as
 ``results.environment.healthy`` and ``results.summary.extra.blocking``); skipped never blocks.
 
-The file lands in ``<reports_dir>/<dag_id>/<run_id, made path-safe>/ctrf.json``, written atomically.
+The file lands in ``<reports_dir>/<dag_id>/<run_id, made path-safe>/ctrf.json``, written atomically
+(``cluster_doctor.store.files.write_atomic``); ``reports_dir`` is a path or an object store location.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -37,7 +37,6 @@ import logging
 import os
 import pathlib
 import re
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,6 +47,8 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import RunSummary
 from cluster_doctor.domain.status import Status
+from cluster_doctor.store import files
+from cluster_doctor.store.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -93,33 +94,6 @@ def safe_component(value: str) -> str:
         return cleaned
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{cleaned}-{digest}" if cleaned else digest
-
-
-def write_atomic(path: pathlib.Path, data: str | bytes, mode: int = 0o644) -> pathlib.Path:
-    """Write ``path`` so that readers see the old file or the whole new one, never a partial file:
-    a temporary file in the same directory, fsync, then rename over the target."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)  # mkstemp creates 0600; reports are meant to be read by others (web server, SREs)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename durable; not every filesystem allows it
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    return path
 
 
 # ---------------------------------------------------------------------------- building the report
@@ -358,12 +332,12 @@ def _environment(summary: RunSummary, dag_id: str, run_id: str, settings: Settin
 
 
 # ---------------------------------------------------------------------------- writing
-def report_path(reports_dir: str | os.PathLike, dag_id: str, run_id: str) -> pathlib.Path:
-    return pathlib.Path(reports_dir) / safe_component(dag_id) / safe_component(run_id) / "ctrf.json"
+def report_path(reports_dir: str | os.PathLike | files.Location, dag_id: str, run_id: str) -> Any:
+    return files.as_location(reports_dir) / safe_component(dag_id) / safe_component(run_id) / "ctrf.json"
 
 
-def write_ctrf(report: Mapping[str, Any], reports_dir: str | os.PathLike, dag_id: str,
-               run_id: str) -> pathlib.Path:
+def write_ctrf(report: Mapping[str, Any], reports_dir: str | os.PathLike | files.Location, dag_id: str,
+               run_id: str) -> Any:
     """``<reports_dir>/<dag_id>/<safe run_id>/ctrf.json``, atomically (a rerun replaces it whole)."""
     text = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
     return write_atomic(report_path(reports_dir, dag_id, run_id), text)
@@ -377,17 +351,21 @@ def write_run_report(
     dag_id: str,
     run_id: str,
     now: dt.datetime | None = None,
+    reports_dir: Any = None,
 ) -> str | None:
-    """Build and write the run's CTRF file; the path, or None when it could not be written.
+    """Build and write the run's CTRF file to ``reports_dir`` (a location; default: the setting's
+    path); the path or URL, or None when it could not be written.
 
-    Never raises on I/O: a full or read-only reports volume must not hide the run's verdict."""
+    Never raises on I/O: a full or read-only reports volume, or an object store that refuses, must not
+    hide the run's verdict."""
     report = build_report(attempts, summary, dag_id=dag_id, run_id=run_id, now=now, settings=settings)
     try:
-        path = write_ctrf(report, resolve_reports_dir(settings.reports_dir), dag_id, run_id)
-    except OSError as exc:
+        path = write_ctrf(report, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir),
+                          dag_id, run_id)
+    except Exception as exc:  # noqa: BLE001 - OSError locally; fsspec backends raise their own types
         log.error("CTRF report not written: %s", exc)
         return None
     s = report["results"]["summary"]
     log.info("CTRF report: %s (%d test(s): %d passed, %d failed, %d other, %d skipped)",
              path, s["tests"], s["passed"], s["failed"], s["other"], s["skipped"])
-    return str(path)
+    return files.describe(path)

@@ -49,9 +49,10 @@ from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
-from cluster_doctor.reports.ctrf import resolve_reports_dir, write_atomic
+from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
+from cluster_doctor.store import files
 from cluster_doctor.store.fleet import GPU_SECONDS
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -445,6 +446,7 @@ def headline(data: Mapping[str, Any]) -> list[str]:
         f"Failing pairs in the fleet: {fleet['failing_total']}; stale: {fleet['counts']['stale']}; "
         f"never validated: {fleet['counts']['never']}",
         f"Validation GPU-hours: {_num(data['gpu_hours']['total'])}",
+        *([f"Results waiting: {data['spool']['line']}"] if (data.get("spool") or {}).get("line") else []),
     ]
 
 
@@ -486,8 +488,11 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
             (fleet["counts"]["stale"] + fleet["counts"]["never"], "stale or never-validated pairs"),
             (_num(gh["total"]), "validation GPU-hours")])]),
         ("only", "markdown", [("h2", "Headline"), ("list", headline(data))]),
-        ("h2", "Attempts of the day"),
     ]
+    spooled = data.get("spool") or {}
+    if spooled.get("line"):  # results the database has not taken yet: not in any figure below
+        out.append(("only", "html", [("p", f"Results waiting: {spooled['line']}", "")]))
+    out.append(("h2", "Attempts of the day"))
     if counts["total"]:
         rows = [[t, *(c[s] for s in Status), sum(c.values())]
                 for t, c in data["day_counts_per_test"].items()]
@@ -603,13 +608,14 @@ def render_html(data: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------- writing
-def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path) -> dict[str, str]:
-    """``<reports_dir>/daily/<YYYY-MM-DD>.md`` and ``.html``, each written atomically."""
+def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path | files.Location) -> dict[str, str]:
+    """``<reports_dir>/daily/<YYYY-MM-DD>.md`` and ``.html``, each written atomically (a path or an
+    object store location)."""
     day = parse_day(data["day"]).isoformat()  # re-parsed: the file name never comes from free text
-    folder = pathlib.Path(reports_dir) / "daily"
-    md = write_atomic(folder / f"{day}.md", render_markdown(data))
-    page = write_atomic(folder / f"{day}.html", render_html(data))
-    return {"markdown": str(md), "html": str(page)}
+    folder = files.as_location(reports_dir) / "daily"
+    md = files.write_atomic(folder / f"{day}.md", render_markdown(data))
+    page = files.write_atomic(folder / f"{day}.html", render_html(data))
+    return {"markdown": files.describe(md), "html": files.describe(page)}
 
 
 def run(
@@ -620,16 +626,29 @@ def run(
     data_interval_end: dt.datetime | None = None,
     gpu_nodes: Sequence[str] | None = None,
     now: dt.datetime | None = None,
+    reports_dir: Any = None,
+    spool: Any = None,
 ) -> dict[str, Any]:
-    """What the daily DAG's task does: build, write both files, log the headline; returns the paths and
-    the headline numbers (the task's XCom, kept small)."""
+    """What the daily DAG's task does: build, write both files to ``reports_dir`` (a location; default:
+    the setting's path), log the headline; returns the paths and the headline numbers (the task's
+    XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait."""
     now = now or dt.datetime.now(dt.UTC)
     day = parse_day(day) if day else default_day(data_interval_end, now)
     data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days,
                  gpu_nodes=gpu_nodes, now=now)
-    paths = write(data, resolve_reports_dir(settings.reports_dir))
+    if spool is not None:
+        data["spool"] = spool_data(spool, now)
+    paths = write(data, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir))
     log.info("daily summary for %s written to %s and %s\n%s", data["day"], paths["markdown"], paths["html"],
              "\n".join(headline(data)))
     return {"day": data["day"], **paths, "coverage": data["coverage"], "day_counts": data["day_counts"],
             "failures": data["failures_total"], "failing_pairs": data["fleet"]["failing_total"],
-            "gpu_hours": data["gpu_hours"]["total"]}
+            "gpu_hours": data["gpu_hours"]["total"], "spooled": (data.get("spool") or {}).get("waiting", 0)}
+
+
+def spool_data(status: Any, now: dt.datetime) -> dict[str, Any]:
+    """The report's view of a ``SpoolStatus`` (JSON-able, like everything ``build`` returns)."""
+    age_s = status.age_s(now)
+    return {"location": status.location, "waiting": status.waiting, "rejected": status.rejected,
+            "oldest_age": age(status.oldest_at, now) if status.oldest_at else None,
+            "oldest_age_s": age_s, "error": status.error, "line": status.describe(now)}

@@ -55,6 +55,7 @@ _RESERVED = {"up", "scrape_duration_seconds", "staleness_threshold_seconds", "no
 
 ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
 SettingsProvider = Callable[[], Settings]
+SpoolProvider = Callable[[Settings], Any]  # the settings' attempt spool's SpoolStatus (store.spool)
 
 
 def key_metric_name(key: str) -> str:
@@ -173,6 +174,27 @@ def skipped_family() -> Metric:
     return family
 
 
+def spool_families(status: Any, now: dt.datetime) -> list[Metric]:
+    """The attempt spool: results the database has not taken yet. Read from the spool itself, not the
+    database, so they are there when the database is down (when they matter most). ``status`` None:
+    the families without samples (describe)."""
+    specs = (
+        ("spool_readable", "1 when the attempt spool (setting spool_dir) could be listed at this scrape, else 0."),
+        ("spooled_attempts", "Attempts waiting in the spool for the results database (recorded by the next "
+                             "record task that reaches it)."),
+        ("spool_oldest_age_seconds", "Age of the oldest waiting attempt (since it finished); 0 when none waits."),
+        ("spool_rejected_attempts", "Spooled attempts set aside as *.rejected (unreadable or refused by the "
+                                    "database): a person decides."),
+    )
+    families = [GaugeMetricFamily(f"{PREFIX}_{name}", doc) for name, doc in specs]
+    if status is not None:
+        readable = status.error is None
+        values = (1.0 if readable else 0.0, status.waiting, status.age_s(now) or 0.0, status.rejected)
+        for family, value in zip(families, values) if readable else zip(families[:1], values[:1]):
+            family.add_metric([], float(value))
+    return families
+
+
 class ClusterDoctorCollector(Collector):
     """Queries the results database on collect(); never raises.
 
@@ -186,9 +208,11 @@ class ClusterDoctorCollector(Collector):
         *,
         clock: Callable[[], dt.datetime] = fleet.utcnow,
         cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+        spool_provider: SpoolProvider | None = None,
     ):
         self.connector_provider = connector_provider
         self.settings_provider = settings_provider
+        self.spool_provider = spool_provider
         self.clock = clock
         self.cache_ttl_s = cache_ttl_s
         self._cache: tuple[Any, float, list[Metric]] | None = None
@@ -198,6 +222,8 @@ class ClusterDoctorCollector(Collector):
         """Every family a scrape may hold, without samples, from the code alone (registering must not
         query the database): the registry learns the names, so the library's ``name[]`` filter works."""
         yield from build_families(collections.defaultdict(lambda: None), [], list(suites.CATALOG))
+        if self.spool_provider is not None:
+            yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
 
     def _families(self) -> list[Metric]:
@@ -224,7 +250,26 @@ class ClusterDoctorCollector(Collector):
             log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             families, up = [], 0.0
         yield from families
+        yield from self._spool_families()
         yield from _self_families(up, time.perf_counter() - started)
+
+    def _spool_families(self) -> list[Metric]:
+        if self.spool_provider is None:
+            return []
+        try:
+            status = self.spool_provider(self.settings_provider())
+        except Exception as exc:  # noqa: BLE001 - settings or the location unusable: a readable=0 sample
+            log.warning("cluster doctor metrics: attempt spool not readable: %s", one_line(exc, 300))
+            return spool_families(_Unreadable(), self.clock())
+        return spool_families(status, self.clock())
+
+
+class _Unreadable:
+    error = "unreadable"
+    waiting = rejected = 0
+
+    def age_s(self, now: dt.datetime) -> None:
+        return None
 
 
 def _self_families(up: float, duration_s: float) -> list[Metric]:

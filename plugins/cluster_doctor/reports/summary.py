@@ -86,6 +86,7 @@ def run_summary(
         blocked=blocked(discovered),
         coverage=coverage(latest_rows, gpu_nodes, discovered.params.tests, now,
                           dt.timedelta(days=discovered.settings.staleness_days)),
+        warnings=list(discovered.warnings),
     )
 
 
@@ -123,12 +124,23 @@ def render(summary: RunSummary) -> str:
         lines.append(f"NEWLY FAILING: {item.node_name} · {item.test_name}: {item.reason}")
     for reason, names in summary.not_eligible.items():
         lines.append(f"not eligible ({reason}): {compress(names)}")
+    for line in notices(summary):
+        lines.append(f"WARNING: {line}")
     cov = summary.coverage
     if cov is not None and cov.gpu_nodes:
         lines.append(f"coverage: {cov.covered_nodes}/{cov.gpu_nodes} GPU node(s) fully validated within the "
                      f"staleness window ({cov.coverage:.0%}); never validated: {len(cov.never_validated)}; "
                      f"failing: {compress(cov.failing_nodes) or 'none'}")
     return "\n".join(lines)
+
+
+def notices(summary: RunSummary) -> list[str]:
+    """What the verdict says besides its judgement: deployment warnings, results waiting in the spool.
+    They never fail a run by themselves (the record task that spooled has failed it already)."""
+    out = list(summary.warnings)
+    if summary.spool is not None and summary.spool.line:
+        out.append(summary.spool.line)
+    return out
 
 
 def verdict(summary: RunSummary) -> str | None:

@@ -343,6 +343,30 @@ class ResultStore:
             return "inserted"
         return "conflict" if outcome.conflicts else "duplicate"
 
+    @contextlib.contextmanager
+    def exclusive(self, name: str, *, wait_s: float) -> Iterator[bool]:
+        """Hold the database-wide lock ``name`` (a Postgres advisory lock) for the block: yields True,
+        or False when another holder kept it for ``wait_s`` seconds. Every host that writes to this
+        database sees the same lock, whatever executor runs it; it is released when the block ends
+        or, should this process die, when its connection closes."""
+        key = int.from_bytes(hashlib.sha256(f"cluster_doctor:{name}".encode()).digest()[:8], "big", signed=True)
+        conn = self._with_retries(lambda: self.connect(autocommit=True), what=f"taking the lock {name}")
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT set_config('lock_timeout', %s, false)", (f"{max(1, int(wait_s * 1000))}ms",))
+                try:
+                    cur.execute("SELECT pg_advisory_lock(%s)", (key,))
+                except psycopg.errors.LockNotAvailable:
+                    yield False
+                    return
+            try:
+                yield True
+            finally:
+                with contextlib.suppress(Exception), conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        finally:
+            conn.close()
+
     def _with_retries(self, operation: Callable[[], Any], *, what: str) -> Any:
         delay = self.retry.initial_delay_s
         for attempt in range(1, self.retry.attempts + 1):

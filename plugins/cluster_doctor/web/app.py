@@ -242,12 +242,13 @@ class Backend:
     settings_provider: SettingsProvider
     clock: Callable[[], dt.datetime] = fleet.utcnow
     collector: metrics.ClusterDoctorCollector | None = None
+    spool_provider: metrics.SpoolProvider | None = None  # the attempt spool's status, for the metrics
     metrics_app: Callable[..., Any] = dataclasses.field(init=False)  # prometheus_client's WSGI app
 
     def __post_init__(self) -> None:
         if self.collector is None:
             self.collector = metrics.ClusterDoctorCollector(self.connector_provider, self.settings_provider,
-                                                            clock=self.clock)
+                                                            clock=self.clock, spool_provider=self.spool_provider)
         self.metrics_app = metrics.metrics_app(metrics.make_registry(self.collector))
 
     def load(self) -> tuple[Settings, database.Connector]:
@@ -441,11 +442,13 @@ def create_app(
     connector_provider: ConnectorProvider,
     settings_provider: SettingsProvider,
     clock: Callable[[], dt.datetime] = fleet.utcnow,
+    spool_provider: metrics.SpoolProvider | None = None,
 ) -> FastAPI:
     """The app: the page and metrics routers over one Backend. ``settings_provider`` gives the current
-    settings, ``connector_provider`` the results database they name."""
+    settings, ``connector_provider`` the results database they name, ``spool_provider`` the status of
+    the attempt spool they name (for the metrics)."""
     app = FastAPI(title="Cluster Doctor", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.backend = Backend(connector_provider, settings_provider, clock)
+    app.state.backend = Backend(connector_provider, settings_provider, clock, spool_provider=spool_provider)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(pages)
     app.include_router(scrape)

@@ -164,7 +164,8 @@ def test_documentation_and_where_each_setting_may_be_set_come_from_the_model():
     from cluster_doctor.domain.config import DEPLOYMENT_ONLY, PARSE_TIME
 
     assert DEPLOYMENT_ONLY == {"pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env",
-                               "pod_resources", "priority_class", "allowed_images"}
+                               "pod_resources", "priority_class", "allowed_images", "spool_dir",
+                               "pod_allowed_host_fields"}
     assert PARSE_TIME == ("pool", "dagrun_timeout_s")
     docs = {name: (default, doc) for name, default, doc in Settings.docs()}
     assert docs["tests"][0] == ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
