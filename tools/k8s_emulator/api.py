@@ -95,8 +95,24 @@ class Api:
             limit = max(int(q.get("limit") or 0), 0)
         except ValueError:
             raise bad_request(f"limit: Invalid value: {q.get('limit')!r}") from None
-        return self.store.list(rt.plural, ns if rt.namespaced else None, lsel, fsel, limit, q.get("continue"),
-                               (q.get("labelSelector"), q.get("fieldSelector")))
+        source = self.read_source(q, limit)
+        lr = self.store.list(rt.plural, ns if rt.namespaced else None, lsel, fsel, limit, q.get("continue"),
+                             (q.get("labelSelector"), q.get("fieldSelector")), indexed=source == "watch-cache")
+        self.c.count_read(rt.plural, source, lr.examined)
+        return lr
+
+    def read_source(self, q: dict, limit: int) -> str:
+        """Where a kube-apiserver of ``kubernetes_version`` serves a list from, as its cacher decides
+        (shouldDelegateList, 1.31/1.32): ``etcd`` for a continue token, an Exact match, a limit without
+        resourceVersion=0, or a consistent read (no resourceVersion) before 1.31, where
+        ConsistentListFromCache is off; ``watch-cache`` otherwise. A read from etcd looks at every
+        object of the kind, selectors applied after; the cache uses its spec.nodeName index for pods."""
+        rv, match = q.get("resourceVersion") or "", q.get("resourceVersionMatch") or ""
+        consistent_from_cache = self.c.version_at_least(1, 31)
+        if q.get("continue") or (match and match != "NotOlderThan") or (limit > 0 and rv != "0") \
+                or (not rv and not consistent_from_cache):
+            return "etcd"
+        return "watch-cache"
 
     # ------------------------------------------------------------ create
     def create(self, rt: ResourceType, ns: str | None, body: dict, *, static: bool = False):

@@ -61,6 +61,7 @@ class Cluster:
         self.kubelet = Kubelet(self)
         self.history: dict[str, dict] = {}
         self.counters: Counter = Counter()
+        self.reads: Counter = Counter()  # "<plural> <source>" -> lists, "<plural> <source> objects" -> examined
         self._counter_lock = threading.Lock()
         self._initial = copy.deepcopy(asdict(settings))
         self.store.hooks.append(self._history_hook)
@@ -72,9 +73,12 @@ class Cluster:
                 "gitCommit": "0" * 40, "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
                 "goVersion": "go1.22.10", "compiler": "gc", "platform": "linux/amd64"}
 
+    def version_at_least(self, major: int, minor: int) -> bool:
+        return tuple(int(x) for x in self.settings.kubernetes_version.split(".")[:2]) >= (major, minor)
+
     def disruption_conditions(self) -> bool:
         """PodDisruptionConditions (DisruptionTarget) is on by default from Kubernetes 1.26."""
-        return tuple(int(x) for x in self.settings.kubernetes_version.split(".")[:2]) >= (1, 26)
+        return self.version_at_least(1, 26)
 
     def _create_defaults(self):
         """What every apiserver has from the start: the default namespaces and the system priority classes."""
@@ -120,18 +124,27 @@ class Cluster:
         self.store.snapshot_ttl = self.settings.snapshot_ttl
         with self._counter_lock:
             self.counters.clear()
+            self.reads.clear()
         self._create_defaults()
 
     def count(self, verb: str, resource: str):
         with self._counter_lock:
             self.counters[f"{verb} {resource}"] += 1
 
+    def count_read(self, plural: str, source: str, examined: int):
+        """Which store served a list (watch-cache or etcd) and how many objects it looked at."""
+        with self._counter_lock:
+            self.reads[f"{plural} {source}"] += 1
+            self.reads[f"{plural} {source} objects"] += examined
+
     def counter_snapshot(self, reset: bool = False) -> dict:
         with self._counter_lock:
             by = dict(sorted(self.counters.items()))
+            reads = dict(sorted(self.reads.items()))
             if reset:
                 self.counters.clear()
-        return {"total": sum(by.values()), "by_verb_resource": by}
+                self.reads.clear()
+        return {"total": sum(by.values()), "by_verb_resource": by, "list_reads": reads}
 
     def _history_hook(self, plural, key, old, new):
         if plural != "pods":

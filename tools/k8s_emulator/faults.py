@@ -14,6 +14,9 @@ when the sequence is used up the rule is spent and requests are served normally.
   "reset"        the connection is reset before the request is handled (nothing happened)
   "reset-after"  the request is handled, then the connection is reset instead of the answer (it took
                  effect; the client cannot know)
+  "cut"          the request is handled and its answer starts (status, headers, the first half of the
+                 body), then the connection is reset: a large list cut off mid-body, as when the
+                 apiserver or a proxy on the way goes away while it streams
 
 Faulted requests are not in the API call counters (no handler ran, except for reset-after); each rule
 counts its ``hits``.
@@ -25,7 +28,7 @@ import threading
 
 from .errors import ApiError
 
-RESETS = ("reset", "reset-after")
+RESETS = ("reset", "reset-after", "cut")
 _DEFAULTS = {
     429: ("TooManyRequests", "storage is (re)initializing"),
     500: ("InternalError", "etcdserver: request timed out"),
@@ -42,7 +45,7 @@ def _check(rule: dict) -> dict:
         raise ValueError("a fault needs a path starting with / (e.g. /api/v1/nodes)")
     sequence = rule.get("sequence")
     if not isinstance(sequence, list) or not sequence:
-        raise ValueError("a fault needs a non-empty sequence of status codes or 'reset'/'reset-after'")
+        raise ValueError("a fault needs a non-empty sequence of status codes or 'reset'/'reset-after'/'cut'")
     for item in sequence:
         if item not in RESETS and item not in _DEFAULTS:
             raise ValueError(f"unsupported fault {item!r}: one of {sorted(_DEFAULTS)} or {list(RESETS)}")

@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import struct
+import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -98,6 +99,12 @@ class Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
+        if getattr(self, "_cut", False):  # an injected cut: half the body, then a reset
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            time.sleep(0.05)  # let what was written arrive: a reset drops unsent bytes
+            self._reset()
+            return
         self.wfile.write(body)
 
     def _send_error(self, exc: ApiError):
@@ -126,6 +133,12 @@ class Handler(BaseHTTPRequestHandler):
             fault = self.server.cluster.faults.take(method, parsed.path)
             if fault is None:
                 self._api(method, [s for s in parsed.path.split("/") if s], q, body)
+            elif fault[0] == "cut":
+                self._cut = True
+                try:
+                    self._api(method, [s for s in parsed.path.split("/") if s], q, body)
+                finally:
+                    self._cut = False
             elif fault[0] in RESETS:
                 if fault[0] == "reset-after":
                     self._swallow = True

@@ -45,8 +45,9 @@ class Version:
 
 
 class ListResult:
-    def __init__(self, items: list[bytes], rv: int, cont: str | None, remaining: int | None):
+    def __init__(self, items: list[bytes], rv: int, cont: str | None, remaining: int | None, examined: int = 0):
         self.items, self.rv, self.cont, self.remaining = items, rv, cont, remaining
+        self.examined = examined  # objects the read looked at to find the matching ones
 
 
 class Table:
@@ -138,7 +139,9 @@ class Store:
             self.snapshots.clear()
 
     def list(self, plural: str, namespace: str | None, lsel, fsel, limit: int, cont: str | None,
-             selectors: tuple = ()) -> ListResult:
+             selectors: tuple = (), *, indexed: bool = True) -> ListResult:
+        """``indexed`` False reads the way etcd does: every object of the kind (under the namespace
+        prefix), each checked against the selectors; True uses the watch cache's spec.nodeName index."""
         with self.lock:
             now = time.monotonic()
             for k in [k for k, (exp, _) in self.snapshots.items() if exp < now]:
@@ -149,9 +152,10 @@ class Store:
                 snap = self.snapshots.get((*ident, rv))
                 if snap is None:
                     raise ApiError(410, "Expired", EXPIRED_MSG, metadata={"continue": self._encode(self.rv, start)})
-                items = snap[1]
+                items, examined = snap[1], 0
             else:
-                rv, start, items = self.rv, "", self._matching(plural, namespace, lsel, fsel)
+                rv, start = self.rv, ""
+                items, examined = self._matching(plural, namespace, lsel, fsel, indexed)
             i = bisect.bisect_left(items, (start,)) if start else 0
             page = items[i:i + limit] if limit else items[i:]
             more = bool(limit) and i + limit < len(items)
@@ -160,12 +164,12 @@ class Store:
                 token = self._encode(rv, page[-1][0] + "\x00")
                 self.snapshots.setdefault((*ident, rv), (now + self.snapshot_ttl, items))
             remaining = len(items) - i - limit if more and lsel.empty and fsel.empty else None
-            return ListResult([raw for _, raw in page], rv, token, remaining)
+            return ListResult([raw for _, raw in page], rv, token, remaining, examined)
 
-    def _matching(self, plural, namespace, lsel, fsel) -> list[tuple[str, bytes]]:
+    def _matching(self, plural, namespace, lsel, fsel, indexed: bool = True) -> tuple[list[tuple[str, bytes]], int]:
         t = self.tables[plural]
         prefix = f"{namespace}/" if namespace else ""
-        node = fsel.equality("spec.nodeName") if plural == "pods" else None
+        node = fsel.equality("spec.nodeName") if plural == "pods" and indexed else None
         if node is not None:  # indexed: one node's pods without scanning every pod
             keys = sorted(k for k in t.by_node.get(node, ()) if k.startswith(prefix))
         else:
@@ -176,7 +180,7 @@ class Store:
             v = t.current[k]
             if (lsel.empty or lsel.matches(v.labels)) and (fsel.empty or fsel.matches(v.fields, fidx)):
                 out.append((k, v.raw()))
-        return out
+        return out, len(keys)
 
     @staticmethod
     def _encode(rv: int, start: str) -> str:

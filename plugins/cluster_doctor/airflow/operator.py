@@ -11,8 +11,11 @@ pod state). What an exception out of the provider means is decided in ``provider
 
 * before the pod exists: the decision is not older than the max queue time and the node is still
   free, else no pod and the attempt is ``skipped``;
-* while Pending: every availability interval, whether a user pod claimed the node (ours is deleted:
-  ``preempted``), and a pending timeout (pod deleted: ``timeout``, with the scheduler's last word);
+* while Pending: every few seconds, whether the node turned not ready, was cordoned, gained a taint
+  we do not tolerate or was deleted (ours is deleted at once: ``skipped``, with that cause); every
+  availability interval, whether a user pod claimed the node (``preempted``); and a pending timeout
+  (pod deleted: ``timeout``, with the scheduler's last word before our deletion). The re-checks read
+  that node and its pods only (``kube.guards``);
 * after the run: the suite's summary from the termination message, checked against the pod's exit
   code and final state (evicted or preempted while running is ``preempted``, never ``fail``);
 * exactly one attempt record per try, whatever happened, pushed to XCom for the record task and
@@ -46,10 +49,13 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import RunConfig, Validation
 from cluster_doctor.domain.status import EXECUTED
-from cluster_doctor.kube import discovery, podspec, retry
+from cluster_doctor.kube import guards, podspec, retry
 from cluster_doctor.store.history import RetryPolicy
 
 LOG_TAIL_LINES = 200
+# While our pod is Pending, its node is read this often (capped by availability_check_s): a node
+# that turns NotReady, is cordoned or gains a taint we do not tolerate ends the wait within seconds.
+NODE_CHECK_S = 5
 # A short budget inside the pool slot; the record task retries longer.
 DIRECT_WRITE_RETRY = RetryPolicy(attempts=2, initial_delay_s=1.0)
 
@@ -80,40 +86,55 @@ class _Observer(KubernetesPodOperatorCallback):
 
 
 class _PendingWatch(threading.Thread):
-    """Runs beside the provider's wait for the pod to start. Deletes our pod when a user pod claims
-    the node, or when it stayed Pending for the whole pending window (the provider's schedule and
-    startup timeouts restart when the pod is bound; this one counts from creation)."""
+    """Runs beside the provider's wait for the pod to start, and ends that wait (deletes our pod) as
+    soon as the pod cannot or should not start:
+
+    - the node can no longer take it — not ready, cordoned, an untolerated NoSchedule/NoExecute taint,
+      deleted — read every ``NODE_CHECK_S`` (one GET of the node: the scheduler would keep our pod
+      Pending there for the whole pending window, holding a pool slot);
+    - a user pod claimed the node (every availability interval: one list of that node's pods);
+    - it stayed Pending for the whole pending window (the provider's schedule and startup timeouts
+      restart when the pod is bound; this one counts from creation).
+
+    The cause, and the scheduler's last word, are fixed before the deletion: what our own deletion
+    causes afterwards (events, the pod vanishing) never replaces them."""
 
     def __init__(self, operator: NodeValidationPodOperator, pod: Any):
         super().__init__(name=f"pending-watch-{pod.metadata.name}", daemon=True)
         self.operator, self.pod = operator, pod
         self.stopped = threading.Event()
         self.claimed_by: str | None = None
+        self.node_problem: guards.NodeProblem | None = None
         self.timed_out = False
 
     def run(self) -> None:
-        s = self.operator.cd_settings
+        s, op = self.operator.cd_settings, self.operator
+        node_every = min(NODE_CHECK_S, s.availability_check_s)
         start = time.monotonic()
-        next_check = start + s.availability_check_s
-        while not self.stopped.wait(min(1.0, s.availability_check_s)):
+        next_node, next_claim = start + node_every, start + s.availability_check_s
+        while not self.stopped.wait(min(1.0, node_every)):
             now = time.monotonic()
             try:
-                if now >= next_check:
-                    holders = discovery.node_gpu_pods(self.operator.guard_client, self.operator.node_name,
-                                                      s.gpu_resource, exclude_pod=self.pod.metadata.name)
+                if now >= next_node:
+                    self.node_problem = guards.node_problem(op.guard_client, op.node_name, s.tolerations)
+                    next_node = now + node_every
+                if not self.node_problem and now >= next_claim:
+                    holders = guards.gpu_holders(op.guard_client, op.node_name, s.gpu_resource,
+                                                 exclude_pod=self.pod.metadata.name)
                     if holders:
                         self.claimed_by = holders[0]
                     else:
-                        self.operator.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
-                                               now - start, self.operator.node_name)
-                    next_check = now + s.availability_check_s
-                if not self.claimed_by and now - start >= s.pending_timeout_s:
+                        op.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
+                                    now - start, op.node_name)
+                    next_claim = now + s.availability_check_s
+                if not (self.node_problem or self.claimed_by) and now - start >= s.pending_timeout_s:
                     self.timed_out = True
-                if self.claimed_by or self.timed_out:
-                    self.operator.pod_manager.delete_pod(self.pod)  # ends the provider's wait
+                if self.node_problem or self.claimed_by or self.timed_out:
+                    op._keep_pending_events()  # before our deletion adds events of its own
+                    op.pod_manager.delete_pod(self.pod)  # ends the provider's wait
                     return
             except Exception as exc:  # the provider's own wait still bounds this try
-                self.operator.log.warning("availability check failed: %s", one_line(exc))
+                op.log.warning("availability check failed: %s", one_line(exc))
 
     def stop(self) -> None:
         self.stopped.set()
@@ -181,6 +202,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._reached_running = False
         self._recorded = False
         self._context = None
+        self._pending_events: str | None = None  # the scheduler's last word before our deletion
 
     @property
     def guard_client(self):
@@ -277,12 +299,12 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         if waited > self.cd_settings.max_queue_s:
             raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
                                     f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
-        holders = discovery.node_gpu_pods(self.guard_client, self.node_name, self.cd_settings.gpu_resource)
+        problem = guards.node_problem(self.guard_client, self.node_name, self.cd_settings.tolerations)
+        if problem:
+            raise _Ended("skipped", f"{problem.describe()} since planning; no pod created")
+        holders = guards.gpu_holders(self.guard_client, self.node_name, self.cd_settings.gpu_resource)
         if holders:
             raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
-        node = self.guard_client.read_node(self.node_name)
-        if node.spec and node.spec.unschedulable:
-            raise _Ended("skipped", "the node was cordoned after planning; no pod created")
 
     # ------------------------------------------------------------------ while Pending
     def await_pod_start(self, pod) -> None:
@@ -294,6 +316,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             super().await_pod_start(pod)
         except Exception as exc:
             watch.stop()
+            self._keep_pending_events()  # the provider's timeout: its cleanup deletes the pod next
             self._raise_if_watched(watch, exc)
             if isinstance(exc, PodLaunchFailedException):
                 self._raise_if_disrupted(pod, exc)
@@ -303,10 +326,19 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._reached_running = True
 
     def _raise_if_watched(self, watch: _PendingWatch, cause: BaseException | None) -> None:
+        if watch.node_problem:
+            raise _Ended("skipped", f"{watch.node_problem.describe()}: the wait for our Pending pod ended "
+                                    "at once; pod deleted") from cause
         if watch.claimed_by:
             raise NodeClaimed(watch.claimed_by) from cause
         if watch.timed_out:
             raise PodLaunchTimeoutException(f"still Pending after {self.cd_settings.pending_timeout_s} s") from cause
+
+    def _keep_pending_events(self) -> None:
+        """The pod's last Warning event as it is now, once: the cause of a pending timeout. Read before
+        the pod is deleted, so the events the deletion itself causes are never taken for the cause."""
+        if self._pending_events is None:
+            self._pending_events = self._last_event_message()
 
     def _raise_if_disrupted(self, pod, cause: BaseException) -> None:
         """A pod Failed before its container started may have been preempted or evicted: not a launch problem."""
@@ -319,7 +351,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             raise _Ended("preempted", disrupted.reason) from cause
 
     def _last_scheduling_message(self) -> str:
-        return self._last_event_message()
+        return self._pending_events if self._pending_events is not None else self._last_event_message()
 
     def _last_event_message(self, reason: str | None = None) -> str:
         """The pod's last Warning event (or last event with ``reason``), whole: the scheduler's

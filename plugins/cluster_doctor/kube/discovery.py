@@ -2,44 +2,45 @@
 
 A GPU node has allocatable of the GPU resource (default ``nvidia.com/gpu``) > 0 and matches the
 optional label selector. It is eligible when Ready, not cordoned, and every NoSchedule/NoExecute
-taint is tolerated by the validation pods. It is free when no non-terminal pod bound to it requests
-(or limits) the GPU resource — init and sidecar containers counted the way the scheduler counts
-them, our own validation pods included — and no pending pod is nominated to it (a preemption in
-progress means a user job is about to land there).
+taint is tolerated by the validation pods (``node_problem``, shared with the operator's guards). It
+is free when no non-terminal pod bound to it requests (or limits) the GPU resource — init and sidecar
+containers counted the way the scheduler counts them, our own validation pods included — and no
+pending pod is nominated to it (a preemption in progress means a user job is about to land there).
 
 Reads are three list calls with field selectors whatever the cluster size, never a call per node.
 Each is first asked with ``resourceVersion="0"`` and no limit: the apiserver answers from its watch
 cache in one response instead of paging through etcd (at 150,000 pods, seconds instead of a minute).
-Only the fields discovery uses are decoded, by msgspec into plain dicts, skipping the rest of each
-object (most of a pod's JSON) without building it; the client's model deserializer is never used.
-When the server refuses that read (an error, or it pages anyway), discovery falls back to paginated
-consistent lists (limit/continue). The client it is given retries transient failures (kube/retry):
-a watch cache answering 429 while it initializes is waited for, then a refusal that lasts falls back. The results are exact for the state the list returns; a watch
-cache can lag etcd by a moment, which is safe here because the operator re-checks the chosen node
-with a consistent read right before it creates a pod, and again while its pod is Pending.
+The response is decoded as it arrives (``kube.listing``): only the fields discovery uses, a batch of
+items at a time, each folded into per-node aggregates and dropped, so memory stays flat whatever the
+number of pods; the client's model deserializer is never used. When the server refuses that read
+(an error, or it pages anyway), discovery falls back to paginated consistent lists (limit/continue).
+The client it is given retries transient failures (kube/retry): a watch cache answering 429 while it
+initializes is waited for, then a refusal that lasts falls back. The results are exact for the state
+the list returns; a watch cache can lag etcd by a moment, which is safe here because the operator
+re-checks the chosen node right before it creates a pod, and again while its pod is Pending
+(``kube.guards``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, TypedDict
+from typing import Any
 
 import hostlist
-import msgspec
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName, NodeRange, validate_node_name
 from cluster_doctor.domain.taints import untolerated_taints
+from cluster_doctor.kube import listing
+from cluster_doctor.kube.listing import PAGE_SIZE, ListRefused, paginate  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 VALIDATION_APP_LABEL = ("app.kubernetes.io/name", "cluster-doctor")
-PAGE_SIZE = 500
+STREAM_ATTEMPTS = 3
 BOUND_ACTIVE_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 UNBOUND_PENDING_PODS = "spec.nodeName=,status.phase=Pending"
 
@@ -146,164 +147,45 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> Decimal:
     return max(app + sidecars, init_peak)
 
 
-# ---------------------------------------------------------------------------- taints
+# ---------------------------------------------------------------------------- node state
+def ready_condition(node: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition
+    return None
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status") == "True"
-    return False
+    condition = ready_condition(node)
+    return condition is not None and condition.get("status") == "True"
 
 
-# ---------------------------------------------------------------------------- decoding
-# The fields discovery reads, as TypedDicts: msgspec decodes into plain dicts holding only these keys
-# and skips everything else (managedFields, env, volumes, status details ...) without allocating it.
-class _Meta(TypedDict, total=False):
-    name: str
-    namespace: str
-    labels: dict[str, str]
-
-
-class _Taint(TypedDict, total=False):
-    key: str
-    value: str
-    effect: str
-
-
-class _Condition(TypedDict, total=False):
-    type: str
-    status: str
-
-
-class _NodeSpec(TypedDict, total=False):
-    unschedulable: bool
-    taints: list[_Taint]
-
-
-class _NodeStatus(TypedDict, total=False):
-    allocatable: dict[str, Any]
-    conditions: list[_Condition]
-
-
-class _Node(TypedDict, total=False):
-    metadata: _Meta
-    spec: _NodeSpec
-    status: _NodeStatus
-
-
-class _Resources(TypedDict, total=False):
-    requests: dict[str, Any]
-    limits: dict[str, Any]
-
-
-class _Container(TypedDict, total=False):
-    resources: _Resources
-    restartPolicy: str
-
-
-class _PodSpec(TypedDict, total=False):
-    nodeName: str
-    containers: list[_Container]
-    initContainers: list[_Container]
-
-
-class _PodStatus(TypedDict, total=False):
-    phase: str
-    nominatedNodeName: str
-
-
-class _Pod(TypedDict, total=False):
-    metadata: _Meta
-    spec: _PodSpec
-    status: _PodStatus
-
-
-class _NodeList(msgspec.Struct):
-    items: list[_Node] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class _PodList(msgspec.Struct):
-    items: list[_Pod] | None = None
-    metadata: dict[str, Any] | None = None
-
-
-_DECODERS = {"nodes": msgspec.json.Decoder(_NodeList), "pods": msgspec.json.Decoder(_PodList)}
-
-
-class ListRefused(RuntimeError):
-    """The server would not serve an unpaginated list from its cache."""
-
-
-class _Counter(list):
-    """[api_calls] plus the decode time, shared by every list of one discovery."""
-
-    def __init__(self) -> None:
-        super().__init__([0])
-        self.decode_seconds = 0.0
-
-
-def _decode(kind: str | None, data: bytes, counter: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    start = time.perf_counter()
-    if kind is None:
-        body = json.loads(data)
-        items, meta = body.get("items") or [], body.get("metadata") or {}
-    else:
-        try:
-            decoded = _DECODERS[kind].decode(data)
-        except msgspec.ValidationError as exc:
-            # a field of an unexpected type: say which, rather than guess
-            raise ValueError(f"unexpected {kind} list from the Kubernetes API: {exc}") from None
-        items, meta = decoded.items or [], decoded.metadata or {}
-    if isinstance(counter, _Counter):
-        counter.decode_seconds += time.perf_counter() - start
-    return items, meta
+def node_problem(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """Why validation pods cannot be placed on ``node`` now — (NOT_READY | CORDONED | TAINTED, detail)
+    — or None. The node lifecycle controller's not-ready/unreachable taints follow the Ready condition
+    a moment later; the condition is read first, so either says "not ready"."""
+    if not is_ready(node):
+        condition = ready_condition(node)
+        if condition is None:
+            return NOT_READY, "no Ready condition yet"
+        why = condition.get("reason") or ""
+        return NOT_READY, f"Ready is {condition.get('status') or 'unset'}" + (f" ({why})" if why else "")
+    if (node.get("spec") or {}).get("unschedulable"):
+        return CORDONED, "spec.unschedulable is set"
+    taints = untolerated_taints(node, tolerations)
+    if taints:
+        return TAINTED, "untolerated taint(s) " + ", ".join(taints)
+    return None
 
 
 # ---------------------------------------------------------------------------- listing
-def paginate(list_call: Callable[..., Any], counter: list[int], *, kind: str | None = None,
-             **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Items of a paginated, consistent list call (``kind`` "nodes"/"pods": decode only what discovery
-    reads; None: whole objects)."""
-    token = None
-    while True:
-        params = dict(kwargs, limit=PAGE_SIZE, _preload_content=False)
-        if token:
-            params["_continue"] = token
-        response = list_call(**params)
-        counter[0] += 1
-        items, meta = _decode(kind, response.data, counter)
-        yield from items
-        token = meta.get("continue")
-        if not token:
-            return
-
-
-def list_cached(list_call: Callable[..., Any], counter: list[int], *, kind: str, **kwargs: Any) -> list[dict[str, Any]]:
-    """Every item in one list call served from the apiserver's watch cache (resourceVersion=0, no
-    limit). Raises ListRefused when the server answers with an error or pages the answer anyway."""
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        response = list_call(**kwargs, resource_version="0", _preload_content=False)
-    except ApiException as exc:
-        if exc.status in (401, 403):
-            raise  # a permission problem is not solved by paging
-        raise ListRefused(f"HTTP {exc.status} {exc.reason}") from None
-    counter[0] += 1
-    items, meta = _decode(kind, response.data, counter)
-    if meta.get("continue"):
-        raise ListRefused("the server paged an unlimited resourceVersion=0 list")
-    return items
-
-
 def list_all(list_call: Callable[..., Any], counter: list[int], mode: list[str], *, kind: str,
-             **kwargs: Any) -> list[dict[str, Any]] | Iterator[dict[str, Any]]:
-    """The watch-cache read, or consistent pages when the server refuses it (``mode[0]`` says which)."""
+             **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """The watch-cache read, streamed, or consistent pages when the server refuses it (``mode[0]``
+    says which)."""
     if mode[0] == "watch-cache":
         try:
-            return list_cached(list_call, counter, kind=kind, **kwargs)
+            return listing.list_cached(list_call, counter, kind=kind, **kwargs)
         except ListRefused as exc:
             log.warning("the API server refused a resourceVersion=0 list (%s); reading paged lists instead", exc)
             mode[0] = "paged"
@@ -318,50 +200,57 @@ def _pod_ref(pod: Mapping[str, Any]) -> str:
 def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = None, *,
              watch_cache: bool = True) -> Discovery:
     """Classify every GPU node (within ``node_range``) as free or not eligible, with the reason.
-    ``watch_cache=False`` reads paged consistent lists only."""
-    calls = _Counter()
+    ``watch_cache=False`` reads paged consistent lists only. Every list is folded item by item into
+    per-node state; nothing holds a whole list.
+
+    A streamed list whose connection is lost mid-body cannot be retried by the client (kube.retry
+    leaves streamed bodies to us): discovery then starts over, at most STREAM_ATTEMPTS times."""
+    from cluster_doctor.kube.retry import CONNECTION_ERRORS
+
+    for attempt in range(1, STREAM_ATTEMPTS + 1):
+        try:
+            return _discover(core_v1, settings, node_range, watch_cache=watch_cache)
+        except CONNECTION_ERRORS as exc:
+            if not watch_cache or attempt == STREAM_ATTEMPTS:
+                raise
+            log.warning("a list was cut off mid-answer (%s); discovery starts over (try %d of %d)",
+                        exc, attempt + 1, STREAM_ATTEMPTS)
+    raise AssertionError("unreachable")
+
+
+def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *, watch_cache: bool) -> Discovery:
+    calls = listing.Counter()
     mode = ["watch-cache" if watch_cache else "paged"]
     resource = settings.gpu_resource
-    gpu_nodes: dict[str, dict[str, Any]] = {}
-    nodes_seen = 0
-    node_kwargs = {"label_selector": settings.node_selector} if settings.node_selector else {}
-    for node in list_all(core_v1.list_node, calls, mode, kind="nodes", **node_kwargs):
-        nodes_seen += 1
-        name = (node.get("metadata") or {}).get("name", "")
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        try:
-            gpus = int(parse_quantity(allocatable.get(resource)))
-        except ValueError:
-            gpus = 0
-        if gpus <= 0:
-            continue
-        if node_range is not None and not node_range.matches(name):
-            continue
-        gpu_nodes[name] = {"node": node, "gpus": gpus,
-                           "model": ((node.get("metadata") or {}).get("labels") or {}).get(settings.gpu_product_label)}
-
+    gpu_nodes: dict[str, tuple[int, str | None]] = {}  # name -> (GPUs, model)
     ineligible: dict[str, Ineligible] = {}
 
     def exclude(name: str, reason: str, detail: str) -> None:
         if name not in ineligible:
-            info = gpu_nodes[name]
-            ineligible[name] = Ineligible(name, reason, detail, info["gpus"], info["model"])
+            gpus, model = gpu_nodes[name]
+            ineligible[name] = Ineligible(name, reason, detail, gpus, model)
 
-    for name, info in gpu_nodes.items():
-        node = info["node"]
+    nodes_seen = 0
+    node_kwargs = {"label_selector": settings.node_selector} if settings.node_selector else {}
+    for node in list_all(core_v1.list_node, calls, mode, kind="nodes", **node_kwargs):
+        nodes_seen += 1
+        meta = node.get("metadata") or {}
+        name = meta.get("name", "")
+        try:
+            gpus = int(parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource)))
+        except ValueError:
+            gpus = 0
+        if gpus <= 0 or (node_range is not None and not node_range.matches(name)):
+            continue
+        gpu_nodes[name] = (gpus, (meta.get("labels") or {}).get(settings.gpu_product_label))
         try:
             validate_node_name(name)
         except InvalidNodeName:
             exclude(name, INVALID_NAME, "not a valid Kubernetes node name; never put into a pod spec")
             continue
-        if not is_ready(node):
-            exclude(name, NOT_READY, "Ready condition is not True")
-        elif (node.get("spec") or {}).get("unschedulable"):
-            exclude(name, CORDONED, "spec.unschedulable is set")
-        else:
-            taints = untolerated_taints(node, settings.tolerations)
-            if taints:
-                exclude(name, TAINTED, "untolerated taint(s) " + ", ".join(taints))
+        problem = node_problem(node, settings.tolerations)
+        if problem:
+            exclude(name, *problem)
 
     pods_seen = 0
     for pod in list_all(core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
@@ -370,14 +259,9 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
         name = (pod.get("spec") or {}).get("nodeName")
         if name not in gpu_nodes or name in ineligible:
             continue
-        amount = pod_request(pod, resource)
-        if amount <= 0:
-            continue
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(VALIDATION_APP_LABEL[0]) == VALIDATION_APP_LABEL[1]:
-            exclude(name, VALIDATING, f"validation pod {_pod_ref(pod)} is on the node")
-        else:
-            exclude(name, BUSY, f"{_pod_ref(pod)} requests {amount.normalize():f} {resource}")
+        holder = gpu_holder(pod, resource)
+        if holder:
+            exclude(name, *holder)
     for pod in list_all(core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
                         field_selector=UNBOUND_PENDING_PODS):
         pods_seen += 1
@@ -386,7 +270,7 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
             exclude(nominated, NOMINATED, f"pending {_pod_ref(pod)} is nominated to the node (preemption)")
 
     order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
-    free = [GpuNode(name, info["gpus"], info["model"]) for name, info in gpu_nodes.items() if name not in ineligible]
+    free = [GpuNode(name, gpus, model) for name, (gpus, model) in gpu_nodes.items() if name not in ineligible]
     free.sort(key=lambda n: order(n.name))
     return Discovery(
         free=free,
@@ -399,22 +283,15 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
     )
 
 
-def node_gpu_pods(core_v1: Any, node_name: str, resource: str, *, exclude_pod: str | None = None) -> list[str]:
-    """Non-terminal pods on one node that hold GPUs (the pre-submit and while-Pending re-check)."""
-    validate_node_name(node_name)
-    calls = [0]  # consistent (paged) reads on purpose: this is the guard against a stale cache
-    holders = []
-    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls,
-                        field_selector=f"spec.nodeName={node_name},status.phase!=Succeeded,status.phase!=Failed"):
-        if (pod.get("metadata") or {}).get("name") == exclude_pod:
-            continue
-        amount = pod_request(pod, resource)
-        if amount > 0:
-            holders.append(f"{_pod_ref(pod)} requests {amount.normalize():f} {resource}")
-    for pod in paginate(core_v1.list_pod_for_all_namespaces, calls, field_selector=UNBOUND_PENDING_PODS):
-        if (pod.get("status") or {}).get("nominatedNodeName") == node_name and pod_request(pod, resource) > 0:
-            holders.append(f"pending {_pod_ref(pod)} is nominated to the node (preemption)")
-    return holders
+def gpu_holder(pod: Mapping[str, Any], resource: str) -> tuple[str, str] | None:
+    """(BUSY | VALIDATING, detail) when a bound, non-terminal pod holds GPUs of its node, else None."""
+    amount = pod_request(pod, resource)
+    if amount <= 0:
+        return None
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(VALIDATION_APP_LABEL[0]) == VALIDATION_APP_LABEL[1]:
+        return VALIDATING, f"validation pod {_pod_ref(pod)} is on the node"
+    return BUSY, f"{_pod_ref(pod)} requests {amount.normalize():f} {resource}"
 
 
 def discover_from_kubeconfig(kubeconfig: str | None, settings: Settings,

@@ -22,6 +22,8 @@ its client and its own retries: only our guard calls in the operator go through 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import email.utils
 import http.client
@@ -59,6 +61,22 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 # the operator's guard calls run in a pool slot, beside the provider's own wait for the pod: shorter
 GUARD_POLICY = RetryPolicy(attempts=4, max_wait_s=5.0, total_s=20.0)
+
+
+# Set by ``streamed()``: the caller reads the body itself as it arrives (kube.listing), so the body of
+# a ``_preload_content=False`` answer is not read inside the retry (that would hold a whole list in
+# memory). A connection lost mid-body then reaches the caller, which starts its read over.
+_STREAMED: contextvars.ContextVar[bool] = contextvars.ContextVar("cluster_doctor_streamed", default=False)
+
+
+@contextlib.contextmanager
+def streamed():
+    """Calls made inside return their ``_preload_content=False`` answers unread: the caller streams them."""
+    token = _STREAMED.set(True)
+    try:
+        yield
+    finally:
+        _STREAMED.reset(token)
 
 
 class GaveUp(ApiException):
@@ -148,7 +166,7 @@ class Retrying:
             nonlocal maybe_applied
             try:
                 result = method(*args, **kwargs)
-                if kwargs.get("_preload_content") is False and hasattr(result, "data"):
+                if kwargs.get("_preload_content") is False and not _STREAMED.get() and hasattr(result, "data"):
                     result.data  # noqa: B018 - read the body inside the retry: a reset mid-body is retried too
                 return result
             except ApiException as exc:

@@ -95,3 +95,18 @@ def test_reset_clears_faults(emu, v1):
     emu.inject_faults("/api/v1/nodes", [500, 500])
     emu.reset()
     assert emu.faults() == [] and v1.list_node().items == []
+
+
+def test_cut_sends_half_the_body_then_resets(emu, v1):
+    for i in range(40):
+        emu.add_gpu_node(f"gpu-{i:03d}")
+    emu.inject_faults("/api/v1/nodes", ["cut"], method="GET")
+    response = v1.list_node(_preload_content=False)  # status and headers arrive: the cut is mid-body
+    assert response.status == 200
+    length = int(response.headers["Content-Length"])
+    got = b""
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        while chunk := response.read(4096):
+            got += chunk
+    assert 0 < len(got) < length
+    assert len(v1.list_node().items) == 40  # then served normally

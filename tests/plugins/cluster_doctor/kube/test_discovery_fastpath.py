@@ -8,7 +8,7 @@ import logging
 
 import pytest
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.kube import discovery
+from cluster_doctor.kube import discovery, listing
 from k8s_emulator import EmulatorProcess
 from kubernetes.client.exceptions import ApiException
 
@@ -88,7 +88,7 @@ def test_permission_errors_are_not_hidden_by_the_fallback(emulator):
 ])
 def test_unexpected_shapes_fail_with_a_clear_message(body, message):
     with pytest.raises(ValueError, match=message):
-        discovery._decode("pods", body, [0])
+        listing.decode("pods", body, [0])
 
 
 def test_only_the_needed_fields_are_decoded():
@@ -96,8 +96,23 @@ def test_only_the_needed_fields_are_decoded():
            b'"managedFields":[{"manager":"kubelet"}],"annotations":{"big":"xxxxxxxx"}},"spec":{"nodeName":"gpu-1",'
            b'"volumes":[{"name":"v"}],"containers":[{"name":"c","image":"i","env":[{"name":"A","value":"1"}],'
            b'"resources":{"limits":{"nvidia.com/gpu":"8"}}}]},"status":{"phase":"Running","podIP":"10.0.0.1"}}]}')
-    items, meta = discovery._decode("pods", raw, [0])
+    items, meta = listing.decode("pods", raw, [0])
     assert items == [{"metadata": {"name": "p", "namespace": "ns"},
                       "spec": {"nodeName": "gpu-1", "containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
                       "status": {"phase": "Running"}}]
     assert discovery.pod_request(items[0], "nvidia.com/gpu") == 8
+
+
+def test_a_list_cut_off_mid_answer_starts_discovery_over(emulator, caplog):
+    """A streamed list is not read inside the client's retry (that would hold it whole): a connection
+    lost mid-body reaches discovery, which starts over and gets the same answer."""
+    from cluster_doctor.kube import retry
+
+    core = retry.core_v1(emulator.api_client())
+    expected = discovery.discover(core, Settings())
+    emulator.inject_faults("/api/v1/pods", ["cut"], method="GET")
+    with caplog.at_level(logging.WARNING, logger="cluster_doctor.kube.discovery"):
+        found = discovery.discover(core, Settings())
+    assert "cut off mid-answer" in caplog.text and "starts over (try 2 of 3)" in caplog.text
+    assert found.read_mode == "watch-cache"
+    _same(found, expected)

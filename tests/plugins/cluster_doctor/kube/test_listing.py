@@ -1,0 +1,110 @@
+"""kube.listing: list responses decoded as they arrive, a batch of whole items at a time, with the same
+answer whatever the chunking, the item layout or nested look-alikes of the item boundary."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from cluster_doctor.kube import listing
+
+
+class Body:
+    """A urllib3-like response: read(n) hands out at most ``chunk`` bytes; close/release recorded."""
+
+    def __init__(self, data: bytes, chunk: int):
+        self.data_io, self.chunk = io.BytesIO(data), chunk
+        self.closed, self.released = False, 0
+
+    def read(self, n: int) -> bytes:
+        return self.data_io.read(min(n, self.chunk))
+
+    def release_conn(self) -> None:
+        self.released += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def pod(i: int, *, lookalikes: bool = False, with_kind: bool = False) -> dict:
+    p = {"metadata": {"name": f"p{i}", "namespace": "ns", "annotations": {"x": '},{"metadata":'}},
+         "spec": {"nodeName": f"n{i % 7}", "containers": [
+             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}, {"name": "d"}]},
+         "status": {"phase": "Running"}}
+    if lookalikes:  # the boundary's bytes nested inside an item: the decoder must refuse those cuts
+        p["spec"]["volumes"] = [{"name": "a"}, {"metadata": {"x": 1}}, {"metadata": {"y": [{"metadata": {}}]}}]
+    if with_kind:  # the emulator's items carry apiVersion/kind first
+        p = {"apiVersion": "v1", "kind": "Pod", **p}
+    return p
+
+
+def body(items: list, **extra) -> bytes:
+    return json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "5", **extra},
+                       "items": items}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("lookalikes", [False, True])
+@pytest.mark.parametrize("with_kind", [False, True])
+@pytest.mark.parametrize("n", [0, 1, 40])
+@pytest.mark.parametrize("chunk", [1, 13, 700, 1 << 20])
+def test_every_item_in_order_whatever_the_chunks(monkeypatch, lookalikes, with_kind, n, chunk):
+    monkeypatch.setattr(listing, "CHUNK_BYTES", chunk)
+    response = Body(body([pod(i, lookalikes=lookalikes, with_kind=with_kind) for i in range(n)]), chunk)
+    counter = listing.Counter()
+    meta, items = listing.stream_list(response, "pods", counter)
+    got = list(items)
+    assert meta == {"resourceVersion": "5"}
+    assert [p["metadata"]["name"] for p in got] == [f"p{i}" for i in range(n)]
+    assert got[:1] == [] or got[0]["spec"]["containers"][0] == {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    assert not response.closed and counter.decode_seconds >= 0
+
+
+def test_never_holds_the_whole_list(monkeypatch):
+    monkeypatch.setattr(listing, "CHUNK_BYTES", 4096)
+    data = body([pod(i) for i in range(3000)])
+    stream = listing._ItemStream(Body(data, 4096), "pods", [0])
+    stream.read_head()
+    peak = 0
+    for _ in stream.items():
+        peak = max(peak, len(stream.buf))
+    assert len(data) > 500_000 and peak < 3 * 4096
+
+
+@pytest.mark.parametrize("data, meta, names", [
+    (b'{"kind":"PodList","metadata":{"resourceVersion":"1"},"items":null}', {"resourceVersion": "1"}, []),
+    # metadata after the items: not known before them (a real apiserver writes it first)
+    (b'{"items":[{"metadata":{"name":"a"}}],"metadata":{"resourceVersion":"2"}}', {}, ["a"]),
+    (b'{ "metadata" : {"continue": "t"},\n "items" : [ {"metadata": {"name": "b"}} ] }\n', {"continue": "t"}, ["b"]),
+])
+def test_other_layouts_read_the_same(data, meta, names):
+    got_meta, items = listing.stream_list(Body(data, 5), "pods", [0])
+    assert [p["metadata"]["name"] for p in items] == names
+    assert got_meta == meta
+
+
+@pytest.mark.parametrize("data", [
+    body([pod(1)])[:-30],  # cut off mid-item
+    body([pod(1)])[:-1],  # the closing brace missing
+    b'{"items":[{"spec":{"containers":"x"}}]}',  # a field of the wrong type
+])
+def test_broken_bodies_fail_with_one_clear_line(data):
+    _, items = listing.stream_list(Body(data, 16), "pods", [0])
+    with pytest.raises(ValueError, match="unexpected pods list from the Kubernetes API") as info:
+        list(items)
+    assert "\n" not in str(info.value)
+
+
+def test_an_abandoned_stream_closes_its_connection():
+    response = Body(body([pod(i) for i in range(200)]), 512)
+    _, items = listing.stream_list(response, "pods", [0])
+    next(items)
+    items.close()
+    assert response.closed and response.released == 1
+
+
+def test_a_paged_answer_to_an_unlimited_read_is_refused_before_any_item():
+    response = Body(body([pod(1)], **{"continue": "abc"}), 64)
+    with pytest.raises(listing.ListRefused, match="paged"):
+        listing.list_cached(lambda **kw: response, [0], kind="pods")
+    assert response.closed
