@@ -4,11 +4,15 @@ Pure data in, dict out: no Airflow, no Kubernetes client. Values are set field b
 manifest (never by text substitution), and the node name is validated first, so nothing from a node
 name or a setting can inject YAML or reach the spec unchecked.
 
-Hardening, whatever the template says: seccomp RuntimeDefault, no privilege escalation, every
-capability dropped and only the suite's own added back (``SUITE_CAPABILITIES``, and only those the
-deployment allows in ``pod_capabilities``), a non-root user for suites that need no capability, a
-read-only root filesystem (``/tmp`` is an emptyDir), and the shared results volume mounted only at
-the pod's own ``<test>/<node>/`` directory (subPath), so no pod can touch another node's logs.
+Hardening of every container (the suite's, and any init, sidecar or ephemeral container a custom
+template adds), whatever the template says: seccomp RuntimeDefault, no privilege escalation, every
+capability dropped and only the suite's own added back to its container (``SUITE_CAPABILITIES``, and
+only those the deployment allows in ``pod_capabilities``), a non-root user for suites that need no
+capability and for every other container, a read-only root filesystem (``/tmp`` is an emptyDir),
+and the shared results volume mounted only at the pod's own ``<test>/<node>/`` directory (subPath),
+so no pod can touch another node's logs. A template that shares a host namespace (hostPID,
+hostNetwork, hostIPC), mounts a hostPath or runs a privileged container is refused, naming the field,
+unless the deployment setting ``pod_allowed_host_fields`` allows that field.
 """
 
 from __future__ import annotations
@@ -18,14 +22,14 @@ import functools
 import hashlib
 import pathlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
 import yaml
 
 from cluster_doctor.domain import suites
-from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.config import ENV_PREFIX, Settings
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.kube import suite_code
 
@@ -102,7 +106,60 @@ def _quantity(text: Any) -> float | None:
     return float(match.group(1)) * units.get(match.group(2) or "", 1)
 
 
-def _harden(spec: dict[str, Any], container: dict[str, Any], caps: list[str]) -> None:
+class PodTemplateRefused(ValueError):
+    """A pod template asks for host access the deployment did not allow; the message names the field."""
+
+
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")  # sidecars are init containers
+
+
+def refuse_host_access(spec: Mapping[str, Any], allowed: Iterable[str], source: str) -> None:
+    """Refuse a template that shares a host namespace, mounts a host path or runs a privileged
+    container, unless ``allowed`` (the setting pod_allowed_host_fields) names that field: any of them
+    gives the pod the node. One line naming the first such field."""
+    allowed = set(allowed)
+
+    def refuse(field: str, name: str) -> None:
+        raise PodTemplateRefused(
+            f"pod template {source}: {field} gives validation pods access to the host; refused (a deployment "
+            f"that needs it sets {ENV_PREFIX}POD_ALLOWED_HOST_FIELDS={name})")
+
+    for key in ("hostPID", "hostNetwork", "hostIPC"):
+        if spec.get(key) and key not in allowed:
+            refuse(f"spec.{key}", key)
+    for i, volume in enumerate(spec.get("volumes") or []):
+        if isinstance(volume, Mapping) and "hostPath" in volume and "hostPath" not in allowed:
+            refuse(f"spec.volumes[{i}].hostPath ({volume.get('name')})", "hostPath")
+    for kind in CONTAINER_KINDS:
+        for i, container in enumerate(spec.get(kind) or []):
+            sc = container.get("securityContext") if isinstance(container, Mapping) else None
+            if isinstance(sc, Mapping) and sc.get("privileged") and "privileged" not in allowed:
+                refuse(f"spec.{kind}[{i}].securityContext.privileged ({container.get('name')})", "privileged")
+
+
+def _harden_container(container: dict[str, Any], caps: list[str], allowed: set[str], *, suite: bool) -> None:
+    """Every container of the pod: no privilege escalation, every capability dropped, a read-only
+    root filesystem. The suite's own container gets its capabilities and the pod's user; any other
+    (init, sidecar, ephemeral) gets no capability and runs as the non-root user."""
+    sc = container.setdefault("securityContext", {})
+    privileged = bool(sc.get("privileged")) and "privileged" in allowed  # refused earlier otherwise
+    sc.update({
+        "privileged": privileged,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], **({"add": list(caps)} if caps and suite else {})},
+    })
+    if privileged:
+        sc.pop("allowPrivilegeEscalation", None)  # the API refuses privileged with escalation false
+    else:
+        sc["allowPrivilegeEscalation"] = False
+    for key in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile", "procMount", "seLinuxOptions",
+                "windowsOptions"):
+        sc.pop(key, None)  # the pod-level values are the only ones
+    if not suite:
+        sc.update({"runAsNonRoot": True, "runAsUser": NONROOT_ID, "runAsGroup": NONROOT_ID})
+
+
+def _harden(spec: dict[str, Any], container: dict[str, Any], caps: list[str], allowed: Iterable[str] = ()) -> None:
     root = bool(caps)
     pod_sc = spec.setdefault("securityContext", {})
     pod_sc.update({
@@ -114,15 +171,12 @@ def _harden(spec: dict[str, Any], container: dict[str, Any], caps: list[str]) ->
         "fsGroup": NONROOT_ID,
         "fsGroupChangePolicy": "OnRootMismatch",
     })
-    sc = container.setdefault("securityContext", {})
-    sc.update({
-        "privileged": False,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"], **({"add": list(caps)} if caps else {})},
-    })
-    for key in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile"):
-        sc.pop(key, None)  # the pod-level values above are the only ones
+    for key in ("sysctls", "seLinuxOptions", "windowsOptions"):
+        pod_sc.pop(key, None)  # none is needed; each can weaken the pod (Pod Security baseline)
+    allowed = set(allowed)
+    for kind in CONTAINER_KINDS:
+        for other in spec.get(kind) or []:
+            _harden_container(other, caps, allowed, suite=other is container)
 
 
 def pod_name_prefix(node_name: str, test_name: str) -> str:
@@ -148,6 +202,8 @@ def build_pod(
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
         raise ValueError(f"gpu_count must be an integer >= 0, got {gpu_count!r}")
     pod = copy.deepcopy(dict(template)) if template is not None else load_template(pod_template_file(settings))
+    refuse_host_access(pod.get("spec") or {}, settings.pod_allowed_host_fields,
+                       "(given)" if template is not None else str(pod_template_file(settings)))
     meta = pod.setdefault("metadata", {})
     meta["name"] = pod_name_prefix(node_name, test_name)
     meta["namespace"] = settings.namespace
@@ -206,7 +262,7 @@ def build_pod(
             mount["subPath"] = results_subpath(node_name, test_name)
             mount.pop("subPathExpr", None)
             mount["readOnly"] = False
-    _harden(spec, container, capabilities_for(test_name, settings))
+    _harden(spec, container, capabilities_for(test_name, settings), settings.pod_allowed_host_fields)
     resources = container.setdefault("resources", {})
     requests, limits = resources.setdefault("requests", {}), resources.setdefault("limits", {})
     # The suite's own figures win over the template's generic ones.

@@ -171,11 +171,92 @@ def test_capabilities_the_deployment_does_not_allow_are_never_added():
 
 def test_a_template_cannot_weaken_the_hardening(tmp_path):
     template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
-    base(template)["securityContext"] = {"privileged": True, "allowPrivilegeEscalation": True, "runAsUser": 0,
-                                         "capabilities": {"add": ["SYS_ADMIN"]}}
-    template["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}, "runAsUser": 0}
+    base(template)["securityContext"] = {"allowPrivilegeEscalation": True, "runAsUser": 0,
+                                         "capabilities": {"add": ["SYS_ADMIN"]}, "procMount": "Unmasked"}
+    template["spec"]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}, "runAsUser": 0,
+                                           "sysctls": [{"name": "kernel.msgmax", "value": "1"}]}
     pod = podspec.build_pod(Settings(), node_name="gpu-017", test_name="dl_unit", template=template, **BASE)
     assert pss_level(pod) == "restricted"
+
+
+def with_extra_containers(template):
+    """A site's template: an init container, a native sidecar (init with restartPolicy Always), a log
+    shipper beside the suite and an ephemeral debug container, each asking for more than it should."""
+    loose = {"runAsUser": 0, "allowPrivilegeEscalation": True, "capabilities": {"add": ["NET_ADMIN", "SYS_PTRACE"]},
+             "seccompProfile": {"type": "Unconfined"}, "readOnlyRootFilesystem": False}
+    spec = template["spec"]
+    spec["initContainers"] = [{"name": "fetch", "image": "busybox", "securityContext": dict(loose)},
+                              {"name": "proxy", "image": "envoy", "restartPolicy": "Always",
+                               "securityContext": dict(loose)}]
+    spec["containers"].append({"name": "shipper", "image": "fluent-bit"})
+    spec["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "securityContext": dict(loose)}]
+    return template
+
+
+@pytest.mark.parametrize("test_name", sorted(suites.CATALOG))
+def test_every_container_of_the_pod_is_hardened_not_only_the_suites(test_name):
+    template = with_extra_containers(yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text()))
+    pod = podspec.build_pod(Settings(), node_name="gpu-017", test_name=test_name, template=template, **BASE)
+    spec = pod["spec"]
+    others = [c for c in _containers(spec) if c["name"] != "base"]
+    assert sorted(c["name"] for c in others) == ["debug", "fetch", "proxy", "shipper"]
+    for c in others:
+        sc = c["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}, c["name"]  # never the suite's capabilities
+        assert (sc["privileged"], sc["allowPrivilegeEscalation"], sc["readOnlyRootFilesystem"]) == (False, False, True)
+        assert (sc["runAsNonRoot"], sc["runAsUser"], sc["runAsGroup"]) == (True, podspec.NONROOT_ID, podspec.NONROOT_ID)
+        assert "seccompProfile" not in sc and spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # the extra containers never lower the pod's level: restricted without capabilities, as before
+    no_caps = podspec.build_pod(Settings(pod_capabilities=[]), node_name="gpu-017", test_name=test_name,
+                                template=with_extra_containers(yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())),
+                                **BASE)
+    assert pss_level(no_caps) == "restricted", pss_violations(no_caps, "restricted")
+
+
+HOST_ACCESS = {
+    "hostPID": (lambda t: t["spec"].update(hostPID=True), "spec.hostPID"),
+    "hostNetwork": (lambda t: t["spec"].update(hostNetwork=True), "spec.hostNetwork"),
+    "hostIPC": (lambda t: t["spec"].update(hostIPC=True), "spec.hostIPC"),
+    "hostPath": (lambda t: t["spec"]["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}}),
+                 "spec.volumes[4].hostPath (dev)"),
+    "privileged": (lambda t: t["spec"].setdefault("initContainers", []).append(
+        {"name": "tuner", "image": "busybox", "securityContext": {"privileged": True}}),
+        "spec.initContainers[0].securityContext.privileged (tuner)"),
+}
+
+
+@pytest.mark.parametrize("field", sorted(HOST_ACCESS))
+def test_a_template_asking_for_host_access_is_refused_naming_the_field_unless_allowed(field, tmp_path):
+    add, where = HOST_ACCESS[field]
+    template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
+    add(template)
+    path = tmp_path / "site-pod.yaml"
+    path.write_text(yaml.safe_dump(template))
+    with pytest.raises(podspec.PodTemplateRefused) as exc:
+        render("gpu_health", Settings(pod_template_file=str(path)))
+    message = str(exc.value)
+    assert "\n" not in message and where in message and str(path) in message
+    assert f"CLUSTER_DOCTOR_POD_ALLOWED_HOST_FIELDS={field}" in message
+    # another field allowed is not this one
+    other = next(f for f in HOST_ACCESS if f != field)
+    with pytest.raises(podspec.PodTemplateRefused):
+        render("gpu_health", Settings(pod_template_file=str(path), pod_allowed_host_fields=[other]))
+    # allowed on purpose: kept as the template says, everything else still hardened
+    pod = render("gpu_health", Settings(pod_template_file=str(path), pod_allowed_host_fields=[field]))
+    assert field in " ".join(pss_violations(pod, "baseline"))
+    kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+    assert base(pod)["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+
+
+def test_the_discover_task_refuses_a_host_access_template_before_any_pod(tmp_path):
+    from cluster_doctor.kube import volumes
+
+    template = yaml.safe_load(podspec.DEFAULT_POD_TEMPLATE.read_text())
+    template["spec"]["hostPID"] = True
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(template))
+    with pytest.raises(podspec.PodTemplateRefused, match="spec.hostPID"):
+        volumes.claims_by_test(Settings(pod_template_file=str(path)), ["dl_unit"])  # discover's once-per-run check
 
 
 # ------------------------------------------------------------------ Pod Security level of the namespace
