@@ -10,8 +10,17 @@ from typing import Any
 
 from .files import DEFAULT_TERMINATION_LOG
 
-DEFAULT_OUTPUT_DIR = "/data/continuous_validation"
+# The shared log layout of seed 000: the PVC in validation pods (the orchestrator also sets
+# CLUSTER_DOCTOR_OUTPUT_DIR), or a shared mount on Slurm nodes. Elsewhere — a laptop, a bare node
+# without it — a directory the user can write, never a root-owned path.
+SHARED_OUTPUT_DIR = "/data/continuous_validation"
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package directory
+
+
+def default_output_dir() -> str:
+    if os.path.isdir(SHARED_OUTPUT_DIR) and os.access(SHARED_OUTPUT_DIR, os.W_OK | os.X_OK):
+        return SHARED_OUTPUT_DIR
+    return os.path.join(os.path.expanduser("~"), "cluster-doctor-results")
 
 
 def _env(name: str, default: Any = None) -> Any:
@@ -58,8 +67,9 @@ def make_parser(suite: str, description: str) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--output-dir",
-        default=_env("CLUSTER_DOCTOR_OUTPUT_DIR", DEFAULT_OUTPUT_DIR),
-        help="base directory of results and logs [CLUSTER_DOCTOR_OUTPUT_DIR]",
+        default=_env("CLUSTER_DOCTOR_OUTPUT_DIR") or default_output_dir(),
+        help=f"base directory of results and logs [CLUSTER_DOCTOR_OUTPUT_DIR; default {SHARED_OUTPUT_DIR} "
+        "when it exists and is writable, else ~/cluster-doctor-results]",
     )
     g.add_argument(
         "--termination-log",
@@ -106,7 +116,7 @@ def _fallback_args(suite: str) -> argparse.Namespace:
     return argparse.Namespace(
         node=_env("NODE_NAME", _env("SLURMD_NODENAME", socket.gethostname())),
         device=_env("CLUSTER_DOCTOR_DEVICE", "cuda"),
-        output_dir=_env("CLUSTER_DOCTOR_OUTPUT_DIR", DEFAULT_OUTPUT_DIR),
+        output_dir=_env("CLUSTER_DOCTOR_OUTPUT_DIR") or default_output_dir(),
         termination_log=_env("CLUSTER_DOCTOR_TERMINATION_LOG", DEFAULT_TERMINATION_LOG),
         baselines=None,
         expected_gpus=None,

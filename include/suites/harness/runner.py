@@ -247,6 +247,8 @@ class _Runner:
             try:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+                if result_path:  # for people: where the files went (the summary line is for machines)
+                    sys.stderr.write(f"result: {result_path}\nlog: {log_path}\n")
             except (OSError, ValueError):
                 pass
             self.exit_code = EXIT_CODES[status]

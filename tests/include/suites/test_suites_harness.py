@@ -384,3 +384,22 @@ def test_summary_always_fits_and_validates(items, node, metrics):
     assert len(json.dumps(s, separators=(",", ":"), ensure_ascii=True).encode()) < 4096
     schema = json.loads((Path(files.__file__).parents[1] / "result.schema.json").read_text())
     Draft202012Validator({"$ref": "#/$defs/summary", "$defs": schema["$defs"]}).validate(s)
+
+
+def test_standalone_results_go_where_the_user_can_write_and_say_so(tmp_path, monkeypatch, capsys):
+    """Without the shared volume (a laptop, a bare node) the default is ~/cluster-doctor-results, not a
+    root-owned /data path; the files' locations are printed for the person who ran it."""
+    from cluster_doctor_suites.harness import cli
+
+    monkeypatch.setattr(cli, "SHARED_OUTPUT_DIR", str(tmp_path / "no-shared-volume"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CLUSTER_DOCTOR_OUTPUT_DIR", raising=False)
+    rc = run_suite("storage_fio", "dummy", lambda p: None, lambda ctx: ctx.check("x", "pass"),
+                   ["--termination-log", "", "--node", "n1"])
+    err = capsys.readouterr().err
+    results = tmp_path / "home" / "cluster-doctor-results" / "storage_fio" / "n1"
+    (written,) = results.glob("*.json")
+    assert rc == 0 and f"result: {written}" in err and "log: " in err
+    # the shared layout wins where it exists and is writable (validation pods, Slurm with the mount)
+    (tmp_path / "no-shared-volume").mkdir()
+    assert cli.default_output_dir() == str(tmp_path / "no-shared-volume")
