@@ -6,7 +6,12 @@
 * Airflow: the real DAG through ``dag.test()`` on a SQLite metadata DB in .demo/airflow, with the
   pool gpu_validation created by ``airflow pools set``; the validation pods run the real suites in
   CPU mode (the emulator's kubelet executes the pod's command);
-* then the fleet status table, the run's CTRF report and the daily fleet report.
+* then the fleet status table, the run's CTRF report and the daily fleet report's headline and
+  failures; the embedded PostgreSQL is stopped at the end, its data stays in .demo for the CLI
+  (``CLUSTER_DOCTOR_HOME=.demo cluster-doctor status``).
+
+Exit status 1 when the DAG run could not complete (a task other than a validation or the verdict
+failed): a node failing a check is the demo working, a broken run is not.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import random
 import shutil
 import subprocess
 import sys
@@ -40,43 +46,90 @@ def say(text: str) -> None:
 
 
 def results_db(pgdata: pathlib.Path) -> tuple[object, str]:
-    """A fresh demo results DB on the embedded server in ``pgdata``; the caller stops the server."""
+    """A fresh demo results DB on the embedded server in ``pgdata``; the caller stops the server.
+
+    The server's default database, the one the CLI's embedded fallback opens: with
+    ``CLUSTER_DOCTOR_HOME`` pointing at the demo directory, ``cluster-doctor status`` reads the demo's
+    results after it has ended."""
     server = database.embedded_server(pgdata, cleanup_mode="stop")
-    admin = database.libpq_params(server.get_uri())
-    conn = psycopg.connect(**admin)
-    conn.autocommit = True
-    with conn.cursor() as cur:  # a fresh results DB each demo, so the output is reproducible
-        cur.execute("DROP DATABASE IF EXISTS cluster_doctor_demo WITH (FORCE)")
-        cur.execute("CREATE DATABASE cluster_doctor_demo")
-    conn.close()
-    host = admin["host"]
-    return server, f"postgresql://{admin.get('user', 'postgres')}@/cluster_doctor_demo?host={host}" + (
-        f"&port={admin['port']}" if admin.get("port") else "")
+    url = server.get_uri()
+    with psycopg.connect(**database.libpq_params(url), autocommit=True) as conn:
+        # a fresh schema each demo, so the output is reproducible (CASCADE: the view, triggers, functions)
+        conn.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+        conn.execute("DROP DATABASE IF EXISTS cluster_doctor_demo WITH (FORCE)")  # where older demos kept it
+    return server, url
 
 
 def stop_results_db(server) -> None:
     """The demo stops the PostgreSQL it started: nothing of it keeps running after `make demo`."""
     server.cleanup()
-    print(f"embedded PostgreSQL in {DEMO / 'pgdata'} stopped (its data stays for the next demo)")
+    pgdata = pathlib.Path(server.pgdata)
+    print(f"embedded PostgreSQL in {shown_path(pgdata)} stopped; its data stays, for the CLI: "
+          f"CLUSTER_DOCTOR_HOME={shown_path(pgdata.parent)} .venv/bin/cluster-doctor status")
 
 
-def seed_history(url: str) -> None:
-    """Some earlier results, so this run has different suites due on different nodes."""
-    now = dt.datetime.now(dt.UTC)
-    fresh = now - dt.timedelta(days=1)
+def shown_path(path: pathlib.Path) -> str:
+    """A path as the user would type it from the checkout (.demo), else absolute."""
+    try:
+        return str(path.relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def daily_report_section(markdown: str) -> str:
+    """The daily report's headline, attempts and failures of the day: everything before its
+    coverage trend, without the title block."""
+    body = markdown.split("\n## ", 1)[1] if "\n## " in markdown else markdown
+    body = "## " + body.split("\n## Coverage trend", 1)[0]
+    return "\n".join(line for line in body.strip().splitlines())
+
+
+def run_broke(run: dict) -> list[str]:
+    """The tasks whose failure means the run broke (not a node failing a check)."""
+    return sorted({ti["task_id"] for ti in run["task_instances"]
+                   if ti["state"] in ("failed", "upstream_failed") and ti["task_id"] not in ("validate", "verdict")})
+
+
+# What the suites measure in CPU mode on a laptop-class machine (the demo's pods run them so): the
+# figures of earlier runs are drawn around these, so the node page's plots continue into this run's.
+CPU_MODE_FIGURES = {
+    "dl_unit": {"gemm_fp32_tflops_min": 0.1, "mem_bw_gbps_min": 28.0},
+    "nccl_loopback": {"nccl_busbw_gbps": 0.8},
+    "storage_fio": {"fio_seq_read_mibps": 1200.0, "fio_seq_write_mibps": 3000.0, "fio_rand_read_iops": 43000.0,
+                    "fio_rand_write_iops": 20000.0},
+}
+EARLIER_RUNS_DAYS = (13, 11, 9, 7, 5, 3)  # days ago, before each seeded pair's latest result
+
+
+def cpu_mode_metrics(test: str, node: str, when: dt.datetime) -> dict:
+    """Figures like a CPU-mode run of ``test`` records, within a deterministic +-8 %."""
+    noise = random.Random(f"{node}/{test}/{when:%Y%m%d%H}")
+    return {k: round(v * noise.uniform(0.92, 1.08), 3) for k, v in CPU_MODE_FIGURES.get(test, {}).items()}
+
+
+def seed_history(url: str, now: dt.datetime | None = None) -> None:
+    """Earlier results, so this run has different suites due on different nodes, and the node pages
+    have a history to plot: gpu-001..003 passed all but one suite a day ago (and every two days
+    before), gpu-005 passed dl_unit nine days ago (stale now, and before that)."""
+    now = now or dt.datetime.now(dt.UTC)
+    latest = {(node, test): now - dt.timedelta(days=1)
+              for node, due_test in {"gpu-001": "dl_unit", "gpu-002": "nccl_loopback", "gpu-003": "storage_fio"}.items()
+              for test in suites.CATALOG if test != due_test}
+    latest[("gpu-005", "dl_unit")] = now - dt.timedelta(days=9)
     rows = []
-    due = {"gpu-001": "dl_unit", "gpu-002": "nccl_loopback", "gpu-003": "storage_fio"}
-    for node, due_test in due.items():
-        for test in suites.CATALOG:
-            if test != due_test:
-                rows.append({"node_name": node, "test_name": test, "status": "pass", "finished_at": fresh,
-                             "duration_s": 60.0, "gpu_model": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8,
-                             "dag_id": "continuous_validation", "run_id": "earlier"})
-    # gpu-005 passed dl_unit nine days ago: stale now
-    rows.append({"node_name": "gpu-005", "test_name": "dl_unit", "status": "pass", "gpu_count": 8,
-                 "finished_at": now - dt.timedelta(days=9), "duration_s": 240.0, "run_id": "last-week"})
+    for (node, test), last in latest.items():
+        for when in [now - dt.timedelta(days=d) for d in EARLIER_RUNS_DAYS if now - dt.timedelta(days=d) < last]:
+            rows.append({"node_name": node, "test_name": test, "status": "pass", "finished_at": when,
+                         "duration_s": 60.0, "gpu_model": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8,
+                         "metrics": cpu_mode_metrics(test, node, when), "dag_id": "continuous_validation",
+                         "run_id": f"earlier-{when:%Y%m%d}"})
+        rows.append({"node_name": node, "test_name": test, "status": "pass", "finished_at": last,
+                     "duration_s": 60.0, "gpu_model": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8,
+                     "metrics": cpu_mode_metrics(test, node, last), "dag_id": "continuous_validation",
+                     "run_id": "earlier"})
     result = ResultStore(url).record(rows)
-    print(f"seeded {result.inserted} earlier attempt(s)")
+    print(f"seeded {result.inserted} earlier attempt(s) of {len(latest)} node-test pairs")
 
 
 def fault_summary(node: str) -> str:
@@ -167,8 +220,12 @@ def demo(url: str, started: float) -> int:
         for ti in run["task_instances"]:
             label = ti["label"] or ti["task_id"]
             print(f"  {ti['task_id']:<12} {label:<28} {ti['state']}")
-        print(f"DagRun {run['run_id']}: {run['state']} "
-              f"({'a node failed a check' if run['state'] == 'failed' else 'no node failed'}); task logs: {log}")
+        broke = run_broke(run)
+        outcome = (f"the run could not complete: {', '.join(broke)} failed" if broke else
+                   "a node failed a check" if run["state"] == "failed" else "no node failed")
+        print(f"DagRun {run['run_id']}: {run['state']} ({outcome}); task logs: {log}")
+        if broke:
+            return 1
         for reason, names in ((run.get("summary") or {}).get("not_eligible") or {}).items():
             print(f"not eligible ({reason}): {', '.join(names)}")
         leaked = emu.live_pods("app.kubernetes.io/name=cluster-doctor")
@@ -179,16 +236,19 @@ def demo(url: str, started: float) -> int:
         daily = subprocess.run(dag_runner.command("--dag-id", "daily_fleet_report",
                                 "--conf", json.dumps({"day": today}), "--out", str(DEMO / "daily.json")),
                                env=env, capture_output=True, text=True)
-        if daily.returncode != 0:
-            print(daily.stdout[-2000:] + daily.stderr[-2000:])
+        reports = sorted((DEMO / "reports" / "daily").glob("*.md"))
+        if daily.returncode != 0 or not reports:
+            print(f"the daily report could not be written:\n{daily.stdout[-2000:]}{daily.stderr[-2000:]}")
+            return 1
+        print(daily_report_section(reports[-1].read_text()))
 
-    say("fleet status (python -m cluster_doctor status)")
+    say("fleet status (cluster-doctor status)")
     cli.main(["status", "--db-url", url])
     summary = run.get("summary") or {}
     if summary.get("ctrf_path"):
         print(f"\nCTRF report of the run: {summary['ctrf_path']}")
     for path in sorted((DEMO / "reports" / "daily").glob("*")):
-        print(f"daily report: {path}")
+        print(f"daily report in full: {path}")
     print(f"logs and results on the shared volume: {DEMO / 'pvc'}")
     print(f"\ndemo finished in {time.monotonic() - started:.0f} s")
     return 0

@@ -17,16 +17,20 @@ from collections.abc import Iterator
 import psutil
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """``pid: command line`` of every live process whose command line contains ``text`` (a data
-    directory, a state directory), this process excepted."""
+def processes_mentioning(text: str, *, environment: bool = False) -> list[str]:
+    """``pid: command line`` of every live process whose command line (or, with ``environment``,
+    environment: HOME, AIRFLOW_HOME and the like, which every child inherits) contains ``text`` — a
+    data directory, a state directory; this process excepted."""
     found = []
+    me = psutil.Process().pid
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         try:
+            if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
             cmdline = " ".join(proc.info["cmdline"] or [])
-            if proc.pid != psutil.Process().pid and text in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            if text in cmdline or (environment and any(text in v for v in proc.environ().values())):
                 found.append(f"{proc.pid}: {cmdline[:200]}")
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, OSError):
             continue
     return found
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from cluster_doctor.domain import fleet_verdicts
 from cluster_doctor.reports.templating import _CONTROL  # the control characters no page shows
 
 WIDTH, HEIGHT = 640, 150
@@ -58,7 +59,8 @@ def coverage_svg(samples: Sequence[Mapping[str, Any]], *, target: float | None =
                      f"{(s['coverage'] or 0):.1%} of nodes covered")
         parts.append(f'<circle cx="{_x(i, n):.1f}" cy="{_y(s["pair_coverage"]):.1f}" r="2.5" fill="#1f8a3b">'
                      f"<title>{tip}</title></circle>")
-    for i, anchor in ((0, "start"), (n // 2, "middle"), (n - 1, "end")):  # outer labels inside the chart
+    labelled = {0: "start", n // 2: "middle", n - 1: "end"}  # two samples: two labels, not three
+    for i, anchor in sorted(labelled.items()):  # the outer labels inside the chart
         parts.append(f'<text x="{_x(i, n):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" fill="currentColor">'
                      f"{escape(_day(points[i]['as_of']))}</text>")
     parts.append("</svg>")
@@ -71,9 +73,17 @@ P_LEFT, P_RIGHT, P_TOP, P_BOTTOM = 46, 12, 30, 22
 STATUS_COLORS = {"pass": "#1f8a3b", "fail": "#c62828", "error": "#e07b00"}
 BAND_COLOR = "#2f6fdf"
 
-# What the node page calls each judged metric (cluster_doctor.domain.fleet_verdicts.JUDGED_METRICS): label, unit.
+# What the node page plots per test: the judged metrics (cluster_doctor.domain.fleet_verdicts
+# .JUDGED_METRICS) and what the suites measure instead in CPU mode (the demo, tests, laptops: dl_unit's
+# GEMM runs in fp32 there). A node's page shows the ones it has values of.
+CPU_MODE_METRICS: dict[str, tuple[str, ...]] = {"dl_unit": ("gemm_fp32_tflops_min",)}
+PLOTTED_METRICS: dict[str, tuple[str, ...]] = {
+    test: (*metrics, *CPU_MODE_METRICS.get(test, ())) for test, metrics in fleet_verdicts.JUDGED_METRICS.items()}
+
+# What the node page calls each plotted metric: label, unit.
 METRIC_LABELS: dict[str, tuple[str, str]] = {
     "gemm_bf16_tflops_min": ("GEMM bf16, slowest GPU", "TFLOPS"),
+    "gemm_fp32_tflops_min": ("GEMM fp32, slowest device (CPU mode)", "TFLOPS"),
     "mem_bw_gbps_min": ("HBM bandwidth, slowest GPU", "GB/s"),
     "nccl_busbw_gbps": ("NCCL all-reduce bus bandwidth", "GB/s"),
     "fio_seq_read_mibps": ("fio sequential read", "MiB/s"),
@@ -121,6 +131,95 @@ def value_range(values: Sequence[float]) -> tuple[float, float]:
     pad = (hi - lo) * 0.08 if hi > lo else max(abs(hi) * 0.05, 1.0)
     low = lo - pad
     return (0.0 if lo >= 0 > low else low), hi + pad
+
+
+# Candidate spacings of time ticks, finest first; every one divides a day or is whole days, so ticks
+# aligned on multiples of it (from the Unix epoch, a UTC midnight) fall on round hours and midnights.
+TICK_STEPS = tuple(dt.timedelta(seconds=s) for s in (
+    60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+    86400, 2 * 86400, 7 * 86400, 14 * 86400, 28 * 86400, 91 * 86400, 182 * 86400, 364 * 86400))
+MAX_TIME_TICKS = 8
+CHAR_W = 5.6  # about the width of a character of the 10 px axis font
+LABEL_GAP = 8.0  # at least this many pixels between two tick labels
+
+
+def _tick_labels(ticks: Sequence[dt.datetime], step: dt.timedelta) -> list[str]:
+    """Labels that never repeat: days for day steps (with the year when the ticks span years); for
+    finer steps, a midnight shows its day and other ticks their time — with the day as well when the
+    ticks span more than a day (06:00 would otherwise come twice), and on the first tick when no
+    midnight says which day it is."""
+    if step >= dt.timedelta(days=1):
+        fmt = "%Y-%m-%d" if ticks[0].year != ticks[-1].year else "%m-%d"
+        return [t.strftime(fmt) for t in ticks]
+    day_long = ticks[-1] - ticks[0] >= dt.timedelta(days=1)
+    midnight = [t.hour == 0 and t.minute == 0 for t in ticks]
+    out = []
+    for i, t in enumerate(ticks):
+        if midnight[i]:
+            out.append(t.strftime("%m-%d"))
+        elif day_long or (i == 0 and not any(midnight)):
+            out.append(t.strftime("%m-%d %H:%M"))
+        else:
+            out.append(t.strftime("%H:%M"))
+    return out
+
+
+def _placed(xs: Sequence[float], labels: Sequence[str]) -> list[tuple[float, str, str]]:
+    """(x, text-anchor, label) for each tick whose label fits inside the plot without touching the
+    previous one; the others are left out."""
+    placed, right_of_previous = [], -math.inf
+    for x, label in zip(xs, labels, strict=True):
+        width = len(label) * CHAR_W
+        anchor, left = "middle", x - width / 2
+        if left < 2:
+            anchor, left = "start", x
+        elif x + width / 2 > PLOT_W - 2:
+            anchor, left = "end", x - width
+        if left >= right_of_previous + LABEL_GAP:
+            placed.append((x, anchor, label))
+            right_of_previous = left + width
+    return placed
+
+
+def _best_ticks(start: dt.datetime, end: dt.datetime, most: int) -> list[tuple[float, str, str]]:
+    """The placed ticks of the step (at most ``most`` ticks) that labels the most, all of them if
+    possible, the finer on a tie."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    best: list[tuple[float, str, str]] = []
+    best_score = 0.0
+    for step in TICK_STEPS:
+        first = epoch + step * math.ceil((start - epoch) / step)
+        count = (end - first) // step + 1 if first <= end else 0
+        if not 0 < count <= most:
+            continue
+        ticks = [first + i * step for i in range(count)]
+        placed = _placed([time_x(t, start, end) for t in ticks], _tick_labels(ticks, step))
+        score = len(placed) - (0.5 if len(placed) < count else 0.0)  # a tick left out looks irregular
+        if score > best_score:
+            best, best_score = placed, score
+    return best
+
+
+def time_ticks(start: dt.datetime, end: dt.datetime) -> list[tuple[float, str, str]]:
+    """(x, text-anchor, label) of the time axis of a plot spanning [start, end], in UTC, at most
+    MAX_TIME_TICKS: the round spacing (TICK_STEPS) that labels the most ticks, preferring one whose
+    every label fits, then the finer; labels never repeat. A plot without a span gets one label, its
+    moment."""
+    start, end = start.astimezone(dt.UTC), end.astimezone(dt.UTC)
+    if end <= start:
+        return [(time_x(start, start, end), "middle", start.strftime("%Y-%m-%d %H:%M"))]
+    best: list[tuple[float, str, str]] = []
+    for most in (MAX_TIME_TICKS - 2, MAX_TIME_TICKS):  # a calm axis first; denser when it is too sparse
+        best = _best_ticks(start, end, most)
+        if len(best) >= 3:
+            break
+    if len(best) >= 2 or (best and end - start < 2 * TICK_STEPS[-1]):
+        return best
+    if end - start < TICK_STEPS[-1]:  # shorter than a minute, between two round minutes: its middle
+        middle = start + (end - start) / 2
+        return [(time_x(middle, start, end), "middle", middle.strftime("%Y-%m-%d %H:%M:%S"))]
+    # longer than the longest step allows: the two ends, as dates
+    return [(time_x(t, start, end), anchor, t.strftime("%Y-%m-%d")) for t, anchor in ((start, "start"), (end, "end"))]
 
 
 def time_x(at: dt.datetime, start: dt.datetime, end: dt.datetime) -> float:
@@ -242,10 +341,10 @@ def metric_svg(
         parts.append(f'<circle class="point st-{status}" cx="{x(p["at"]):.1f}" cy="{y(p["value"]):.1f}" '
                      f'r="{3.5 if status == "pass" else 4.5}" fill="{STATUS_COLORS[status]}"><title>{tip}</title>'
                      "</circle>")
-    ticks = ((start, "start"), (start + (end - start) / 2, "middle"), (end, "end")) if end > start else \
-        ((start, "middle"),)
-    for at, anchor in ticks:  # the outer labels inside the plot, not cut at its edges
-        parts.append(f'<text x="{x(at):.1f}" y="{PLOT_H - 6}" text-anchor="{anchor}" fill="currentColor" '
-                     f'fill-opacity="0.8">{_text(_day(at))}</text>')
+    for tx, anchor, label in time_ticks(start, end):
+        parts.append(f'<line class="time-grid" x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{bottom}" '
+                     'stroke="currentColor" stroke-opacity="0.08"/>')
+        parts.append(f'<text class="time-tick" x="{tx:.1f}" y="{PLOT_H - 6}" text-anchor="{anchor}" '
+                     f'fill="currentColor" fill-opacity="0.8">{_text(label)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -411,17 +411,18 @@ class FleetQueries:
 
     # ------------------------------------------------------------------ plots of one node
     def metric_series(self, node_name: str, tests: Sequence[str], *, days: float = PLOT_DAYS,
-                      per_test: int = PLOT_POINTS) -> dict[tuple[str, str], list[dict[str, Any]]]:
+                      per_test: int = PLOT_POINTS, metrics: Mapping[str, Sequence[str]] | None = None,
+                      ) -> dict[tuple[str, str], list[dict[str, Any]]]:
         """(test, metric) -> the node's executed attempts of that test, oldest first, as plot points
         ``{"at", "status", "value"}`` (value None when the attempt lacks the metric as a finite JSON
-        number), for the judged
-        metrics of ``tests``: the last ``per_test`` attempts per test within ``days``, one query over
-        the history's per-pair index."""
+        number), for the ``metrics`` of each of ``tests`` (default: the judged ones): the last
+        ``per_test`` attempts per test within ``days``, one query over the history's per-pair index."""
         validate_node_name(node_name)
-        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in fleet_verdicts.JUDGED_METRICS]
+        wanted_of = fleet_verdicts.JUDGED_METRICS if metrics is None else metrics
+        tests = [validate_test_name(t) for t in dict.fromkeys(tests) if t in wanted_of]
         if not tests:
             return {}
-        keys = list(dict.fromkeys(k for t in tests for k in fleet_verdicts.JUDGED_METRICS[t]))
+        keys = list(dict.fromkeys(k for t in tests for k in wanted_of[t]))
         # JSON numbers only, as the verdicts read them: a value stored as text is no measurement
         columns = "".join(f", CASE WHEN jsonb_typeof(h.metrics->%(k{i})s) = 'number' THEN h.metrics->>%(k{i})s END"
                           for i in range(len(keys)))
@@ -439,10 +440,9 @@ class FleetQueries:
                  "since": self.now - dt.timedelta(days=days), "now": self.now,
                  **{f"k{i}": k for i, k in enumerate(keys)}})
             raw = cur.fetchall()
-        out: dict[tuple[str, str], list[dict[str, Any]]] = {
-            (t, m): [] for t in tests for m in fleet_verdicts.JUDGED_METRICS[t]}
+        out: dict[tuple[str, str], list[dict[str, Any]]] = {(t, m): [] for t in tests for m in wanted_of[t]}
         for test, status, finished, *values in raw:
-            wanted = fleet_verdicts.JUDGED_METRICS[test]
+            wanted = wanted_of[test]
             for key, text in zip(keys, values, strict=True):
                 if key in wanted:
                     out[(test, key)].append({"at": finished, "status": status,

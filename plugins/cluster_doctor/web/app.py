@@ -312,22 +312,26 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
 
 
 def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
-               test: str | None = None) -> list[dict[str, Any]]:
-    """The node page's plots: per judged metric of each of the node's tests (or of ``test``), its
-    history with the fleet band of its GPU model, on one shared time axis."""
+               test: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The node page's plots and the tests without any value to plot. A plot per metric of each of
+    the node's tests (or of ``test``) that has a value — the judged metrics, or their CPU-mode
+    counterparts (charts.PLOTTED_METRICS) — with the fleet band of its GPU model, on one shared time
+    axis."""
     tests = [test] if test else [c["test_name"] for c in node["cells"]]
-    series = fq.metric_series(node["node_name"], tests)
-    if not any(p["value"] is not None for points in series.values() for p in points):
-        return []
+    series = fq.metric_series(node["node_name"], tests, metrics=charts.PLOTTED_METRICS)
+    valued = {key: points for key, points in series.items() if any(p["value"] is not None for p in points)}
+    missing = sorted({t for (t, _), points in series.items() if points} - {t for t, _ in valued})  # ran, no value
+    if not valued:
+        return [], missing
     policy = fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts)
-    bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in series], policy)
-    times = [p["at"] for points in series.values() for p in points]
+    bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in valued], policy)
+    times = [p["at"] for points in valued.values() for p in points]
     start, end = min(times), max([fq.now, *times])
     start = min(start, end - dt.timedelta(days=1))  # a day at least: a single run is not a line
     return [{"test": t, "metric": m, "band": bands.get((t, m)),
              "svg": charts.metric_svg(points, metric=m, chart_id=f"plot-{t}-{m}", band=bands.get((t, m)),
                                       start=start, end=end)}
-            for (t, m), points in series.items()]
+            for (t, m), points in valued.items()], missing
 
 
 # ---------------------------------------------------------------------------------------- routes
@@ -393,7 +397,7 @@ def node_page(
         raise HTTPException(status_code=400, detail=str(exc)) from None
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
-    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[],
+    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[],
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -401,8 +405,9 @@ def node_page(
         with fleet.open_for(settings, connect, now=now) as fq:
             node = fq.node(node_name)
             if node is not None:
-                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit),
-                           plots=node_plots(fq, node, settings, test or None))
+                plots, missing = node_plots(fq, node, settings, test or None)
+                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit), plots=plots,
+                           plots_missing=missing)
     except Exception as exc:  # noqa: BLE001
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)

@@ -148,3 +148,70 @@ def test_coverage_chart():
     assert labels[-3:] == ["11-01", "11-02", "11-03"]
     too_few = str(charts.coverage_svg(samples[:1]))
     assert "<svg" not in too_few and re.search(r'id="coverage-chart"', too_few)
+
+
+# ---------------------------------------------------------------------------- time axis
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def tick_labels(svg) -> list[str]:
+    return [t.text for t in parse(svg).iter(f"{SVG}text") if t.get("class") == "time-tick"]
+
+
+@pytest.mark.parametrize("span, expected", [
+    (dt.timedelta(hours=5), ["11-01 10:00", "11:00", "12:00", "13:00", "14:00"]),
+    (DAY, ["18:00", "11-01", "06:00", "12:00"]),  # a midnight says which day
+    (DAY + dt.timedelta(hours=7), ["10-31 12:00", "10-31 18:00", "11-01", "11-01 06:00", "11-01 12:00"]),
+    (10 * DAY, ["10-24", "10-26", "10-28", "10-30", "11-01"]),
+    (41 * DAY, ["09-24", "10-01", "10-08", "10-15", "10-22", "10-29"]),
+])
+def test_time_ticks_fall_on_round_times_and_never_repeat(span, expected):
+    end = T0 + dt.timedelta(hours=14, minutes=34)
+    assert [label for _, _, label in charts.time_ticks(end - span, end)] == expected
+
+
+def test_a_day_of_demo_runs_gets_hours_not_the_same_date_three_times():
+    """The demo's case: every point within the last day, on the node page's one-day-minimum axis."""
+    end = T0 + dt.timedelta(hours=9, minutes=12)
+    points = [pt(0.3, 12.0), pt(0.37, 12.4)]
+    labels = tick_labels(charts.metric_svg(points, metric="gemm_fp32_tflops_min", chart_id="p",
+                                           start=end - DAY, end=end))
+    assert len(labels) >= 3 and len(set(labels)) == len(labels)
+    assert any(":" in label for label in labels)
+
+
+@given(start=st.datetimes(min_value=dt.datetime(2000, 1, 1), max_value=dt.datetime(2099, 1, 1),
+                          timezones=st.just(dt.UTC)),
+       seconds=st.floats(min_value=1, max_value=3 * 365 * 86400))
+def test_time_tick_labels_are_distinct_ordered_inside_the_plot_and_apart(start, seconds):
+    end = start + dt.timedelta(seconds=seconds)
+    ticks = charts.time_ticks(start, end)
+    labels = [label for _, _, label in ticks]
+    assert 1 <= len(ticks) <= charts.MAX_TIME_TICKS and len(set(labels)) == len(labels), labels
+    xs = [x for x, _, _ in ticks]
+    assert xs == sorted(xs) and all(charts.P_LEFT <= x <= charts.PLOT_W - charts.P_RIGHT for x in xs)
+    extents = []
+    for x, anchor, label in ticks:
+        width = len(label) * charts.CHAR_W
+        left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
+        assert 0 <= left and left + width <= charts.PLOT_W, (x, anchor, label)
+        extents.append((left, left + width))
+    assert all(b[0] >= a[1] for a, b in zip(extents, extents[1:])), labels  # no two labels overlap
+
+
+def test_a_plot_without_a_span_gets_its_moment():
+    (x, anchor, label), = charts.time_ticks(T0, T0)
+    assert label == "2026-11-01 00:00" and anchor == "middle"
+
+
+def test_two_coverage_samples_get_two_labels():
+    samples = [{"as_of": T0 + i * DAY, "pair_coverage": 0.5, "coverage": 0.5} for i in range(2)]
+    labels = [t.text for t in parse(charts.coverage_svg(samples)).iter(f"{SVG}text")]
+    assert labels[-2:] == ["11-01", "11-02"] and labels.count("11-02") == 1
+
+
+def test_cpu_mode_gemm_is_plotted_for_dl_unit():
+    assert "gemm_fp32_tflops_min" in charts.PLOTTED_METRICS["dl_unit"]
+    assert set(charts.PLOTTED_METRICS["dl_unit"]) >= {"gemm_bf16_tflops_min", "mem_bw_gbps_min"}
+    assert all(m in charts.METRIC_LABELS for ms in charts.PLOTTED_METRICS.values() for m in ms)

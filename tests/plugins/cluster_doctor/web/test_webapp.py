@@ -242,6 +242,28 @@ def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots
     assert 'id="plots"' not in c.get("/cluster-doctor/nodes/gpu-006").text
 
 
+def test_node_page_plots_what_cpu_mode_suites_record_and_names_tests_without_values(pg_admin_dsn, template_db):
+    """The demo's case: dl_unit in CPU mode records fp32 GEMM (no bf16), storage_fio runs recorded no
+    figure; every plot drawn has points, the others are named, and no time label repeats."""
+    rows = []
+    for i, hours in enumerate((200, 150, 100, 50, 2)):
+        at = seed.NOW - dt.timedelta(hours=hours)
+        rows.append(seed.attempt("cpu-001", "dl_unit", "pass", at, gpu_model="cpu", map_index=i,
+                                 metrics={"gemm_fp32_tflops_min": 0.2 + i / 100, "mem_bw_gbps_min": 9.5 + i}))
+        rows.append(seed.attempt("cpu-001", "storage_fio", "pass", at, gpu_model="cpu", map_index=i, metrics={}))
+    with _fresh_database(pg_admin_dsn, template_db) as dsn:
+        ResultStore(dsn).record(rows)
+        html = make_client(dsn).get("/cluster-doctor/nodes/cpu-001").text
+    plots = _svgs(html)
+    assert set(plots) == {"dl_unit-gemm_fp32_tflops_min", "dl_unit-mem_bw_gbps_min"}
+    for svg in plots.values():
+        assert svg.count('<circle class="point') == 5
+        ticks = re.findall(r'<text class="time-tick"[^>]*>([^<]+)</text>', svg)
+        assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
+    assert "GEMM fp32, slowest device (CPU mode)" in plots["dl_unit-gemm_fp32_tflops_min"]
+    assert re.search(r'id="plots-missing">No value to plot yet for storage_fio:', html)
+
+
 def test_node_page_errors(client):
     assert client.get("/cluster-doctor/nodes/gpu-999").status_code == 404
     r = client.get("/cluster-doctor/nodes/Bad_Node", headers={"Accept": "text/html"})
