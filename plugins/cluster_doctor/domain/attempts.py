@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from cluster_doctor.domain import actions
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import Status
 
@@ -144,12 +145,19 @@ class Attempt:
     run_id: str = ""
     map_index: int = -1
     try_number: int = 1
+    # domain.actions: the recommended action (None: unknown), and whether a check could not run
+    # (executed attempts only; derived from the checks when not given)
+    action: str | None = None
+    incomplete: bool | None = None
+    checks_not_run: int | None = None
 
     COLUMNS = (
         "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics",
         "checks", "reason", "log_path", "pod_name", "gpu_model", "gpu_count", "suite_version", "dag_id",
-        "run_id", "map_index", "try_number",
+        "run_id", "map_index", "try_number", "action", "incomplete", "checks_not_run",
     )
+    # Derived from the other columns: never a reason to call two writes of one attempt different.
+    DERIVED = ("action", "incomplete", "checks_not_run")
 
     def __post_init__(self) -> None:
         try:
@@ -199,6 +207,28 @@ class Attempt:
                 raise InvalidAttempt(f"{field}: expected an integer in [{INT_MIN}, {INT_MAX}], got {_short(value)}")
         if self.try_number < 0:
             raise InvalidAttempt(f"try_number: must be >= 0, got {self.try_number}")
+        self._judge_completeness()
+
+    def _judge_completeness(self) -> None:
+        """Fill action / incomplete / checks_not_run where not given (domain.actions)."""
+        if self.action is not None and actions.valid(self.action) is None:
+            raise InvalidAttempt(f"action: {_short(self.action)} is not one of {', '.join(actions.ACTIONS)}")
+        if self.action is None:
+            object.__setattr__(self, "action", actions.for_attempt(self.status, checks=self.checks))
+        if not self.status.executed:  # nothing was checked: neither complete nor incomplete
+            object.__setattr__(self, "incomplete", None)
+            object.__setattr__(self, "checks_not_run", None)
+            return
+        not_run = self.checks_not_run
+        if not_run is None:
+            not_run = actions.not_run_count(None, self.checks)
+        elif isinstance(not_run, bool) or not isinstance(not_run, int) or not 0 <= not_run <= INT_MAX:
+            raise InvalidAttempt(f"checks_not_run: expected an integer in [0, {INT_MAX}], got {_short(not_run)}")
+        if self.incomplete is not None and not isinstance(self.incomplete, bool):
+            raise InvalidAttempt(f"incomplete: expected true or false, got {_short(self.incomplete)}")
+        object.__setattr__(self, "checks_not_run", not_run)
+        # a not-run check makes it incomplete, whatever was claimed
+        object.__setattr__(self, "incomplete", bool(self.incomplete) or not_run > 0)
 
     @property
     def executed(self) -> bool:
@@ -269,5 +299,9 @@ def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
         "gpu_count": result.get("gpu_count") if result.get("gpu_count") is not None else environment.get("gpu_count"),
         "suite_version": result.get("suite_version"),
     }
+    checks = fields["checks"] if isinstance(fields["checks"], list) else []
+    fields["action"] = actions.for_attempt(status, result, checks)
+    fields["incomplete"] = result.get("incomplete") is True or None
+    fields["checks_not_run"] = actions.not_run_count(result, checks)
     fields.update({k: v for k, v in identity.items() if v is not None})
     return Attempt.from_dict({k: v for k, v in fields.items() if v is not None})

@@ -35,7 +35,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import suites
+from cluster_doctor.domain import actions, suites
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.status import EXECUTED, Status
 
@@ -439,6 +439,11 @@ def to_attempt(
     if duration is None and began is not None:
         duration = max(0.0, (finished - began).total_seconds())
     executed = outcome.status in EXECUTED
+    checks = summary.get("checks") or [] if executed else []
+    # the suite's action and count of not-run checks, when the verdict is the suite's own (domain.actions)
+    judged = dict(action=actions.for_attempt(outcome.status, summary, checks),
+                  incomplete=(summary.get("incomplete") is True) if executed else None,
+                  checks_not_run=actions.not_run_count(summary, checks) if executed else None)
     identity = dict(node_name=node_name, test_name=test_name, gpu_count=gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=map_index, try_number=try_number,
                     pod_name=_optional(pod_name))
@@ -449,11 +454,12 @@ def to_attempt(
             finished_at=finished,
             duration_s=duration,
             metrics=summary.get("metrics") or {} if executed else {},
-            checks=summary.get("checks") or [] if executed else [],
+            checks=checks,
             reason=_optional(outcome.reason, MAX_REASON),
             log_path=_optional(summary.get("log_path")),
             gpu_model=_optional(summary.get("gpu_model")) or _optional(gpu_model),
             suite_version=_optional(summary.get("suite_version")) or _optional(suite_version),
+            **judged,
             **identity,
         )
     except InvalidAttempt as exc:

@@ -37,15 +37,23 @@ log = logging.getLogger(__name__)
 LATEST_COLUMNS = (
     "node_name", "test_name", "status", "started_at", "finished_at", "metrics", "checks", "reason",
     "gpu_model", "history_id", "status_since", "previous_status", "last_attempt_at", "last_attempt_status",
-    "last_attempt_reason",
+    "last_attempt_reason", "action", "incomplete", "checks_not_run",
 )
 HISTORY_COLUMNS = ("id", *Attempt.COLUMNS, "created_at")
+# A row recorded before migration 0004 has no not-run count: read it from its skip checks, so an old
+# pass that skipped a check is not read as a clean one (its action stays NULL: unknown).
+HISTORY_EXPRESSIONS = {
+    "incomplete": "cluster_doctor_incomplete(status, incomplete, checks_not_run, checks) AS incomplete",
+    "checks_not_run": "cluster_doctor_checks_not_run(status, checks_not_run, checks) AS checks_not_run",
+}
+HISTORY_SELECT = ", ".join(HISTORY_EXPRESSIONS.get(c, c) for c in HISTORY_COLUMNS)
 KEY_COLUMNS = ("dag_id", "run_id", "node_name", "test_name", "try_number")  # validation_history_attempt_key
 COLUMN_TYPES = {
     "node_name": "text", "test_name": "text", "status": "text", "started_at": "timestamptz",
     "finished_at": "timestamptz", "duration_s": "double precision", "metrics": "jsonb", "checks": "jsonb",
     "reason": "text", "log_path": "text", "pod_name": "text", "gpu_model": "text", "gpu_count": "integer",
     "suite_version": "text", "dag_id": "text", "run_id": "text", "map_index": "integer", "try_number": "integer",
+    "action": "text", "incomplete": "boolean", "checks_not_run": "integer",
 }
 
 # The same semantics as validation_latest, computed straight from the history with no help from the
@@ -284,7 +292,8 @@ class ResultStore:
             return []
         casts = [f"%s::{COLUMN_TYPES[c]}" for c in Attempt.COLUMNS]
         values = ", ".join(["(" + ", ".join(casts) + ")"] * len(skipped))
-        content = [c for c in Attempt.COLUMNS if c not in KEY_COLUMNS]
+        # derived columns left out: a row stored before 0004 (NULL there) and its re-write are one attempt
+        content = [c for c in Attempt.COLUMNS if c not in KEY_COLUMNS and c not in Attempt.DERIVED]
         cur.execute(
             f"WITH v ({', '.join(Attempt.COLUMNS)}) AS (VALUES {values}) "
             f"SELECT {', '.join('v.' + c for c in KEY_COLUMNS)} FROM v JOIN validation_history h "
@@ -442,7 +451,7 @@ class ResultStore:
 
     def history(self, node_name: str, test_name: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
         validate_node_name(node_name)
-        sql = f"SELECT {', '.join(HISTORY_COLUMNS)} FROM validation_history WHERE node_name = %s"
+        sql = f"SELECT {HISTORY_SELECT} FROM validation_history WHERE node_name = %s"
         params: list[Any] = [node_name]
         if test_name:
             sql += " AND test_name = %s"
@@ -455,7 +464,7 @@ class ResultStore:
 
     def attempts_for_run(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self._query(
-            f"SELECT {', '.join(HISTORY_COLUMNS)} FROM validation_history "
+            f"SELECT {HISTORY_SELECT} FROM validation_history "
             "WHERE dag_id = %s AND run_id = %s ORDER BY node_name, test_name, try_number",
             (dag_id, run_id),
         )

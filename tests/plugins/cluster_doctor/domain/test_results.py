@@ -70,6 +70,22 @@ def test_the_recommended_action_of_a_suite_reaches_the_attempt():
     assert attempt.checks[0]["action"] == "reset_gpu"
     bad = classify(pod(1, json.dumps(summary("fail", action="format_the_disk"))))
     assert bad.status == "error"  # an action outside the fixed set breaks the contract
+    assert attempt.action == "reset_gpu"
+
+
+def test_an_incomplete_pass_reaches_the_attempt_with_its_count():
+    """The summary's own skip count wins over the checks it kept (cut to fit 4 KiB)."""
+    s = summary(action="none", incomplete=True, truncated=True, checks_omitted=3,
+                check_counts={"pass": 9, "fail": 0, "warn": 0, "error": 0, "skip": 3},
+                checks=[{"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none"}])
+    attempt = results.attempt_from_pod(pod(0, json.dumps(s)), node_name=NODE, test_name=TEST)
+    assert attempt.status == "pass"
+    assert (attempt.action, attempt.incomplete, attempt.checks_not_run) == ("none", True, 3)
+
+
+def test_an_error_the_orchestrator_judged_is_retested():
+    attempt = results.attempt_from_pod(pod(137, reason="OOMKilled"), node_name=NODE, test_name=TEST)
+    assert attempt.status == "error" and attempt.action == "retest"
 
 
 def test_result_line_in_the_log_when_the_message_is_log_fallback():
