@@ -77,7 +77,7 @@ MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_histor
 SNAPSHOT_SQL = """
 SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8 AS finished_ts,
        extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model,
-       {since} AS since_ts{figures}
+       {since} AS since_ts, {judged}{figures}
   FROM validation_latest l
 """
 # What a cached page snapshot is checked against: a new attempt (any insert) raises max(id); the
@@ -212,14 +212,16 @@ class FleetQueries:
         columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
         # the status's start only feeds the exporter (converting a time costs ~6 ms per 20,000 rows)
         since = "extract(epoch FROM l.status_since)::float8" if figures else "NULL::float8"
+        # the action and completeness only feed the exporter too
+        judged = "l.action, l.incomplete, l.checks_not_run" if figures else "NULL::text, NULL::bool, NULL::int"
         with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
-            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, figures=columns),
+            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, judged=judged, figures=columns),
                         {f"k{i}": k for i, k in enumerate(keys)})
             raw = cur.fetchall()
         per_test = {t: set(suites.CATALOG[t].key_metrics) if t in suites.CATALOG else set() for t in self.tests}
         rows = []
         append, lo, hi = rows.append, _MIN_TS, _MAX_TS
-        for node, test, status, finished_ts, last_ts, model, since_ts, *texts in raw:
+        for node, test, status, finished_ts, last_ts, model, since_ts, action, incomplete, not_run, *texts in raw:
             # range checks inline: this loop runs once per pair (20,000 at 5,000 nodes) on every page
             if finished_ts is not None and not lo <= finished_ts <= hi:
                 finished_ts = _ts(finished_ts)
@@ -229,6 +231,7 @@ class FleetQueries:
                    "last_attempt_at": last_ts, "gpu_model": model}
             if figures:
                 row["since_ts"] = _ts(since_ts)
+                row["action"], row["incomplete"], row["checks_not_run"] = action, incomplete, not_run
                 wanted = per_test.get(test, ())
                 row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
                                   if k in wanted and text is not None and (v := finite(text)) is not None}
@@ -345,7 +348,8 @@ class FleetQueries:
     def _cells(self, names: Sequence[str]) -> dict[tuple[str, str], dict[str, Any]]:
         rows = self._rows(
             "SELECT node_name, test_name, status, finished_at, status_since, previous_status, reason, "
-            "       gpu_model, last_attempt_at, last_attempt_status, last_attempt_reason "
+            "       gpu_model, last_attempt_at, last_attempt_status, last_attempt_reason, action, incomplete, "
+            "       checks_not_run "
             "  FROM validation_latest WHERE node_name = ANY(%s) AND test_name = ANY(%s)",
             (list(names), self.tests),
         )
@@ -373,7 +377,7 @@ class FleetQueries:
             "       l.checks, l.reason, h.log_path, l.gpu_model, h.dag_id, h.run_id, l.history_id, "
             "       l.status_since, l.previous_status, l.last_attempt_at, l.last_attempt_status, "
             "       l.last_attempt_reason, h.map_index, h.try_number, h.pod_name, h.suite_version, "
-            f"      h.gpu_count, {MODEL_EXPR} AS model "
+            f"      h.gpu_count, {MODEL_EXPR} AS model, l.action, l.incomplete, l.checks_not_run "
             "  FROM validation_latest l LEFT JOIN validation_history h ON h.id = l.history_id "
             " WHERE l.node_name = %s",
             (node_name,),
@@ -399,7 +403,10 @@ class FleetQueries:
         validate_node_name(node_name)
         sql = ("SELECT id, node_name, test_name, status, started_at, finished_at, duration_s, metrics, reason, "
                "       log_path, pod_name, gpu_model, gpu_count, suite_version, dag_id, run_id, map_index, "
-               "       try_number "
+               "       try_number, action, "
+               # rows from before migration 0004: the not-run count from their skip checks
+               "       cluster_doctor_incomplete(status, incomplete, checks_not_run, checks) AS incomplete, "
+               "       cluster_doctor_checks_not_run(status, checks_not_run, checks) AS checks_not_run "
                "  FROM validation_history WHERE node_name = %s")
         params: list[Any] = [node_name]
         if test_name:

@@ -29,7 +29,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor.domain import fleet_verdicts, suites
+from cluster_doctor.domain import actions, fleet_verdicts, suites
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.nodes import (
@@ -185,14 +185,17 @@ def cell_title(now: dt.datetime, test: str, cell: Mapping[str, Any] | None) -> s
     lines = []
     if cell.get("status"):
         since = cell.get("status_since")
-        lines.append(f"{test}: {cell['status']} since {format_ts(since)}"
+        shown = actions.status_text(cell["status"], cell.get("incomplete"), cell.get("checks_not_run"))
+        lines.append(f"{test}: {shown} since {format_ts(since)}"
                      + (f" ({format_age((now - since).total_seconds())})" if since else "")
                      + (f", before: {cell['previous_status']}" if cell.get("previous_status") else ""))
         if cell.get("finished_at") != since or cell.get("stale"):
             stale = " · STALE" if cell.get("stale") else ""
             lines.append(f"last run {format_ts(cell.get('finished_at'))}{stale}")
-        if cell.get("reason") and cell["status"] != "pass":  # a pass says "all checks passed": noise
-            lines.append(_clip(cell["reason"], 300))
+        if cell.get("reason") and (cell["status"] != "pass" or cell.get("incomplete")):
+            lines.append(_clip(cell["reason"], 300))  # a clean pass says "all checks passed": noise
+        if cell["status"] != "pass":
+            lines.append(f"recommended action: {actions.shown(cell.get('action'))}")
     else:
         lines.append(f"{test}: never executed")
     if cell.get("last_attempt_at") and (cell.get("last_attempt_status") != cell.get("status")):
@@ -306,6 +309,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
         "figures": key_figures, "bad_checks": bad_checks,
         "cell_title": lambda test, cell: cell_title(now, test, cell),
+        "status_text": actions.status_text, "action_shown": actions.shown,
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
     }

@@ -409,3 +409,33 @@ def test_metrics_route_asks_the_auth_manager(small_db, airflow_auth, monkeypatch
     r = make_client(small_db, authenticated=False).get("/cluster-doctor/metrics",
                                                        headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 403 and "cluster_doctor_" not in r.text
+
+
+# ---------------------------------------------------------------------------------------- issue 20
+def test_an_incomplete_pass_is_never_shown_as_a_clean_pass_and_failures_show_their_action(db_dsn, store):
+    import dataclasses
+
+    now = seed.NOW
+    skip = {"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none"}
+    partial = seed.attempt("gpu-001", "gpu_health", "pass", now - dt.timedelta(hours=1))
+    partial = dataclasses.replace(partial, checks=[*partial.checks, skip, {**skip, "name": "kernel_log"}],
+                                  incomplete=None, checks_not_run=None)
+    xid = {"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"}
+    failed = dataclasses.replace(seed.attempt("gpu-002", "gpu_health", "fail", now - dt.timedelta(hours=1)),
+                                 checks=[xid], action=None)
+    store.record([partial, failed, seed.attempt("gpu-003", "gpu_health", "pass", now - dt.timedelta(hours=1))])
+    c = make_client(db_dsn)
+    html = c.get("/cluster-doctor/").text
+    cell = _cell(html, "gpu-001", "gpu_health")
+    assert 'data-incomplete="2"' in cell and "st-pass incomplete" in cell and "(2 not run)" in cell
+    assert "pass (incomplete: 2 checks not run)" in cell  # the tooltip
+    clean = _cell(html, "gpu-003", "gpu_health")
+    assert "incomplete" not in clean and "not run" not in clean
+    assert "recommended action: reboot" in _cell(html, "gpu-002", "gpu_health")
+    node = c.get("/cluster-doctor/nodes/gpu-001").text
+    latest = re.search(r'<tr id="test-gpu_health".*?</tr>', node, re.S).group(0)
+    assert "pass (incomplete: 2 checks not run)" in latest
+    history = re.search(r'<table id="history">.*?</table>', node, re.S).group(0)
+    assert "pass (incomplete: 2 checks not run)" in history
+    node = c.get("/cluster-doctor/nodes/gpu-002").text
+    assert "action: reboot" in re.search(r'<tr id="test-gpu_health".*?</tr>', node, re.S).group(0)
