@@ -21,6 +21,17 @@ class InvalidParams(ValueError):
     pass
 
 
+# Far above any cluster's node count (one pair per node per run), far below what breaks arithmetic.
+MAX_PAIRS = 1_000_000
+MAX_NODE_RANGE = 4096  # characters, as the DAG's Param says
+MAX_TESTS = 64
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 @dataclasses.dataclass(frozen=True)
 class RunParams:
     node_range: NodeRange
@@ -39,41 +50,60 @@ class RunParams:
         }
 
 
-def parse_params(params: Mapping[str, Any], settings: Settings, *, now: dt.datetime) -> RunParams:
+def parse_params(params: Mapping[str, Any] | None, settings: Settings, *, now: dt.datetime) -> RunParams:
+    """The run's params (the trigger form, a backfill's conf), each checked for type and range: a bad
+    one raises ``InvalidParams`` naming it, in one line, before anything is planned."""
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise InvalidParams(f"params: expected an object of run params, got {type(params).__name__}")
+    raw_range = params.get("node_range")
+    if raw_range not in (None, "") and not isinstance(raw_range, str):
+        raise InvalidParams(f"param node_range: expected a hostlist or glob expression (text), got {_shown(raw_range)}")
+    if isinstance(raw_range, str) and len(raw_range) > MAX_NODE_RANGE:
+        raise InvalidParams(f"param node_range: longer than {MAX_NODE_RANGE} characters")
     try:
-        node_range = parse_node_range(params.get("node_range") or "")
+        node_range = parse_node_range(raw_range or "")
     except ValueError as exc:
         raise InvalidParams(f"param node_range: {exc}") from None
-    raw_tests = params.get("tests")
-    if raw_tests in (None, "", []):
-        tests = list(settings.tests)
-    elif isinstance(raw_tests, str):
-        tests = [t.strip() for t in raw_tests.split(",") if t.strip()]
-    elif isinstance(raw_tests, (list, tuple)):
-        tests = [str(t) for t in raw_tests]
-    else:
-        raise InvalidParams(f"param tests: expected a list of suite names, got {raw_tests!r}")
-    unknown = [t for t in tests if t not in suites.CATALOG]
-    if unknown:
-        raise InvalidParams(f"param tests: unknown suite(s) {', '.join(map(repr, unknown))} "
-                            f"(known: {', '.join(suites.CATALOG)})")
+    tests = _tests(params.get("tests"), settings)
     stale_before = None
     if params.get("stale_before") not in (None, ""):
+        if not isinstance(params["stale_before"], str):
+            raise InvalidParams(f"param stale_before: expected an ISO 8601 date-time, got {_shown(params['stale_before'])}")
         try:
             stale_before = parse_timestamp(params["stale_before"], "stale_before")
         except InvalidAttempt as exc:
             raise InvalidParams(f"param {exc}") from None
         if stale_before > now + dt.timedelta(minutes=5):
-            raise InvalidParams(f"param stale_before: {params['stale_before']!r} is in the future")
+            raise InvalidParams(f"param stale_before: {_shown(params['stale_before'])} is in the future")
     max_pairs = params.get("max_pairs")
     if max_pairs in (None, ""):
         max_pairs = settings.max_pairs_per_run
-    if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 0:
-        raise InvalidParams(f"param max_pairs: expected an integer >= 0, got {max_pairs!r}")
+    if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or not 0 <= max_pairs <= MAX_PAIRS:
+        raise InvalidParams(f"param max_pairs: expected an integer from 0 to {MAX_PAIRS}, got {_shown(max_pairs)}")
     dry_run = params.get("dry_run", False)
     if not isinstance(dry_run, bool):
-        raise InvalidParams(f"param dry_run: expected true or false, got {dry_run!r}")
+        raise InvalidParams(f"param dry_run: expected true or false, got {_shown(dry_run)}")
     return RunParams(node_range, list(dict.fromkeys(tests)), stale_before, max_pairs, dry_run)
+
+
+def _tests(raw: Any, settings: Settings) -> list[str]:
+    if raw in (None, "", []):
+        return list(settings.tests)
+    if isinstance(raw, str):
+        tests = [t.strip() for t in raw.split(",") if t.strip()]
+    elif isinstance(raw, (list, tuple)) and all(isinstance(t, str) for t in raw):
+        tests = list(raw)
+    else:
+        raise InvalidParams(f"param tests: expected a list of suite names, got {_shown(raw)}")
+    if len(tests) > MAX_TESTS:
+        raise InvalidParams(f"param tests: more than {MAX_TESTS} names")
+    unknown = [t for t in tests if t not in suites.CATALOG]
+    if unknown:
+        raise InvalidParams(f"param tests: unknown suite(s) {', '.join(_shown(t) for t in unknown[:5])} "
+                            f"(known: {', '.join(suites.CATALOG)})")
+    return tests
 
 
 def policy(settings: Settings, params: RunParams) -> priority.Policy:
@@ -82,4 +112,48 @@ def policy(settings: Settings, params: RunParams) -> priority.Policy:
         failed_retest=dt.timedelta(hours=settings.failed_retest_hours),
         max_pairs=params.max_pairs,
         stale_before=params.stale_before,
+        bundle_ahead=dt.timedelta(hours=settings.bundle_ahead_hours),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldBy:
+    run_id: str
+    nodes: int
+    until: dt.datetime
+
+
+def why_empty(
+    *,
+    params: RunParams,
+    gpu_nodes: int,
+    free: int,
+    not_free: Mapping[str, int],
+    tests: list[str],
+    oldest_fresh: dt.datetime | None,
+    due_nodes: int,
+    held: list[HeldBy],
+    blocked: str | None = None,
+) -> str:
+    """One line on why a run planned nothing, for its log, its verdict and its note: no GPU node in the
+    range; none free (and why); every pair fresh (since when); every due node claimed by another run."""
+    scope = f" in node_range {params.node_range.expression}" if params.node_range.expression else ""
+    if params.max_pairs == 0:
+        return "nothing planned: max_pairs is 0"
+    if not tests:
+        return f"nothing planned: no test can run ({blocked or 'every enabled test is blocked'})"
+    if gpu_nodes == 0:
+        return f"nothing planned: no GPU node{scope}"
+    if free == 0:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(not_free.items())) or "none"
+        return f"nothing planned: none of the {gpu_nodes} GPU node(s){scope} is free ({why})"
+    if due_nodes == 0:
+        rule = (f"older than stale_before {params.stale_before.isoformat()}" if params.stale_before
+                else "due")
+        since = f" since {oldest_fresh.isoformat(timespec='minutes')}" if oldest_fresh else ""
+        return (f"nothing planned: all pairs of the {free} free node(s){scope} are fresh{since} "
+                f"(none {rule}; tests {', '.join(tests)})")
+    holders = "; ".join(f"{h.nodes} by run {h.run_id} until {h.until.isoformat(timespec='minutes')}"
+                        for h in sorted(held, key=lambda h: (-h.nodes, h.run_id)))
+    return (f"nothing planned: all {due_nodes} free node(s) with a due pair{scope} are claimed by other "
+            f"live runs ({holders or 'their claims ended meanwhile'})")

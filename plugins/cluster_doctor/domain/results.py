@@ -20,7 +20,10 @@ and ``to_attempt`` turns it into the attempt without raising. The bounds (``REPO
 
 Every adjusted value is noted in the reason and as a ``warn`` check named ``reported_values``; a
 summary that breaks the contract is ``error`` with the problem, never ``skipped``; a non-zero exit
-is never ``pass``.
+is never ``pass``. A number that is not finite or out of range (NaN, Infinity, 1e400, a duration past
+7 days, an integer past bigint) means the suite's judgement rests on a value nobody can check: such
+a result is never ``pass`` but ``error`` with the code ``RESULT_VALUE_INVALID`` (in the reason and on
+an ``error`` check named ``reported_values``); a ``fail`` stays ``fail``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,16 @@ REPORT_BOUNDS = {
     "clock_skew_s": int(CLOCK_SKEW.total_seconds()),
 }
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+# A result holding a number nobody can judge (not finite, out of range): never a pass.
+VALUE_INVALID = "RESULT_VALUE_INVALID"
+
+
+class Notes(list):
+    """The adjustments made while sanitising; ``numbers``: those of numbers out of range or not finite."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: list[str] = []
 
 
 @dataclasses.dataclass
@@ -95,6 +108,12 @@ def _note(notes: list[str], text: str) -> None:
     notes.append(clean_text(text, MAX_NOTE))
 
 
+def _bad_number(notes: list[str], text: str) -> None:
+    _note(notes, text)
+    if isinstance(notes, Notes):
+        notes.numbers.append(notes[-1])
+
+
 def _show(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and not BIGINT_MIN <= value <= BIGINT_MAX:
         return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4000'} digits"
@@ -108,14 +127,38 @@ def _number(value: Any, where: str, notes: list[str]) -> Any:
     if isinstance(value, int):
         if BIGINT_MIN <= value <= BIGINT_MAX:
             return value
-        _note(notes, f"{where}: {_show(value)} is outside the bigint range; recorded as null")
+        _bad_number(notes, f"{where}: {_show(value)} is outside the bigint range; recorded as null")
         return None
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        _note(notes, f"{where}: {value!r} is not a finite number; recorded as null")
+        _bad_number(notes, f"{where}: {value!r} is not a finite number; recorded as null")
         return None
     return value
+
+
+def number_problems(value: Any, where: str = "", depth: int = 0) -> list[str]:
+    """Every number in a parsed JSON value that nobody can judge (not finite, past bigint, a
+    duration_s outside [0, 7 days]), each named by where it is: ``metrics.busbw_gbps: NaN ...``."""
+    out: list[str] = []
+    if depth > 20:
+        return out
+    if isinstance(value, Mapping):
+        for key, item in list(value.items())[:10_000]:
+            path = f"{where}.{key}" if where else str(key)
+            if key == "duration_s" and not where and item is not None:
+                number = _duration(item, notes := Notes())
+                out += [f"{VALUE_INVALID}: {n}" for n in notes.numbers] if number is None else []
+            else:
+                out += number_problems(item, path, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value[:10_000]):
+            out += number_problems(item, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        notes = Notes()
+        _number(value, where, notes)
+        out += [f"{VALUE_INVALID}: {n}" for n in notes.numbers]
+    return out
 
 
 def _scalar(value: Any, where: str, notes: list[str]) -> Any:
@@ -141,13 +184,14 @@ def _duration(value: Any, notes: list[str]) -> float | None:
             number = math.inf
         if math.isfinite(number) and 0 <= number <= MAX_DURATION_S:
             return number
-    _note(notes, f"duration_s: {_show(value)} is not within [0, {MAX_DURATION_S}] s; the pod's timing is used")
+    _bad_number(notes, f"duration_s: {_show(value)} is not within [0, {MAX_DURATION_S}] s; the pod's timing is used")
     return None
 
 
 def sanitize_summary(summary: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A copy of a parsed summary holding only values an Attempt accepts, and what was adjusted."""
-    notes: list[str] = []
+    """A copy of a parsed summary holding only values an Attempt accepts, and what was adjusted
+    (a ``Notes``: its ``numbers`` are the values that make the result unjudgeable)."""
+    notes = Notes()
     out: dict[str, Any] = {}
     for key, value in summary.items():
         if not isinstance(key, str) or key in ("metrics", "checks", "duration_s"):
@@ -314,8 +358,9 @@ def _exit_code(value: Any) -> int | None:
     return None
 
 
-def _with_notes(outcome: PodOutcome) -> PodOutcome:
-    """Fold the notes into the reason and, when there is a summary, into a warn check."""
+def _with_notes(outcome: PodOutcome, numbers: Sequence[str] = ()) -> PodOutcome:
+    """Fold the notes into the reason and, when there is a summary, into checks: ``warn`` for an
+    adjusted value, ``error`` with the code VALUE_INVALID for a number nobody can judge."""
     if outcome.notes:
         joined = "; ".join(outcome.notes)
         suffix = f" [reported values adjusted: {joined}]"
@@ -323,7 +368,9 @@ def _with_notes(outcome: PodOutcome) -> PodOutcome:
         if outcome.summary is not None:
             outcome.summary["checks"] = [
                 *outcome.summary.get("checks", []),
-                *({"name": NOTE_CHECK, "status": "warn", "message": note} for note in outcome.notes),
+                *({"name": NOTE_CHECK, "status": "error", "code": VALUE_INVALID, "message": note}
+                  if note in numbers else {"name": NOTE_CHECK, "status": "warn", "message": note}
+                  for note in outcome.notes),
             ]
     elif outcome.reason is not None:
         outcome.reason = clean_text(outcome.reason, MAX_REASON) or None
@@ -374,12 +421,18 @@ def classify(
     tail = "\n".join(line for line in log_tail if isinstance(line, str))
     raw = parse_summary(message) or parse_summary(tail)
     summary = None
+    numbers: list[str] = []
     if raw is not None:
         summary, summary_notes = sanitize_summary(raw)
         notes += summary_notes
+        numbers = list(getattr(summary_notes, "numbers", []))
 
     def outcome(state: str, reason: str | None) -> PodOutcome:
-        return _with_notes(PodOutcome(state, reason, summary, started, finished, exit_code, notes))
+        if numbers and state in ("pass", "error"):  # judged on a value nobody can check: never a pass
+            said = f"; the suite said: {reason}" if state == "pass" and reason else f"; {reason}" if reason else ""
+            state, reason = "error", (f"{VALUE_INVALID}: the result holds {len(numbers)} number(s) that are not "
+                                      f"finite or out of range ({numbers[0]}){said}")
+        return _with_notes(PodOutcome(state, reason, summary, started, finished, exit_code, notes), numbers)
 
     if terminated.get("reason") == "OOMKilled":
         return outcome("error", f"the container was OOMKilled (exit {shown_exit}): raise the suite's memory")

@@ -26,6 +26,7 @@ from typing import Any
 import markupsafe
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -204,6 +205,22 @@ def cell_title(now: dt.datetime, test: str, cell: Mapping[str, Any] | None) -> s
     return "\n".join(lines)
 
 
+def node_now(now: dt.datetime, node: Mapping[str, Any], grace_s: float = 0.0) -> tuple[str, str]:
+    """A fleet row's "now" column, from the inventory: (short label, hover text). Free, why not (busy,
+    cordoned, not ready ...) for how long, or gone since when (counted until the grace period ends)."""
+    gone, since = node.get("gone_at"), node.get("eligibility_since")
+    if gone is not None:
+        until = gone + dt.timedelta(seconds=grace_s)
+        return (f"gone {format_age((now - gone).total_seconds())} ago",
+                f"left the cluster at {format_ts(gone)}; counted in coverage until {format_ts(until)}")
+    state = node.get("eligibility") or "unknown"
+    if state == "unknown":
+        return "unknown", "known from its results only: no discovery has listed this node yet"
+    label = state + (f" for {format_age((now - since).total_seconds())}" if since and state != "free" else "")
+    detail = node.get("eligibility_detail") or ""
+    return label, (f"{state} since {format_ts(since)}" if since else state) + (f": {_clip(detail, 300)}" if detail else "")
+
+
 def _clip(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -312,6 +329,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "status_text": actions.status_text, "action_shown": actions.shown,
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
+        "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
     }
 
 
@@ -432,17 +450,40 @@ def metrics_route(request: Request, backend: Backend = Depends(get_backend)) -> 
     return Response(body, status_code=status, headers={**dict(headers), "Cache-Control": "no-store"})
 
 
+# Every error answer, whoever asks: its type is what it says, never sniffed into HTML by a browser.
+ERROR_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+
+def json_error(status_code: int, detail: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """The one shape of an API error: ``{"detail": "<one line>"}``; JSON escapes whatever it echoes."""
+    return JSONResponse({"detail": " ".join(str(detail).split())[:500]}, status_code=status_code,
+                        headers={**(headers or {}), **ERROR_HEADERS})
+
+
 async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
     wants_html = ("text/html" in request.headers.get("accept", "")
                   and not request.url.path.endswith("/metrics"))
     if exc.status_code == 401 and wants_html:
-        return RedirectResponse(login_url(request), status_code=303)
+        return RedirectResponse(login_url(request), status_code=303, headers=ERROR_HEADERS)
     if wants_html and exc.status_code in (403, 404):
         text = markupsafe.escape(str(exc.detail))
         return HTMLResponse(f"<!doctype html><title>{exc.status_code}</title><p>{text}</p>",
-                            status_code=exc.status_code)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
-                        headers=getattr(exc, "headers", None))
+                            status_code=exc.status_code, headers=ERROR_HEADERS)
+    return json_error(exc.status_code, exc.detail, getattr(exc, "headers", None))
+
+
+async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+    """A query or path value out of its bounds: 400 naming the parameter, not FastAPI's 422 list."""
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ())[1:]) or "request"
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return json_error(400, "invalid request: " + "; ".join(problems[:5]))
+
+
+async def unexpected(request: Request, exc: Exception) -> Response:
+    """A bug: logged with its traceback by the server; the client gets one line, no internals."""
+    return json_error(500, "internal error in Cluster Doctor (see the api-server log)")
 
 
 # ---------------------------------------------------------------------------------------- the app
@@ -459,6 +500,8 @@ def create_app(
     app = FastAPI(title="Cluster Doctor", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.backend = Backend(connector_provider, settings_provider, clock, spool_provider=spool_provider)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(Exception, unexpected)
     app.include_router(pages)
     app.include_router(scrape)
     return app

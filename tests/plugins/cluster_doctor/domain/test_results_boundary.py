@@ -62,7 +62,7 @@ HOSTILE = {
     "Infinity duration_s": (1, json.dumps(summary(duration_s=math.inf)), "fail"),
     "huge integer duration_s": (1, json.dumps(summary(duration_s=10**400)), "fail"),
     "huge integer metric": (1, json.dumps(summary(metrics={"gemm_bf16_tflops_min": 10**30})), "fail"),
-    "NaN metric on a pass": (0, json.dumps(summary("pass", metrics={"x": math.nan})), "pass"),
+    "NaN metric on a pass": (0, json.dumps(summary("pass", metrics={"x": math.nan})), "error"),  # issue 22
     "NUL inside a metric value": (1, json.dumps(summary(metrics={"ab": "x\u0000y"})), "fail"),
     "NUL inside a metric name (breaks the contract)": (1, json.dumps(summary(metrics={"a\u0000b": 1})), "error"),
     "lone surrogate in reason": (1, json.dumps(summary(reason="bad \ud800 text")), "fail"),
@@ -90,7 +90,29 @@ def test_non_finite_duration_falls_back_to_the_pods_own_timing_and_is_noted():
     assert attempt.duration_s == 241.0  # startedAt 10:00:00 .. finishedAt 10:04:01
     assert "duration_s" in attempt.reason and "pod's timing" in attempt.reason
     notes = [c for c in attempt.checks if c["name"] == results.NOTE_CHECK]
-    assert notes and notes[0]["status"] == "warn" and "duration_s" in notes[0]["message"]
+    assert notes and notes[0]["status"] == "error" and "duration_s" in notes[0]["message"]
+    assert notes[0]["code"] == results.VALUE_INVALID
+
+
+@pytest.mark.parametrize("field, literal", [
+    ("duration_s", "NaN"), ("duration_s", "Infinity"), ("duration_s", "-Infinity"), ("duration_s", "1e400"),
+    ("duration_s", "-5"), ("duration_s", "1e12"), ("metrics", "NaN"), ("metrics", "1e400"),
+    ("metrics", "99999999999999999999999"), ("gpu_count", "1e400"),
+])
+def test_a_pass_holding_a_number_nobody_can_judge_is_an_error_with_a_code(field, literal):
+    """Exactly as a pod's JSON can say it: NaN/Infinity are what Python's json writes for them."""
+    body = summary("pass", metrics={"busbw_gbps": "__X__"}) if field == "metrics" else summary("pass", **{field: "__X__"})
+    attempt = boundary(pod(0, json.dumps(body).replace('"__X__"', literal)))
+    assert attempt.status == "error", (field, literal, attempt.reason)
+    assert attempt.reason.startswith(results.VALUE_INVALID + ":") and field in attempt.reason
+    check = next(c for c in attempt.checks if c.get("code") == results.VALUE_INVALID)
+    assert check["status"] == "error" and check["name"] == results.NOTE_CHECK
+    assert "the suite said:" in attempt.reason or "malformed suite result" in attempt.reason  # and why else
+
+
+def test_a_fail_with_a_bad_number_stays_a_fail():
+    attempt = boundary(pod(1, json.dumps(summary(metrics={"x": math.inf}))))
+    assert attempt.status == "fail" and any(c.get("code") == results.VALUE_INVALID for c in attempt.checks)
 
 
 def test_a_huge_metric_becomes_null_and_is_noted():
