@@ -23,6 +23,16 @@ skipped     skipped   about the node, the pair stays due. AICR's exit code 2 is 
 A CI gate therefore fails when ``summary.failed + summary.other > 0`` (also exposed as
 ``results.environment.healthy`` and ``results.summary.extra.blocking``); skipped never blocks.
 
+A pass in which checks could not run stays ``passed`` (nothing failed, a gate does not block on it)
+but never reads as a clean one: its message starts ``pass (incomplete: N checks not run)``, it is
+tagged ``incomplete``, its trace lists the checks that did not run, its ``extra`` carries
+``incomplete`` / ``checks_not_run``, and ``summary.extra.incomplete_passes`` counts them.
+
+Each test's ``extra.recommended_action`` is the attempt's action token (``none``, ``retest``,
+``check_storage``, ``check_fabric``, ``reset_gpu``, ``reboot``, ``drain_and_service``; ``unknown`` when
+not recorded), each failing check's ``recommended_action`` its own (an Xid's from NVIDIA's catalog) or
+its code's, with the human ``advice`` of codes.yaml beside it.
+
 The file lands in ``<reports_dir>/<dag_id>/<run_id, made path-safe>/ctrf.json``, written atomically
 (``cluster_doctor.store.files.write_atomic``); ``reports_dir`` is a path or an object store location.
 """
@@ -42,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor import __version__
+from cluster_doctor.domain import actions
 from cluster_doctor.domain.attempts import parse_timestamp
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import compress
@@ -104,31 +115,41 @@ def _ms(value: Any) -> int | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _actions() -> dict[str, str]:
-    """{code: recommended action} from the suites' codes.yaml; {} when it cannot be read (the report
-    then carries the codes without actions rather than not being written)."""
+def _codes() -> dict[str, tuple[str | None, str]]:
+    """{code: (recommended action token, advice in words)} from the suites' codes.yaml; {} when it
+    cannot be read (the report then carries the codes without actions rather than not being written)."""
     try:
         import yaml
 
         from cluster_doctor.domain import suites
 
         data = yaml.safe_load((suites.DEFAULT_SUITES_DIR / "codes.yaml").read_text(encoding="utf-8")) or {}
-        return {str(code): str(spec.get("action", "")) for code, spec in (data.get("codes") or {}).items()
-                if isinstance(spec, Mapping)}
+        return {str(code): (actions.valid(spec.get("recommended_action")), str(spec.get("action") or ""))
+                for code, spec in (data.get("codes") or {}).items() if isinstance(spec, Mapping)}
     except Exception:  # noqa: BLE001 - a missing or broken codes file must not cost the report
         log.warning("codes.yaml not readable: CTRF checks carry codes without recommended actions")
         return {}
 
 
 def recommended_action(code: str | None) -> str | None:
-    return _actions().get(code) if code else None
+    """The action token codes.yaml gives ``code``."""
+    return _codes().get(code, (None, ""))[0] if code else None
+
+
+def advice(code: str | None) -> str | None:
+    """What a person does about ``code``, in words (codes.yaml's ``action``)."""
+    return (_codes().get(code, (None, ""))[1] or None) if code else None
 
 
 def _with_action(check: Mapping[str, Any]) -> dict[str, Any]:
+    """The check with its action token (the finding's own, else its code's) and the code's advice."""
     out = dict(check)
-    action = recommended_action(check.get("code"))
+    action = actions.valid(check.get("action")) or recommended_action(check.get("code"))
     if action:
         out["recommended_action"] = action
+    words = advice(check.get("code"))
+    if words:
+        out["advice"] = words
     return out
 
 
@@ -143,13 +164,14 @@ def _check_line(check: Mapping[str, Any]) -> str:
     if check.get("message"):
         text += f" — {check['message']}"
     if check.get("code"):
-        action = recommended_action(check["code"])
+        action = check.get("recommended_action") or recommended_action(check["code"])
         text += f" [{check['code']}" + (f": {action}]" if action else "]")
     return " ".join(text.split())
 
 
 def _labels(attempt: Mapping[str, Any]) -> dict[str, Any]:
-    labels = {"node": attempt["node_name"], "test": attempt["test_name"], "status": attempt["status"]}
+    labels = {"node": attempt["node_name"], "test": attempt["test_name"], "status": attempt["status"],
+              "recommended_action": actions.shown(attempt.get("action"))}
     if attempt.get("gpu_model"):
         labels["gpu_model"] = attempt["gpu_model"]
     if isinstance(attempt.get("gpu_count"), int):
@@ -171,7 +193,9 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
     checks = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
     failing = [_with_action(c) for c in checks if c.get("status") in ("fail", "error")]
     warnings = [_with_action(c) for c in checks if c.get("status") == "warn"]
+    not_run = [_with_action(c) for c in checks if c.get("status") == "skip"]
     codes = list(dict.fromkeys(c["code"] for c in failing + warnings if c.get("code")))
+    incomplete, count = _completeness(attempt, not_run)
     test: dict[str, Any] = {
         "name": f"{attempt['node_name']} · {attempt['test_name']}",
         "status": STATUS_MAP[status],
@@ -186,13 +210,19 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
         test["stop"] = stop
     if attempt.get("reason"):
         test["message"] = attempt["reason"]
-    if failing:
-        lines = [_check_line(c) for c in failing[:MAX_TRACE_CHECKS]]
-        if len(failing) > MAX_TRACE_CHECKS:
-            lines.append(f"... and {len(failing) - MAX_TRACE_CHECKS} more failing check(s)")
+    partial = status == Status.PASS and incomplete
+    if partial:  # never a clean pass: the status text leads the message
+        shown = actions.status_text(status, incomplete, count)
+        test["message"] = f"{shown}: {attempt['reason']}" if attempt.get("reason") else shown
+    shown_checks = failing or (not_run if partial else [])
+    if shown_checks:
+        lines = [_check_line(c) for c in shown_checks[:MAX_TRACE_CHECKS]]
+        if len(shown_checks) > MAX_TRACE_CHECKS:
+            lines.append(f"... and {len(shown_checks) - MAX_TRACE_CHECKS} more check(s)")
         test["trace"] = "\n".join(lines)
-    if newly_failing:
-        test["tags"] = ["newly-failing"]
+    tags = (["newly-failing"] if newly_failing else []) + (["incomplete"] if partial else [])
+    if tags:
+        test["tags"] = tags
     log_path = attempt.get("log_path")
     if log_path:
         test["attachments"] = [{"name": "log", "contentType": "text/plain", "path": log_path}]
@@ -213,7 +243,13 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
         # stable fault codes (the suites' codes.yaml) and what to do about them, for automation
         "code": next((c["code"] for c in failing if c.get("code")), None),
         "codes": codes,
+        # the attempt's action (domain.actions); per code its token and, in words, the advice
+        "recommended_action": actions.shown(attempt.get("action")),
         "recommended_actions": {code: recommended_action(code) for code in codes if recommended_action(code)},
+        "advice": {code: advice(code) for code in codes if advice(code)},
+        "incomplete": incomplete,
+        "checks_not_run": count,
+        "not_run_checks": not_run[:MAX_TRACE_CHECKS],
         "warnings": warnings[:MAX_TRACE_CHECKS],
         "checks_total": len(checks),
         "log_path": log_path,
@@ -225,6 +261,15 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
                     "map_index": attempt.get("map_index"), "try_number": attempt.get("try_number")},
     }
     return test
+
+
+def _completeness(attempt: Mapping[str, Any], not_run: Sequence[Mapping[str, Any]]) -> tuple[bool | None, int | None]:
+    """(incomplete, checks not run) of an executed attempt: as recorded, else from its skip checks."""
+    if attempt["status"] not in (Status.PASS, Status.FAIL, Status.ERROR):
+        return None, None
+    count = attempt.get("checks_not_run")
+    count = count if isinstance(count, int) and not isinstance(count, bool) else len(not_run)
+    return bool(attempt.get("incomplete")) or count > 0, count
 
 
 def _iso(value: Any) -> str | None:
@@ -273,6 +318,7 @@ def build_report(
             "suites": len({t["suite"][0] for t in tests}),
             "start": start, "stop": stop, "duration": stop - start,
             "extra": {"blocking": blocking, "statuses": raw_counts,
+                      "incomplete_passes": sum(1 for t in tests if "incomplete" in t.get("tags", ())),
                       "gate": "fail when failed + other > 0 (other = the suite could not judge the node)"},
         },
         "tests": tests,

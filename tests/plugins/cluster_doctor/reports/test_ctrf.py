@@ -134,7 +134,7 @@ def test_a_failed_entry_carries_reason_checks_and_identity():
     assert fail["stop"] == int((T0 + dt.timedelta(minutes=2)).timestamp() * 1000)
     assert fail["suite"] == ["dl_unit"] and fail["tags"] == ["newly-failing"]
     assert fail["labels"] == {"node": "gpu-002", "test": "dl_unit", "status": "fail", "gpu_model": "H100",
-                              "gpu_count": 8}
+                              "gpu_count": 8, "recommended_action": "unknown"}
     extra = fail["extra"]
     assert extra["failing_checks"] == [GEMM_FAIL] and extra["failing_checks_total"] == 1
     assert extra["warnings"] == [WARN] and extra["checks_total"] == 3
@@ -283,12 +283,47 @@ def test_check_codes_and_recommended_actions_reach_the_report():
                          checks=[OK, remap, warn])])
     validate(doc)
     test = doc["results"]["tests"][0]
-    assert test["trace"].endswith("[ROW_REMAP_PENDING: drain and reset the GPU]")
+    assert test["trace"].endswith("[ROW_REMAP_PENDING: reset_gpu]")
     extra = test["extra"]
     assert extra["code"] == "ROW_REMAP_PENDING" and extra["codes"] == ["ROW_REMAP_PENDING", "CLOCK_THROTTLE_SW"]
-    assert extra["recommended_actions"]["ROW_REMAP_PENDING"] == "drain and reset the GPU"
-    assert extra["failing_checks"][0]["recommended_action"] == "drain and reset the GPU"
-    assert extra["warnings"][0]["code"] == "CLOCK_THROTTLE_SW" and extra["warnings"][0]["recommended_action"]
+    # the token of the fixed set, and the words beside it
+    assert extra["recommended_actions"]["ROW_REMAP_PENDING"] == "reset_gpu"
+    assert extra["advice"]["ROW_REMAP_PENDING"] == "drain and reset the GPU"
+    assert extra["failing_checks"][0]["recommended_action"] == "reset_gpu"
+    assert extra["failing_checks"][0]["advice"] == "drain and reset the GPU"
+    assert extra["warnings"][0]["code"] == "CLOCK_THROTTLE_SW" and extra["warnings"][0]["recommended_action"] == "none"
+    # the attempt's own action, in extra and the labels: unknown here, as recorded (its checks, as an older
+    # suite wrote them, name no action of their own), never "none"
+    assert extra["recommended_action"] == "unknown" and test["labels"]["recommended_action"] == "unknown"
+
+
+def test_a_findings_own_action_wins_over_its_codes():
+    """An Xid's recovery action comes from NVIDIA's catalog, not from the code's default."""
+    xid = {"name": "xid_events", "status": "fail", "value": 79, "unit": None, "threshold": None,
+           "message": "Xid 79: GPU has fallen off the bus", "device": "cuda:4", "code": "ROW_REMAP_PENDING",
+           "action": "drain_and_service"}
+    test = build([attempt("gpu-010", "gpu_health", "fail", 1, checks=[xid], action="drain_and_service")])[
+        "results"]["tests"][0]
+    assert test["extra"]["failing_checks"][0]["recommended_action"] == "drain_and_service"
+    assert test["extra"]["recommended_action"] == "drain_and_service"
+    assert test["trace"].endswith("[ROW_REMAP_PENDING: drain_and_service]")
+
+
+def test_an_incomplete_pass_is_not_a_clean_pass():
+    skip = {"name": "dcgm_diag", "status": "skip", "value": None, "unit": None, "threshold": None,
+            "message": "no DCGM host engine", "device": None, "code": "DCGM_UNAVAILABLE", "action": "none"}
+    doc = build([attempt("gpu-011", "gpu_health", "pass", 1, reason="pass, 2 check(s) could not run: dcgm_diag",
+                         checks=[OK, skip, dict(skip, name="kernel_log")]),
+                 attempt("gpu-012", "gpu_health", "pass", 2, checks=[OK])])
+    validate(doc)
+    partial, clean = doc["results"]["tests"]
+    assert partial["status"] == "passed" and partial["tags"] == ["incomplete"]
+    assert partial["message"].startswith("pass (incomplete: 2 checks not run): pass, 2 check(s)")
+    assert "SKIP dcgm_diag" in partial["trace"]
+    assert (partial["extra"]["incomplete"], partial["extra"]["checks_not_run"]) == (True, 2)
+    assert [c["name"] for c in partial["extra"]["not_run_checks"]] == ["dcgm_diag", "kernel_log"]
+    assert "tags" not in clean and clean["extra"]["incomplete"] is False and "trace" not in clean
+    assert doc["results"]["summary"]["extra"]["incomplete_passes"] == 1
 
 
 def test_checks_without_codes_keep_the_old_shape():
