@@ -100,6 +100,34 @@ def db_url(db_dsn) -> str:
 
 
 @pytest.fixture
+def runtime_dsn(db_dsn) -> dict:
+    """The test database as the DAG reaches it in a deployment: a role that may only read and write
+    rows (``cluster-doctor db grant-runtime``), the schema migrated by the owner beforehand."""
+    from psycopg import sql
+
+    from cluster_doctor.store import roles
+
+    role = f"cd_rt_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(**db_dsn) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.commit()
+        roles.grant_runtime(conn, role)
+    try:
+        yield {**db_dsn, "user": role}
+    finally:
+        with psycopg.connect(**db_dsn, autocommit=True) as conn:
+            # its sessions first (a task of a killed run may still hold one), then what it was granted
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def runtime_db_url(runtime_dsn) -> str:
+    return dsn_to_url(runtime_dsn)
+
+
+@pytest.fixture
 def empty_db_dsn(pg_admin_dsn) -> dict:
     """A fresh database with no schema at all."""
     with _fresh_database(pg_admin_dsn, None) as dsn:

@@ -39,7 +39,7 @@ from cluster_doctor.domain.nodes import (
 )
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
-from cluster_doctor.store import claims, database, migrations, spool
+from cluster_doctor.store import claims, database, migrations, roles, spool
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -71,7 +71,7 @@ class ClusterUnavailable(RuntimeError):
 
 
 BAD_INPUT = (UsageError, InvalidAttempt, InvalidNodeRange, InvalidNodeName, InvalidSettings,
-             database.InvalidDatabaseUrl)
+             database.InvalidDatabaseUrl, roles.InvalidRole)
 # the database refused a value the checks above let through: still the input's fault, and the
 # transaction was rolled back, so nothing was written
 REFUSED_BY_DATABASE = (psycopg.DataError, psycopg.IntegrityError)
@@ -184,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("rebuild-latest", help="recompute validation_latest from the history", parents=[common])
     db_sub.add_parser("claims", help="live run-to-run claims: which DagRun is validating which node now",
                       parents=[common])
+    grant = db_sub.add_parser(
+        "grant-runtime", parents=[common],
+        help="as the database owner: let ROLE read and write rows (SELECT/INSERT/UPDATE/DELETE, sequences), "
+             "nothing else; the role Airflow's validation_db connection should log in as")
+    grant.add_argument("role", help="an existing role, e.g. cluster_doctor_app")
     replay = db_sub.add_parser(
         "replay", parents=[common],
         help="record the attempts spooled while the database was unreachable (oldest first; idempotent)")
@@ -313,6 +318,12 @@ def cmd_db(args: argparse.Namespace, out) -> int:
             print(f"set aside: {clean(line)}", file=sys.stderr)
         return 1 if result.rejected else 0
     store = _store(args)
+    if args.db_command == "grant-runtime":
+        with store.connection() as conn:
+            count = roles.grant_runtime(conn, args.role)
+        print(f"role {args.role} may now read and write the rows of {count} table(s), and of those later "
+              "migrations create; it owns nothing and can change no schema", file=out)
+        return 0
     if args.db_command == "upgrade":
         print(store.upgrade().describe(), file=out)
     elif args.db_command == "version":
