@@ -44,14 +44,17 @@ def key_metrics(test: str, scale: float = 1.0) -> dict[str, Any]:
 
 def attempt(node: str, test: str, status: str, finished: dt.datetime, *, reason: str | None = None,
             gpu_model: str = H100, gpu_count: int | None = 8, duration_s: float | None = 600.0,
-            map_index: int = 0, metrics: dict | None = None, try_number: int = 1) -> Attempt:
+            map_index: int = 0, metrics: dict | None = None, try_number: int = 1,
+            checks: list | None = None) -> Attempt:
     executed = status in ("pass", "fail", "error")
+    if checks is None:
+        checks = [{"name": f"{test}.check", "status": "fail" if status == "fail" else "pass"}] if executed else []
     return Attempt(
         node_name=node, test_name=test, status=status,
         started_at=finished - dt.timedelta(seconds=duration_s or 0) if duration_s is not None else None,
         finished_at=finished, duration_s=duration_s,
         metrics=(metrics if metrics is not None else key_metrics(test)) if executed else {},
-        checks=[{"name": f"{test}.check", "status": "fail" if status == "fail" else "pass"}] if executed else [],
+        checks=checks,
         reason=reason or (f"{test}: all checks passed" if status == "pass" else status),
         log_path=f"/data/continuous_validation/{test}/{node}/{test}_{node}_{int(finished.timestamp())}.log",
         pod_name=f"cd-{test.replace('_', '-')}-{node}", gpu_model=gpu_model, gpu_count=gpu_count,
@@ -59,6 +62,11 @@ def attempt(node: str, test: str, status: str, finished: dt.datetime, *, reason:
         run_id=f"scheduled__{(finished - dt.timedelta(hours=1)).strftime('%Y-%m-%dT%H:00:00+00:00')}",
         map_index=map_index, try_number=try_number,
     )
+
+
+# A check that could not run: its pass is incomplete (issue 20), never shown as a clean one.
+NOT_RUN = {"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none",
+           "message": "no DCGM host engine reachable"}
 
 
 def small_fleet(store: ResultStore, now: dt.datetime = NOW) -> dict[str, Any]:
@@ -84,7 +92,8 @@ def small_fleet(store: ResultStore, now: dt.datetime = NOW) -> dict[str, Any]:
     for i, test in enumerate(TESTS):                                     # never executed: timeouts only
         rows.append(attempt("gpu-006", test, "timeout", now - 4 * h, duration_s=None, map_index=i,
                             reason="pod Pending for 20 min: Insufficient nvidia.com/gpu"))
-    rows.append(attempt("gpu-010", "gpu_health", "pass", now - 2 * h))   # only one test ever ran
+    rows.append(attempt("gpu-010", "gpu_health", "pass", now - 2 * h,   # only one test ever ran, and a
+                        checks=[{"name": "gpu_health.check", "status": "pass"}, NOT_RUN]))  # check of it did not
     all_pass("gpu-011", now - 1 * h)                                     # healthy, then preempted
     rows.append(attempt("gpu-011", "storage_fio", "preempted", now - 10 * dt.timedelta(minutes=1),
                         duration_s=120.0, reason="a user pod claimed the node", try_number=2))

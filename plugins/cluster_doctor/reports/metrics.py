@@ -34,7 +34,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cluster_doctor.domain import numbers, suites
+from cluster_doctor.domain import actions, numbers, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.status import EXECUTED, FAILING
@@ -102,6 +102,7 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
           "(duration x GPU count of pass/fail/error/preempted attempts).", summary["gpu_hours_7d"])
 
     status, since_ts, staleness, info = _pair_families()
+    action, not_run = _judgement_families()
     key_tests = _key_tests(tests)
     figures = {key: _figure_family(key, ts) for key, ts in key_tests.items()}
 
@@ -114,6 +115,7 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
         status.add_metric([node, test, state], 1.0)
         if state in FAILING and pair.get("since_ts") is not None:
             since_ts.add_metric([node, test], pair["since_ts"])
+        _add_judgement(action, not_run, pair, state)
         staleness.add_metric([node, test], math.inf if pair["age_s"] is None else pair["age_s"])
         if not node_models.get(node):
             node_models[node] = pair.get("gpu_model") or ""
@@ -124,8 +126,38 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
                     family.add_metric([node, test], value)
     for node, model in node_models.items():
         info.add_metric([node, model], 1.0)
-    out += [status, since_ts, staleness, info, *figures.values()]
+    out += [status, since_ts, staleness, info, action, not_run, *figures.values()]
     return out
+
+
+def _judgement_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    # Sparse on purpose (a series only where there is something to do or something was not checked):
+    # at 5,000 nodes a series per pair each would add 40,000 series for mostly "none" and 0.
+    labels = ["node", "test"]
+    return (
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_action",
+            "Always 1; the recommended action of the pair's latest executed result (retest, check_storage, "
+            "check_fabric, reset_gpu, reboot, drain_and_service, or unknown when not recorded); only for pairs "
+            "whose action is not none.", labels=[*labels, "action"]),
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_checks_not_run",
+            "Checks that could not run in the pair's latest executed result (its pass is incomplete, not a "
+            "clean pass); only for pairs where some did not run.", labels=labels),
+    )
+
+
+def _add_judgement(action: GaugeMetricFamily, not_run: GaugeMetricFamily, pair: Mapping[str, Any],
+                   state: str) -> None:
+    if state == "never":
+        return
+    node, test = pair["node_name"], pair["test_name"]
+    token = actions.shown(pair.get("action"))
+    if token != "none":
+        action.add_metric([node, test, token], 1.0)
+    count = pair.get("checks_not_run") or 0
+    if count > 0 or pair.get("incomplete"):
+        not_run.add_metric([node, test], float(count))
 
 
 def _pair_families() -> tuple[GaugeMetricFamily, ...]:

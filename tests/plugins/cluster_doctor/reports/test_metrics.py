@@ -296,3 +296,22 @@ def test_label_values_are_escaped():
     registry = metrics.make_registry(type("C", (), {"collect": lambda self: [fam]})())
     parsed = list(text_string_to_metric_families(metrics.render(registry)[0].decode()))
     assert parsed[0].samples[0].labels["gpu_model"] == 'H100 "SXM"\\\nx'
+
+
+def test_actions_and_incomplete_passes_are_exposed_sparsely(small_db, db_dsn):
+    """A pair's recommended action unless it is none, and the checks that could not run unless none
+    did: an incomplete pass is told apart from a clean one."""
+    s = samples(scrape(small_db)[0])
+    actions = {(dict(l)["node"], dict(l)["test"]): dict(l)["action"]
+               for n, l in s if n == "cluster_doctor_validation_action"}
+    # the seed's fail names no action (unknown, never none); the error is the orchestrator's: retest
+    assert actions == {("gpu-003", "nccl_loopback"): "unknown", ("gpu-004", "dl_unit"): "retest"}
+    not_run = {(dict(l)["node"], dict(l)["test"]): v for (n, l), v in s.items()
+               if n == "cluster_doctor_validation_checks_not_run"}
+    assert not_run == {("gpu-010", "gpu_health"): 1.0}  # seed.NOT_RUN
+    assert value(s, "cluster_doctor_validation_status", node="gpu-010", test="gpu_health", status="pass") == 1
+    # a suite's own action reaches the scrape
+    ResultStore(db_dsn).record([seed.attempt("gpu-001", "gpu_health", "fail", seed.NOW, checks=[
+        {"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"}])])
+    s = samples(scrape(db_dsn)[0])
+    assert value(s, "cluster_doctor_validation_action", node="gpu-001", test="gpu_health", action="reboot") == 1
