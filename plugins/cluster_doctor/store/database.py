@@ -128,7 +128,7 @@ def connector(source: Connector | str | Mapping[str, Any]) -> Connector:
 def embedded_dir(env: Mapping[str, str] | None = None) -> pathlib.Path:
     env = os.environ if env is None else env
     base = env.get("CLUSTER_DOCTOR_HOME") or os.path.join(os.path.expanduser("~"), ".cluster_doctor")
-    return pathlib.Path(base) / "pgdata"
+    return pathlib.Path(base).expanduser().absolute() / "pgdata"  # absolute: messages name it unambiguously
 
 
 def embedded_server(path: str | os.PathLike | None = None, *, cleanup_mode: str | None = "stop"):
