@@ -37,15 +37,16 @@ DOCKERFILE = REPO / "deploy" / "compose" / "Dockerfile"
 DOCKERIGNORE = REPO / "deploy" / "compose" / "Dockerfile.dockerignore"
 
 AIRFLOW_SERVICES = {"airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"}
-ALL_AIRFLOW = AIRFLOW_SERVICES | {"airflow-init", "airflow-cli"}
+CELERY_WORKERS = {"airflow-worker-1", "airflow-worker-2"}
+ALL_AIRFLOW = AIRFLOW_SERVICES | CELERY_WORKERS | {"airflow-init", "airflow-cli"}
 READ_ONLY_MOUNTS = {
     "/opt/airflow/dags": REPO / "dags",
     "/opt/cluster-doctor/plugins": REPO / "plugins",
     "/opt/cluster-doctor/include": REPO / "include",
 }
 KUBECONFIG_TARGET = "/home/airflow/.kube/config"
-SECRET_VARS = ("POSTGRES_PASSWORD", "CLUSTER_DOCTOR_DB_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET",
-               "AIRFLOW_API_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD")
+SECRET_VARS = ("POSTGRES_PASSWORD", "CLUSTER_DOCTOR_DB_PASSWORD", "CLUSTER_DOCTOR_APP_DB_PASSWORD", "AIRFLOW_FERNET_KEY",
+               "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD")
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -107,7 +108,9 @@ def test_docker_compose_config_accepts_the_file_with_the_example_env():
 
 @pytest.mark.requires_tool("docker-compose")
 def test_services_are_the_official_airflow3_set_with_local_executor(services):
-    assert set(services) == ALL_AIRFLOW | {"postgres"}, "no redis/celery/flower: LocalExecutor only"
+    assert set(services) == ALL_AIRFLOW | {"postgres", "redis"}
+    # Redis and the workers start only with the celery profile: LocalExecutor by default
+    assert {n for n, s in services.items() if s.get("profiles") == ["celery"]} == CELERY_WORKERS | {"redis"}
     commands = {name: services[name].get("command") for name in AIRFLOW_SERVICES}
     assert commands == {"airflow-apiserver": "api-server", "airflow-scheduler": "scheduler",
                         "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
@@ -120,6 +123,48 @@ def test_services_are_the_official_airflow3_set_with_local_executor(services):
         assert services[name]["build"]["target"] == "runtime"
     assert services["airflow-cli"]["profiles"] == ["debug"], "the CLI helper must not start with `up`"
 
+
+def celery_env_file(tmp_path) -> pathlib.Path:
+    env = {**read_env_file(ENV_EXAMPLE), "AIRFLOW_EXECUTOR": "CeleryExecutor", "COMPOSE_PROFILES": "celery",
+           "REDIS_PASSWORD": "redis-" + secrets.token_hex(8)}
+    path = tmp_path / "celery.env"
+    path.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return path
+
+
+@pytest.mark.requires_tool("docker-compose")
+def test_the_celery_profile_is_redis_and_two_workers_sharing_spool_and_reports(tmp_path):
+    result = docker_compose("config", env_file=celery_env_file(tmp_path))
+    assert result.returncode == 0 and result.stderr.strip() == "", result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    for name in ALL_AIRFLOW:
+        env = services[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        broker = urllib.parse.urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
+        assert (broker.scheme, broker.hostname, broker.port) == ("redis", "redis", 6379) and broker.password
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://airflow:")
+    workers = {n: services[n] for n in CELERY_WORKERS}
+    assert {w["command"] for w in workers.values()} == {"celery worker"}
+    assert {w["hostname"] for w in workers.values()} == CELERY_WORKERS, "distinct Celery node names"
+    for name, worker in workers.items():
+        assert depends(worker) == {"postgres": "service_healthy", "redis": "service_healthy",
+                                   "airflow-init": "service_completed_successfully"}, name
+        assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
+        assert worker["mem_limit"] and worker["cpus"], "worker resources are bounded"
+        assert int(worker["environment"]["AIRFLOW__CELERY__WORKER_CONCURRENCY"]) >= 2
+        assert not worker.get("ports"), "workers publish nothing"
+    assert services["redis"]["healthcheck"]["test"] and not services["redis"].get("ports")
+
+
+@pytest.mark.requires_tool("docker-compose")
+def test_every_airflow_container_shares_one_spool_and_one_reports_volume(services):
+    for name in ALL_AIRFLOW:
+        env, by_target = services[name]["environment"], mounts(services[name])
+        for setting, volume in (("CLUSTER_DOCTOR_SPOOL_DIR", "cluster-doctor-spool"),
+                                ("CLUSTER_DOCTOR_REPORTS_DIR", "cluster-doctor-reports")):
+            mount = by_target.get(env[setting])
+            assert mount is not None and mount["type"] == "volume" and mount["source"] == volume, (name, setting)
+            assert not mount.get("read_only"), (name, setting)
 
 @pytest.mark.requires_tool("docker-compose")
 def test_code_and_kubeconfig_are_mounted_read_only_in_every_airflow_container(services):
@@ -162,6 +207,10 @@ def test_one_postgres16_holds_metadata_and_results_as_separate_databases(service
     results_vars = {"CLUSTER_DOCTOR_DB_PASSWORD", "AIRFLOW_CONN_VALIDATION_DB"}
     holders = {n for n, s in services.items() if results_vars & set(s.get("environment", {}))}
     assert holders == {"postgres", "airflow-init", "airflow-cli"}
+    # The run-time role's password: postgres creates the role, airflow-init stores the connection.
+    app = {n for n, s in services.items() if "CLUSTER_DOCTOR_APP_DB_PASSWORD" in s.get("environment", {})}
+    assert app == {"postgres", "airflow-init"}
+    assert "CREATE ROLE cluster_doctor_app LOGIN" in sql
 
 
 @pytest.mark.requires_tool("docker-compose")
@@ -170,11 +219,12 @@ def test_init_migrates_both_databases_creates_pool_and_connections(services):
     assert init["command"][:2] == ["bash", "-c"]
     script = unescape(init["command"][2])
     steps = ["airflow db migrate\n", "python -m cluster_doctor db upgrade\n",
+             "python -m cluster_doctor db grant-runtime cluster_doctor_app\n",
              "airflow pools set gpu_validation ", "airflow connections import --overwrite "]
     positions = [script.find(step) for step in steps]
     assert all(p >= 0 for p in positions), dict(zip(steps, positions))
     assert positions == sorted(positions), "schema first, then pool and connections"
-    pool_line = script[positions[2]:].split("\n\n")[0]
+    pool_line = script[positions[3]:].split("\n\n")[0]
     assert '"${CLUSTER_DOCTOR_POOL_SLOTS}"' in pool_line and "--include-deferred" in pool_line
     assert '"validation_db"' in script and '"kubernetes_default"' in script
     assert script.startswith("set -euo pipefail"), "a failing step must fail the init service"
@@ -301,13 +351,17 @@ def run_init_sql(postgres, env_extra: dict) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def results_db(postgres) -> dict:
-    password = "pw" + secrets.token_hex(12)
+    password, app_password = "pw" + secrets.token_hex(12), "app" + secrets.token_hex(12)
     refused = run_init_sql(postgres, {})
     assert refused.returncode != 0
     assert "CLUSTER_DOCTOR_DB_PASSWORD is not set" in refused.stdout + refused.stderr
-    created = run_init_sql(postgres, {"CLUSTER_DOCTOR_DB_PASSWORD": password})
+    refused = run_init_sql(postgres, {"CLUSTER_DOCTOR_DB_PASSWORD": password})
+    assert refused.returncode != 0
+    assert "CLUSTER_DOCTOR_APP_DB_PASSWORD is not set" in refused.stdout + refused.stderr
+    created = run_init_sql(postgres, {"CLUSTER_DOCTOR_DB_PASSWORD": password,
+                                      "CLUSTER_DOCTOR_APP_DB_PASSWORD": app_password})
     assert created.returncode == 0, created.stderr
-    return {"host": postgres["host"], "password": password,
+    return {"host": postgres["host"], "password": password, "app_password": app_password,
             "url": f"postgresql://cluster_doctor:{password}@/cluster_doctor?host={postgres['host']}"}
 
 
@@ -345,6 +399,7 @@ def init_env(home: pathlib.Path, results_db: dict, **overrides: str) -> dict[str
         "CLUSTER_DOCTOR_POOL_SLOTS": "3",
         "AIRFLOW_CONN_VALIDATION_DB": results_db["url"],
         "CLUSTER_DOCTOR_DB_PASSWORD": results_db["password"],
+        "CLUSTER_DOCTOR_APP_DB_PASSWORD": results_db["app_password"],
         "AIRFLOW_ADMIN_USERNAME": "admin",
         "AIRFLOW_ADMIN_PASSWORD": "admin-" + secrets.token_hex(8),
         "KUBE_CONTEXT": "gpu-prod",
@@ -386,9 +441,9 @@ def test_init_script_runs_and_is_idempotent(init_script, results_db, tmp_path):
     meta.close()
     assert [r[0] for r in rows] == ["kubernetes_default", "validation_db"], "one row each after two runs"
     kube, db = rows
-    assert db[1:6] == ("postgres", "postgres", 5432, "cluster_doctor", "cluster_doctor")
+    assert db[1:6] == ("postgres", "postgres", 5432, "cluster_doctor", "cluster_doctor_app")
     assert db[8] == 1, "password stored encrypted"
-    assert fernet.decrypt(db[6].encode()).decode() == results_db["password"]
+    assert fernet.decrypt(db[6].encode()).decode() == results_db["app_password"]
     assert kube[1] == "kubernetes"
     assert json.loads(fernet.decrypt(kube[7].encode())) == {
         "in_cluster": False, "kube_config_path": KUBECONFIG_TARGET, "cluster_context": "gpu-prod"}
@@ -401,6 +456,16 @@ def test_init_script_runs_and_is_idempotent(init_script, results_db, tmp_path):
         cur.execute("SELECT to_regclass('validation_latest') IS NOT NULL")
         assert cur.fetchone() == (True,)
     conn.close()
+    # What tasks log in as: rows yes, schema no.
+    app = psycopg2.connect(host=results_db["host"], user="cluster_doctor_app", dbname="cluster_doctor")
+    with app, app.cursor() as cur:
+        cur.execute("SELECT has_table_privilege('validation_history', 'INSERT'), "
+                    "has_table_privilege('validation_claims', 'DELETE'), "
+                    "has_database_privilege('cluster_doctor', 'CREATE')")
+        assert cur.fetchone() == (True, True, False)
+        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+            cur.execute("CREATE TABLE public.x (a int)")
+    app.close()
 
     # SimpleAuthManager's password file: {user: password}, private to the Airflow user.
     passwords = pathlib.Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])

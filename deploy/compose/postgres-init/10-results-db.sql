@@ -5,14 +5,15 @@
 -- (/docker-entrypoint-initdb.d, psql as the superuser, connected to $POSTGRES_DB). It does NOT run
 -- against an existing volume; see docs/deployment.md, "Troubleshooting".
 -- Any other PostgreSQL >= 15 (an existing server, the Helm deployment): run it as a superuser,
---   CLUSTER_DOCTOR_DB_PASSWORD=... POSTGRES_DB=airflow \
+--   CLUSTER_DOCTOR_DB_PASSWORD=... CLUSTER_DOCTOR_APP_DB_PASSWORD=... POSTGRES_DB=airflow \
 --     psql -v ON_ERROR_STOP=1 "postgresql://postgres@db.example:5432/postgres" -f 10-results-db.sql
 --
--- The password comes from the environment, never from this file. Role and database names are the
+-- The passwords come from the environment, never from this file. Role and database names are the
 -- fixed contract used by docker-compose.yaml's connection (change both together).
 
 \set ON_ERROR_STOP on
 \getenv results_password CLUSTER_DOCTOR_DB_PASSWORD
+\getenv app_password CLUSTER_DOCTOR_APP_DB_PASSWORD
 \getenv metadata_db POSTGRES_DB
 
 \if :{?results_password}
@@ -20,12 +21,23 @@
   \echo 'CLUSTER_DOCTOR_DB_PASSWORD is not set: refusing to create a role without a password'
   SELECT 1 / 0 AS cluster_doctor_db_password_missing;
 \endif
+\if :{?app_password}
+\else
+  \echo 'CLUSTER_DOCTOR_APP_DB_PASSWORD is not set: refusing to create a role without a password'
+  SELECT 1 / 0 AS cluster_doctor_app_db_password_missing;
+\endif
 
 -- Least privilege: log in, own one database, nothing else (no superuser, no new databases or roles,
 -- no replication, no RLS bypass). The connection limit keeps it from exhausting the server's
 -- max_connections, which the Airflow metadata database shares.
 CREATE ROLE cluster_doctor LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
     CONNECTION LIMIT 40 PASSWORD :'results_password';
+
+-- The run-time role: what Airflow's connection validation_db logs in as. It gets its rights from the
+-- owner after the migrations (`python -m cluster_doctor db grant-runtime cluster_doctor_app`, run by
+-- airflow-init): SELECT, INSERT, UPDATE, DELETE on the rows and the sequences, nothing else.
+CREATE ROLE cluster_doctor_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
+    CONNECTION LIMIT 40 PASSWORD :'app_password';
 
 -- As owner, the role can run the schema migrations (tables, the view, plpgsql triggers) with
 -- `python -m cluster_doctor db upgrade`; on PostgreSQL >= 15 it also owns the public schema there.
