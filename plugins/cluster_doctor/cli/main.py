@@ -21,6 +21,8 @@ import psycopg
 
 from cluster_doctor.cli import connection
 from cluster_doctor.domain import priority, results, simulate, suites
+from cluster_doctor.domain.actions import shown as action_shown
+from cluster_doctor.domain.actions import status_text
 from cluster_doctor.domain.attempts import (
     Attempt,
     InvalidAttempt,
@@ -369,7 +371,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     else:
         body = []
         for r in rows:
-            status = r["status"] or "never"
+            status = _status_cell(r)
             if r["status"] and now - r["finished_at"] > staleness:
                 status += " (stale)"
             last = "" if r["last_attempt_at"] == r["finished_at"] and r["last_attempt_status"] == r["status"] else \
@@ -380,10 +382,25 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         print(table(body, ["NODE", "TEST", "STATUS", "AGE", "SINCE", "LAST ATTEMPT", "REASON"]), file=out)
         counts: dict[str, int] = {}
         for r in rows:
-            counts[r["status"] or "never"] = counts.get(r["status"] or "never", 0) + 1
+            counts[_status_key(r)] = counts.get(_status_key(r), 0) + 1
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(f"\n{len(rows)} node-test pair(s): {summary or 'none recorded yet'}", file=out)
     return 0
+
+
+def _status_cell(row: Mapping[str, Any]) -> str:
+    """A result's status as the tables show it: an incomplete pass says how many checks did not run,
+    a fail or error its recommended action (unknown for rows recorded before actions were kept)."""
+    text = status_text(row.get("status"), row.get("incomplete"), row.get("checks_not_run"))
+    if row.get("status") in ("fail", "error"):
+        text += f" (action: {action_shown(row.get('action'))})"
+    return text
+
+
+def _status_key(row: Mapping[str, Any]) -> str:
+    """The status a result is counted under: an incomplete pass apart from the clean ones."""
+    return status_text(row.get("status"), row.get("incomplete")) if row.get("status") == "pass" else \
+        row.get("status") or "never"
 
 
 def cmd_history(args: argparse.Namespace, out) -> int:
@@ -394,7 +411,7 @@ def cmd_history(args: argparse.Namespace, out) -> int:
     elif args.format == "csv":
         print(to_csv([{k: clean(v) for k, v in r.items()} for r in rows], HISTORY_COLUMNS), end="", file=out)
     else:
-        body = [[r["finished_at"].strftime("%Y-%m-%d %H:%M:%SZ"), r["test_name"], r["status"],
+        body = [[r["finished_at"].strftime("%Y-%m-%d %H:%M:%SZ"), r["test_name"], _status_cell(r),
                  age(r["finished_at"], now), f"{r['duration_s']:.0f}s" if r["duration_s"] is not None else "",
                  clean(r["reason"]), clean(r["run_id"])] for r in rows]
         print(table(body, ["FINISHED", "TEST", "STATUS", "AGE", "TOOK", "REASON", "RUN"]), file=out)

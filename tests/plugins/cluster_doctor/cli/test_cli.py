@@ -336,3 +336,32 @@ def test_fuzz_any_arguments_exit_0_1_or_2_without_a_traceback(db_url, fuzz_files
     assert "Traceback" not in err, (argv, err)
     if code == 2:
         assert err.count("\n") == 1, (argv, err)
+
+
+def test_status_and_history_tell_an_incomplete_pass_and_show_the_action(db_url, tmp_path):
+    skip = {"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none"}
+    attempts = [
+        {"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass", "finished_at": "2026-11-22T10:00:00Z",
+         "checks": [skip, {"name": "gpu_count", "status": "pass"}], "run_id": "r1"},
+        {"node_name": "gpu-002", "test_name": "gpu_health", "status": "fail", "finished_at": "2026-11-22T10:00:00Z",
+         "checks": [{"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"}], "run_id": "r1"},
+        {"node_name": "gpu-003", "test_name": "gpu_health", "status": "pass", "finished_at": "2026-11-22T10:00:00Z",
+         "run_id": "r1"},
+    ]
+    path = tmp_path / "attempts.json"
+    path.write_text(json.dumps(attempts))
+    assert cli("record", "--attempts", str(path), "--db-url", db_url).returncode == 0
+    out = cli("status", "--db-url", db_url, "--staleness-days", "36500")
+    table = out.stdout
+    assert out.returncode == 0, out.stderr
+    line = {row.split()[0]: row for row in table.splitlines() if row.startswith("gpu-")}
+    assert "pass (incomplete: 1 check not run)" in line["gpu-001"]
+    assert "fail (action: reboot)" in line["gpu-002"]
+    assert "incomplete" not in line["gpu-003"]
+    assert "pass (incomplete) 1" in table and "pass 1" in table  # counted apart
+    rows = {r["node_name"]: r for r in json.loads(cli("status", "--format", "json", "--db-url", db_url).stdout)}
+    assert (rows["gpu-001"]["incomplete"], rows["gpu-001"]["checks_not_run"], rows["gpu-001"]["action"]) == (
+        True, 1, "none")
+    assert rows["gpu-002"]["action"] == "reboot"
+    assert "pass (incomplete: 1 check not run)" in cli("history", "gpu-001", "--db-url", db_url).stdout
+    assert "fail (action: reboot)" in cli("history", "gpu-002", "--db-url", db_url).stdout
