@@ -19,8 +19,8 @@ help:
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make bench-store      validation_latest view vs naive query on ~10M history rows"
 	@echo "make bench-discovery  discovery + prioritization over 5,000 nodes / 150,000 pods"
-	@echo "make bench-metrics    Prometheus scrape at 5,000 nodes x 4 tests, this code vs main's"
-	@echo "make bench-page       fleet page, first page at 5,000 nodes"
+	@echo "make bench-metrics    Prometheus scrape at 5,000 nodes x 4 tests vs a hand-written writer, same run"
+	@echo "make bench-page       fleet page at 5,000 nodes, as it comes vs uncached"
 	@echo "make bench-healthy    every suite 20x in CPU mode on this machine: false-failure rate"
 	@echo "make .venv            build the virtual environment only"
 

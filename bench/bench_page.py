@@ -65,7 +65,7 @@ def measure(dsn: dict, args: argparse.Namespace) -> str:
     from fastapi import FastAPI
 
     with warnings.catch_warnings():  # starlette's notice about its httpx test client: not this benchmark's
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*starlette.testclient")
         from fastapi.testclient import TestClient
 
     from tests.ui import fleet_seed
