@@ -25,11 +25,17 @@ def test_schedule_and_run_limits(dagbag):
     assert {"cluster-doctor"} <= set(dag.tags)
 
 
+STEPS = ["validate.gpu_health", "validate.dl_unit", "validate.nccl_loopback", "validate.storage_fio"]
+
+
 def test_tasks_flow_in_one_direction(dagbag):
     dag = dagbag.dags["continuous_validation"]
-    order = ["discover", "load_latest", "prioritize", "ship_suites", "validate", "record", "summarize", "verdict"]
+    order = ["discover", "load_latest", "prioritize", "ship_suites", *STEPS, "validate.finish_node", "record",
+             "summarize", "verdict"]
     for upstream, downstream in zip(order, order[1:]):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
+    assert dag.get_task("reserve").upstream_task_ids == {"discover"}
+    assert "prioritize" in dag.get_task("reserve").downstream_task_ids
 
 
 def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_plans(dagbag):
@@ -41,28 +47,40 @@ def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_
     assert "reap_orphans" in dag.doc_md
 
 
-def test_validate_is_a_mapped_kpo_subclass_in_the_pool_with_timeouts(dagbag):
+def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_first(dagbag):
+    """Issue 21 §1: a node's suites one after another in one run, each step its own pool-limited
+    KubernetesPodOperator task; later steps outrank other nodes' first steps for a slot."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+    from airflow.sdk import TriggerRule
     from cluster_doctor.airflow.operator import NodeValidationPodOperator
 
     dag = dagbag.dags["continuous_validation"]
-    validate = dag.get_task("validate")
-    assert validate.is_mapped if hasattr(validate, "is_mapped") else type(validate).__name__ == "MappedOperator"
-    assert issubclass(validate.operator_class, KubernetesPodOperator)
-    assert validate.operator_class is NodeValidationPodOperator
-    assert validate.pool == "gpu_validation"
-    partial = validate.partial_kwargs
-    # no parse-time execution_timeout: the operator derives it from the run's settings
-    assert partial.get("execution_timeout") is None
-    assert partial["retries"] == 0
-    assert "{{ task.node_name }}" in partial.get("map_index_template", "") or \
-        "task.node_name" in str(getattr(validate, "map_index_template", "") or partial)
+    group = dag.task_group_dict["validate"]
+    assert type(group).__name__ == "MappedTaskGroup"
+    assert [t for t in dag.task_ids if t.startswith("validate.")] == [*STEPS, "validate.finish_node"]
+    weights = []
+    for i, task_id in enumerate(STEPS):
+        step = dag.get_task(task_id)
+        assert isinstance(step, NodeValidationPodOperator) and isinstance(step, KubernetesPodOperator)
+        assert step.pool == "gpu_validation" and step.retries == 0
+        assert step.steps_before == tuple(STEPS[:i])
+        assert step.trigger_rule == (TriggerRule.ALL_DONE if i else TriggerRule.ALL_SUCCESS)
+        assert "{{ task.node_name }} · {{ task.test_name }}" == step.map_index_template
+        assert step.weight_rule in ("absolute", getattr(step.weight_rule, "value", None)) or str(step.weight_rule).endswith("absolute")
+        weights.append(step.priority_weight)
+        if i:
+            assert STEPS[i - 1] in step.upstream_task_ids
+    assert weights == sorted(weights) and len(set(weights)) == len(weights)
+    finish = dag.get_task("validate.finish_node")
+    assert finish.trigger_rule == TriggerRule.ALL_DONE and STEPS[-1] in finish.upstream_task_ids
 
 
 def test_every_validation_task_uses_the_pool(dagbag):
+    from cluster_doctor.airflow.operator import NodeValidationPodOperator
+
     for dag in dagbag.dags.values():
         for task in dag.tasks:
-            if task.task_id == "validate" or "Validation" in type(task).__name__:
+            if isinstance(task, NodeValidationPodOperator):
                 assert task.pool == "gpu_validation", task.task_id
 
 

@@ -27,7 +27,11 @@ def rows(db_dsn, where="TRUE", params=()):
 
 
 def validate_states(result) -> dict:
-    return {label: state for (task, label), state in result["states"].items() if task == "validate"}
+    """The states of the validate group's steps of the run's suites, by label (the steps of suites the
+    run does not enable skip themselves: not planned on any node)."""
+    tests = set((result["summary"] or {}).get("params", {}).get("tests") or ["gpu_health"])
+    return {label: state for (task, label), state in result["states"].items()
+            if task.startswith("validate.") and task.split(".", 1)[1] in tests}
 
 
 # 1 ------------------------------------------------------------------------------------------------
@@ -195,15 +199,25 @@ def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly
     def pairs(result):
         return sorted((r["node_name"], r["test_name"]) for r in rows(db_dsn, "run_id = %s", (result["run_id"],)))
 
-    assert pairs(first) == [("gpu-001", "gpu_health"), ("gpu-002", "gpu_health")]
-    assert pairs(second) == [("gpu-003", "gpu_health"), ("gpu-004", "gpu_health")]
-    assert pairs(third) == [(f"gpu-{i:03d}", "storage_fio") for i in range(1, 5)]
-    # everything is fresh now: a plain run has nothing to do
-    assert pairs(runner.run()) == []
-    # re-validate two nodes after a "driver upgrade": exactly those, stalest test first
+    # a chosen node runs every due suite in the same run (its bundle): two pairs are one node
+    assert pairs(first) == [("gpu-001", "gpu_health"), ("gpu-001", "storage_fio")]
+    assert pairs(second) == [("gpu-002", "gpu_health"), ("gpu-002", "storage_fio")]
+    assert pairs(third) == [(f"gpu-{i:03d}", t) for i in (3, 4) for t in ("gpu_health", "storage_fio")]
+    # one after another on each node, never two of our pods on a node at once
+    by_node: dict[str, list] = {}
+    for pod in validation_pods(cluster):
+        by_node.setdefault(pod["node"], []).append((pod["created"], pod["deleted_at"] or "9999"))
+    for node, spans in by_node.items():
+        spans.sort()
+        assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:])), node
+    # everything is fresh now: a plain run has nothing to do, and says why
+    quiet = runner.run()
+    assert pairs(quiet) == [] and quiet["summary"]["why_empty"].startswith(
+        "nothing planned: all pairs of the 4 free node(s) are fresh since ")
+    # re-validate two nodes after a "driver upgrade": exactly those, all their suites
     cutoff = dt.datetime.now(dt.UTC).isoformat()
     revalidation = runner.run({"node_range": "gpu-00[1-2]", "stale_before": cutoff})
-    assert pairs(revalidation) == [("gpu-001", "gpu_health"), ("gpu-002", "gpu_health")]
+    assert pairs(revalidation) == [(n, t) for n in ("gpu-001", "gpu-002") for t in ("gpu_health", "storage_fio")]
 
 
 # 7 ------------------------------------------------------------------------------------------------

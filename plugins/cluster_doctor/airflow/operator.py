@@ -9,8 +9,13 @@ through the provider's extension points: ``build_pod_request_obj`` (the pod spec
 overrides that call ``super()`` (``await_pod_start``: the availability watch; ``cleanup``: the final
 pod state). What an exception out of the provider means is decided in ``provider_errors``:
 
-* before the pod exists: the decision is not older than the max queue time and the node is still
-  free, else no pod and the attempt is ``skipped``;
+* as a step of a node's bundle (the validate task group: the node's suites one after another): a
+  step the bundle does not plan is skipped without a row; a step after a failed health check, or
+  after a step that could not run its suite (a user took the node, no pod could start), is recorded
+  ``skipped`` with that cause, no pod (``domain.bundles``);
+* before the pod exists: the decision (for a later step of a bundle: the end of the step before it)
+  is not older than the max queue time and the node is still free, else no pod and the attempt is
+  ``skipped``;
 * while Pending: every few seconds, whether the node turned not ready, was cordoned, gained a taint
   we do not tolerate or was deleted (ours is deleted at once: ``skipped``, with that cause); every
   availability interval, whether a user pod claimed the node (``preempted``); and a pending timeout
@@ -31,7 +36,7 @@ import collections
 import datetime as dt
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
@@ -43,16 +48,18 @@ from kubernetes.client.exceptions import ApiException
 
 from cluster_doctor.airflow import provider_errors
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
-from cluster_doctor.domain import results, suites
-from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.domain import bundles, results, suites
+from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.domain.payloads import RunConfig, Validation
+from cluster_doctor.domain.payloads import Bundle, RunConfig, Validation
 from cluster_doctor.domain.status import EXECUTED
 from cluster_doctor.kube import guards, podspec, retry
 from cluster_doctor.store.history import RetryPolicy
 
 LOG_TAIL_LINES = 200
+POOL_WAIT_NOTE_S = 30  # a bundle step that waited this long for a pool slot says so in its log
 # While our pod is Pending, its node is read this often (capped by availability_check_s): a node
 # that turns NotReady, is cordoned or gains a taint we do not tolerate ends the wait within seconds.
 NODE_CHECK_S = 5
@@ -146,41 +153,48 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
     ui_color = "#d4f1d4"
 
+    # ``bundle``: in the validate task group, each step gets its node's bundle (a mapped argument of the
+    # group, resolved when the task's fields are rendered); see _apply_bundle.
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "bundle")
+
     def __init__(
         self,
         *,
-        node_name: str,
         test_name: str,
-        gpu_count: int,
+        node_name: str | None = None,
+        gpu_count: int | None = None,
         gpu_model: str | None = None,
-        planned_at: str | dt.datetime,
+        planned_at: str | dt.datetime | None = None,
         why: str | None = None,
-        run_config: Mapping[str, Any] | RunConfig,
+        run_config: Mapping[str, Any] | RunConfig | None = None,
+        bundle: Any = None,
+        steps_before: Sequence[str] = (),
+        settings: Settings | None = None,
         **kwargs: Any,
     ) -> None:
-        validate_node_name(node_name)
+        """One pair (``node_name`` … ``run_config``: the kwargs of ``payloads.Validation``), or one step of
+        a node's bundle (``bundle``, with ``steps_before``: the task ids of the steps that run before it
+        on the same node, and ``settings``: the parse-time settings, until the bundle is rendered)."""
         suites.get(test_name)
-        # the kwargs ship_suites built (payloads.Validation.to_xcom), read back typed
-        target = Validation.from_xcom({"node_name": node_name, "test_name": test_name, "gpu_count": gpu_count,
-                                       "gpu_model": gpu_model, "planned_at": planned_at, "why": why,
-                                       "run_config": run_config})
-        self.node_name = target.node_name
-        self.test_name = target.test_name
-        self.gpu_count = target.gpu_count
-        self.gpu_model = target.gpu_model
-        self.planned_at = target.planned_at
-        self.why = target.why
-        self.run_config = target.run_config
-        # Mapped tasks are built at run time from the run's settings (the Variable included), so the
-        # task timeout and the pod's deadline come from the same numbers.
-        self.cd_settings = self.run_config.settings
-        s = self.cd_settings
+        target = None
+        if bundle is None:
+            validate_node_name(node_name)
+            # the kwargs ship_suites built (payloads.Validation.to_xcom), read back typed
+            target = Validation.from_xcom({"node_name": node_name, "test_name": test_name, "gpu_count": gpu_count,
+                                           "gpu_model": gpu_model, "planned_at": planned_at, "why": why,
+                                           "run_config": run_config})
+        s = target.run_config.settings if target is not None else (settings or Settings())
+        self.test_name = test_name
+        self.bundle = bundle
+        self.steps_before = tuple(steps_before)
+        self._bundle: Bundle | None = None
+        self.node_name: str | None = None
         kwargs.setdefault("kubernetes_conn_id", s.kubernetes_conn_id)
         kwargs["execution_timeout"] = dt.timedelta(seconds=s.task_timeout_s(test_name))
         kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _Observer]
         super().__init__(
             namespace=s.namespace,
-            name=podspec.pod_name_prefix(node_name, test_name),
+            name=podspec.pod_name_prefix(node_name, test_name) if target else f"cv-{test_name.replace('_', '-')}",
             random_name_suffix=True,
             in_cluster=kwargs.pop("in_cluster", None),
             get_logs=True,
@@ -196,6 +210,13 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             log_formatter=self._capture_log_line,
             **kwargs,
         )
+        if target is not None:
+            self._apply(target)
+        self._fresh_state()
+
+    def _fresh_state(self) -> None:
+        """What one try learns about its pod. Set again when a try starts: a task of a mapped group is one
+        operator, shallow-copied per instance, so mutable state must never be shared between instances."""
         self._log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._final_pod: dict[str, Any] | None = None
         self._pod_vanished = False
@@ -203,6 +224,60 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._recorded = False
         self._context = None
         self._pending_events: str | None = None  # the scheduler's last word before our deletion
+
+    def _apply(self, target: Validation) -> None:
+        """The pair this task validates. Mapped tasks are built, and bundle steps rendered, at run time
+        from the run's settings (the Variable included), so the task timeout and the pod's deadline come
+        from the same numbers."""
+        self.node_name = target.node_name
+        self.test_name = target.test_name
+        self.gpu_count = target.gpu_count
+        self.gpu_model = target.gpu_model
+        self.planned_at = target.planned_at
+        self.why = target.why
+        self.run_config = target.run_config
+        self.cd_settings = s = self.run_config.settings
+        self.namespace = s.namespace
+        self.name = podspec.pod_name_prefix(target.node_name, target.test_name)
+        self.execution_timeout = dt.timedelta(seconds=s.task_timeout_s(target.test_name))
+        self.schedule_timeout_seconds = self.startup_timeout_seconds = s.pending_timeout_s
+        self.startup_check_interval_seconds = min(5, s.availability_check_s)
+
+    # ------------------------------------------------------------------ one step of a node's bundle
+    def _do_render_template_fields(self, parent, template_fields, context, jinja_env, seen_oids) -> None:
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self and self.bundle is not None and self._bundle is None:
+            self._apply_bundle(self.bundle)
+
+    def _apply_bundle(self, value: Any) -> None:
+        """The bundle this step belongs to, as rendered (the group's mapped argument, an XCom of
+        ship_suites): this step validates its node with ``test_name``, if the bundle plans it."""
+        self._bundle = Bundle.from_xcom(value)
+        self._apply(self._bundle.validation(self.test_name))
+
+    def _bundle_gate(self, context) -> None:
+        """Before a step of a bundle: not planned on this node → skipped, no row; an earlier step stopped
+        the bundle (health failed, a user took the node, no pod could start) → recorded ``skipped`` with
+        that cause, no pod; else this step's queue time counts from the end of the previous one."""
+        if self._bundle.step(self.test_name) is None:
+            raise AirflowSkipException(f"{self.node_name} · {self.test_name}: not planned in this run "
+                                       f"(this node runs {', '.join(self._bundle.tests)})")
+        previous = []
+        if self.steps_before:
+            pulled = context["ti"].xcom_pull(task_ids=list(self.steps_before), key="attempt",
+                                             map_indexes=context["ti"].map_index)
+            previous = [_attempt_or_none(item) for item in (pulled if isinstance(pulled, list) else [pulled])]
+        cause = bundles.stop_cause(previous)
+        if cause:
+            raise _Ended("skipped", f"{cause}; no pod created")
+        # The max queue time guards a stale decision while waiting for a pool slot; the steps before
+        # this one were the node's own work, so the wait counts from when the last of them ended.
+        self.planned_at = bundles.ready_at(self._bundle.planned_at, previous)
+        waited = (dt.datetime.now(dt.UTC) - self.planned_at).total_seconds()
+        if waited >= POOL_WAIT_NOTE_S:
+            self.log.info("waited %s for a slot of pool %s since %s (the pool limits how many validation "
+                          "pods run at once; a node's later steps go before other nodes' first ones)",
+                          _duration(waited), self.pool, self.planned_at.isoformat(timespec="seconds"))
 
     @property
     def guard_client(self):
@@ -232,10 +307,16 @@ class NodeValidationPodOperator(KubernetesPodOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context):
-        started = dt.datetime.now(dt.UTC)
+        self._fresh_state()
         self._context = context  # on_kill records the attempt under this try's identity
+        if self._bundle is not None and self._bundle.step(self.test_name) is None:
+            self._bundle_gate(context)  # not planned on this node: skipped, nothing recorded
         try:
-            if self.find_pod(self.namespace, context=context) is None:  # no pod to reattach to
+            reattach = self.find_pod(self.namespace, context=context)
+            if self._bundle is not None and reattach is None:
+                self._bundle_gate(context)
+            started = dt.datetime.now(dt.UTC)
+            if reattach is None:  # no pod to reattach to
                 self._precheck(started)
             super().execute(context)
             outcome = self._judge()
@@ -458,6 +539,14 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             raise AirflowFailException(headline)
         self.log.warning(headline)
         raise AirflowSkipException(headline)
+
+
+def _attempt_or_none(item: Any) -> Attempt | None:
+    """An earlier step's attempt from XCom (None: not planned, or never reported)."""
+    try:
+        return Attempt.from_dict(item) if item else None
+    except InvalidAttempt:
+        return None
 
 
 def _as_list(callbacks: Any) -> list:

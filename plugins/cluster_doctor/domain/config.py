@@ -36,6 +36,10 @@ from pydantic_settings import (
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.quarantine import QuarantinePolicy
+from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
+from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
+from cluster_doctor.domain.reservation import ReservationPolicy
+from cluster_doctor.domain.taints import tolerates
 
 ENV_PREFIX = "CLUSTER_DOCTOR_"
 VARIABLE_NAME = "cluster_doctor_settings"
@@ -135,7 +139,12 @@ class Settings(BaseSettings):
     staleness_days: PositiveNumber = _setting(7.0, "A pair whose last executed result is older than this is due again.")
     failed_retest_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         6.0, "A pair whose last executed result failed is retested after this long (0 disables).")
-    max_pairs_per_run: PositiveInt = _setting(16, "At most this many node-test pairs are planned per run.")
+    max_pairs_per_run: PositiveInt = _setting(
+        16, "At most this many node-test pairs are planned per run (a chosen node runs all its due suites, "
+            "one after another: its bundle).")
+    bundle_ahead_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        48.0, "A chosen node's suites that would be due within this long run with its due ones, so its "
+              "suites fall due together and one free window serves them all (0: only the due ones).")
     tests: Annotated[list[str], Field(min_length=1)] = _setting(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
@@ -222,6 +231,13 @@ class Settings(BaseSettings):
         {}, "Opt-in node quarantine with a circuit breaker ([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), "
             "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. "
             "Off by default.")
+    reservation: JsonObject = _setting(
+        {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
+            "new user pod lands when their job ends, removed when their validation is done "
+            "([docs/reservation.md](docs/reservation.md)), e.g. {\"enabled\": true, \"target_days\": 7, "
+            "\"lead_hours\": 30, \"max_nodes\": 200, \"max_share\": 0.2, \"max_hold_hours\": 36, "
+            "\"breaker_share\": 0.3, \"dry_run\": false}. Enabled, the validation pods tolerate the taint. Off by "
+            "default.")
     reports_dir: Annotated[str, AfterValidator(_location)] = _setting(
         "", "Where run reports (CTRF JSON, daily summaries) are written: a path, or an Airflow ObjectStoragePath "
             "URL (`file:///shared/reports`, `s3://aws_default@bucket/reports`, `gs://…`) that the web server and "
@@ -245,10 +261,26 @@ class Settings(BaseSettings):
         # load() layers the sources itself, see there.
         return (init_settings,)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _reservation_toleration(cls, values: Any) -> Any:
+        # Reserved nodes are reserved for our pods: enabled, the pods tolerate the taint (and discovery
+        # counts a reserved node that freed as free), whatever tolerations the deployment lists.
+        if not isinstance(values, Mapping):
+            return values
+        wanted = values.get("reservation")
+        if isinstance(wanted, Mapping) and wanted.get("enabled") is True:
+            tolerations = values.get("tolerations", DEFAULT_TOLERATIONS)
+            if isinstance(tolerations, list) and not any(
+                    isinstance(t, Mapping) and tolerates(t, RESERVATION_TAINT) for t in tolerations):
+                return {**values, "tolerations": [*tolerations, dict(RESERVATION_TOLERATION)]}
+        return values
+
     @model_validator(mode="after")
     def _policies(self) -> Settings:
         try:
             BaselinePolicy.from_mapping(self.fleet_verdicts)
+            ReservationPolicy.from_mapping(self.reservation)
             QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
         except ValueError as exc:
             raise ValueError(f"setting {exc}") from None

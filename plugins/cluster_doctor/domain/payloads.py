@@ -7,7 +7,8 @@ refuses, in one line, a shape newer than it knows. Version 0 is the version-less
 lists) written before payloads were typed; version 1 has the same keys plus ``version``.
 
 The chain: ``Discovered`` (discover) → ``Latest`` (load_latest) → ``Plan`` (prioritize) →
-``Validation`` per pair (ship_suites → the mapped validate task's kwargs, ``RunConfig`` inside) →
+``Bundle`` per node (ship_suites → the mapped validate task group, ``RunConfig`` inside; ``Validation``
+is one step's arguments) →
 ``Recorded`` (record) → ``RunSummary`` (summarize → verdict); ``OrphanReport`` (reap_orphans).
 """
 
@@ -222,12 +223,17 @@ class HeldPair(Part):
 
 
 class Plan(Payload):
-    """prioritize → ship_suites, record, summarize."""
+    """prioritize → ship_suites, record, summarize. ``pairs``: node by node (a node's bundle together, in
+    the order its steps run). Version 2 added ``reserved`` and ``why_empty`` (version 1 reads as none)."""
 
+    VERSION: ClassVar[int] = 2
+    version: int = 2
     planned_at: Timestamp
     dry_run: bool = False
     pairs: list[PlannedPair] = Field(default_factory=list)
     held_by_other_runs: list[HeldPair] = Field(default_factory=list)
+    reserved: list[str] = Field(default_factory=list)  # planned nodes that carry our reservation taint
+    why_empty: str | None = None  # one line when nothing was planned: all fresh, all claimed, none free
 
     @property
     def creates_pods(self) -> bool:
@@ -273,6 +279,39 @@ class Validation(Part):
             raise InvalidPayload(f"Validation: {describe_errors(exc, noun='field')}") from None
 
 
+class BundleStep(Part):
+    test_name: str
+    why: str | None = None
+
+
+class Bundle(Payload):
+    """ship_suites → one instance of the mapped ``validate`` task group: a node's suites for this run, run
+    one after another (``steps``, health first), each by its own validate step; ``reserved``: the node
+    carries our reservation taint, which the group's last task removes."""
+
+    node_name: str
+    gpu_count: int = Field(ge=0)
+    gpu_model: str | None = None
+    planned_at: Timestamp
+    reserved: bool = False
+    steps: list[BundleStep] = Field(min_length=1)
+    run_config: RunConfig
+
+    @property
+    def tests(self) -> list[str]:
+        return [s.test_name for s in self.steps]
+
+    def step(self, test: str) -> BundleStep | None:
+        return next((s for s in self.steps if s.test_name == test), None)
+
+    def validation(self, test: str) -> Validation:
+        """The step's operator arguments, as a single pair's."""
+        step = self.step(test)
+        return Validation(node_name=self.node_name, test_name=test, gpu_count=self.gpu_count,
+                          gpu_model=self.gpu_model, planned_at=self.planned_at, why=step.why if step else None,
+                          run_config=self.run_config)
+
+
 # ---------------------------------------------------------------------------- record
 class Recorded(Payload):
     """record → summarize (and the opt-in quarantine): every attempt of the run, as stored."""
@@ -305,6 +344,10 @@ class Blocked(Part):
     reason: str | None = None
     codes: list[str] = Field(default_factory=list)
 
+    def nodes(self) -> list[str]:
+        """The planned nodes, in plan order."""
+        return list(dict.fromkeys(p.node_name for p in self.pairs))
+
 
 class Coverage(Part):
     gpu_nodes: int = 0
@@ -327,8 +370,12 @@ class SpoolState(Part):
 
 
 class RunSummary(Payload):
-    """summarize → verdict; also the run's summary in the CTRF report and ``tools/dag_runner``."""
+    """summarize → verdict; also the run's summary in the CTRF report and ``tools/dag_runner``. Version 2
+    added ``why_empty`` (the plan's), ``waited`` (what the run waited for before it started) and
+    ``reservation_breaker`` (why no node was reserved)."""
 
+    VERSION: ClassVar[int] = 2
+    version: int = 2
     run_started_at: Timestamp | None = None
     params: Params | None = None
     dry_run: bool = False
@@ -346,6 +393,9 @@ class RunSummary(Payload):
     ctrf_path: str | None = None
     warnings: list[str] = Field(default_factory=list)
     spool: SpoolState | None = None
+    why_empty: str | None = None
+    waited: str | None = None
+    reservation_breaker: str | None = None
 
 
 # ---------------------------------------------------------------------------- reap_orphans

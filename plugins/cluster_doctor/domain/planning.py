@@ -112,4 +112,48 @@ def policy(settings: Settings, params: RunParams) -> priority.Policy:
         failed_retest=dt.timedelta(hours=settings.failed_retest_hours),
         max_pairs=params.max_pairs,
         stale_before=params.stale_before,
+        bundle_ahead=dt.timedelta(hours=settings.bundle_ahead_hours),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldBy:
+    run_id: str
+    nodes: int
+    until: dt.datetime
+
+
+def why_empty(
+    *,
+    params: RunParams,
+    gpu_nodes: int,
+    free: int,
+    not_free: Mapping[str, int],
+    tests: list[str],
+    oldest_fresh: dt.datetime | None,
+    due_nodes: int,
+    held: list[HeldBy],
+    blocked: str | None = None,
+) -> str:
+    """One line on why a run planned nothing, for its log, its verdict and its note: no GPU node in the
+    range; none free (and why); every pair fresh (since when); every due node claimed by another run."""
+    scope = f" in node_range {params.node_range.expression}" if params.node_range.expression else ""
+    if params.max_pairs == 0:
+        return "nothing planned: max_pairs is 0"
+    if not tests:
+        return f"nothing planned: no test can run ({blocked or 'every enabled test is blocked'})"
+    if gpu_nodes == 0:
+        return f"nothing planned: no GPU node{scope}"
+    if free == 0:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(not_free.items())) or "none"
+        return f"nothing planned: none of the {gpu_nodes} GPU node(s){scope} is free ({why})"
+    if due_nodes == 0:
+        rule = (f"older than stale_before {params.stale_before.isoformat()}" if params.stale_before
+                else "due")
+        since = f" since {oldest_fresh.isoformat(timespec='minutes')}" if oldest_fresh else ""
+        return (f"nothing planned: all pairs of the {free} free node(s){scope} are fresh{since} "
+                f"(none {rule}; tests {', '.join(tests)})")
+    holders = "; ".join(f"{h.nodes} by run {h.run_id} until {h.until.isoformat(timespec='minutes')}"
+                        for h in sorted(held, key=lambda h: (-h.nodes, h.run_id)))
+    return (f"nothing planned: all {due_nodes} free node(s) with a due pair{scope} are claimed by other "
+            f"live runs ({holders or 'their claims ended meanwhile'})")

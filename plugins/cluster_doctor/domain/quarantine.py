@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain import actions as action_rules
 from cluster_doctor.domain.taints import tolerates
 
 DOMAIN = "cluster-doctor.io"
@@ -18,7 +19,11 @@ LABEL_VALUE = "fail"
 ANN_TESTS = f"{DOMAIN}/failing-tests"
 ANN_CODES = f"{DOMAIN}/failure-codes"
 ANN_SINCE = f"{DOMAIN}/quarantined-at"
-ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE)
+# the most severe recommended action of the failures (domain.actions), for remediation tooling
+ANN_ACTION = f"{DOMAIN}/recommended-action"
+ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE, ANN_ACTION)
+# what the ``actions`` key accepts: the fixed set and ``unknown`` (a failure without a recorded action)
+ACTION_CHOICES = (*action_rules.ACTIONS, action_rules.UNKNOWN)
 TAINT = {"key": LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
 TOLERATION = {"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}
 
@@ -35,6 +40,9 @@ class QuarantinePolicy:
     max_share: float = 0.05  # of the GPU nodes, per window
     max_nodes: int = 10  # per window
     window_hours: float = 24.0
+    # the recommended actions of a confirmed failure that quarantine acts on (domain.actions.QUARANTINE_ACTIONS:
+    # reset_gpu, reboot, drain_and_service, unknown); confirmed fleet verdicts always count
+    actions: tuple[str, ...] = action_rules.QUARANTINE_ACTIONS
 
     def __post_init__(self) -> None:
         for name in ("enabled", "dry_run", "taint"):
@@ -48,6 +56,12 @@ class QuarantinePolicy:
         hours = self.window_hours
         if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
             raise InvalidQuarantinePolicy(f"quarantine.window_hours: must be a number > 0, got {hours!r}")
+        wanted = self.actions
+        if isinstance(wanted, str) or not isinstance(wanted, (list, tuple)) or not wanted or any(
+                a not in ACTION_CHOICES for a in wanted):
+            raise InvalidQuarantinePolicy(f"quarantine.actions: must be a non-empty list of {', '.join(ACTION_CHOICES)}"
+                                          f", got {wanted!r}")
+        object.__setattr__(self, "actions", tuple(dict.fromkeys(wanted)))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> QuarantinePolicy:
@@ -58,6 +72,10 @@ class QuarantinePolicy:
             raise InvalidQuarantinePolicy(f"quarantine: unknown key(s) {', '.join(unknown)} "
                                           f"(known: {', '.join(sorted(known))})")
         return cls(**values)
+
+    def acts_on(self, failure: Failure) -> bool:
+        """A confirmed verdict always; a failed check when its recommended action is one of ``actions``."""
+        return failure.verdict or action_rules.shown(failure.action) in self.actions
 
     def limit(self, gpu_nodes: int) -> int:
         """How many nodes may be in quarantine-by-us within the window."""
@@ -75,6 +93,8 @@ class QuarantinePolicy:
 class Failure:
     test_name: str
     code: str  # failed check names, or "<verdict kind>:<metric>"
+    action: str | None = None  # the failed result's recommended action; None: unknown (or a verdict)
+    verdict: bool = False  # a confirmed straggler/drift verdict, not a failed check
 
 
 @dataclasses.dataclass
@@ -85,6 +105,8 @@ class QuarantineReport:
     released: list[str] = dataclasses.field(default_factory=list)
     held_back: list[str] = dataclasses.field(default_factory=list)  # candidates the open breaker kept out
     already: list[str] = dataclasses.field(default_factory=list)
+    # confirmed failures left alone because their action is not one quarantine acts on: "node (test: action)"
+    not_acted_on: list[str] = dataclasses.field(default_factory=list)
     breaker_open: bool = False
     breaker_reason: str | None = None
     limit: int | None = None
@@ -101,6 +123,8 @@ class QuarantineReport:
         parts = [f"{verb}quarantine {len(self.quarantined)}: {', '.join(self.quarantined) or '-'}",
                  f"{verb}release {len(self.released)}: {', '.join(self.released) or '-'}",
                  f"already quarantined {len(self.already)}"]
+        if self.not_acted_on:
+            parts.append(f"left to a person (action not quarantined): {', '.join(self.not_acted_on)}")
         if self.breaker_open:
             parts.insert(0, f"CIRCUIT BREAKER OPEN: {self.breaker_reason}")
         return "; ".join(parts)

@@ -2,8 +2,11 @@
 
 Off by default. When enabled (setting ``quarantine``), after every run:
 
-* a GPU node with a *confirmed* failure gets the label ``cluster-doctor.io/health=fail``, annotations
-  naming the failing test(s) and code(s) and the time, and (``taint: true``) a
+* a GPU node with a *confirmed* failure whose recommended action is one quarantine acts on (setting
+  ``quarantine.actions``, default reset_gpu, reboot, drain_and_service and unknown: a fault of the node
+  itself; check_fabric / check_storage point at a switch or the shared file system, retest at a flake)
+  gets the label ``cluster-doctor.io/health=fail``, annotations naming the failing test(s), code(s),
+  the most severe action and the time, and (``taint: true``) a
   ``cluster-doctor.io/health=fail:NoSchedule`` taint so new user pods stay off it. Confirmed means
   the pair failed twice in a row (the failed-retest path ran it again 6 h later and it failed again)
   or a straggler/drift verdict was confirmed by a second run: one flaky result never quarantines.
@@ -34,7 +37,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain import actions as action_rules
 from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operators and tests use)
+    ANN_ACTION,
     ANN_CODES,
     ANN_SINCE,
     ANN_TESTS,
@@ -98,6 +103,7 @@ def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool)
                 ANN_TESTS: ",".join(sorted({f.test_name for f in failures}))[:_MAX_ANNOTATION],
                 ANN_CODES: "; ".join(f"{f.test_name}: {f.code}" for f in failures)[:_MAX_ANNOTATION],
                 ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                ANN_ACTION: _action_of(failures),
             }}}
         if taint:
             # taints are replaced as a whole by a patch: send the node's own plus ours
@@ -105,6 +111,19 @@ def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool)
             body["spec"] = {"taints": current + [dict(TAINT)]}
         return body
     return build
+
+
+def _action_of(failures: Sequence[Failure]) -> str:
+    """The most severe action of the failed checks (unknown when none is recorded; a verdict alone:
+    drain_and_service, a person looks at a slow GPU)."""
+    found = action_rules.most_severe(f.action for f in failures if not f.verdict)
+    if found:
+        return found
+    return "drain_and_service" if all(f.verdict for f in failures) else action_rules.UNKNOWN
+
+
+def _describe(failure: Failure) -> str:
+    return f"{failure.test_name}: {failure.code}" + ("" if failure.verdict else f" ({action_rules.shown(failure.action)})")
 
 
 def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,7 +167,13 @@ def reconcile(
     ours = {name: n for name, n in gpu.items()
             if ((n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE and _since(n) is not None)}
     labelled = {name for name, n in gpu.items() if (n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE}
-    failures = {name: f for name, f in confirmed_failures(connect, tests).items() if name in gpu}
+    confirmed = {name: f for name, f in confirmed_failures(connect, tests).items() if name in gpu}
+    failures = {name: kept for name, found in confirmed.items() if (kept := [f for f in found if policy.acts_on(f)])}
+    report.not_acted_on = sorted(f"{name} ({'; '.join(_describe(f) for f in found)})"
+                                 for name, found in confirmed.items() if name not in failures)
+    if report.not_acted_on:
+        log.info("quarantine leaves %d node(s) with confirmed failures to a person (their action is not one of "
+                 "%s): %s", len(report.not_acted_on), ", ".join(policy.actions), "; ".join(report.not_acted_on))
     candidates = sorted(name for name in failures if name not in labelled)
     report.already = sorted(name for name in failures if name in labelled)
     window = dt.timedelta(hours=policy.window_hours)
@@ -175,7 +200,7 @@ def reconcile(
         return report
 
     for name in candidates:
-        what = "; ".join(f"{f.test_name}: {f.code}" for f in failures[name])
+        what = "; ".join(_describe(f) for f in failures[name])
         if policy.dry_run:
             log.info("quarantine dry run: would label%s %s (%s)", " and taint" if policy.taint else "", name, what)
         else:

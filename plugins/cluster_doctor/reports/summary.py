@@ -124,6 +124,10 @@ def render(summary: RunSummary) -> str:
         lines.append(f"NEWLY FAILING: {item.node_name} · {item.test_name}: {item.reason}")
     for reason, names in summary.not_eligible.items():
         lines.append(f"not eligible ({reason}): {compress(names)}")
+    if summary.why_empty:
+        lines.append(summary.why_empty)
+    if summary.waited:
+        lines.append(summary.waited)
     for line in notices(summary):
         lines.append(f"WARNING: {line}")
     cov = summary.coverage
@@ -150,10 +154,12 @@ def verdict(summary: RunSummary) -> str | None:
     bad = [a for a in summary.attempts if cov.is_failing(a.status)]
     # a planned validation that never reported means the run broke (suite shipping, a killed task)
     lost = [a for a in summary.attempts if (a.reason or "").startswith("the validation task did not report")]
-    if not bad and not lost and not summary.blocked:
+    if not bad and not lost and not summary.blocked and not summary.reservation_breaker:
         return None
     # the deployment problem first: it is why this run (and the next ones) validated nothing
     problems = [blocked_line(summary.blocked)] if summary.blocked else []
+    if summary.reservation_breaker:
+        problems.append(f"reservation circuit breaker open: {summary.reservation_breaker}")
     if bad:
         shown = "; ".join(f"{a.node_name} · {a.test_name}: {a.status}" for a in bad[:10])
         more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
@@ -161,3 +167,28 @@ def verdict(summary: RunSummary) -> str | None:
     if lost:
         problems.append(f"{len(lost)} planned validation(s) never reported (see ship_suites / validate)")
     return "; ".join(problems)
+
+
+NOTE_PREFIX = "Cluster Doctor: "
+
+
+def note(summary: RunSummary) -> str:
+    """The DagRun's note (what the Airflow UI shows on the run): what the run did, or why it planned
+    nothing, and what it waited for. Markdown, a few lines."""
+    lines = []
+    if summary.why_empty:
+        lines.append(summary.why_empty)
+    else:
+        counts = ", ".join(f"{s} {summary.counts[s]}" for s in Status if summary.counts.get(s)) or "nothing recorded"
+        nodes = len({a.node_name for a in summary.attempts})
+        lines.append(f"{summary.planned} pair(s) planned on {nodes} node(s)"
+                     f"{' (dry run)' if summary.dry_run else ''}: {counts}")
+    if summary.deferred:
+        lines.append(f"deferred {len(summary.deferred)} node(s) held by other runs: "
+                     f"{', '.join(sorted({d.run_id or '?' for d in summary.deferred}))}")
+    if summary.waited:
+        lines.append(summary.waited)
+    problem = verdict(summary)
+    if problem:
+        lines.append(f"FAILED: {problem}")
+    return NOTE_PREFIX + "\n\n".join(lines)

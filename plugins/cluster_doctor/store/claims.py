@@ -85,11 +85,14 @@ class ClaimResult:
     dropped: int = 0  # this run's earlier claims it no longer wants (a retried prioritize)
 
 
-def ttl_s(settings: Settings, test: str) -> int:
-    """How long a claim for ``test`` lives: the longest the pair can take from the decision — waiting
-    for a pool slot (at most ``max_queue_s``, then it is skipped) and the validate task's
-    execution_timeout — never beyond the DagRun timeout, plus a small slack."""
-    return min(settings.max_queue_s + settings.task_timeout_s(test), settings.dagrun_timeout_s) + SLACK_S
+def ttl_s(settings: Settings, test: str | Sequence[str]) -> int:
+    """How long a claim for ``test`` (or a bundle of tests, one after another) lives: the longest it can
+    take from the decision — waiting for a pool slot (at most ``max_queue_s`` before each step, then it
+    is skipped) and each validate task's execution_timeout — never beyond the DagRun timeout, plus a
+    small slack."""
+    tests = [test] if isinstance(test, str) else list(test)
+    longest = sum(settings.max_queue_s + settings.task_timeout_s(t) for t in tests)
+    return min(longest, settings.dagrun_timeout_s) + SLACK_S
 
 
 def _identity(dag_id: Any, run_id: Any) -> tuple[str, str]:
@@ -100,11 +103,16 @@ def _identity(dag_id: Any, run_id: Any) -> tuple[str, str]:
     return dag_id, run_id
 
 
-def _candidate(item: Any) -> tuple[str, str, float]:
+def _candidate(item: Any) -> tuple[str, str, float, int]:
     try:
-        node, test, ttl = item
+        node, test, ttl, *rest = item
+        if len(rest) > 1:
+            raise ValueError
     except (TypeError, ValueError):
-        raise InvalidClaim(f"claim candidate: expected (node, test, ttl_s), got {shown(item)}") from None
+        raise InvalidClaim(f"claim candidate: expected (node, test, ttl_s[, pairs]), got {shown(item)}") from None
+    pairs = rest[0] if rest else 1
+    if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 1:
+        raise InvalidClaim(f"claim pairs of {shown(node)}: expected an integer >= 1, got {shown(pairs)}")
     try:
         validate_node_name(node)
         validate_test_name(test)
@@ -113,7 +121,7 @@ def _candidate(item: Any) -> tuple[str, str, float]:
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) \
             or not 0 < ttl <= MAX_TTL_S:
         raise InvalidClaim(f"claim ttl_s of {node}: expected seconds in (0, {MAX_TTL_S}], got {shown(ttl)}")
-    return node, test, float(ttl)
+    return node, test, float(ttl), pairs
 
 
 @contextlib.contextmanager
@@ -153,10 +161,12 @@ def claim(
     dry_run: bool = False,
     run_ended: Callable[[str, str], bool] | None = None,
 ) -> ClaimResult:
-    """Claim, in one transaction, the first ``limit`` candidate nodes that no other live run holds.
+    """Claim, in one transaction, the first candidate nodes no other live run holds, ``limit`` pairs in all.
 
-    ``candidates`` are ``(node, test, ttl_s)`` in priority order; the first candidate of a node is the
-    one considered (one test per node). Expired claims are removed (so taken over); this run's own
+    ``candidates`` are ``(node, test, ttl_s[, pairs])`` in priority order: the node's bundle of ``pairs``
+    node-test pairs (1 when left out), starting with ``test`` and lasting at most ``ttl_s``; the first
+    candidate of a node is the one considered. The last node granted may take more pairs than are left
+    under ``limit`` (the caller cuts its bundle). Expired claims are removed (so taken over); this run's own
     claims count as free, so a retried prioritize gets them again, and its earlier claims on nodes it
     no longer plans are dropped. ``dry_run``: the same answer, nothing kept (rolled back).
     ``run_ended(dag_id, run_id)``: True when that run has ended; its claims on these nodes are dead
@@ -164,10 +174,10 @@ def claim(
     dag_id, run_id = _identity(dag_id, run_id)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidClaim(f"claim limit: expected an integer >= 0, got {shown(limit)}")
-    wanted: dict[str, tuple[str, float]] = {}
+    wanted: dict[str, tuple[str, float, int]] = {}
     for item in candidates:
-        node, test, ttl = _candidate(item)
-        wanted.setdefault(node, (test, ttl))
+        node, test, ttl, pairs = _candidate(item)
+        wanted.setdefault(node, (test, ttl, pairs))
     columns = ", ".join(COLUMNS)
     ended = _ended_runs(connect, wanted, (dag_id, run_id), run_ended)
     with _locked(connect, commit=not dry_run) as (conn, now):
@@ -183,14 +193,16 @@ def claim(
             holders = {c.node_name: c for c in _claims(cur.fetchall())}
             chosen: list[tuple[str, str, float]] = []
             held: list[Held] = []
-            for node, (test, ttl) in wanted.items():
-                if len(chosen) >= limit:
+            taken = 0
+            for node, (test, ttl, pairs) in wanted.items():
+                if taken >= limit:
                     break
                 holder = holders.get(node)
                 if holder is not None and (holder.dag_id, holder.run_id) != (dag_id, run_id):
                     held.append(Held(node, test, holder))
                 else:
                     chosen.append((node, test, ttl))
+                    taken += pairs
             cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s "
                         "AND NOT (node_name = ANY(%s))", (dag_id, run_id, [c[0] for c in chosen]))
             dropped = cur.rowcount

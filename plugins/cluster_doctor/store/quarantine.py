@@ -10,7 +10,7 @@ from cluster_doctor.store import database
 
 # ---------------------------------------------------------------------------- what the results say
 CONFIRMED_FAILURES_SQL = """
-SELECT s.node_name, s.test_name, s.checks
+SELECT s.node_name, s.test_name, s.checks, s.action
   FROM validation_pair_state s
  WHERE s.status = 'fail'
    AND (SELECT count(*) FROM validation_history h
@@ -31,20 +31,21 @@ def _failed_checks(checks: Any) -> str:
 
 
 def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Failure]]:
-    """node -> its confirmed failures among the enabled tests."""
+    """node -> its confirmed failures among the enabled tests, each with the latest result's recommended
+    action (None: unknown), and the confirmed verdicts."""
     conn = database.connector(connect)()
     out: dict[str, list[Failure]] = {}
     try:
         with conn.cursor() as cur:
             cur.execute(CONFIRMED_FAILURES_SQL)
-            rows = [(n, t, _failed_checks(c)) for n, t, c in cur.fetchall()]
+            rows = [(n, t, Failure(t, _failed_checks(c), action)) for n, t, c, action in cur.fetchall()]
             cur.execute(CONFIRMED_VERDICTS_SQL)
-            rows += cur.fetchall()
+            rows += [(n, t, Failure(t, code, verdict=True)) for n, t, code in cur.fetchall()]
     finally:
         conn.close()
-    for node, test, code in sorted(rows):
+    for node, test, failure in sorted(rows, key=lambda r: (r[0], r[1], r[2].code)):
         if test in tests:
-            out.setdefault(node, []).append(Failure(test, code))
+            out.setdefault(node, []).append(failure)
     return out
 
 

@@ -159,7 +159,7 @@ def test_dry_run_patches_nothing_and_says_what_it_would_do(cluster, store, caplo
         report = q.reconcile(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True, dry_run=True, taint=True),
                              tests=TESTS, now=NOW)
     assert report.dry_run and report.quarantined == ["gpu-004"]
-    assert "would label and taint gpu-004 (nccl_loopback: nccl_busbw)" in caplog.text
+    assert "would label and taint gpu-004 (nccl_loopback: nccl_busbw (unknown))" in caplog.text
     assert report.describe().startswith("would quarantine 1: gpu-004")
     assert _patches(cluster) == 0
     assert q.LABEL not in (_node(cluster, "gpu-004")["metadata"]["labels"] or {})
@@ -196,6 +196,9 @@ def test_a_concurrent_edit_is_retried_not_overwritten(cluster, store):
     ({"max_nodes": 0}, "quarantine.max_nodes: must be an integer >= 1"),
     ({"window_hours": -1}, "quarantine.window_hours: must be a number > 0"),
     ({"taints": True}, r"quarantine: unknown key\(s\) taints"),
+    ({"actions": []}, "quarantine.actions: must be a non-empty list of none, retest"),
+    ({"actions": "reboot"}, "quarantine.actions: must be a non-empty list"),
+    ({"actions": ["reboot", "format_disk"]}, "quarantine.actions: .*'format_disk'"),
 ])
 def test_bad_policy_is_refused_by_name(values, message):
     with pytest.raises(q.InvalidQuarantinePolicy, match=message):
@@ -242,3 +245,40 @@ def test_settings_refuse_a_bad_quarantine_or_verdict_setting():
         Settings(quarantine={"enabled": True, "taint": True})
     with pytest.raises(InvalidSettings, match="setting fleet_verdicts.k_mad: must be a number > 0"):
         Settings.load(env={"CLUSTER_DOCTOR_FLEET_VERDICTS": '{"k_mad": -1}'})
+
+
+# ---------------------------------------------------------------------------- keyed on the action (issue 20)
+def _record_action(store, node: str, test: str, action: str, *, runs: int = 2) -> None:
+    check = {**FAILED_CHECK[0], "action": action}
+    store.record([Attempt(node_name=node, test_name=test, status="fail", checks=[check], reason="failed",
+                          finished_at=NOW - dt.timedelta(hours=20) + dt.timedelta(hours=6 * i),
+                          dag_id="continuous_validation", run_id=f"r{i}-{node}-{test}") for i in range(runs)])
+
+
+def test_quarantine_acts_only_on_the_actions_it_is_given(cluster, store):
+    """By default a node fault (reset_gpu, reboot, drain_and_service, unknown) quarantines; a fabric or
+    storage finding, or a flake to retest, is left to a person and reported."""
+    _record_action(store, "gpu-001", "gpu_health", "reboot")
+    _record_action(store, "gpu-002", "nccl_loopback", "check_fabric")
+    _record_action(store, "gpu-003", "gpu_health", "retest")
+    policy = q.QuarantinePolicy(enabled=True, max_nodes=10, max_share=1.0)
+    core = cluster.core_v1()
+    report = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW)
+    assert report.quarantined == ["gpu-001"]
+    assert report.not_acted_on == ["gpu-002 (nccl_loopback: nccl_busbw (check_fabric))",
+                                   "gpu-003 (gpu_health: nccl_busbw (retest))"]
+    assert "left to a person" in report.describe()
+    assert _node(cluster, "gpu-001")["metadata"]["annotations"][q.ANN_ACTION] == "reboot"
+    # keyed on the fabric too: now it goes
+    fabric = q.QuarantinePolicy(enabled=True, max_nodes=10, max_share=1.0, actions=["check_fabric", "reboot"])
+    assert q.reconcile(core, store.connect, fabric, tests=TESTS, now=NOW).quarantined == ["gpu-002"]
+
+
+def test_the_actions_setting_loads_and_is_checked():
+    from cluster_doctor.domain.config import InvalidSettings, Settings
+
+    settings = Settings.load(env={"CLUSTER_DOCTOR_QUARANTINE": '{"enabled": true, "actions": ["reboot"]}'})
+    assert q.QuarantinePolicy.from_mapping(settings.quarantine).actions == ("reboot",)
+    assert q.QuarantinePolicy().actions == ("reset_gpu", "reboot", "drain_and_service", "unknown")
+    with pytest.raises(InvalidSettings, match="setting quarantine.actions"):
+        Settings(quarantine={"actions": ["drain"]})

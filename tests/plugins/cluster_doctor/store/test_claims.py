@@ -71,6 +71,20 @@ def test_only_the_first_candidate_of_a_node_counts(connect):
     assert [(c.node_name, c.test_name) for c in result.granted] == [("gpu-001", "dl_unit"), ("gpu-002", "dl_unit")]
 
 
+def test_a_bundle_counts_its_pairs_against_the_limit(connect, db_dsn):
+    """A node's bundle of suites is one claim; the limit counts pairs, the last bundle may overrun it
+    (prioritize cuts it)."""
+    claims.claim(connect, cands("gpu-002"), dag_id=DAG, run_id="r1", limit=5)
+    result = claims.claim(connect, [("gpu-001", "gpu_health", TTL, 4), ("gpu-002", "gpu_health", TTL, 4),
+                                    ("gpu-003", "dl_unit", TTL, 3), ("gpu-004", "gpu_health", TTL, 1)],
+                          dag_id=DAG, run_id="r2", limit=6)
+    assert granted(result) == ["gpu-001", "gpu-003"]  # 4 + 3 pairs: gpu-003 is cut to 2 by the caller
+    assert [h.node_name for h in result.held] == ["gpu-002"]
+    assert ("gpu-003", "dl_unit", "r2") in rows(db_dsn)
+    with pytest.raises(claims.InvalidClaim, match="claim pairs of 'gpu-009': expected an integer >= 1, got 0"):
+        claims.claim(connect, [("gpu-009", "dl_unit", TTL, 0)], dag_id=DAG, run_id="r3", limit=1)
+
+
 def test_held_nodes_past_the_limit_are_not_reported(connect):
     claims.claim(connect, cands("gpu-003"), dag_id=DAG, run_id="r1", limit=1)
     result = claims.claim(connect, cands("gpu-001", "gpu-002", "gpu-003"), dag_id=DAG, run_id="r2", limit=2)
@@ -154,7 +168,7 @@ def test_release_gives_up_only_this_runs_claims(connect, db_dsn):
     ({"candidates": [("gpu-001", "gpu-health", TTL)]}, "invalid test name"),
     ({"candidates": [("gpu-001", "gpu_health", 0)]}, "ttl_s of gpu-001"),
     ({"candidates": [("gpu-001", "gpu_health", float("inf"))]}, "ttl_s of gpu-001"),
-    ({"candidates": [("gpu-001", "gpu_health")]}, "expected (node, test, ttl_s)"),
+    ({"candidates": [("gpu-001", "gpu_health")]}, "expected (node, test, ttl_s"),
     ({"run_id": ""}, "claim run_id"),
     ({"dag_id": "d" * 251}, "claim dag_id"),
     ({"limit": -1}, "claim limit"),
@@ -183,6 +197,9 @@ def test_ttl_covers_the_queue_and_the_task_timeout_within_the_dagrun():
     for test in d.tests:
         assert claims.ttl_s(d, test) == min(d.max_queue_s + d.task_timeout_s(test), d.dagrun_timeout_s) + claims.SLACK_S
         assert claims.ttl_s(d, test) <= d.dagrun_timeout_s + claims.SLACK_S
+    # a bundle holds its node for all of its steps, one after another
+    assert claims.ttl_s(s, ["gpu_health", "gpu_health"]) == 2 * (60 + 30 + 20 + 10) + claims.SLACK_S
+    assert claims.ttl_s(d, d.tests) == d.dagrun_timeout_s + claims.SLACK_S
 
 
 # ---------------------------------------------------------------------------- concurrency
