@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, Param, TriggerRule, chain, get_current_context, task, task_group
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
-from cluster_doctor.domain import suites
+from cluster_doctor.domain import priority, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
 
@@ -21,6 +21,10 @@ from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
 # other setting, per-task timeouts included, is read at run time with the Variable
 # cluster_doctor_settings, and discover refuses a Variable that changes what parsing fixed.
 SETTINGS = Settings.load()
+# The validate group's steps, in the order a node's suites run: health first, then the enabled order,
+# then every other suite of the catalog (a run's params may enable it).
+STEPS = priority.bundle_order([*SETTINGS.tests, *suites.CATALOG])
+STEP_IDS = [f"validate.{test}" for test in STEPS]
 
 DOC_MD = """
 ### Continuous validation of GPU nodes
@@ -97,6 +101,10 @@ with DAG(
         from cluster_doctor.airflow import tasks
 
         context = get_current_context()
+        run = context["dag_run"]
+        waited = tasks.waited_line(str(run.run_type), run.run_after, run.start_date)
+        if waited:
+            tasks.log.info("%s", waited)
         settings = runtime.load_settings()
         return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
                               parsed=SETTINGS).to_xcom()
@@ -123,20 +131,35 @@ with DAG(
         found = Discovered.from_xcom(discovered)
         return tasks.load_latest(found, runtime.results_store(found.settings.validation_db_conn_id)).to_xcom()
 
+    # Opt-in (setting reservation): taint overdue busy nodes so their next free moment is ours; release
+    # those held too long. Its breaker never stops this run's validations (the verdict reports it).
+    @task(multiple_outputs=False)
+    def reserve(discovered: dict) -> dict:
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Discovered
+
+        found = Discovered.from_xcom(discovered)
+        return tasks.reserve(found, runtime.results_store(found.settings.validation_db_conn_id),
+                             runtime.core_v1(found.settings.kubernetes_conn_id),
+                             run_id=get_current_context()["run_id"]).to_dict()
+
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task(multiple_outputs=False)
-    def prioritize(discovered: dict, latest: dict | list) -> dict:
+    def prioritize(discovered: dict, latest: dict | list, reserved: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Latest
+        from cluster_doctor.kube.reservation import ReservationReport
 
         context = get_current_context()
         found = Discovered.from_xcom(discovered)
         store = runtime.results_store(found.settings.validation_db_conn_id)
         return tasks.prioritize(found, Latest.from_xcom(latest), store=store, dag_id=dag.dag_id,
-                                run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
+                                run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
+                                reserved=ReservationReport.from_dict(reserved).free).to_xcom()
 
-    # One kwargs dict per planned pair, what expand_kwargs hands NodeValidationPodOperator.
+    # One Bundle per planned node: what the validate task group is mapped over.
     @task
     def ship_suites(discovered: dict, planned: dict) -> list:
         from cluster_doctor.airflow import runtime
@@ -144,8 +167,26 @@ with DAG(
         from cluster_doctor.domain.payloads import Discovered, Plan
 
         found = Discovered.from_xcom(discovered)
-        validations = tasks.ship_suites(found, Plan.from_xcom(planned), runtime.core_v1(found.settings.kubernetes_conn_id))
-        return [v.to_xcom() for v in validations]
+        bundles = tasks.ship_suites(found, Plan.from_xcom(planned), runtime.core_v1(found.settings.kubernetes_conn_id))
+        return [b.to_xcom() for b in bundles]
+
+    # The validate group's last task, whatever its steps did: the run's claim on the node goes, and a
+    # reserved node loses our taint once its validation is done.
+    @task(trigger_rule=TriggerRule.ALL_DONE, map_index_template="{{ node_name }}")
+    def finish_node(bundle: dict) -> str:
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Bundle
+
+        context = get_current_context()
+        found = Bundle.from_xcom(bundle)
+        context["node_name"] = found.node_name  # the instance's label in the grid
+        ti = context["ti"]
+        reported = ti.xcom_pull(task_ids=STEP_IDS, key="attempt", map_indexes=ti.map_index) or []
+        settings = found.run_config.settings
+        return tasks.finish_node(found, reported, runtime.results_store(settings.validation_db_conn_id),
+                                 runtime.core_v1(settings.kubernetes_conn_id) if found.reserved else None,
+                                 dag_id=dag.dag_id, run_id=context["run_id"])
 
     # Runs whatever the validations did (an empty plan maps zero validations: ALL_DONE still runs);
     # it skips itself when discovery or planning failed.
@@ -159,7 +200,7 @@ with DAG(
         context = get_current_context()
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: nothing was planned, nothing to record")
-        reported = context["ti"].xcom_pull(task_ids="validate", key="attempt") or []
+        reported = context["ti"].xcom_pull(task_ids=STEP_IDS, key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
         settings = Discovered.from_xcom(discovered).settings
@@ -168,10 +209,11 @@ with DAG(
                             run_id=context["run_id"], settings=settings).to_xcom()
 
     @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
-    def summarize(discovered: dict, planned: dict, recorded: dict | list | None) -> dict:
+    def summarize(discovered: dict, planned: dict, recorded: dict | list | None, reserved: dict | None) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan, Recorded
+        from cluster_doctor.kube.reservation import ReservationReport
 
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
@@ -179,8 +221,12 @@ with DAG(
         if recorded is None and plan.creates_pods:
             raise AirflowFailException(tasks.unrecorded(found))  # names what waits in the spool
         store = runtime.results_store(found.settings.validation_db_conn_id)
+        context = get_current_context()
+        run = context["dag_run"]
         return tasks.summarize(found, plan, None if recorded is None else Recorded.from_xcom(recorded), store,
-                               dag_id=dag.dag_id, run_id=get_current_context()["run_id"]).to_xcom()
+                               dag_id=dag.dag_id, run_id=context["run_id"],
+                               waited=tasks.waited_line(str(run.run_type), run.run_after, run.start_date),
+                               reservation_breaker=ReservationReport.from_dict(reserved).breaker_reason).to_xcom()
 
     # The DagRun's state is what alerting hangs on: this leaf fails when a node failed a check, and
     # also when the run could not discover, plan, record or summarize.
@@ -196,19 +242,39 @@ with DAG(
 
     discovered = discover()
     reaped = reap_orphans(discovered)
-    planned = prioritize(discovered, load_latest(discovered))
+    reserved = reserve(discovered)
+    planned = prioritize(discovered, load_latest(discovered), reserved)
     # before planning, and before the latest results are read, so what it records counts in this run
     reaped >> [planned, dag.get_task("load_latest")]
-    pairs = ship_suites(discovered, planned)
-    validate = NodeValidationPodOperator.partial(
-        task_id="validate",
-        pool=SETTINGS.pool,
-        # execution_timeout: set by the operator from the run's settings (pending + suite budget + margin)
-        retries=0,
-        map_index_template="{{ task.node_name }} · {{ task.test_name }}",
-    ).expand_kwargs(pairs)
+    bundles = ship_suites(discovered, planned)
+
+    # One instance per planned node, mapped over the bundles: the node's suites one after another (a step
+    # per suite, health first, each one pod in the pool), then finish_node. A step not planned on its
+    # node skips itself; one after a failed health check or a lost node is recorded skipped with that
+    # cause. Later steps outrank other nodes' first steps for a pool slot (priority_weight), so a node
+    # that is free now finishes its bundle before the pool moves on.
+    @task_group(group_id="validate", tooltip="per node: its suites one after another, then finish_node")
+    def validate(bundle):
+        steps = [NodeValidationPodOperator(
+            task_id=test,
+            test_name=test,
+            bundle=bundle,
+            settings=SETTINGS,  # until the bundle is rendered: then the run's settings
+            steps_before=STEP_IDS[:i],
+            pool=SETTINGS.pool,
+            # execution_timeout: set by the operator from the run's settings (pending + suite budget + margin)
+            retries=0,
+            trigger_rule=TriggerRule.ALL_DONE if i else TriggerRule.ALL_SUCCESS,
+            priority_weight=i + 1,
+            weight_rule="absolute",
+            map_index_template="{{ task.node_name }} · {{ task.test_name }}",
+        ) for i, test in enumerate(STEPS)]
+        chain(*steps)
+        steps[-1] >> finish_node(bundle)
+
+    validated = validate.expand(bundle=bundles)
     recorded = record(discovered, planned)
-    validate >> recorded
+    validated >> recorded
 
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task(multiple_outputs=False)
@@ -222,4 +288,4 @@ with DAG(
         return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id)).to_dict()
 
     quarantine(discovered, recorded)
-    verdict(summarize(discovered, planned, recorded))
+    verdict(summarize(discovered, planned, recorded, reserved))

@@ -9,16 +9,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.airflow import storage
+from cluster_doctor.domain import bundles as bundles_policy
 from cluster_doctor.domain import fleet_verdicts, planning, priority
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import (
+    Bundle,
+    BundleStep,
     Discovered,
     HeldPair,
     Latest,
@@ -30,14 +33,15 @@ from cluster_doctor.domain.payloads import (
     RunConfig,
     RunSummary,
     SpoolState,
-    Validation,
 )
 from cluster_doctor.domain.quarantine import QuarantineReport
+from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims, spool, verdicts
 
 log = logging.getLogger(__name__)
+WAIT_NOTE_S = 120  # a run that started this long after it was due says what it waited for
 
 
 def _now() -> dt.datetime:
@@ -96,13 +100,41 @@ def _states(latest: Latest) -> dict[tuple[str, str], priority.PairState]:
         last_attempt_status=r.last_attempt_status) for r in latest.rows}
 
 
+# ---------------------------------------------------------------------------- 2b. reserve (opt-in)
+def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
+            now: dt.datetime | None = None) -> Any:
+    """Reservation of overdue busy nodes (setting ``reservation``, off by default): release what is done or
+    held too long, taint the overdue busy nodes within the limit; the reserved nodes that freed are
+    planned first. An open breaker reserves nothing new and fails the run at its verdict, never its
+    validations."""
+    from cluster_doctor.kube import reservation
+
+    settings = discovered.settings
+    policy = ReservationPolicy.from_mapping(settings.reservation)
+    if not policy.enabled:
+        return reservation.ReservationReport(enabled=False)
+    run = discovered.params.run_params()
+    if run.dry_run:  # a run that only plans taints nothing either
+        policy = dataclasses.replace(policy, dry_run=True)
+    busy = [n.name for n in discovered.ineligible if n.reason == discovery.BUSY]
+    free = [n.name for n in discovered.free]
+    report = reservation.reconcile(
+        core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
+        latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
+        node_selector=settings.node_selector, now=now)
+    log.info("%s", report.describe())
+    return report
+
+
 # ---------------------------------------------------------------------------- 3. prioritize
 def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None = None,
                *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
-               run_ended: Callable[[str, str], bool] | None = None) -> Plan:
-    """Plan this run's pairs. With ``store`` (the DAG), the plan's nodes are claimed for the run
-    ``dag_id``/``run_id`` (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from a live one);
-    without it (planning only), nothing is claimed."""
+               run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = ()) -> Plan:
+    """Plan this run's bundles: every free node with a due pair, most urgent first (``reserved`` nodes,
+    tainted for validation, before all), each with all its due suites. With ``store`` (the DAG), the
+    plan's nodes are claimed for the run ``dag_id``/``run_id`` (cluster_doctor.store.claims;
+    ``run_ended`` tells a dead holder from a live one); without it (planning only), nothing is claimed.
+    A plan with nothing in it says why (``Plan.why_empty``)."""
     now = now or _now()
     settings = discovered.settings
     run = discovered.params.run_params()
@@ -110,57 +142,126 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     # pods of these tests could not mount their volume (discover said why): plan none, record none
     blocked = set(discovered.volumes.blocked_tests)
     tests = [t for t in run.tests if t not in blocked]
-    pairs, held = _claimed_plan(list(free), tests, _states(latest), now, settings, run, store, dag_id, run_id,
-                                run_ended)
+    states = _states(latest)
+    first = [n for n in reserved if n in free]
+    found = priority.bundles(list(free), tests, states, now=now, policy=planning.policy(settings, run), first=first)
+    pairs, held = _claimed_plan(found, settings, run, store, dag_id, run_id, run_ended)
     planned = [PlannedPair(**p.to_dict(), gpu_count=free[p.node_name].gpu_count,
                            gpu_model=free[p.node_name].gpu_model) for p in pairs]
+    plan = Plan(planned_at=now, dry_run=run.dry_run, pairs=planned, held_by_other_runs=held,
+                reserved=[n for n in first if any(p.node_name == n for p in planned)])
     if planned:
-        log.info("plan (%d pair(s)%s):\n%s", len(planned), ", dry run: no pods" if run.dry_run else "", table(
-            [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
-             for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
-    elif not blocked and not held:
-        log.info("nothing is due on the %d free node(s): a quiet run", len(free))
+        log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s):\n%s", len(planned),
+                 len(plan.nodes()), ", dry run: no pods" if run.dry_run else "", table(
+                     [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
+                      for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
+    else:
+        plan = plan.model_copy(update={"why_empty": _why_empty(discovered, run, tests, states, found, held)})
+        log.info("%s", plan.why_empty)
     if blocked:
         log.error("not planned: %s (%s)", ", ".join(t for t in run.tests if t in blocked),
                   discovered.volumes.problem)
     if held:
-        log.warning("deferred %d pair(s), their node is held by another live run: %s", len(held), "; ".join(
-            f"{h.node_name} · {h.test_name} (run {h.run_id}, until {h.expires_at.isoformat()})" for h in held))
-    return Plan(planned_at=now, dry_run=run.dry_run, pairs=planned, held_by_other_runs=held)
+        log.warning("deferred %d node(s), held by another live run: %s", len(held), "; ".join(
+            f"{h.node_name} (run {h.run_id}, until {h.expires_at.isoformat()})" for h in held))
+    return plan
 
 
-def _claimed_plan(free: list[str], tests: list[str], states: Mapping[tuple[str, str], priority.PairState],
-                  now: dt.datetime, settings: Settings, run: planning.RunParams, store: Any, dag_id: str | None,
-                  run_id: str | None, run_ended: Callable[[str, str], bool] | None,
+def _claimed_plan(found: list[priority.Bundle], settings: Settings, run: planning.RunParams, store: Any,
+                  dag_id: str | None, run_id: str | None, run_ended: Callable[[str, str], bool] | None,
                   ) -> tuple[list[priority.PlannedPair], list[HeldPair]]:
-    """The plan, and the pairs given up because another live run holds their node: every free node's
-    best due pair in priority order, of which the claims keep the first max_pairs nodes no other run
-    holds (a dry run claims nothing but defers the same way)."""
-    policy = planning.policy(settings, run)
+    """The plan, and the nodes given up because another live run holds them: of every free node's bundle,
+    in priority order, the claims keep the first ``max_pairs`` pairs' nodes no other run holds (a dry run
+    claims nothing but defers the same way); the last bundle is cut to fit. A claim holds its node for
+    the whole bundle (its TTL covers every step)."""
     if store is None:
-        return priority.plan(free, tests, states, now=now, policy=policy), []
+        return [p for b in priority.take(found, run.max_pairs) for p in b.pairs], []
     if not dag_id or not run_id:
         raise ValueError("prioritize with a store needs the run's dag_id and run_id to claim its nodes")
-    ordered = priority.plan(free, tests, states, now=now, policy=dataclasses.replace(policy, max_pairs=len(free)))
-    outcome = claims.claim(store.connect, [(p.node_name, p.test_name, claims.ttl_s(settings, p.test_name))
-                                           for p in ordered],
-                           dag_id=dag_id, run_id=run_id, limit=policy.max_pairs, dry_run=run.dry_run,
-                           run_ended=run_ended)
+    outcome = claims.claim(
+        store.connect,
+        [(b.node_name, b.pairs[0].test_name, claims.ttl_s(settings, [p.test_name for p in b.urgent]), len(b.urgent))
+         for b in found],
+        dag_id=dag_id, run_id=run_id, limit=run.max_pairs, dry_run=run.dry_run, run_ended=run_ended)
     granted = {c.node_name for c in outcome.granted}
-    return [p for p in ordered if p.node_name in granted], [HeldPair(**h.to_dict()) for h in outcome.held]
+    chosen = priority.take([b for b in found if b.node_name in granted], run.max_pairs)
+    return [p for b in chosen for p in b.pairs], [HeldPair(**h.to_dict()) for h in outcome.held]
+
+
+def _why_empty(discovered: Discovered, run: planning.RunParams, tests: list[str],
+               states: Mapping[tuple[str, str], priority.PairState], found: list[priority.Bundle],
+               held: list[HeldPair]) -> str:
+    not_free: dict[str, int] = {}
+    for node in discovered.ineligible:
+        not_free[node.reason] = not_free.get(node.reason, 0) + 1
+    free = {n.name for n in discovered.free}
+    fresh = [s.finished_at for (node, test), s in states.items()
+             if node in free and test in tests and s.finished_at is not None]
+    holders: dict[str, list[HeldPair]] = {}
+    for h in held:
+        holders.setdefault(h.run_id, []).append(h)
+    return planning.why_empty(
+        params=run, gpu_nodes=len(discovered.gpu_nodes), free=len(free), not_free=not_free, tests=tests,
+        oldest_fresh=min(fresh) if fresh else None, due_nodes=len(found),
+        held=[planning.HeldBy(run_id, len(hs), max(h.expires_at for h in hs)) for run_id, hs in holders.items()],
+        blocked=discovered.volumes.problem)
 
 
 # ---------------------------------------------------------------------------- 4. ship suites
-def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Validation]:
+def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bundle]:
     """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
-    content hash) and hand every planned pair to the mapped validation task."""
+    content hash) and hand every planned node's bundle to the mapped validate task group."""
     if not planned.creates_pods:
         return []
     shipped = suite_code.ship(core_v1, discovered.settings)
     run_config = RunConfig(settings=discovered.settings, configmap=shipped.configmap,
                            suite_version=shipped.version, suite_files=list(shipped.files))
-    return [Validation(node_name=p.node_name, test_name=p.test_name, gpu_count=p.gpu_count, gpu_model=p.gpu_model,
-                       planned_at=planned.planned_at, why=p.why, run_config=run_config) for p in planned.pairs]
+    bundles = []
+    for node in planned.nodes():
+        pairs = [p for p in planned.pairs if p.node_name == node]
+        bundles.append(Bundle(node_name=node, gpu_count=pairs[0].gpu_count, gpu_model=pairs[0].gpu_model,
+                              planned_at=planned.planned_at, reserved=node in planned.reserved,
+                              steps=[BundleStep(test_name=p.test_name, why=p.why) for p in pairs],
+                              run_config=run_config))
+    return bundles
+
+
+# ---------------------------------------------------------------------------- 5. finish a node
+def finish_node(bundle: Bundle, reported: Sequence[Mapping[str, Any] | None], store: Any, core_v1: Any | None, *,
+                dag_id: str, run_id: str) -> str:
+    """The validate group's last task, whatever its steps did: the run is done with the node, so its
+    claim goes (another run may take it), and a reserved node loses our taint when its validation is
+    done (every suite executed, health failed, or a user took the node; kept, within its maximum hold,
+    when a step only ran out of time). Best effort: the claim expires, the reservation task releases."""
+    attempts = [_attempt_or_none(item) for item in reported]
+    done = bundles_policy.done_with_node(bundle.tests, attempts)
+    try:
+        claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[bundle.node_name])
+    except Exception as exc:
+        log.warning("could not release this run's claim of %s (%s); it expires on its own", bundle.node_name,
+                    one_line(exc, 300))
+    ran = ", ".join(f"{a.test_name} {a.status}" for a in attempts if a is not None) or "no step reported"
+    if not bundle.reserved:
+        return f"{bundle.node_name}: {ran}"
+    from cluster_doctor.kube import reservation
+
+    if not done:
+        log.warning("%s stays reserved for the next run: its validation did not finish (%s)", bundle.node_name, ran)
+        return f"{bundle.node_name}: {ran}; still reserved"
+    policy = ReservationPolicy.from_mapping(bundle.run_config.settings.reservation)
+    released = reservation.release_after_validation(core_v1, store.connect, bundle.node_name, policy=policy,
+                                                    run_id=run_id)
+    return f"{bundle.node_name}: {ran}; reservation {'released' if released else 'already gone'}"
+
+
+def _attempt_or_none(item: Mapping[str, Any] | None) -> Attempt | None:
+    if not item:
+        return None
+    try:
+        return Attempt.from_dict(item)
+    except InvalidAttempt as exc:
+        log.error("ignoring a malformed attempt from XCom: %s", exc)
+        return None
 
 
 # ---------------------------------------------------------------------------- 6. record
@@ -190,13 +291,14 @@ def record(
             continue
         attempts[(attempt.node_name, attempt.test_name)] = attempt
     if not planned.dry_run:
-        for index, pair in enumerate(planned.pairs):
+        group_index = {node: i for i, node in enumerate(planned.nodes())}  # the validate group's map index
+        for pair in planned.pairs:
             key = (pair.node_name, pair.test_name)
             if key not in attempts:
                 attempts[key] = Attempt(
                     node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
                     reason=UNREPORTED, gpu_model=pair.gpu_model, gpu_count=pair.gpu_count, dag_id=dag_id,
-                    run_id=run_id, map_index=index, try_number=0)
+                    run_id=run_id, map_index=group_index[pair.node_name], try_number=0)
     # Whatever any run on any worker spooled first (quiet runs too); if writing this run's attempts
     # fails, they are spooled durably (settings.spool_dir, shared by every worker) and the task fails.
     result = spool.record_or_spool(store, list(attempts.values()),
@@ -225,8 +327,10 @@ def _release_claims(store: Any, pairs: Sequence[PlannedPair], *, dag_id: str, ru
 
 # ---------------------------------------------------------------------------- 7. summarize, verdict
 def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, store: Any, *,
-              dag_id: str | None = None, run_id: str | None = None, now: dt.datetime | None = None) -> RunSummary:
-    """Counts, newly failing nodes, ineligible nodes, coverage; and the run's CTRF report on disk."""
+              dag_id: str | None = None, run_id: str | None = None, now: dt.datetime | None = None,
+              waited: str | None = None, reservation_breaker: str | None = None) -> RunSummary:
+    """Counts, newly failing nodes, ineligible nodes, coverage, why nothing was planned, what the run
+    waited for; and the run's CTRF report on disk."""
     from cluster_doctor.reports import ctrf
     from cluster_doctor.reports import summary as report
 
@@ -234,7 +338,9 @@ def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, 
     attempts = recorded.attempts if recorded is not None else []
     latest_rows = store.latest(tests=discovered.params.tests) if discovered.gpu_nodes else []
     summary = report.run_summary(discovered, planned, attempts, latest_rows, now=now)
-    summary = summary.model_copy(update={"spool": spool_state(discovered.settings, now)})
+    summary = summary.model_copy(update={"spool": spool_state(discovered.settings, now),
+                                         "why_empty": planned.why_empty, "waited": waited,
+                                         "reservation_breaker": reservation_breaker})
     log.info("%s", report.render(summary))
     if dag_id and run_id:
         path = ctrf.write_run_report([a.to_dict() for a in attempts], summary, settings=discovered.settings,
@@ -268,7 +374,22 @@ def verdict(summary: RunSummary) -> None:
         raise AirflowFailException("; ".join([problem, *notices]))
     for notice in notices:
         log.warning("%s", notice)
+    if summary.why_empty:
+        log.info("%s", summary.why_empty)
     log.info("no node failed a check in this run")
+
+
+def waited_line(run_type: str | None, run_after: dt.datetime | None, started: dt.datetime | None) -> str | None:
+    """What the run waited for before it started (its first task logs it, its note says it): a scheduled
+    or manual run that started well after it was due waited for a free run slot (``max_active_runs=1``:
+    another run of this DAG was still going) or for the scheduler. Backfill runs are due in the past."""
+    if run_type not in ("scheduled", "manual") or run_after is None or started is None:
+        return None
+    waited = (started - run_after).total_seconds()
+    if not WAIT_NOTE_S <= waited <= 24 * 3600:
+        return None
+    return (f"this run started {age(run_after, started)} after it was due ({run_after.isoformat(timespec='minutes')}): "
+            "it waited for the run before it to end (max_active_runs=1) or for the scheduler")
 
 
 # ---------------------------------------------------------------------------- 8. quarantine (opt-in)
