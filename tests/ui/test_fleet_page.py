@@ -191,10 +191,11 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         frame.locator("a.node-link", has_text="gpu-003").click()
         link = frame.locator("#history a.ti-link").first
         href = link.get_attribute("href")
-        assert re.fullmatch(r"/dags/continuous_validation/runs/scheduled__[^/]+/tasks/validate/mapped/7"
+        assert re.fullmatch(r"/dags/continuous_validation/runs/scheduled__[^/]+/tasks/validate\.[a-z_]+/mapped/7"
                             r"\?try_number=1", href)
         link.click()
-        page.wait_for_url(re.compile(r".*/dags/continuous_validation/runs/.+/tasks/validate/mapped/7\?try_number=1$"),
+        page.wait_for_url(re.compile(r".*/dags/continuous_validation/runs/.+/tasks/validate\.[a-z_]+/mapped/7"
+                                     r"\?try_number=1$"),
                           timeout=10_000)
         assert "/plugin/" not in page.url  # the whole UI navigated, not the iframe
         assert problems == []

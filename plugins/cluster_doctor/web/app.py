@@ -48,7 +48,7 @@ from cluster_doctor.store.history import SchemaMissing
 MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
 URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-health
 DAG_ID = "continuous_validation"  # whoever may read its task instances may read their results
-VALIDATE_TASK_ID = "validate"  # the mapped task of the DAG that runs one node · test pair
+VALIDATE_GROUP = "validate"  # the DAG's task group mapped per node: step validate.<test> runs one pair
 FLEET_QUERY_KEYS = ("nodes", "status", "gpu_model", "per_page", "page")
 
 ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
@@ -155,7 +155,8 @@ def ti_url(request: Request, row: Mapping[str, Any]) -> str | None:
     dag_id, run_id = row.get("dag_id"), row.get("run_id")
     if not dag_id or not run_id:
         return None  # imported from a file or recorded by hand: no task instance
-    url = f"{airflow_base(request)}dags/{quote(dag_id)}/runs/{quote(run_id)}/tasks/{VALIDATE_TASK_ID}"
+    task_id = f"{VALIDATE_GROUP}.{row.get('test_name')}"
+    url = f"{airflow_base(request)}dags/{quote(dag_id)}/runs/{quote(run_id)}/tasks/{quote(task_id)}"
     map_index = row.get("map_index")
     if map_index is not None and map_index >= 0:
         url += f"/mapped/{int(map_index)}"

@@ -193,8 +193,8 @@ def test_node_page_history_metrics_and_task_instance_links(client):
     assert "nccl_busbw_gbps <b>12.50</b>" in html and "gemm_bf16_tflops_min <b>731.5</b>" in html
     assert "✗ nccl_loopback.check" in html
     # the task instance that produced the result, in the Airflow 3.3 UI's route
-    assert ('href="/dags/continuous_validation/runs/scheduled__2026-11-20T10%3A00%3A00%2B00%3A00/tasks/validate'
-            '/mapped/7?try_number=1" target="_top"') in html
+    assert ('href="/dags/continuous_validation/runs/scheduled__2026-11-20T10%3A00%3A00%2B00%3A00/tasks/'
+            'validate.nccl_loopback/mapped/7?try_number=1" target="_top"') in html
     history = re.findall(r'<tr data-test="([a-z_]+)" data-status="([a-z]+)">', html.split('id="history"')[1])
     assert history[0] == ("nccl_loopback", "fail") and len(history) == 5
     only = client.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text.split('id="history"')[1]
