@@ -2,9 +2,10 @@
 
 A harness (harness/), one checker per GPU health concern (checkers/) and one module per suite; shipped as
 a Kubernetes ConfigMap (a subfolder's '/' spelled '__' in its keys); no Airflow, nothing of cluster_doctor.
-Each suite is a module run as `python -m cluster_doctor_suites.<name>`: dl_unit, nccl_loopback, storage_fio, gpu_health.
+Each suite is a module run as `python -m cluster_doctor_suites.<name>`: dl_unit, nccl_loopback, storage_fio, gpu_health,
+nvbandwidth, ib_health.
 See README.md in this folder for the checks, the result contract and the exit codes.
 """
 
-SUITES = ("dl_unit", "nccl_loopback", "storage_fio", "gpu_health")
+SUITES = ("dl_unit", "nccl_loopback", "storage_fio", "gpu_health", "nvbandwidth", "ib_health")
 SCHEMA_VERSION = "1"

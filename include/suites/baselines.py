@@ -1,6 +1,6 @@
 """Load baselines.yaml and turn it into expectations for one node: the floors of its GPU model
-(scaled by the GPU count) and the counts it must show (Expectations: GPUs, HCAs, NVLinks per GPU,
-PCIe generation and width), per model with sources, overridable per node pool."""
+(scaled by the GPU count) and the counts it must show (Expectations: GPUs, HCAs and their rate and
+width, NVLinks per GPU, PCIe generation and width), per model with sources, overridable per node pool."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ class Baselines:
         return self.data.get(name) or {}
 
 
-EXPECT_KEYS = ("gpus", "hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width")
+EXPECT_KEYS = ("gpus", "hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width", "ib_rate_gbps", "ib_width")
 
 
 def parse_expect(text: str | None) -> dict[str, int]:

@@ -95,7 +95,8 @@ def make_parser(suite: str, description: str) -> argparse.ArgumentParser:
         default=_env("CLUSTER_DOCTOR_EXPECT", ""),
         metavar="KEY=N[,KEY=N]",
         help="what this node pool's nodes must show, overriding baselines.yaml: gpus, hcas, "
-        "nvlinks_per_gpu, pcie_gen, pcie_width, e.g. 'hcas=4,nvlinks_per_gpu=12' [CLUSTER_DOCTOR_EXPECT]",
+        "nvlinks_per_gpu, pcie_gen, pcie_width, ib_rate_gbps, ib_width, e.g. 'hcas=4,nvlinks_per_gpu=12' "
+        "[CLUSTER_DOCTOR_EXPECT]",
     )
     g.add_argument(
         "--gpu-model",

@@ -185,6 +185,53 @@ def dcgm4_document(excerpt: str, version: str | None = None) -> str:
 
 
 
+# ------------------------------------------------------------------------------ InfiniBand sysfs trees
+_IB_STATE = {"Active": "4: ACTIVE", "Down": "1: DOWN", "Init": "2: INIT"}
+_IB_PHYS = {"LinkUp": "5: LinkUp", "Polling": "2: Polling", "Disabled": "3: Disabled"}
+_IB_RATE = {"400": "400 Gb/sec (4X NDR)", "200": "200 Gb/sec (4X HDR)", "100": "100 Gb/sec (4X EDR)",
+            "40": "40 Gb/sec (4X QDR)"}
+
+
+def h100_ib_tree(tmp_path: Path, *, cleared: bool = False) -> Path:
+    """leptonai/gpud's /sys/class/infiniband of an HGX H100 node, copied; `cleared`: its saturated
+    counters (every excessive_buffer_overrun_errors 15, mlx5_1's link_downed 255) as they read after
+    `perfquery -x -R`."""
+    import shutil
+
+    root = tmp_path / "sys-class-infiniband"
+    shutil.copytree(FIXTURES / "ib" / "sys-class-infiniband-h100_gpud", root)
+    if cleared:
+        for dev in root.iterdir():
+            for name in ("excessive_buffer_overrun_errors", "link_downed"):
+                (dev / "ports" / "1" / "counters" / name).write_text("0\n")
+    return root
+
+
+def ib_counter(root: Path, dev: str, name: str, value: int) -> None:
+    (root / dev / "ports" / "1" / "counters" / name).write_text(f"{value}\n")
+
+
+def roce_ib_tree(tmp_path: Path) -> Path:
+    """gpud's ibstat output of an H100 RoCE node written as the sysfs files the kernel shows for it
+    (drivers/infiniband/core/sysfs.c formats), with a netdev per port (names invented)."""
+    import re
+
+    root = tmp_path / "roce-sysfs"
+    text = (FIXTURES / "ib" / "ibstat_h100_roce_some_down_polling_gpud.txt").read_text()
+    for block in text.split("CA '")[1:]:
+        dev = block.split("'", 1)[0]
+        f = dict(re.findall(r"^\s+([A-Za-z ]+): (.*)$", block, re.M))
+        port = root / dev / "ports" / "1"
+        (port / "gid_attrs" / "ndevs").mkdir(parents=True)
+        (root / dev / "hca_type").write_text(f["CA type"] + "\n")
+        (root / dev / "fw_ver").write_text(f["Firmware version"] + "\n")
+        for name, value in (("state", _IB_STATE[f["State"]]), ("phys_state", _IB_PHYS[f["Physical state"]]),
+                            ("rate", _IB_RATE[f["Rate"]]), ("link_layer", f["Link layer"])):
+            (port / name).write_text(value + "\n")
+        (port / "gid_attrs" / "ndevs" / "0").write_text(f"ens{dev.split('_')[1]}np0\n")
+    return root
+
+
 @pytest.fixture
 def h():
     """Helpers for test modules (pytest's importlib mode gives test files no sibling imports)."""
@@ -200,6 +247,9 @@ def h():
         summary_validator=summary_validator,
         env=_env,
         dcgm4_document=dcgm4_document,
+        h100_ib_tree=h100_ib_tree,
+        roce_ib_tree=roce_ib_tree,
+        ib_counter=ib_counter,
     )
 
 

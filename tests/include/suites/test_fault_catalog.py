@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cluster_doctor_suites import codes, dl_unit, gpu_health, nccl_loopback, storage_fio
+from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -485,7 +485,106 @@ def _run_storage(run_inproc, tmp_path, fault: Fault):
     return run_inproc(storage_fio, *args)
 
 
-ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS
+# ---------------------------------------------------------------------------------------- nvbandwidth
+NVB = FIXTURES / "nvbandwidth"
+NVB_WRITE, NVB_H2D = "device_to_device_memcpy_write_ce", "host_to_device_memcpy_ce"
+NVBW_FAULTS = [
+    # the README's 8-GPU matrix with GPUs 3 -> 5 at half their value (half the NVLinks lost)
+    Fault("nvbw_pair_below_floor", "nvbandwidth", "fail", "nvbw_d2d_write_ce", "NVBW_D2D_LOW", "cuda:3,cuda:5",
+          "GPUs 3 and 5", action="reset_gpu"),
+    # no floor for the model, but its GPUs are NVLink-joined: the node's median is the bar
+    Fault("nvbw_pair_slow_vs_peers", "nvbandwidth", "fail", "nvbw_d2d_write_ce", "NVBW_SLOW_VS_PEERS", "cuda:3,cuda:5",
+          "below the node's median", action="drain_and_service", args=("--expect", "nvlinks_per_gpu=12")),
+    # GPU 2's host link at half (a PCIe link trained at x8)
+    Fault("nvbw_host_link_low", "nvbandwidth", "fail", "nvbw_h2d_ce", "NVBW_HOST_LOW", "cuda:2", "GPU 2 host link",
+          action="drain_and_service"),
+    Fault("nvbw_data_mismatch", "nvbandwidth", "fail", "nvbw_data_verification", "NVBW_DATA_MISMATCH", None,
+          "did not match its pattern", action="drain_and_service"),
+    Fault("nvbw_no_peer_access", "nvbandwidth", "fail", "nvbw_d2d_write_ce", "NVBW_NO_PEER_ACCESS", "cuda:0,cuda:1",
+          "waived", action="reset_gpu"),
+    Fault("nvbw_missing", "nvbandwidth", "error", "", "TOOL_MISSING", None, "nvbandwidth not found"),
+]
+
+
+def _run_nvbw(run_inproc, tmp_path, fault: Fault):
+    write = (NVB / "readme_v0.8_d2d_write_ce_8gpu.txt").read_text()
+    h2d = (NVB / "readme_v0.8_h2d_ce_8gpu.txt").read_text()
+    model, gpus, rc = "NVIDIA-A100-SXM4-80GB", "8", 0
+    if fault.id == "nvbw_pair_below_floor":
+        write = write.replace("276.60", "138.30")
+    elif fault.id == "nvbw_pair_slow_vs_peers":
+        write, model = write.replace("276.60", "200.00"), "Some-Future-GPU"
+    elif fault.id == "nvbw_host_link_low":
+        h2d = h2d.replace("25.97     26.00", "12.99     26.00")
+    (tmp_path / "write.txt").write_text(write)
+    (tmp_path / "h2d.txt").write_text(h2d)
+    body = (f'for t in "$@"; do case "$t" in {NVB_WRITE}) cat "{tmp_path / "write.txt"}" ;; '
+            f'{NVB_H2D}) cat "{tmp_path / "h2d.txt"}" ;; esac; done')
+    if fault.id == "nvbw_data_mismatch":  # the tool's verification ASSERT: exit 1
+        body, rc = f'cat "{NVB / "issue34_8xA100-SXM4-80GB_v0.7_verification_failed.txt"}"', 1
+    elif fault.id == "nvbw_no_peer_access":  # two GPUs without peer mapping: waived, exit 0
+        body, gpus = f'cat "{NVB / "issue13_2xRTX2080Ti_v0.2_waiving_d2d_write_ce.txt"}"', "2"
+    tool = _tool(tmp_path / "bin", "nvbandwidth", f"{body}\nexit {rc}")
+    testcases = NVB_WRITE if fault.id == "nvbw_no_peer_access" else f"{NVB_WRITE},{NVB_H2D}"
+    return run_inproc(nvbandwidth, "--nvbandwidth", "nvbandwidth-not-installed" if fault.id == "nvbw_missing" else tool,
+                      "--testcases", testcases, "--gpu-model", model, "--expected-gpus", gpus, *fault.args)
+
+
+# ------------------------------------------------------------------------------------------ ib_health
+IB_FAULTS = [
+    Fault("ib_hca_missing", "ib_health", "fail", "ib_hca_count", "IB_HCAS_NOT_PRESENT", None, "7 of 8 expected",
+          action="drain_and_service"),
+    # gpud's ibstat of an H100 RoCE node: mlx5_11 Down / Polling
+    Fault("ib_port_down_polling", "ib_health", "fail", "ib_port_state", "IB_PORT_DOWN", "mlx5_11:1", "DOWN / Polling",
+          action="check_fabric"),
+    Fault("ib_port_rate_low", "ib_health", "fail", "ib_port_rate", "IB_PORT_RATE_LOW", "mlx5_5:1", "200 Gb/s",
+          action="check_fabric"),
+    Fault("ib_port_width_degraded", "ib_health", "fail", "ib_port_width", "IB_PORT_WIDTH_DEGRADED", "mlx5_4:1", "2X",
+          action="check_fabric"),
+    Fault("ib_link_flapped", "ib_health", "fail", "ib_counters", "IB_LINK_FLAPPED", "mlx5_6:1", "link_downed +2",
+          action="check_fabric"),
+    Fault("ib_link_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_6:1", "symbol_error +40",
+          action="check_fabric"),
+    Fault("roce_link_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_3:1", "", action="check_fabric"),
+    Fault("ib_discards_growing", "ib_health", "pass", "ib_counters", "IB_DISCARDS_GROWING", "mlx5_6:1", "", "warn", "none"),
+    Fault("ib_counter_saturated", "ib_health", "pass", "ib_counters", "IB_COUNTER_SATURATED", "mlx5_1:1", "could not run",
+          "skip", "none"),
+]
+ROCE_400G = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
+
+
+def _run_ib(run_inproc, tmp_path, h, fault: Fault):
+    """Two runs, as in production: the first records the counters, the fault happens, the second judges."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
+    args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3"]
+    if fault.id.startswith("roce") or fault.id == "ib_port_down_polling":
+        root = h.roce_ib_tree(tmp_path)
+        stats = tmp_path / "ethtool.txt"
+        stats.write_text((FIXTURES / "ib" / "ethtool-S_mlx5_connectx4_ethq8_excerpt.txt").read_text())
+        args += ["--ib-hca", ROCE_400G, "--ethtool", _tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')]
+        run_inproc(ib_health, "--sysfs-root", str(root), *args)
+        stats.write_text(stats.read_text().replace("symbol_err: 0", "symbol_err: 3"))
+        return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+    root = h.h100_ib_tree(tmp_path, cleared=fault.id != "ib_counter_saturated")
+    run_inproc(ib_health, "--sysfs-root", str(root), *args)
+    port = root / {"ib_port_rate_low": "mlx5_5", "ib_port_width_degraded": "mlx5_4"}.get(fault.id, "mlx5_6") / "ports" / "1"
+    change = {"ib_link_flapped": ("link_downed", 2), "ib_link_errors": ("symbol_error", 40),
+              "ib_discards_growing": ("port_xmit_discards", 120)}.get(fault.id)
+    if change:
+        h.ib_counter(root, "mlx5_6", *change)
+    elif fault.id == "ib_hca_missing":
+        import shutil
+
+        shutil.rmtree(root / "mlx5_9")
+    elif fault.id == "ib_port_rate_low":
+        (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    elif fault.id == "ib_port_width_degraded":
+        (port / "rate").write_text("200 Gb/sec (2X NDR)\n")
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS
 
 
 @pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
@@ -498,6 +597,10 @@ def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
         ns = _run_dl_unit(run_inproc, monkeypatch, fault)
     elif fault.suite == "nccl_loopback":
         ns = _run_nccl(run_inproc, monkeypatch, tmp_path, fault)
+    elif fault.suite == "nvbandwidth":
+        ns = _run_nvbw(run_inproc, tmp_path, fault)
+    elif fault.suite == "ib_health":
+        ns = _run_ib(run_inproc, tmp_path, h, fault)
     else:
         ns = _run_storage(run_inproc, tmp_path, fault)
     h.check_artifacts(ns, status=fault.status, suite=fault.suite)
@@ -530,15 +633,21 @@ def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
 # and its cases fail. FAULTS.md carries the same table (checked below).
 CLASSES = {
     "counts against what the node should have": [
-        "gpu_count_low", "nccl_fewer_hcas", "nccl_no_ib_device", "nvlinks_below_sku", "pcie_gen_below_sku"],
+        "gpu_count_low", "nccl_fewer_hcas", "nccl_no_ib_device", "nvlinks_below_sku", "pcie_gen_below_sku",
+        "ib_hca_missing", "ib_port_width_degraded", "nvbw_no_peer_access"],
     "tool exit codes read as the tool defines them": [
         "nccl_wrong_values_nccl_tests", "nccl_wrong_values_exit_7", "nccl_ib_completion_error", "dcgm_exit_226_no_failed_test",
-        "dcgm_isolate_205", "driver_unreachable", "smi_gpu_lost_exit_15", "fio_exit_unexplained"],
+        "dcgm_isolate_205", "driver_unreachable", "smi_gpu_lost_exit_15", "fio_exit_unexplained", "nvbw_data_mismatch"],
     "driver errors fail closed": [
         "xid_158", "xid_173", "xid_149_fatal", "xid_154_recovery_action", "gsp_heartbeat_timeout", "gsp_rpc_timeout_xid119_log",
         "rm_init_adapter_failed", "nvlink_training_failed", "memory_poison_no_xid", "driver_error_unrecognised",
         "fallen_off_bus_no_xid"],
-    "checks never vanish": ["dcgmi_missing", "row_remap_na", "nvlink_all_inactive", "kernel_log_unreadable"],
+    "checks never vanish": ["dcgmi_missing", "row_remap_na", "nvlink_all_inactive", "kernel_log_unreadable",
+                            "ib_counter_saturated"],
+    "counters judged by their growth since the previous run, not by old values": [
+        "ib_link_flapped", "ib_link_errors", "roce_link_errors", "ib_discards_growing"],
+    "a slow link named by its GPUs, against the SKU and the node's own median": [
+        "nvbw_pair_below_floor", "nvbw_pair_slow_vs_peers", "nvbw_host_link_low"],
     "bit-exact silent-data-corruption checks": [
         "low_bit_flip_under_load_gemm", "gemm_disagrees_across_devices", "bit_flip", "intermittent"],
     "each code one condition, the most specific": [

@@ -28,7 +28,7 @@ def test_required_models_with_provenance(b):
             assert model["aliases"], key
         for name, spec in metrics.items():
             assert spec["value"] > 0 and 0 <= spec["tolerance"] < 1, (key, name)
-            assert any(w in spec["source"] for w in ("datasheet", "public tool", "derived", "fleet")), (
+            assert any(w in spec["source"] for w in ("datasheet", "public tool", "public measurement", "derived", "fleet")), (
                 key,
                 name,
             )

@@ -1,0 +1,174 @@
+"""InfiniBand / RoCE ports from sysfs (/sys/class/infiniband/<device>/ports/<port>/): which HCA ports
+the node has, which of them are its compute fabric, and each one's state, rate and width against
+what the node's model should have (expect.hcas, expect.ib_rate_gbps, expect.ib_width).
+
+The files are the kernel's (drivers/infiniband/core/sysfs.c): `state` "4: ACTIVE", `phys_state`
+"5: LinkUp", `rate` "400 Gb/sec (4X NDR)", `link_layer` "InfiniBand" / "Ethernet". The compute
+fabric is the HCAs NCCL is told to use (--ib-hca, else NCCL_IB_HCA, same syntax: prefixes, `=` for
+exact names, `^` to exclude, `:port`), else every InfiniBand port: front-end Ethernet NICs (a
+BlueField bond, a 100 GbE management port) are listed but not judged. A RoCE fabric is named with
+--ib-hca / NCCL_IB_HCA.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from ..harness.checks import Check
+from ..harness.text import fmt
+
+CODES = ("IB_HCAS_NOT_PRESENT", "IB_PORT_DOWN", "IB_PORT_RATE_LOW", "IB_PORT_WIDTH_DEGRADED", "IB_PORT_UNREADABLE",
+         "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
+SYSFS_ROOT = "/sys/class/infiniband"
+_RATE = re.compile(r"^([\d.]+) Gb/sec \((\d+)X(?: ?(\w+))?\)")
+_STATE = re.compile(r"^(\d+): (.+)$")
+
+
+@dataclass(frozen=True)
+class IbPort:
+    device: str
+    port: int
+    state: str | None  # "ACTIVE", "DOWN", "INIT", "ARMED", ...
+    phys_state: str | None  # "LinkUp", "Polling", "Disabled", ...
+    rate_gbps: float | None
+    width: int | None
+    speed: str | None  # "NDR", "HDR", ...
+    link_layer: str | None
+    hca_type: str | None = None
+    fw_ver: str | None = None
+    unreadable: str = ""  # the attributes that could not be read, and why
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}:{self.port}"
+
+    @property
+    def up(self) -> bool:
+        return self.state == "ACTIVE" and self.phys_state == "LinkUp"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _state(text: str | None) -> str | None:
+    m = _STATE.match(text or "")
+    return m.group(2).strip() if m else None
+
+
+def scan(root: str = SYSFS_ROOT) -> list[IbPort]:
+    """Every port of every RDMA device under `root`, in name order; [] when there is none."""
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return []
+    ports = []
+    for dev in devices:
+        base = os.path.join(root, dev)
+        try:
+            numbers = sorted(int(p) for p in os.listdir(os.path.join(base, "ports")) if p.isdigit())
+        except OSError:
+            continue
+        for n in numbers:
+            ports.append(_port(base, dev, n))
+    return ports
+
+
+def _port(base: str, dev: str, n: int) -> IbPort:
+    p = os.path.join(base, "ports", str(n))
+    raw = {k: _read(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+    rate = _RATE.match(raw["rate"] or "")
+    missing = [k for k, v in raw.items() if v is None]
+    return IbPort(dev, n, _state(raw["state"]), _state(raw["phys_state"]),
+                  float(rate.group(1)) if rate else None, int(rate.group(2)) if rate else None,
+                  (rate.group(3) if rate else None), raw["link_layer"], _read(os.path.join(base, "hca_type")),
+                  _read(os.path.join(base, "fw_ver")), f"unreadable: {', '.join(missing)}" if missing else "")
+
+
+def select(ports: list[IbPort], hca: str | None) -> tuple[list[IbPort], str]:
+    """The compute-fabric ports and how they were chosen."""
+    if hca:
+        return [p for p in ports if _matches(hca, p)], f"--ib-hca / NCCL_IB_HCA {hca!r}"
+    ib = [p for p in ports if p.link_layer == "InfiniBand"]
+    return ib, "the InfiniBand ports (Ethernet ones are front-end NICs unless --ib-hca / NCCL_IB_HCA names them)"
+
+
+def _matches(spec: str, p: IbPort) -> bool:
+    """NCCL_IB_HCA semantics: `mlx5` prefix, `=mlx5_0` exact, `^...` exclusion, `name:port`."""
+    exclude = spec.startswith("^")
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith("=")
+    spec = spec[1:] if exact else spec
+    hit = False
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        name, _, port = item.partition(":")
+        if (p.device == name if exact else p.device.startswith(name)) and (not port or port == str(p.port)):
+            hit = True
+    return hit != exclude
+
+
+def count_check(selected: list[IbPort], expect, how: str, cpu: bool, roce: list[IbPort] = ()) -> Check:
+    """Every expected HCA port present: the count from the SKU (expect.hcas) or the node pool's --expect.
+    `roce`: the node's Ethernet RDMA ports when nothing names the fabric and none is InfiniBand."""
+    want = expect.get("hcas")
+    names = ", ".join(p.name for p in selected) or "none"
+    if cpu and not want:
+        return Check("ib_hca_count", "pass", len(selected), "ports", ">= 0",
+                     f"CPU mode: no HCA required; {len(selected)} present ({names})")
+    if not selected and roce:  # a RoCE node whose fabric nobody named: not judged, never a false fail
+        return Check("ib_hca_count", "skip", 0, "ports", code="IB_FABRIC_UNNAMED",
+                     message=f"every RDMA port is Ethernet ({', '.join(p.name for p in roce)}) and nothing names the "
+                     "compute fabric's HCAs: set NCCL_IB_HCA (pod_env) or --ib-hca / CLUSTER_DOCTOR_IB_HCA")
+    if not want:
+        return Check("ib_hca_count", "skip", len(selected), "ports", code="EXPECTATION_MISSING",
+                     message=f"{len(selected)} HCA port(s) present ({names}; {how}); nothing says how many the node "
+                     "should have (expect.hcas, --expect hcas=N)")
+    if len(selected) < want:
+        return Check("ib_hca_count", "fail", len(selected), "ports", f">= {want}", f"{len(selected)} of {want} "
+                     f"expected HCA port(s) present: {names} ({expect.basis('hcas')}; {how})", code="IB_HCAS_NOT_PRESENT")
+    return Check("ib_hca_count", "pass", len(selected), "ports", f">= {want}",
+                 f"{len(selected)} HCA port(s) present, {want} expected ({expect.basis('hcas')}): {names}")
+
+
+def port_checks(p: IbPort, expect, best_rate: float | None, best_width: int | None) -> list[Check]:
+    """State, then rate and width of a port that is up (a down port's rate means nothing)."""
+    if p.state is None or p.phys_state is None:
+        return [Check("ib_port_state", "skip", device=p.name, code="IB_PORT_UNREADABLE",
+                      message=f"port state could not be read ({p.unreadable or 'unrecognised format'})")]
+    if not p.up:
+        return [Check("ib_port_state", "fail", f"{p.state}/{p.phys_state}", device=p.name, code="IB_PORT_DOWN",
+                      threshold="ACTIVE/LinkUp", message=f"port {p.state} / {p.phys_state}, expected ACTIVE / LinkUp "
+                      f"({p.link_layer or '?'} link layer, {p.hca_type or '?'} fw {p.fw_ver or '?'})")]
+    out = [Check("ib_port_state", "pass", "ACTIVE/LinkUp", device=p.name, message="port ACTIVE / LinkUp")]
+    return out + [_rate(p, expect, best_rate), _width(p, expect, best_width)]
+
+
+def _rate(p: IbPort, expect, best: float | None) -> Check:
+    want = expect.get("ib_rate_gbps")
+    if p.rate_gbps is None:
+        return Check("ib_port_rate", "skip", device=p.name, code="IB_PORT_UNREADABLE",
+                     message=f"port rate could not be read ({p.unreadable or 'unrecognised format'})")
+    bar, basis = (want, expect.basis("ib_rate_gbps")) if want else (best, "no expectation: the node's fastest port")
+    if bar is not None and p.rate_gbps < bar:
+        return Check("ib_port_rate", "fail", p.rate_gbps, "Gb/s", f">= {fmt(bar)}", f"port at {fmt(p.rate_gbps)} Gb/s "
+                     f"({p.width}X {p.speed or '?'}), expected {fmt(bar)} Gb/s ({basis})", p.name, "IB_PORT_RATE_LOW")
+    return Check("ib_port_rate", "pass", p.rate_gbps, "Gb/s", f">= {fmt(bar or p.rate_gbps)}",
+                 f"{fmt(p.rate_gbps)} Gb/s ({p.width}X {p.speed or '?'}; {basis})", p.name)
+
+
+def _width(p: IbPort, expect, best: int | None) -> Check:
+    want = expect.get("ib_width")
+    if p.width is None:
+        return Check("ib_port_width", "skip", device=p.name, code="IB_PORT_UNREADABLE",
+                     message=f"port width could not be read ({p.unreadable or 'unrecognised format'})")
+    bar, basis = (want, expect.basis("ib_width")) if want else (best, "no expectation: the node's widest port")
+    if bar is not None and p.width < bar:
+        return Check("ib_port_width", "fail", p.width, "lanes", f">= {bar}", f"port trained at {p.width}X, expected "
+                     f"{bar}X ({basis})", p.name, "IB_PORT_WIDTH_DEGRADED")
+    return Check("ib_port_width", "pass", p.width, "lanes", f">= {bar or p.width}", f"{p.width}X ({basis})", p.name)

@@ -1,0 +1,158 @@
+"""ib_health: seconds, no load. Every HCA port the node's model should have is present, Active /
+LinkUp at the expected rate and width, and its error counters (symbol errors, link downed, link
+error recovery, receive errors, buffer overruns, ...) have not grown since the previous run; RoCE
+ports through the mlx5 ethtool statistics. Read from sysfs, no privilege needed.
+
+    python -m cluster_doctor_suites.ib_health [--gpu-model NVIDIA-H100-80GB-HBM3] [--expect hcas=8]
+
+The previous counter values come from the last ib_health result of this node in the output
+directory (`<output-dir>/ib_health/<node>/`, the shared results volume in pods), or --previous.
+CPU mode (--device cpu) has no fabric to judge: the ports are a visible not-run.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+from .baselines import Baselines, expectations, model_for_node
+from .checkers import ib_counters, ib_ports, roce_counters
+from .harness.context import Context
+from .harness.files import safe_name
+from .harness.inventory import gpu_inventory
+from .harness.runner import main_entry, run_suite
+from .harness.text import iso, one_line, utcnow
+
+SUITE = "ib_health"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("ib_health")
+    g.add_argument("--sysfs-root", default=os.environ.get("CLUSTER_DOCTOR_IB_SYSFS", ib_ports.SYSFS_ROOT),
+                   help="the RDMA devices' sysfs directory [CLUSTER_DOCTOR_IB_SYSFS]")
+    g.add_argument("--ib-hca", default=os.environ.get("CLUSTER_DOCTOR_IB_HCA") or os.environ.get("NCCL_IB_HCA") or None,
+                   help="the compute-fabric HCAs, NCCL_IB_HCA syntax (default: NCCL_IB_HCA, else every InfiniBand "
+                   "port) [CLUSTER_DOCTOR_IB_HCA, NCCL_IB_HCA]")
+    g.add_argument("--previous", default=os.environ.get("CLUSTER_DOCTOR_IB_PREVIOUS") or None,
+                   help="a previous ib_health result JSON to judge counter growth against (default: the newest in "
+                   "<output-dir>/ib_health/<node>/) [CLUSTER_DOCTOR_IB_PREVIOUS]")
+    g.add_argument("--ethtool", default="ethtool", help="ethtool binary (RoCE port statistics)")
+    g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
+
+
+def default_timeout(args) -> float:
+    return 120
+
+
+# --------------------------------------------------------------------------------------------------
+def run(ctx: Context) -> None:
+    a = ctx.args
+    baselines = Baselines.load(a.baselines)
+    policy = baselines.section("ib_health").get("counters") or {}
+    names = [] if ctx.cpu else [g.get("name") for g in gpu_inventory()[0]]
+    key, model = model_for_node(ctx, baselines, names)
+    expect = expectations(baselines, key if not ctx.cpu else None, a)
+    ctx.environment.update(gpu_model=model, baseline=key if not ctx.cpu else None,
+                           expectations=expect.as_environment())
+    ctx.set_phase(f"scan {a.sysfs_root}")
+    ports = ib_ports.scan(a.sysfs_root)
+    selected, how = ib_ports.select(ports, a.ib_hca)
+    ctx.environment.update(ib_ports=[{"port": p.name, "link_layer": p.link_layer, "state": p.state,
+                                      "rate": p.rate_gbps, "hca_type": p.hca_type, "fw": p.fw_ver,
+                                      "judged": p in selected} for p in ports], ib_selection=how)
+    roce = [p for p in ports if p.link_layer == "Ethernet"] if not a.ib_hca and not selected else []
+    ctx.record(ib_ports.count_check(selected, expect, how, ctx.cpu, roce))
+    ctx.metric("ib_ports_present", len(selected), summary=True)
+    if ctx.cpu:  # nothing to prove without the node's fabric: visibly not run, never a fail
+        ctx.check("ib_ports", "skip", value=len(selected), unit="ports", code="IB_NOT_APPLICABLE",
+                  message=f"CPU mode: {len(selected)} port(s) present, state, rate and counters not judged")
+        return
+    _judge_ports(ctx, selected, expect)
+    _judge_counters(ctx, a, selected, policy)
+
+
+def _judge_ports(ctx: Context, selected: list[ib_ports.IbPort], expect) -> None:
+    up = [p for p in selected if p.up]
+    best_rate = max((p.rate_gbps for p in up if p.rate_gbps), default=None)
+    best_width = max((p.width for p in up if p.width), default=None)
+    for p in selected:
+        for c in ib_ports.port_checks(p, expect, best_rate, best_width):
+            ctx.record(c)
+    ctx.metric("ib_ports_active", len(up), summary=True)
+
+
+def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], policy: dict) -> None:
+    """Sample every port's counters, judge their growth against the previous run's sample, and keep
+    this sample in the result for the next run."""
+    ctx.set_phase("error counters")
+    boot = _read(a.boot_id_file)
+    previous, why = _previous(ctx, a)
+    if previous is not None and boot and previous.get("boot_id") and previous["boot_id"] != boot:
+        previous, why = None, f"the node rebooted since the previous sample of {previous.get('taken_at', '?')}"
+    ethtool = shutil.which(a.ethtool)
+    sample = {"boot_id": boot, "taken_at": iso(utcnow()), "ports": {}}
+    grown_total = 0
+    for p in selected:
+        if p.link_layer == "Ethernet":
+            now = roce_counters.read(ctx, ethtool, a.sysfs_root, p.device, p.port, policy)
+        else:
+            now = ib_counters.read_sysfs(a.sysfs_root, p.device, p.port, policy)
+        if not now.unavailable:
+            sample["ports"][now.port] = now.to_json()
+        c = ctx.record(ib_counters.judge(now, previous, why, policy))
+        if c.status in ("fail", "warn") and isinstance(c.value, int):
+            grown_total += c.value
+    ctx.environment["ib_counters"] = sample
+    ctx.metric("ib_counter_growth", grown_total, summary=True)
+
+
+def _previous(ctx: Context, a) -> tuple[dict | None, str]:
+    """The counters sample of the previous run: --previous, else the newest result of this node in
+    the output directory that carries one."""
+    if a.previous:
+        paths = [a.previous]
+    else:
+        node = safe_name(a.node)
+        paths = sorted(glob.glob(os.path.join(a.output_dir, SUITE, node, f"{SUITE}_{node}_*.json")),
+                       key=_stamp, reverse=True)
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as exc:
+            ctx.warn(f"previous ib_health result {path} unreadable: {one_line(exc, 120)}")
+            continue
+        sample = (data.get("environment") or {}).get("ib_counters") if isinstance(data, dict) else None
+        if isinstance(sample, dict) and sample.get("ports") and data.get("node") in (None, a.node):
+            ctx.environment["ib_counters_previous"] = path
+            return sample, ""
+    where = a.previous or os.path.join(a.output_dir, SUITE, safe_name(a.node))
+    return None, f"no previous ib_health sample of this node ({where})"
+
+
+def _stamp(path: str) -> int:
+    tail = os.path.basename(path).rsplit("_", 1)[-1].split(".", 1)[0]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+DESCRIPTION = __doc__.split("\n\n")[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run in-process (tests, embedding); returns the exit code. `python -m` owns the process instead."""
+    return run_suite(SUITE, DESCRIPTION, add_arguments, run, argv, default_timeout)
+
+
+if __name__ == "__main__":
+    main_entry(SUITE, DESCRIPTION, add_arguments, run, default_timeout)
