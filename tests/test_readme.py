@@ -215,7 +215,7 @@ def test_quick_start_then_the_cli_examples_and_sql_on_its_results(scratch):
         with psycopg.connect(**database.libpq_params(server.get_uri())) as conn:
             results = [conn.execute(s).fetchall() for s in statements]
     finally:
-        server.cleanup()
+        database.stop_embedded(server)
     assert len(results) == 3 and any(r[0] == "gpu-004" for r in results[0]), results[0]
 
     cli = run_block(scratch, "cli")

@@ -63,7 +63,7 @@ def results_db(pgdata: pathlib.Path) -> tuple[object, str]:
 
 def stop_results_db(server) -> None:
     """The demo stops the PostgreSQL it started: nothing of it keeps running after `make demo`."""
-    server.cleanup()
+    database.stop_embedded(server)
     pgdata = pathlib.Path(server.pgdata)
     print(f"embedded PostgreSQL in {shown_path(pgdata)} stopped; its data stays, for the CLI: "
           f"CLUSTER_DOCTOR_HOME={shown_path(pgdata.parent)} .venv/bin/cluster-doctor status")

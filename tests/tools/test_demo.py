@@ -39,7 +39,7 @@ def test_the_demo_database_is_stopped_when_the_demo_ends_and_the_cli_finds_it(de
         with connect() as conn:
             assert conn.execute("SELECT count(*) FROM validation_history").fetchone()[0] > 20
     finally:
-        database.embedded_server(pgdata).cleanup()
+        database.stop_embedded(database.embedded_server(pgdata))
     assert processes_mentioning(str(pgdata)) == []
 
 

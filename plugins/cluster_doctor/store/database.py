@@ -11,6 +11,7 @@ to libpq (``psycopg.conninfo``).
 
 from __future__ import annotations
 
+import atexit
 import os
 import pathlib
 import warnings
@@ -158,6 +159,14 @@ def embedded_server(path: str | os.PathLike | None = None, *, cleanup_mode: str 
     except Exception as exc:  # pgserver raises plain exceptions with the initdb/pg_ctl output
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         raise DatabaseUnavailable(f"cannot start the embedded PostgreSQL in {target}: {first}") from None
+
+
+def stop_embedded(server) -> None:
+    """Stop an embedded server now (and, in "delete" mode, remove its data), and drop pgserver's exit
+    handler for it: run again at exit it only logs an empty second cleanup, into whatever stream
+    logging had — a closed one under pytest."""
+    server.cleanup()
+    atexit.unregister(server._cleanup)
 
 
 def _forget_dead_handles(pgdata: pathlib.Path) -> None:
