@@ -40,6 +40,7 @@ from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
 from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.taints import tolerates
+from cluster_doctor_suites.baselines import parse_expect  # the pods' own grammar of CLUSTER_DOCTOR_EXPECT
 
 ENV_PREFIX = "CLUSTER_DOCTOR_"
 VARIABLE_NAME = "cluster_doctor_settings"
@@ -85,6 +86,25 @@ def _label_selector(selector: str) -> str:
         if not re.fullmatch(_SELECTOR_TERM, term.strip()):
             raise ValueError(f"invalid label selector term {term.strip()!r}")
     return selector
+
+
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _expectations(value: dict[str, str]) -> dict[str, str]:
+    """node_pool_expectations: GPU model label value -> 'KEY=N,...', checked by the suites' own parser
+    (cluster_doctor_suites.baselines, what the pod runs), so a typo is a settings error at load, not a
+    pod that errors (or a bar silently not raised)."""
+    for model, text in value.items():
+        if not _LABEL_VALUE.fullmatch(model):
+            raise ValueError(f"{model!r} is not a GPU model label value (e.g. NVIDIA-H100-80GB-HBM3)")
+        try:
+            counts = parse_expect(text)
+        except ValueError as exc:
+            raise ValueError(f"{model}: {exc}") from None
+        if not counts:
+            raise ValueError(f"{model}: no expectation given (e.g. 'hcas=8,nvlinks_per_gpu=18')")
+    return value
 
 
 # What a pod template may not do unless the deployment allows it (pod_allowed_host_fields).
@@ -221,6 +241,12 @@ class Settings(BaseSettings):
     pod_labels: dict[str, str] = _setting({}, "Extra labels on validation pods.")
     pod_env: dict[str, str] = _setting({}, "Extra environment of validation pods (e.g. NCCL_IB_HCA).",
                                        deployment_only=True)
+    node_pool_expectations: Annotated[dict[str, str], AfterValidator(_expectations)] = _setting(
+        {}, "What each node pool's nodes must show, by GPU model (the `gpu_product_label` value), e.g. "
+            "{\"NVIDIA-H100-80GB-HBM3\": \"hcas=8,nvlinks_per_gpu=18\"} (the suites' `--expect` keys: "
+            "gpus, hcas, nvlinks_per_gpu, pcie_gen, pcie_width, …): the validation pod's CLUSTER_DOCTOR_EXPECT, overriding the model's `expect` "
+            "in the suites' baselines.yaml (and a CLUSTER_DOCTOR_EXPECT in pod_env). Other models: none.",
+        deployment_only=True)
     # --- results ---
     validation_db_conn_id: Name = _setting("validation_db", "Airflow connection to the Postgres results DB.")
     fleet_verdicts: JsonObject = _setting(
@@ -229,8 +255,9 @@ class Settings(BaseSettings):
             "\"window_days\": 14}; {\"enabled\": false} turns them off.")
     quarantine: JsonObject = _setting(
         {}, "Opt-in node quarantine with a circuit breaker ([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), "
-            "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}. "
-            "Off by default.")
+            "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}; "
+            "\"actions\": the recommended actions of a confirmed failure it acts on (default [\"reset_gpu\", "
+            "\"reboot\", \"drain_and_service\", \"unknown\"]). Off by default.")
     reservation: JsonObject = _setting(
         {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
             "new user pod lands when their job ends, removed when their validation is done "

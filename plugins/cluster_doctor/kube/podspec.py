@@ -179,6 +179,12 @@ def _harden(spec: dict[str, Any], container: dict[str, Any], caps: list[str], al
             _harden_container(other, caps, allowed, suite=other is container)
 
 
+def pool_expectations(settings: Settings, gpu_model: str | None) -> str | None:
+    """What nodes of this GPU model must show ('hcas=8,nvlinks_per_gpu=18'), from the setting
+    node_pool_expectations keyed by the model label value discovery read; None when not set."""
+    return settings.node_pool_expectations.get(gpu_model) if gpu_model else None
+
+
 def pod_name_prefix(node_name: str, test_name: str) -> str:
     # The provider appends a random suffix; keep the prefix readable in `kubectl get pods`.
     return f"cv-{test_name.replace('_', '-')}-{node_name}"[:50].rstrip("-.")
@@ -291,6 +297,9 @@ def build_pod(
         # fio's scratch files go under the pod's own directory: the only writable place on the volume
         **({"CLUSTER_DOCTOR_FIO_DIR": own_dir} if test_name == "storage_fio" else {}),
         **{str(k): str(v) for k, v in settings.pod_env.items()},
+        # the node pool's own counts (setting node_pool_expectations, by GPU model): after pod_env, the
+        # more specific wins
+        **({"CLUSTER_DOCTOR_EXPECT": expect} if (expect := pool_expectations(settings, gpu_model)) else {}),
     }
     for name, value in values.items():
         env[name] = {"name": name, "value": value}

@@ -120,3 +120,37 @@ def test_suite_files_in_subfolders_map_back_from_flat_configmap_keys():
         {"key": "checkers__xid.py", "path": "cluster_doctor_suites/checkers/xid.py"},
         {"key": "gpu_health.py", "path": "cluster_doctor_suites/gpu_health.py"},
     ]
+
+
+def test_a_node_pools_expectations_reach_its_pods_and_only_its_pods():
+    """Setting node_pool_expectations, keyed by the GPU model discovery read: the pod's CLUSTER_DOCTOR_EXPECT,
+    parsed by the suites exactly as the setting was checked."""
+    from cluster_doctor_suites import baselines
+
+    settings = Settings.load(env={
+        "CLUSTER_DOCTOR_NODE_POOL_EXPECTATIONS": '{"NVIDIA-H100-80GB-HBM3": "hcas=8,nvlinks_per_gpu=18"}',
+        "CLUSTER_DOCTOR_POD_ENV": '{"CLUSTER_DOCTOR_EXPECT": "hcas=4"}'})
+
+    def expect(**kw):
+        env = {e["name"]: e.get("value") for e in base_container(podspec.build_pod(settings, **{**BASE, **kw}))["env"]}
+        return env.get("CLUSTER_DOCTOR_EXPECT")
+
+    assert expect() == "hcas=8,nvlinks_per_gpu=18"  # the pool's own beats the fleet-wide pod_env
+    assert baselines.parse_expect(expect()) == {"hcas": 8, "nvlinks_per_gpu": 18}
+    assert expect(gpu_model="NVIDIA-A100-SXM4-80GB") == "hcas=4"  # another pool: pod_env's
+    assert expect(gpu_model=None) == "hcas=4"
+    assert "CLUSTER_DOCTOR_EXPECT" not in {e["name"] for e in base_container(podspec.build_pod(Settings(), **BASE))["env"]}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{"NVIDIA-H100-80GB-HBM3": "hca=8"}', "NVIDIA-H100-80GB-HBM3: bad expectation 'hca=8': use KEY=INTEGER"),
+    ('{"NVIDIA-H100-80GB-HBM3": "hcas=eight"}', "bad expectation 'hcas=eight'"),
+    ('{"NVIDIA-H100-80GB-HBM3": " "}', "no expectation given"),
+    ('{"NVIDIA H100": "hcas=8"}', "'NVIDIA H100' is not a GPU model label value"),
+])
+def test_a_bad_node_pool_expectation_is_one_line_at_load(value, message):
+    from cluster_doctor.domain.config import InvalidSettings
+
+    with pytest.raises(InvalidSettings, match=message) as caught:
+        Settings.load(env={"CLUSTER_DOCTOR_NODE_POOL_EXPECTATIONS": value})
+    assert "\n" not in str(caught.value) and "node_pool_expectations" in str(caught.value)
