@@ -78,7 +78,11 @@ def run(dag_id: str, conf: dict | None, logical_date: dt.datetime | None) -> dic
                                                  key="return_value").first()
         if row is not None:
             summary = row.value if not isinstance(row.value, (str, bytes)) else json.loads(row.value)
-    return {"run_id": dagrun.run_id, "state": str(dagrun.state), "task_instances": tis, "summary": summary}
+        from airflow.models.dagrun import DagRun
+
+        note = session.query(DagRun).filter_by(dag_id=dag_id, run_id=dagrun.run_id).one().note
+    return {"run_id": dagrun.run_id, "state": str(dagrun.state), "task_instances": tis, "summary": summary,
+            "note": note}
 
 
 def main() -> int:

@@ -335,3 +335,26 @@ def test_quarantine_kustomization_builds(tmp_path):
     out = subprocess.run([kubectl, "kustomize", str(QUARANTINE)], capture_output=True, text=True, check=True)
     built = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert sorted(d["metadata"]["name"] for d in built) == ["cluster-doctor-quarantine"] * 2
+
+
+# ------------------------------------------------------------------ opt-in reservation permission
+RESERVATION = K8S / "reservation"
+
+
+def test_reservation_role_is_opt_in_and_only_patches_nodes(tmp_path):
+    """Issue 21 §2: exactly the node patch the reservation taint needs, bound to the Airflow side only."""
+    docs = [d for d in yaml.safe_load_all((RESERVATION / "reservation-rbac.yaml").read_text()) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ClusterRole", "cluster-doctor-reservation"), ("ClusterRoleBinding", "cluster-doctor-reservation")]
+    role, binding = sorted(docs, key=lambda d: d["kind"])
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
+    assert not role.get("aggregationRule")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "cluster-doctor-reservation"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": AIRFLOW_SA, "namespace": NAMESPACE}]
+    for doc in docs:
+        assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == K8S_VERSION
+    assert "reservation" not in str(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    out = subprocess.run([find_kubectl(), "kustomize", str(RESERVATION)], capture_output=True, text=True, check=True)
+    assert sorted(d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout) if d) == \
+        ["cluster-doctor-reservation"] * 2

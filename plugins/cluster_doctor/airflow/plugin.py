@@ -7,6 +7,8 @@ that runs ``pip install cluster-doctor`` needs no plugins-folder copy.
   ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.web.app``).
 - ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
   the UI at ``/plugin/fleet-health``.
+- ``listeners``: each continuous_validation run's note says what it did or why it planned nothing
+  (``cluster_doctor.airflow.listener``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from cluster_doctor.airflow import runtime, storage
+from cluster_doctor.airflow.listener import RunNotes
 from cluster_doctor.web import app as webapp
 
 
@@ -29,6 +32,7 @@ class ClusterDoctorPlugin(AirflowPlugin):
                                   spool_provider=lambda settings: storage.spool(settings).status()),
          "url_prefix": webapp.MOUNT_PREFIX, "name": "Cluster Doctor fleet health"},
     ]
+    listeners = [RunNotes()]
     external_views = [
         {
             "name": "Fleet health",
