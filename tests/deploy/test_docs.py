@@ -48,10 +48,13 @@ def test_helm_values_snippet_uses_the_chart_keys_and_sets_up_pool_and_connection
     (init,) = values["scheduler"]["extraInitContainers"]
     script = init["args"][-1]
     assert "cluster-doctor db upgrade" in script
+    # migrations as the owner, then the run-time role tasks log in as gets its rows-only rights
+    assert 'AIRFLOW_CONN_VALIDATION_DB="$CLUSTER_DOCTOR_OWNER_DB_URL" cluster-doctor db upgrade' in script
+    assert "cluster-doctor db grant-runtime cluster_doctor_app" in script
     assert "airflow pools set gpu_validation" in script and "--include-deferred" in script
     assert "command" not in init, "args keep the image entrypoint (it waits for the metadata DB)"
     assert {e["name"] for e in init["env"]} == {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
-                                                "AIRFLOW_CONN_VALIDATION_DB"}
+                                                "CLUSTER_DOCTOR_OWNER_DB_URL"}
     image = values["images"]["airflow"]
     assert init["image"] == f"{image['repository']}:{image['tag']}", "the same image as Airflow itself"
 

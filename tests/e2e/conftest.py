@@ -94,8 +94,10 @@ class Runner:
 
 
 @pytest.fixture
-def runner(airflow_home, cluster, db_url):
-    return Runner(airflow_home, cluster, db_url)
+def runner(airflow_home, cluster, runtime_db_url):
+    """The DAG connects as the least-privilege run-time role (SELECT/INSERT/UPDATE/DELETE and sequence
+    usage, granted after the owner migrated): what the deployment docs set up."""
+    return Runner(airflow_home, cluster, runtime_db_url)
 
 
 def summary(node: str, suite: str = "gpu_health", status: str = "pass", *, checks=None, metrics=None,
