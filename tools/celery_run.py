@@ -57,7 +57,6 @@ class Databases:
 
     def __init__(self, admin_url: str):
         import psycopg
-
         from cluster_doctor.store import database
 
         self.psycopg, self.admin = psycopg, database.libpq_params(admin_url)
@@ -69,10 +68,9 @@ class Databases:
         return self.psycopg.connect(**{**self.admin, "dbname": dbname}, autocommit=True)
 
     def create(self) -> None:
-        from psycopg import sql
-
         from cluster_doctor.store import roles
         from cluster_doctor.store.history import ResultStore
+        from psycopg import sql
 
         with self._admin() as conn:
             for name in (self.meta, self.results):

@@ -303,7 +303,7 @@ def record_or_spool(store: Any, attempts: Sequence[Attempt], spool: Spool | None
     failure: BaseException | None = None
     try:
         spool.replay(store)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever fails here, this run's attempts are still recorded or spooled
         if unavailable(exc):
             failure = exc  # the database is down: recording this run's attempts would fail the same way
         else:
@@ -312,13 +312,13 @@ def record_or_spool(store: Any, attempts: Sequence[Attempt], spool: Spool | None
     if failure is None:
         try:
             return store.record(attempts)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to write spools the attempts (issue 22)
             failure = exc
     if not attempts:
         raise failure
     try:
         paths = spool.put(attempts)
-    except Exception as spool_exc:
+    except Exception as spool_exc:  # noqa: BLE001 - OSError locally, fsspec's own errors for object stores
         for attempt in attempts:  # the last copy outside XCom: what an operator re-records by hand
             log.error("UNRECORDED ATTEMPT %s", _canonical(attempt))
         raise SpoolUnwritable(

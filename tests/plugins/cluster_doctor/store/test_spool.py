@@ -15,8 +15,8 @@ import uuid
 import psycopg
 import pytest
 from cluster_doctor.airflow import tasks
-from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Plan
 from cluster_doctor.store import database, spool
 from cluster_doctor.store.history import INDEPENDENT_LATEST_SQL, ResultStore, RetryPolicy
