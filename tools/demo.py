@@ -86,9 +86,13 @@ def daily_report_section(markdown: str) -> str:
 
 
 def run_broke(run: dict) -> list[str]:
-    """The tasks whose failure means the run broke (not a node failing a check)."""
+    """The tasks whose failure means the run broke, not a node failing a check: any but the
+    validations (``validate``, or the tasks of its group) and the verdict that reports them."""
+    def judged(task_id: str) -> bool:
+        return task_id in ("validate", "verdict") or task_id.startswith("validate.")
+
     return sorted({ti["task_id"] for ti in run["task_instances"]
-                   if ti["state"] in ("failed", "upstream_failed") and ti["task_id"] not in ("validate", "verdict")})
+                   if ti["state"] in ("failed", "upstream_failed") and not judged(ti["task_id"])})
 
 
 # What the suites measure in CPU mode on a laptop-class machine (the demo's pods run them so): the

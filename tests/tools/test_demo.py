@@ -69,3 +69,15 @@ def test_the_daily_section_is_the_reports_headline_and_failures():
                 "## Failures of the day\n\ngpu-004 gpu_health\n\n## Coverage trend (last 14 days)\n\n| day |\n")
     section = demo.daily_report_section(markdown)
     assert section.startswith("## Headline") and "gpu-004" in section and "Coverage trend" not in section
+
+
+def test_a_node_failing_a_check_is_not_a_broken_run_but_a_failed_summary_is():
+    def run(*failed):
+        return {"task_instances": [{"task_id": t, "state": "failed"} for t in failed]
+                + [{"task_id": "discover", "state": "success"}]}
+
+    assert demo.run_broke(run("validate", "verdict")) == []
+    assert demo.run_broke(run("validate.gpu_health", "verdict")) == []  # validations in a task group
+    assert demo.run_broke(run("validate.gpu_health", "summarize")) == ["summarize"]
+    assert demo.run_broke({"task_instances": [{"task_id": "load_latest", "state": "upstream_failed"}]}) == \
+        ["load_latest"]
