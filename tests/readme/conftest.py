@@ -1,0 +1,11 @@
+"""One scratch checkout and HOME per test module (tests/readme/readme_commands.py)."""
+
+import pytest
+
+from tests.readme.readme_commands import scratch_checkout
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with scratch_checkout() as paths:
+        yield paths
