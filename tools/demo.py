@@ -221,9 +221,11 @@ def demo(url: str, started: float) -> int:
             print(f"the DAG run could not complete; see {log}")
             return 1
         run = json.loads(out.read_text())
+        width = max((len(ti["task_id"]) for ti in run["task_instances"]), default=0)
+        label_width = max((len(ti["label"] or ti["task_id"]) for ti in run["task_instances"]), default=0)
         for ti in run["task_instances"]:
             label = ti["label"] or ti["task_id"]
-            print(f"  {ti['task_id']:<12} {label:<28} {ti['state']}")
+            print(f"  {ti['task_id']:<{width}}  {label:<{label_width}}  {ti['state']}")
         broke = run_broke(run)
         outcome = (f"the run could not complete: {', '.join(broke)} failed" if broke else
                    "a node failed a check" if run["state"] == "failed" else "no node failed")
