@@ -3,9 +3,10 @@
 Runs every suite in CPU mode N times (default 20), exactly as a pod does (`python -m
 cluster_doctor_suites.<suite>`, a fresh process each time, the real fio and torch), and counts the
 verdicts. A healthy machine must never get `fail` or `error`; a `pass` whose checks could not all run
-is counted separately as incomplete. Prints one line per suite and, last, exactly
+is counted separately as incomplete. Prints one line per suite, whether anything of the run is left
+(tools/leftovers.py: suite processes, its output directory, ports) and, last, exactly
 ``runs=<n> pass=<n> incomplete=<n> fail=<n> error=<n> false_failure_rate=<x>``; exits 1 when any run
-failed or errored.
+failed or errored, or something was left behind.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+from leftovers import Leftovers  # noqa: E402
+
 PREFIX = "CLUSTER_DOCTOR_RESULT "
 SUITES = {
     "gpu_health": [],
@@ -56,13 +60,14 @@ def main() -> int:
     if unknown or a.runs < 1:
         ap.error(f"unknown suite(s) {sorted(unknown)}" if unknown else "--runs must be >= 1")
     total: collections.Counter = collections.Counter()
-    with tempfile.TemporaryDirectory(prefix="cd-bench-healthy-") as out:
+    leftovers = Leftovers()
+    with leftovers.tempdir("cd-bench-healthy-") as out:
         for suite in names:
             counts: collections.Counter = collections.Counter()
             bad: list[str] = []
             t0 = time.monotonic()
             for _ in range(a.runs):
-                r = run_once(suite, SUITES[suite], out)
+                r = run_once(suite, SUITES[suite], str(out))
                 counts[r["status"]] += 1
                 if r["status"] == "pass" and r["incomplete"]:
                     counts["incomplete"] += 1
@@ -75,9 +80,8 @@ def main() -> int:
                 print(f"    {line}")
     runs = a.runs * len(names)
     rate = (total["fail"] + total["error"]) / runs
-    print(f"runs={runs} pass={total['pass']} incomplete={total['incomplete']} fail={total['fail']} "
-          f"error={total['error']} false_failure_rate={rate:.4f}")
-    return 1 if rate else 0
+    return leftovers.finish(f"runs={runs} pass={total['pass']} incomplete={total['incomplete']} "
+                            f"fail={total['fail']} error={total['error']} false_failure_rate={rate:.4f}", ok=not rate)
 
 
 if __name__ == "__main__":
