@@ -36,10 +36,19 @@ def _airflow_available() -> bool:
         return False
 
 
-def resolve(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[Connector, str]:
+def for_command(db_url: str | None) -> Connector:
+    """The results database of a CLI command: resolve()d (SIGTERM exiting through the exit handlers,
+    so an embedded server stops with the command) and announced() on its first connection."""
+    connect, source = resolve(db_url, stop_on_sigterm=True)
+    return announced(connect, source)
+
+
+def resolve(db_url: str | None, env: Mapping[str, str] | None = None, *,
+            stop_on_sigterm: bool = False) -> tuple[Connector, str]:
     """(connector, source) for the CLI: --db-url, then the Airflow connection validation_db (from
     $AIRFLOW_CONN_VALIDATION_DB or, with $AIRFLOW_HOME set, Airflow's own store), then the embedded
-    server, started here and stopped when this process (and any other using it) has exited."""
+    server, started here and stopped when this process (and any other using it) has exited; with
+    ``stop_on_sigterm`` (a command's own process, not a library caller's) SIGTERM counts as exiting."""
     env = os.environ if env is None else env
     if db_url:
         return url_connector(db_url), "--db-url"
@@ -56,7 +65,8 @@ def resolve(db_url: str | None, env: Mapping[str, str] | None = None) -> tuple[C
             if conn_env:
                 raise
     directory = embedded_dir(env)
-    _stop_on_sigterm()
+    if stop_on_sigterm:
+        _stop_on_sigterm()
     server = embedded_server(directory)
     return url_connector(server.get_uri()), f"{EMBEDDED} in {directory}"
 

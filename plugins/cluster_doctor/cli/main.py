@@ -265,8 +265,7 @@ def _suite_list(text: str) -> list[str]:
 
 def _store(args: argparse.Namespace) -> ResultStore:
     """The command's results store; its first connection says on stderr which database and why."""
-    connect, source = connection.resolve(getattr(args, "db_url", None))
-    return ResultStore(connection.announced(connect, source))
+    return ResultStore(connection.for_command(getattr(args, "db_url", None)))
 
 
 def _read_text(path: str, what: str) -> str:

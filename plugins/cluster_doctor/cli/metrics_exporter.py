@@ -71,8 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.load()  # CLUSTER_DOCTOR_* environment: tests, staleness_days
-        connect, source = connection.resolve(args.db_url)
-        connect = connection.announced(connect, source)
+        connect = connection.for_command(args.db_url)
     except (InvalidSettings, database.InvalidDatabaseUrl) as exc:
         print(f"error: {one_line(exc, 300)}", file=sys.stderr)
         return 2
