@@ -10,6 +10,7 @@ import math
 import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.reports import metrics
+from cluster_doctor.store import spool
 from cluster_doctor.store.history import ResultStore
 from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -22,7 +23,9 @@ NOW_TS = seed.NOW.timestamp()
 
 
 def scrape(dsn: dict, accept: str | None = None) -> tuple[str, str]:
-    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: dsn, Settings, clock=lambda: seed.NOW))
+    # the spool families come from the spool the settings name (the test's private one), as the plugin does
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(
+        lambda s: dsn, Settings, clock=lambda: seed.NOW, spool_provider=lambda s: spool.Spool().status()))
     body, content_type = metrics.render(registry, accept)
     return body.decode(), content_type
 
@@ -117,8 +120,11 @@ def test_database_down_is_up_0_with_one_log_line(small_db, caplog):
     text, _ = scrape({**small_db, "host": "127.0.0.1", "port": 1})
     s = samples(text)
     assert value(s, "cluster_doctor_up") == 0
-    # no partial data: only the self-metrics
-    assert names(s) == {"cluster_doctor_up", "cluster_doctor_scrape_duration_seconds", "cluster_doctor_skipped_values_total"}
+    # no partial data: only the self-metrics, and the spool's (read from the spool, not the database)
+    assert names(s) == {"cluster_doctor_up", "cluster_doctor_scrape_duration_seconds", "cluster_doctor_skipped_values_total",
+                        "cluster_doctor_spooled_attempts", "cluster_doctor_spool_oldest_age_seconds",
+                        "cluster_doctor_spool_rejected_attempts", "cluster_doctor_spool_readable"}
+    assert value(s, "cluster_doctor_spool_readable") == 1 and value(s, "cluster_doctor_spooled_attempts") == 0
     (record,) = [r for r in caplog.records if r.name == "cluster_doctor.reports.metrics"]
     assert "cannot connect" in record.getMessage() and "\n" not in record.getMessage() and not record.exc_info
 
