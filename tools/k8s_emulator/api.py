@@ -19,6 +19,7 @@ KEPT_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeri
              "generateName")
 HAS_STATUS = {"pods", "nodes", "namespaces", "persistentvolumeclaims", "persistentvolumes"}
 MERGE_PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
 
 
@@ -37,8 +38,7 @@ def success_status(name=None, kind=None, uid=None, group="", code=None) -> dict:
 
 
 def merge_patch(target, patch):
-    """JSON merge patch (RFC 7386). Strategic merge patches are applied the same way: lists are replaced,
-    not merged by key (the patches this project's clients send only touch maps)."""
+    """JSON merge patch (RFC 7386): maps merge, a null deletes, lists are replaced."""
     if not isinstance(patch, dict):
         return jcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -48,6 +48,52 @@ def merge_patch(target, patch):
         else:
             out[k] = merge_patch(out.get(k), v)
     return out
+
+
+# Lists a strategic merge patch merges element by element, by their patchMergeKey (k8s.io/api core/v1
+# types.go: `patchStrategy:"merge" patchMergeKey:"type"` on NodeStatus.Conditions and
+# PodStatus.Conditions); every other list is replaced, as in a merge patch (a difference for lists
+# like containers or taints that no client of this project patches by key).
+STRATEGIC_LISTS = {"nodes": {("status", "conditions"): "type"}, "pods": {("status", "conditions"): "type"}}
+
+
+def strategic_merge(target, patch, lists: dict, path: tuple = ()):
+    """A strategic merge patch as apimachinery's strategicpatch applies it to the lists above: the
+    element with the same merge key is merged, a new one appended (existing ones keep their order),
+    `{"<key>": ..., "$patch": "delete"}` removes it; `$setElementOrder/...` and `$retainKeys`
+    directives (kubectl sends them) only order or prune and are not stored."""
+    if not isinstance(patch, dict):
+        return jcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if k.startswith("$setElementOrder/") or k == "$retainKeys":
+            continue
+        key = lists.get(path + (k,))
+        if v is None:
+            out.pop(k, None)
+        elif key and isinstance(v, list):
+            out[k] = _merge_list(out.get(k) or [], v, key, lists, path + (k,))
+        else:
+            out[k] = strategic_merge(out.get(k), v, lists, path + (k,))
+    return out
+
+
+def _merge_list(current: list, patch: list, key: str, lists: dict, path: tuple) -> list:
+    result = jcopy(current)
+    for item in patch:
+        if not isinstance(item, dict) or key not in item:
+            raise bad_request(f"map: {item} does not contain declared merge key: {key}")
+        at = next((i for i, x in enumerate(result) if isinstance(x, dict) and x.get(key) == item[key]), None)
+        if item.get("$patch") == "delete":
+            if at is not None:
+                result.pop(at)
+            continue
+        element = {k: v for k, v in item.items() if k != "$patch"}
+        if at is None:
+            result.append(strategic_merge({}, element, lists, path))
+        else:
+            result[at] = strategic_merge(result[at], element, lists, path)
+    return result
 
 
 class Detached:
@@ -212,6 +258,8 @@ class Api:
                 if (new.get("metadata") or {}).get("name") not in (None, name):
                     raise bad_request(f"the name of the object ({new['metadata']['name']}) does not match the "
                                       f"name on the URL ({name})")
+            elif content_type.split(";")[0].strip() == STRATEGIC_MERGE:
+                new = strategic_merge(jcopy(cur.obj()), body or {}, STRATEGIC_LISTS.get(rt.plural, {}))
             elif content_type.split(";")[0].strip() in MERGE_PATCH_TYPES:
                 new = merge_patch(jcopy(cur.obj()), body or {})
             else:

@@ -39,6 +39,7 @@ class Settings:
     restart_backoff_seconds: float = 1.0  # CrashLoopBackOff base (real: 10 s)
     unreachable_kubelets: list = field(default_factory=list)  # nodes ("*": all) whose pods/log answers 500
     forbidden: list = field(default_factory=list)  # "[verb ]<resource>[.<group>]" the RBAC authorizer refuses (403)
+    rbac_rules: list | None = None  # PolicyRules of the client's roles: when set, nothing else is allowed (rbac.py)
 
     def update(self, values: dict):
         unknown = set(values) - {f.name for f in fields(self)}

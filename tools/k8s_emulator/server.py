@@ -13,7 +13,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from . import control
+from . import control, rbac
 from .api import qbool
 from .faults import RESETS, error_for
 from .errors import ApiError, bad_request, method_not_allowed, rbac_forbidden
@@ -22,6 +22,9 @@ from .util import dumps
 
 log = logging.getLogger("k8s_emulator.server")
 NOT_FOUND = ApiError(404, "NotFound", "the server could not find the requested resource", {})
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+NO_PROTOBUF = ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - {PROTOBUF} "
+                       "is not emulated (accepted media types include: application/json)", {})
 SUB_VERBS = {"log": ("Pod", ["get"]), "eviction": ("Eviction", ["create"]), "binding": ("Binding", ["create"])}
 
 
@@ -84,6 +87,8 @@ class Handler(BaseHTTPRequestHandler):
         data = self.rfile.read(n) if n else b""
         if not data:
             return None
+        if self.headers.get("Content-Type", "").startswith(PROTOBUF):
+            return PROTOBUF  # kubectl's typed clients send protobuf; only a rules review does without its body
         try:
             return json.loads(data)
         except ValueError as exc:
@@ -130,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
                 code, payload = control.handle(self.server.cluster, method, parsed.path, q, body)
                 self._send(code, dumps(payload))
                 return
+            if body == PROTOBUF and "selfsubjectrulesreviews" not in parsed.path:
+                raise NO_PROTOBUF
             fault = self.server.cluster.faults.take(method, parsed.path)
             if fault is None:
                 self._api(method, [s for s in parsed.path.split("/") if s], q, body)
@@ -167,8 +174,12 @@ class Handler(BaseHTTPRequestHandler):
                     {"clientCIDR": "0.0.0.0/0", "serverAddress": self.headers.get("Host", "127.0.0.1")}]}))
             if segs == ["apis"]:
                 return self._send(200, dumps({"kind": "APIGroupList", "apiVersion": "v1",
-                                              "groups": [group_doc(g) for g in GROUPS if g]}))
+                                              "groups": [group_doc(g) for g in (*GROUPS, rbac.REVIEW_GROUP) if g]}))
             return self._send(200, b"ok", "text/plain")
+        if segs[:3] == ["apis", rbac.REVIEW_GROUP, "v1"]:
+            return self._review(method, segs[3:], body)
+        if method == "GET" and segs == ["apis", rbac.REVIEW_GROUP]:
+            return self._send(200, dumps(group_doc(rbac.REVIEW_GROUP)))
         if segs[:2] == ["api", "v1"]:
             group, rest = "", segs[2:]
         elif len(segs) >= 3 and segs[0] == "apis" and segs[1] in GROUPS and segs[2] == "v1":
@@ -218,16 +229,35 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(200, api.update(rt, ns, name, body, sub, ctype).raw())
 
     def _authorize(self, method: str, q: dict, rt, resource: str, ns: str | None, name: str | None):
-        """RBAC as far as tests need it: `forbidden` lists "<resource>[.<group>]" (every verb) or
-        "<verb> <resource>[.<group>]" that answer 403, checked before the object is looked up."""
-        denied = self.server.cluster.settings.forbidden
-        if not denied:
+        """RBAC as far as tests need it (rbac.py): `forbidden` lists "<resource>[.<group>]" (every verb)
+        or "<verb> <resource>[.<group>]" that answer 403; `rbac_rules`, when set, is the only thing
+        allowed. Checked before the object is looked up."""
+        settings = self.server.cluster.settings
+        if not settings.forbidden and settings.rbac_rules is None:
             return
         verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method) or (
             "get" if name else "watch" if qbool(q, "watch") else "list")
         target = resource + (f".{rt.group}" if rt.group else "")
-        if target in denied or f"{verb} {target}" in denied:
+        if target in settings.forbidden or f"{verb} {target}" in settings.forbidden or (
+                settings.rbac_rules is not None and not rbac.allows(settings.rbac_rules, verb, rt.group, resource, name)):
             raise rbac_forbidden(verb, resource, rt.group, name, ns)
+
+    def _review(self, method: str, rest: list[str], body):
+        """POST a SelfSubjectRulesReview / SelfSubjectAccessReview (nothing is stored); GET the
+        group's resource list."""
+        if method == "GET" and not rest:
+            return self._send(200, dumps({"kind": "APIResourceList", "apiVersion": "v1",
+                                          "groupVersion": f"{rbac.REVIEW_GROUP}/v1", "resources": [
+                {"name": r, "singularName": "", "namespaced": False, "kind": k, "verbs": ["create"]}
+                for r, k in zip(rbac.REVIEWS, ("SelfSubjectRulesReview", "SelfSubjectAccessReview"))]}))
+        if len(rest) != 1 or rest[0] not in rbac.REVIEWS:
+            raise NOT_FOUND
+        if method != "POST":
+            raise method_not_allowed()
+        self.server.cluster.count("create", rest[0])
+        # a protobuf rules review (kubectl auth can-i --list): its spec names only a namespace, and the
+        # rules here are cluster-wide, so the answer does not depend on it
+        return self._send(201, dumps(rbac.review(self.server.cluster, rest[0], None if body == PROTOBUF else body)))
 
     def _log(self, ns: str, name: str, q: dict):
         container, opts = self.server.cluster.api.log_source(ns, name, q)

@@ -33,6 +33,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from cluster_doctor.domain.conditions import ConditionPolicy
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.quarantine import QuarantinePolicy
@@ -180,7 +181,8 @@ class Settings(BaseSettings):
     dagrun_timeout_s: PositiveInt = _setting(3300, "A run is stopped after this long, shorter than the hourly schedule.",
                                              parse_time=True)
     suite_timeouts_s: dict[str, PositiveInt] = _setting(
-        {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900},
+        {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900, "nvbandwidth": 900,
+         "ib_health": 120},
         "Run-time budget of each suite once its pod is Running (pod activeDeadlineSeconds adds the "
         "pending timeout; the task's execution_timeout adds both plus `task_margin_s`), read at run time.")
     task_margin_s: PositiveInt = _setting(
@@ -258,6 +260,12 @@ class Settings(BaseSettings):
             "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}; "
             "\"actions\": the recommended actions of a confirmed failure it acts on (default [\"reset_gpu\", "
             "\"reboot\", \"drain_and_service\", \"unknown\"]). Off by default.")
+    node_conditions: JsonObject = _setting(
+        {}, "Opt-in node condition `ClusterDoctorHealthy` on every GPU node (True / False with the most severe "
+            "failing code / Unknown when the evidence is older than staleness_days), written through nodes/status "
+            "with the quarantine's circuit breaker ([docs/node-conditions.md](docs/node-conditions.md)), e.g. "
+            "{\"enabled\": true, \"dry_run\": false, \"max_share\": 0.05, \"max_nodes\": 10, \"window_hours\": 24}. "
+            "Needs include/k8s/conditions. Off by default.")
     reservation: JsonObject = _setting(
         {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
             "new user pod lands when their job ends, removed when their validation is done "
@@ -309,6 +317,7 @@ class Settings(BaseSettings):
             BaselinePolicy.from_mapping(self.fleet_verdicts)
             ReservationPolicy.from_mapping(self.reservation)
             QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
+            ConditionPolicy.from_mapping(self.node_conditions)
         except ValueError as exc:
             raise ValueError(f"setting {exc}") from None
         return self

@@ -76,6 +76,25 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         module="cluster_doctor_suites.storage_fio", cpu="4", memory="8Gi",
         key_metrics=("fio_seq_read_mibps", "fio_seq_write_mibps", "fio_rand_read_iops", "fio_rand_write_iops"),
     ),
+    Suite(
+        name="nvbandwidth",
+        title="GPU link bandwidth (nvbandwidth)",
+        description="NVIDIA's nvbandwidth on all GPUs: copy bandwidth of every GPU pair (copy engine and SM; "
+                    "NVLink or PCIe) and each GPU's host link vs the model's floors (published link rates and "
+                    "public measurements) and the node's own median; a slow pair named by its two GPUs; every "
+                    "copy verified by the tool.",
+        module="cluster_doctor_suites.nvbandwidth", cpu="4", memory="16Gi",
+        key_metrics=("nvbw_d2d_read_ce_min_gbps", "nvbw_h2d_ce_min_gbps"),
+    ),
+    Suite(
+        name="ib_health",
+        title="InfiniBand / RoCE ports",
+        description="Seconds, no load: every HCA port the model should have present, Active/LinkUp at the "
+                    "expected rate and width (sysfs); link-downed, symbol and other error counters judged by "
+                    "their growth since the previous run; RoCE ports through the mlx5 ethtool statistics.",
+        module="cluster_doctor_suites.ib_health", cpu="1", memory="1Gi",
+        key_metrics=("ib_ports_active", "ib_counter_growth"),
+    ),
 )}
 
 

@@ -43,6 +43,10 @@ SUITE_CAPABILITIES: dict[str, tuple[str, ...]] = {
     "nccl_loopback": ("IPC_LOCK",),
     "dl_unit": (),
     "storage_fio": (),
+    # both read what any container may: nvbandwidth the GPUs allocated to it, ib_health sysfs (and
+    # `ethtool -S`, which needs no capability to read statistics)
+    "nvbandwidth": (),
+    "ib_health": (),
 }
 # The conventional "nonroot" UID/GID of distroless images; the GPU device nodes are world-usable and
 # fsGroup makes the results volume group-writable for it.

@@ -41,10 +41,18 @@ def test_merge_patches_and_status_subresource(emu, v1):
     # the main resource ignores status; the status subresource changes it
     v1.patch_node("gpu-1", {"status": {"allocatable": {"nvidia.com/gpu": "1"}}})
     assert v1.read_node("gpu-1").status.allocatable["nvidia.com/gpu"] == "8"
+    before = {c.type: c for c in v1.read_node_status("gpu-1").status.conditions}
     v1.patch_node_status("gpu-1", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
     node = v1.read_node_status("gpu-1")
-    assert [c.status for c in node.status.conditions] == ["False"]  # lists are replaced, not merged by key
+    # node conditions merge by their patchMergeKey `type`: the other conditions stay, Ready keeps its
+    # other fields; with a JSON merge patch the list would be replaced whole
+    after = {c.type: c for c in node.status.conditions}
+    assert set(after) == set(before) and len(before) > 1
+    assert after["Ready"].status == "False" and after["Ready"].reason == before["Ready"].reason
     assert {t.key for t in node.spec.taints} == {"node.kubernetes.io/not-ready"}
+    v1.patch_node_status("gpu-1", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+                         _content_type="application/merge-patch+json")
+    assert [c.type for c in v1.read_node_status("gpu-1").status.conditions] == ["Ready"]
 
 
 def test_generate_name_and_resource_versions(emu, v1):

@@ -1,0 +1,48 @@
+"""The body of the continuous_validation DAG's opt-in node_conditions task: after `record`, every GPU
+node's `ClusterDoctorHealthy` condition from the latest verdict of every enabled suite
+(cluster_doctor.kube.conditions). Off by default (setting node_conditions); makes no Kubernetes call
+then. Wired in the DAG beside quarantine:
+
+    @task(multiple_outputs=False)
+    def node_conditions(discovered: dict, recorded: dict) -> dict:
+        from cluster_doctor.airflow import conditions_task, runtime
+        from cluster_doctor.domain.payloads import Discovered
+
+        found = Discovered.from_xcom(discovered)
+        store = runtime.results_store(found.settings.validation_db_conn_id)
+        core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
+        return conditions_task.node_conditions(found, store, core_v1).to_dict()
+
+    node_conditions(discovered, recorded)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from cluster_doctor.domain.conditions import ConditionPolicy, ConditionReport
+from cluster_doctor.domain.payloads import Discovered
+
+log = logging.getLogger(__name__)
+
+
+def node_conditions(discovered: Discovered, store: Any, core_v1: Any, now: dt.datetime | None = None) -> ConditionReport:
+    """Write the conditions; an open circuit breaker or a patch that kept failing fails the task (a human
+    decides), after every other node was written. A node's health is judged over every enabled suite
+    (the setting `tests`), not over the subset a manual run chose."""
+    from cluster_doctor.kube import conditions
+
+    settings = discovered.settings
+    report = conditions.reconcile(
+        core_v1, store.connect, ConditionPolicy.from_mapping(settings.node_conditions), tests=list(settings.tests),
+        stale_after=dt.timedelta(days=settings.staleness_days), gpu_resource=settings.gpu_resource,
+        node_selector=settings.node_selector, now=now)
+    log.info("%s", report.describe())
+    if report.breaker_open or report.errors:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        why = f"circuit breaker open: {report.breaker_reason}" if report.breaker_open else report.describe()
+        raise AirflowFailException(f"node conditions {why}")
+    return report
