@@ -6,9 +6,12 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import suite_code
 
 
-def test_catalog_lists_the_four_suites_with_image_resources_and_timeouts():
+def test_catalog_lists_the_suites_with_image_resources_and_timeouts():
     settings = Settings()
-    assert set(suites.CATALOG) == {"dl_unit", "nccl_loopback", "storage_fio", "gpu_health"}
+    assert set(suites.CATALOG) == {"dl_unit", "nccl_loopback", "storage_fio", "gpu_health", "nvbandwidth", "ib_health"}
+    assert set(settings.suite_timeouts_s) == set(suites.CATALOG)  # each its own budget, none the fallback
+    # the fabric suites are in the catalog, enabled by a deployment's `tests`, not by default
+    assert settings.tests == ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
     for suite in suites.CATALOG.values():
         assert suite.image(settings) == settings.image
         assert suite.cpu and suite.memory and suite.key_metrics
