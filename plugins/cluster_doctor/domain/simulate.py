@@ -391,7 +391,7 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def min_slots(cfg: SimConfig, target_h: float, *, max_reserved_share: float | None = None,
-              ) -> tuple[int | None, SimResult, dict[int, SimResult]]:
+              reach_floor: bool = True) -> tuple[int | None, SimResult, dict[int, SimResult]]:
     """The fewest slots whose simulated worst staleness stays within ``target_h`` (and, with reservation,
     whose reserved idle share stays within ``max_reserved_share``: slots a reserved node waits for cost
     idle GPU-hours).
@@ -400,11 +400,13 @@ def min_slots(cfg: SimConfig, target_h: float, *, max_reserved_share: float | No
     for days cannot be validated by any number of slots, unless they are reserved). When even that misses
     the target, returns None with the reference; the search then finds the slots that reach the
     reference's worst staleness (more slots would not help). Doubling, then bisection, the same user jobs
-    for each try."""
+    for each try; ``reach_floor=False`` skips that search when the target is out of reach."""
     tried: dict[int, SimResult] = {}
     budget = max_reserved_share if cfg.reserve and max_reserved_share is not None else math.inf
     floor = run(dataclasses.replace(cfg, slots=cfg.nodes, max_pairs=cfg.nodes * len(cfg.tests)))
     reachable = floor.worst_staleness_h <= target_h and floor.reserved_share <= budget
+    if not reachable and not reach_floor:
+        return None, floor, tried
     goal = target_h if reachable else floor.worst_staleness_h + 1.0
 
     def ok(slots: int) -> bool:
@@ -480,6 +482,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "one full-length job fits before the target)")
     p.add_argument("--reserve", action="store_true",
                    help="reserve overdue busy nodes (the DAG's opt-in setting reservation)")
+    p.add_argument("--no-reserve", action="store_true",
+                   help="with --target-staleness: search bundling alone, never reservation")
     p.add_argument("--reserve-lead", type=float, default=None,
                    help="hours before the target a busy node is reserved (default: the longest job + 6)")
     p.add_argument("--max-reserved-share", type=float, default=0.01,
@@ -583,8 +587,10 @@ def _figures(r: SimResult) -> dict[str, Any]:
             "wall_seconds": r.wall_seconds}
 
 
-def search(cfg: SimConfig, target_h: float, max_reserved_share: float | None = None) -> Search:
-    return Search(*min_slots(cfg, target_h, max_reserved_share=max_reserved_share), target_h=target_h)
+def search(cfg: SimConfig, target_h: float, max_reserved_share: float | None = None,
+           reach_floor: bool = True) -> Search:
+    return Search(*min_slots(cfg, target_h, max_reserved_share=max_reserved_share, reach_floor=reach_floor),
+                  target_h=target_h)
 
 
 def _search_lines(name: str, found: Search) -> list[str]:
@@ -612,9 +618,9 @@ def cmd(args: argparse.Namespace, out=None) -> int:
         print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else render(result), file=out)
         return 0
     searches: dict[str, Search] = {}
-    if not cfg.reserve:
-        searches["without_reservation"] = search(cfg, target_h)
-    if cfg.reserve or searches["without_reservation"].slots is None:
+    if not cfg.reserve:  # bundling alone; out of reach, reservation is tried instead of more slots
+        searches["without_reservation"] = search(cfg, target_h, reach_floor=args.no_reserve)
+    if cfg.reserve or (searches["without_reservation"].slots is None and not args.no_reserve):
         searches["with_reservation"] = search(dataclasses.replace(cfg, reserve=True), target_h,
                                               args.max_reserved_share)
     reached = {k: v for k, v in searches.items() if v.slots is not None}
