@@ -167,11 +167,12 @@ def ti_url(request: Request, row: Mapping[str, Any]) -> str | None:
 
 
 def key_figures(test: str, values: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """The suite's key figures present in a metrics JSON, formatted, catalog order."""
+    """The suite's key figures present in a metrics JSON, formatted, catalog order (then what CPU mode
+    measures instead, e.g. dl_unit's fp32 GEMM)."""
     if not values:
         return []
     suite = suites.CATALOG.get(test)
-    keys = suite.key_metrics if suite else tuple(sorted(values))[:4]
+    keys = (*suite.key_metrics, *charts.CPU_MODE_METRICS.get(test, ())) if suite else tuple(sorted(values))[:4]
     return [(k, format_number(values[k])) for k in keys if k in values and values[k] is not None]
 
 

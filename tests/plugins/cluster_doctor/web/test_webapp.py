@@ -261,6 +261,8 @@ def test_node_page_plots_what_cpu_mode_suites_record_and_names_tests_without_val
         ticks = re.findall(r'<text class="time-tick"[^>]*>([^<]+)</text>', svg)
         assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
     assert "GEMM fp32, slowest device (CPU mode)" in plots["dl_unit-gemm_fp32_tflops_min"]
+    assert webapp.key_figures("dl_unit", {"gemm_fp32_tflops_min": 0.104, "mem_bw_gbps_min": 13.5}) == \
+        [("mem_bw_gbps_min", "13.50"), ("gemm_fp32_tflops_min", "0.10")]  # the CPU-mode GEMM among the figures
     assert re.search(r'id="plots-missing">No value to plot yet for storage_fio:', html)
 
 
