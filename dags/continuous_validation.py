@@ -33,7 +33,8 @@ Every hour this DAG validates the GPU nodes that are **free right now**, stalest
 taking nodes from users:
 
 1. **discover** — GPU nodes of the cluster (`kubernetes_default`): free ones, and why the others are
-   not eligible (busy, cordoned, not ready, tainted).
+   not eligible (busy, cordoned, not ready, tainted), written to the GPU node inventory
+   (`gpu_node_inventory` in `validation_db`) that every view of the fleet counts.
    Then **reap_orphans**: pods of tasks that died hard (OOM, SIGKILL) are recorded from the pod and deleted.
 2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
 3. **prioritize** — never-validated pairs first, then the oldest; failed pairs are retested after
@@ -107,7 +108,7 @@ with DAG(
             tasks.log.info("%s", waited)
         settings = runtime.load_settings()
         return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
-                              parsed=SETTINGS).to_xcom()
+                              parsed=SETTINGS, store=runtime.results_store(settings.validation_db_conn_id)).to_xcom()
 
     # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
     # delete them. Reports and carries on: its problems never block this run's planning.

@@ -22,11 +22,12 @@ attempt of the day with its failing checks (device, value, threshold), per-GPU-m
 minimums of the key metrics, validation GPU-hours, and the fleet as of the end of the day (every
 failing pair in full; stale and never-validated pairs as node ranges).
 
-1. **gpu_nodes** — the GPU nodes of the cluster (`kubernetes_default`), the coverage denominator.
-   Best effort: if the cluster API cannot be read, the report uses the nodes seen in the results DB
-   over the last 30 days instead, and says so.
-2. **write_report** — reads `validation_history` (`validation_db`) as of the end of the day and writes
-   both files atomically.
+**write_report** reads `validation_history` (`validation_db`) as of the end of the day and writes
+both files atomically. The fleet (the coverage denominator) is the GPU node inventory the
+`continuous_validation` runs keep in the same database: every GPU node discovery has seen, attempted or
+not (never-validated nodes are listed with why: busy, cordoned, not ready ...), a node that left the
+cluster counted for `gone_node_grace_hours` — the same nodes the fleet page, `cluster-doctor status`
+and the metrics count.
 
 **Trigger form.** `day` (e.g. `2026-01-31`, UTC) regenerates the report of any past day as it was
 then; empty means yesterday. Backfill works too: one run per day of the range.
@@ -48,28 +49,15 @@ with DAG(
             None, type=["null", "string"], format="date", title="Day (UTC)",
             description="The day to report on, e.g. 2026-01-31. Empty: the day before the run's data "
                         "interval ends (yesterday for the scheduled run)."),
-        "fleet_from_cluster": Param(
-            True, type="boolean", title="Fleet from the cluster",
-            description="List GPU nodes from the Kubernetes API as the coverage denominator; off: use the "
-                        "nodes seen in the results DB over the last 30 days."),
     },
 ) as dag:
 
-    # A dict, never a bare None: Airflow pushes no XCom for None and the downstream pull logs an error.
     @task
-    def gpu_nodes() -> dict:
-        from cluster_doctor.airflow import daily_tasks, runtime
-
-        if not get_current_context()["params"]["fleet_from_cluster"]:
-            return {"nodes": None}
-        return {"nodes": daily_tasks.cluster_gpu_nodes(runtime.load_settings())}
-
-    @task
-    def write_report(fleet: dict) -> dict:
+    def write_report() -> dict:
         from cluster_doctor.airflow import daily_tasks, runtime
 
         context = get_current_context()
         return daily_tasks.write_report(runtime.load_settings(), day=context["params"]["day"],
-                                        data_interval_end=context.get("data_interval_end"), gpu_nodes=fleet["nodes"])
+                                        data_interval_end=context.get("data_interval_end"))
 
-    write_report(gpu_nodes())
+    write_report()

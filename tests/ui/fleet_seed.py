@@ -156,6 +156,7 @@ def bulk_fleet(dsn: dict, n_nodes: int = 5000, now: dt.datetime = NOW) -> list[s
                 f"VALUES ({', '.join(['%s'] * len(Attempt.COLUMNS))})", rows)
             cur.execute("SET session_replication_role = DEFAULT")
             cur.execute("SELECT cluster_doctor_rebuild_pair_state()")
+            cur.execute("SELECT cluster_doctor_inventory_from_history()")  # the nodes, as the trigger adds them
         conn.commit()
     finally:
         conn.close()

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from cluster_doctor.store import inventory
 from cluster_doctor.store.history import ResultStore
 
 from tests.conftest import REPO, _fresh_database, dsn_to_url
@@ -25,6 +26,7 @@ from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
+NEVER_ATTEMPTED = "gpu-012"  # a GPU node discovery saw and nothing ever ran on (issue 21 §4)
 ARTIFACTS = REPO / "artifacts"
 
 
@@ -33,8 +35,15 @@ def results_db(pg_admin_dsn, template_db):
     with _fresh_database(pg_admin_dsn, template_db) as dsn:
         # relative to the real clock: the api-server computes ages with it
         now = dt.datetime.now(dt.UTC)
-        expected = seed.small_fleet(ResultStore(dsn), now=now)
-        seed.plot_history(ResultStore(dsn), now=now)  # six weeks of older runs: plots and a coverage trend
+        store = ResultStore(dsn)
+        expected = seed.small_fleet(store, now=now)
+        seed.plot_history(store, now=now)  # six weeks of older runs: plots and a coverage trend
+        # what the last discovery saw: the nodes above, and one nothing ever ran on (busy for 3 h)
+        seen = [inventory.SeenNode(n, 8, seed.H100, inventory.FREE) for n in expected["nodes"]]
+        inventory.record_discovery(store.connect, [*seen, inventory.SeenNode(
+            NEVER_ATTEMPTED, 8, seed.H100, "busy", "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu")],
+            seen_at=now - dt.timedelta(hours=3), complete=True)
+        expected = {**expected, "nodes": [*expected["nodes"], NEVER_ATTEMPTED]}
         yield dsn_to_url(dsn), expected
 
 
@@ -126,7 +135,7 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         rows = frame.locator("#matrix tbody tr[data-node]")
         rows.first.wait_for(timeout=20_000)
         assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == results_db[1]["nodes"]
-        assert frame.locator("#coverage .value").inner_text() == "62.5 %"
+        assert frame.locator("#coverage .value").inner_text() == "55.5 %"  # 5 of 9
         assert frame.locator("#failing .value").inner_text() == "2"
         fail_cell = frame.locator("tr[data-node='gpu-003'] td[data-test='nccl_loopback']")
         assert fail_cell.get_attribute("data-status") == "fail"
@@ -199,5 +208,45 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
                           timeout=10_000)
         assert "/plugin/" not in page.url  # the whole UI navigated, not the iframe
         assert problems == []
+    finally:
+        context.close()
+
+
+def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
+    """Issue 21 §4: a GPU node discovery saw and nothing ever ran on is a row of the fleet, never
+    validated, with why (busy for 3 h, by whom); the "not eligible" card and filter find it; its node
+    page is not "Unknown node"."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(server + "/")
+        page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=20_000)
+        page.get_by_label("Username").fill(USER)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
+        page.goto(server + "/plugin/fleet-health")
+        frame = page.frame_locator("iframe[title='Fleet health']")
+        row = frame.locator(f"#matrix tr[data-node='{NEVER_ATTEMPTED}']")
+        row.wait_for(timeout=20_000)
+        visible_box(frame.locator("#matrix"))
+        cells = row.locator("td[data-test]")
+        assert cells.evaluate_all("cs => cs.map(c => c.dataset.status)") == ["never"] * 4
+        now = row.locator("td.now")
+        assert now.get_attribute("data-eligibility") == "busy"
+        assert re.fullmatch(r"busy for (2h 5\d|3h)m?", now.inner_text()), now.inner_text()
+        assert "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu" in now.get_attribute("title")
+        assert frame.locator("#never .value").inner_text() == "2"  # gpu-006 (timeouts only) and gpu-012
+        card = frame.locator("#not-eligible")
+        assert card.locator(".value").inner_text() == "1" and "busy 1" in card.inner_text()
+        card.locator(".value a").click()
+        frame.locator("#match-count", has_text="1 node match").wait_for(timeout=10_000)
+        assert frame.locator("#matrix tbody tr[data-node]").evaluate_all(
+            "rs => rs.map(r => r.dataset.node)") == [NEVER_ATTEMPTED]
+        page.screenshot(path=str(ARTIFACTS / "fleet_never_attempted.png"), full_page=True)
+        frame.locator("a.node-link", has_text=NEVER_ATTEMPTED).click()
+        frame.locator("#latest").wait_for(timeout=10_000)  # its tests, all never executed: not an unknown node
+        assert frame.locator("#node-name").inner_text() == NEVER_ATTEMPTED
+        assert frame.locator("#latest tbody tr").count() == 4
     finally:
         context.close()

@@ -131,7 +131,8 @@ class Api:
                     None)
 
     # ------------------------------------------------------------ read
-    def list(self, rt: ResourceType, ns: str | None, q: dict):
+    def list(self, rt: ResourceType, ns: str | None, q: dict, *, stream: bool = False):
+        """``stream``: the caller can write the items as they are produced (the HTTP layer)."""
         if qbool(q, "watch"):
             raise ApiError(501, "NotImplemented", "k8s_emulator does not implement watch; poll with list/get "
                                                   f"instead (GET {rt.plural}?watch=true)")
@@ -142,8 +143,14 @@ class Api:
         except ValueError:
             raise bad_request(f"limit: Invalid value: {q.get('limit')!r}") from None
         source = self.read_source(q, limit)
-        lr = self.store.list(rt.plural, ns if rt.namespaced else None, lsel, fsel, limit, q.get("continue"),
-                             (q.get("labelSelector"), q.get("fieldSelector")), indexed=source == "watch-cache")
+        namespace = ns if rt.namespaced else None
+        if stream and not limit and not q.get("continue") and self.c.version_at_least(1, 33):
+            # StreamingCollectionEncodingToJSON (beta and on from 1.33): items encoded one by one as the
+            # response is written, never the whole list at once
+            lr = self.store.stream(rt.plural, namespace, lsel, fsel, indexed=source == "watch-cache")
+        else:
+            lr = self.store.list(rt.plural, namespace, lsel, fsel, limit, q.get("continue"),
+                                 (q.get("labelSelector"), q.get("fieldSelector")), indexed=source == "watch-cache")
         self.c.count_read(rt.plural, source, lr.examined)
         return lr
 

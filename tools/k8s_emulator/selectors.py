@@ -88,6 +88,18 @@ class FieldSelector:
     def matches(self, values: tuple, index: dict[str, int]) -> bool:
         return all((values[index[f]] == v) == (op == "=") for f, op, v in self.terms)
 
+    def matcher(self, index: dict[str, int]):
+        """``matches`` for one kind's field index, resolved once: a list scans every object with it."""
+        terms = [(index[f], v, op == "=") for f, op, v in self.terms]
+
+        def match(values: tuple) -> bool:
+            for i, v, equal in terms:
+                if (values[i] == v) is not equal:
+                    return False
+            return True
+
+        return match
+
     def equality(self, field: str) -> str | None:
         return next((v for f, op, v in self.terms if f == field and op == "="), None)
 

@@ -112,6 +112,27 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.wfile.write(body)
 
+    def _send_stream(self, head: bytes, items, tail: bytes, chunk_bytes: int = 256 * 1024):
+        """A 200 list answer written as its items are produced (chunked transfer encoding), as an
+        apiserver streams a collection from 1.33 on."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        parts, size, first = [head], len(head), True
+        for raw in items:
+            if not first:
+                parts.append(b",")
+            parts.append(raw)
+            size, first = size + len(raw) + 1, False
+            if size >= chunk_bytes:
+                data = b"".join(parts)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                parts, size = [], 0
+        data = b"".join([*parts, tail])
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+
     def _send_error(self, exc: ApiError):
         # as the apiserver's ErrorNegotiated: a Status with details.retryAfterSeconds > 0 sets Retry-After
         retry_after = (exc.details or {}).get("retryAfterSeconds")
@@ -204,10 +225,13 @@ class Handler(BaseHTTPRequestHandler):
         self._authorize(method, q, rt, resource, ns, name)
         if method == "GET" and name is None:
             cluster.count("watch" if qbool(q, "watch") else "list", resource)
-            lr = api.list(rt, ns, q)
+            faulted = getattr(self, "_cut", False) or getattr(self, "_swallow", False)
+            lr = api.list(rt, ns, q, stream=not faulted)
             meta = {"resourceVersion": str(lr.rv), **({"continue": lr.cont} if lr.cont else {}),
                     **({"remainingItemCount": lr.remaining} if lr.remaining else {})}
             head = dumps({"kind": rt.kind + "List", "apiVersion": rt.api_version, "metadata": meta})
+            if lr.streamed:
+                return self._send_stream(head[:-1] + b',"items":[', lr.items, b"]}")
             return self._send(200, head[:-1] + b',"items":[' + b",".join(lr.items) + b"]}")
         if method == "GET":
             cluster.count("get", resource)

@@ -45,9 +45,11 @@ class Version:
 
 
 class ListResult:
-    def __init__(self, items: list[bytes], rv: int, cont: str | None, remaining: int | None, examined: int = 0):
+    def __init__(self, items, rv: int, cont: str | None, remaining: int | None, examined: int = 0,
+                 streamed: bool = False):
         self.items, self.rv, self.cont, self.remaining = items, rv, cont, remaining
         self.examined = examined  # objects the read looked at to find the matching ones
+        self.streamed = streamed  # items is a generator, filtered as the response is written
 
 
 class Table:
@@ -166,19 +168,38 @@ class Store:
             remaining = len(items) - i - limit if more and lsel.empty and fsel.empty else None
             return ListResult([raw for _, raw in page], rv, token, remaining, examined)
 
-    def _matching(self, plural, namespace, lsel, fsel, indexed: bool = True) -> tuple[list[tuple[str, bytes]], int]:
-        t = self.tables[plural]
+    def stream(self, plural: str, namespace: str | None, lsel, fsel, *, indexed: bool = True) -> ListResult:
+        """An unpaginated list whose items are filtered and yielded while the response is written: the
+        objects are taken under the lock (a snapshot, as the watch cache's), matched outside it."""
+        with self.lock:
+            t = self.tables[plural]
+            rv, keys = self.rv, self._keys(t, plural, namespace, fsel, indexed)
+            versions = [t.current[k] for k in keys]
+        fmatch = fsel.matcher(t.rtype.field_index)
+
+        def items():
+            for v in versions:
+                if (lsel.empty or lsel.matches(v.labels)) and (fsel.empty or fmatch(v.fields)):
+                    yield v.raw()
+
+        return ListResult(items(), rv, None, None, len(versions), streamed=True)
+
+    @staticmethod
+    def _keys(t: Table, plural: str, namespace: str | None, fsel, indexed: bool) -> list[str]:
         prefix = f"{namespace}/" if namespace else ""
         node = fsel.equality("spec.nodeName") if plural == "pods" and indexed else None
         if node is not None:  # indexed: one node's pods without scanning every pod
-            keys = sorted(k for k in t.by_node.get(node, ()) if k.startswith(prefix))
-        else:
-            lo = bisect.bisect_left(t.keys, prefix)
-            keys = t.keys[lo:bisect.bisect_left(t.keys, namespace + "0")] if namespace else t.keys
-        fidx, out = t.rtype.field_index, []
+            return sorted(k for k in t.by_node.get(node, ()) if k.startswith(prefix))
+        lo = bisect.bisect_left(t.keys, prefix)
+        return t.keys[lo:bisect.bisect_left(t.keys, namespace + "0")] if namespace else list(t.keys)
+
+    def _matching(self, plural, namespace, lsel, fsel, indexed: bool = True) -> tuple[list[tuple[str, bytes]], int]:
+        t = self.tables[plural]
+        keys = self._keys(t, plural, namespace, fsel, indexed)
+        fmatch, out = fsel.matcher(t.rtype.field_index), []
         for k in keys:
             v = t.current[k]
-            if (lsel.empty or lsel.matches(v.labels)) and (fsel.empty or fsel.matches(v.fields, fidx)):
+            if (lsel.empty or lsel.matches(v.labels)) and (fsel.empty or fmatch(v.fields)):
                 out.append((k, v.raw()))
         return out, len(keys)
 

@@ -50,10 +50,13 @@ def _now() -> dt.datetime:
 
 # ---------------------------------------------------------------------------- 1. discover
 def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
-             parsed: Settings | None = None, executors: list[str] | None = None) -> Discovered:
+             parsed: Settings | None = None, executors: list[str] | None = None, *,
+             store: Any = None) -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
     then find the free GPU nodes (and why the others are not). ``executors``: Airflow's configured
-    ones (read from its configuration when None), to warn when the spool cannot follow them."""
+    ones (read from its configuration when None), to warn when the spool cannot follow them. With
+    ``store``, what discovery saw goes into the GPU node inventory (``store.inventory``): the XCom
+    carries node ranges, the per-node detail stays in the database."""
     now = now or _now()
     if parsed is not None:
         settings.check_parse_time(parsed)
@@ -72,13 +75,37 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         by_reason.setdefault(node.reason, []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         log.info("not eligible (%s): %s", reason, compress(names))
+    inventory_at = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
     # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
     mounts = volumes.check(core_v1, settings, run.tests)
     if mounts.blocked_tests:
         log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
-    return Discovered(settings=settings, params=Params.of(run), started_at=now, **found.to_dict(),
-                      volumes=mounts.to_dict(), warnings=warnings)
+    valid = [n for n in found.ineligible if n.reason != discovery.INVALID_NAME]  # never a real node name
+    return Discovered.of(
+        settings=settings, params=Params.of(run), started_at=now, inventory_at=inventory_at,
+        free=[(n.name, n.gpu_count, n.gpu_model) for n in found.free], ineligible=[(n.name, n.reason) for n in valid],
+        api_calls=found.api_calls, nodes_seen=found.nodes_seen, pods_seen=found.pods_seen,
+        decode_seconds=round(found.decode_seconds, 3), read_mode=found.read_mode, volumes=mounts.to_dict(),
+        warnings=warnings)
+
+
+def _record_inventory(store: Any, found: discovery.Discovery, now: dt.datetime, *, complete: bool) -> dt.datetime | None:
+    """Every GPU node discovery saw, into the inventory; the time written, or None when the results DB
+    refused (the run still plans from what it found; the views keep the last inventory)."""
+    from cluster_doctor.store import inventory
+
+    seen = [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, inventory.FREE) for n in found.free]
+    seen += [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, n.reason, n.detail) for n in found.ineligible
+             if n.reason != discovery.INVALID_NAME]
+    try:
+        update = inventory.record_discovery(store.connect, seen, seen_at=now, complete=complete)
+    except Exception as exc:  # the run can plan without it; the next run writes it again
+        log.warning("GPU node inventory not updated (%s): the fleet views keep the previous one", one_line(exc, 300))
+        return None
+    log.info("%s%s%s", update.describe(), f"; left the cluster: {compress(update.gone)}" if update.gone else "",
+             f"; new: {compress(update.new)}" if update.new else "")
+    return now
 
 
 # ---------------------------------------------------------------------------- 2. load latest
@@ -337,7 +364,9 @@ def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, 
     now = now or _now()
     attempts = recorded.attempts if recorded is not None else []
     latest_rows = store.latest(tests=discovered.params.tests) if discovered.gpu_nodes else []
-    summary = report.run_summary(discovered, planned, attempts, latest_rows, now=now)
+    fleet_coverage, detail = report.from_inventory(store, discovered, now)  # what every view of the fleet counts
+    summary = report.run_summary(discovered, planned, attempts, latest_rows, now=now, fleet_coverage=fleet_coverage,
+                                 detail=detail)
     summary = summary.model_copy(update={"spool": spool_state(discovered.settings, now),
                                          "why_empty": planned.why_empty, "waited": waited,
                                          "reservation_breaker": reservation_breaker})

@@ -41,7 +41,7 @@ from cluster_doctor.domain.nodes import (
 )
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
-from cluster_doctor.store import claims, database, migrations, roles, spool
+from cluster_doctor.store import claims, database, fleet, inventory, migrations, roles, spool
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -357,34 +357,63 @@ def cmd_db(args: argparse.Namespace, out) -> int:
 
 
 def cmd_status(args: argparse.Namespace, out) -> int:
+    """Every node · test pair's latest result, then the GPU nodes never attempted (with why, from the
+    inventory), then the fleet's coverage as the fleet page, the daily report and the metrics count it
+    (``store.fleet`` over the GPU node inventory)."""
     node_range = parse_node_range(args.node_range)
     settings = Settings.load()
     days = args.staleness_days if args.staleness_days is not None else settings.staleness_days
     staleness = dt.timedelta(days=days)
-    rows = _store(args).latest(node_range=node_range, tests=args.test or None, statuses=args.status or None)
+    store = _store(args)
+    rows = store.latest(node_range=node_range, tests=args.test or None, statuses=args.status or None)
     now = dt.datetime.now(dt.UTC)
-    if args.format == "json":
-        print(to_json(rows), file=out)  # JSON escapes every control character itself
-    elif args.format == "csv":
-        print(to_csv([{k: clean(v) for k, v in r.items()} for r in rows], LATEST_COLUMNS), end="", file=out)
-    else:
-        body = []
-        for r in rows:
-            status = _status_cell(r)
-            if r["status"] and now - r["finished_at"] > staleness:
-                status += " (stale)"
-            last = "" if r["last_attempt_at"] == r["finished_at"] and r["last_attempt_status"] == r["status"] else \
-                f"{r['last_attempt_status']} {age(r['last_attempt_at'], now)} ago"
-            body.append([r["node_name"], r["test_name"], status, age(r["finished_at"], now),
-                         age(r["status_since"], now), last,
-                         clean(r["reason"] if r["status"] else r["last_attempt_reason"])])
-        print(table(body, ["NODE", "TEST", "STATUS", "AGE", "SINCE", "LAST ATTEMPT", "REASON"]), file=out)
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[_status_key(r)] = counts.get(_status_key(r), 0) + 1
-        summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        print(f"\n{len(rows)} node-test pair(s): {summary or 'none recorded yet'}", file=out)
+    with fleet.open_fleet(store.connect, tests=settings.tests, staleness=staleness, now=now,
+                          application_name="cluster-doctor-cli", gone_grace=inventory.grace(settings)) as q:
+        known = q.inventory()
+        summary = q.summary(slo_days=0)
+    # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
+    attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
+    unattempted = [] if args.status else [
+        known[n] for n in sorted(known, key=fleet.natural_key) if n not in attempted and node_range.matches(n)]
+    if args.format in ("json", "csv"):
+        extra = [{**dict.fromkeys(LATEST_COLUMNS), "node_name": n.node_name, "gpu_model": n.gpu_model,
+                  "reason": f"never attempted: {n.describe()}"} for n in unattempted]
+        if args.format == "json":
+            print(to_json([*rows, *extra]), file=out)  # JSON escapes every control character itself
+        else:
+            print(to_csv([{k: clean(v) for k, v in r.items()} for r in [*rows, *extra]], LATEST_COLUMNS), end="",
+                  file=out)
+        return 0
+    body = []
+    for r in rows:
+        status = _status_cell(r)
+        if r["status"] and now - r["finished_at"] > staleness:
+            status += " (stale)"
+        last = "" if r["last_attempt_at"] == r["finished_at"] and r["last_attempt_status"] == r["status"] else \
+            f"{r['last_attempt_status']} {age(r['last_attempt_at'], now)} ago"
+        body.append([r["node_name"], r["test_name"], status, age(r["finished_at"], now),
+                     age(r["status_since"], now), last,
+                     clean(r["reason"] if r["status"] else r["last_attempt_reason"])])
+    body += [[n.node_name, "-", "never attempted", "", "", "", clean(n.describe())] for n in unattempted]
+    print(table(body, ["NODE", "TEST", "STATUS", "AGE", "SINCE", "LAST ATTEMPT", "REASON"]), file=out)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[_status_key(r)] = counts.get(_status_key(r), 0) + 1
+    summary_line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
+          + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
+    print(coverage_line(summary, days), file=out)
     return 0
+
+
+def coverage_line(summary: Mapping[str, Any], days: float) -> str:
+    """The fleet's coverage in one line, from ``FleetQueries.summary()``: the figures of the fleet page."""
+    nodes = summary["gpu_nodes"]
+    share = f"{summary['coverage']:.1%}" if summary["coverage"] is not None else "-"
+    gone = f"; gone: {summary['gone_nodes']}" if summary["gone_nodes"] else ""
+    return (f"coverage: {summary['covered_nodes']}/{nodes} GPU node(s) fully validated within {days:g} d ({share}); "
+            f"never validated: {summary['never_validated_nodes']}; failing: {summary['failing_nodes']}; "
+            f"not eligible now: {summary['not_eligible_nodes']}{gone}")
 
 
 def _status_cell(row: Mapping[str, Any]) -> str:

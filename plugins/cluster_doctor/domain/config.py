@@ -251,6 +251,9 @@ class Settings(BaseSettings):
         deployment_only=True)
     # --- results ---
     validation_db_conn_id: Name = _setting("validation_db", "Airflow connection to the Postgres results DB.")
+    gone_node_grace_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        24.0, "A GPU node that left the cluster (no longer discovered) shows as gone and still counts in "
+              "coverage for this long, then stops counting (0: at once).")
     fleet_verdicts: JsonObject = _setting(
         {}, "Straggler/drift verdicts vs the fleet and the node's own past "
             "([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), e.g. {\"rel_margin\": 0.1, \"k_mad\": 3, "

@@ -12,6 +12,8 @@ Definitions (shown on the fleet page and in docs/metrics.md):
 - The **state** of a pair: ``fail`` / ``error`` when its latest executed result is one (however old:
   a failing pair is a problem until it passes again), ``pass`` when it passed and is fresh, ``stale``
   when it passed longer ago (or its time is unreadable), ``never`` when it never executed.
+- The **fleet**: the GPU nodes of the inventory (``store.inventory``) — every node discovery has seen,
+  a node that left counted for a grace period — whether or not anything ever ran on them.
 - A node is **covered** when every enabled test is fresh on it; **coverage** is covered / fleet nodes.
 - **Never validated**: no executed result on any enabled test. **Failing**: the latest executed
   result of some enabled test is fail or error.
@@ -87,7 +89,16 @@ class NodeCoverage:
     fail_tests: int = 0
     error_tests: int = 0
     last_attempt_at: dt.datetime | None = None
+    # from the GPU node inventory (store.inventory): free, or why not, and since when; gone once it left
+    eligibility: str | None = None
+    eligibility_detail: str | None = None
+    eligibility_since: dt.datetime | None = None
+    gone_at: dt.datetime | None = None
     _model_key: tuple = dataclasses.field(default=(), repr=False)
+
+    @property
+    def gone(self) -> bool:
+        return self.gone_at is not None
 
     @property
     def covered(self) -> bool:
@@ -118,6 +129,9 @@ NODE_FILTERS: dict[str, tuple[str, Callable[[NodeCoverage], bool]]] = {
     "stale": ("stale (a test older than the threshold or never run)", lambda n: n.stale),
     "never": ("never validated", lambda n: n.never),
     "healthy": ("healthy (every test passed and is fresh)", lambda n: n.healthy),
+    "not_eligible": ("not eligible now (busy, cordoned, not ready, tainted …)",
+                     lambda n: not n.gone and n.eligibility not in (None, "free", "unknown")),
+    "gone": ("left the cluster (gone, still counted for the grace period)", lambda n: n.gone),
 }
 
 

@@ -173,3 +173,13 @@ def compress(names: Iterable[str]) -> str:
     """Inverse of expansion, for display: ['gpu-001', 'gpu-002', 'gpu-004'] -> 'gpu-[001-002,004]'."""
     names = list(names)
     return hostlist.collect_hostlist(names) if names else ""
+
+
+def expand(expression: str) -> list[str]:
+    """Inverse of ``compress``: the names of a hostlist expression it wrote ('' is none)."""
+    return hostlist.expand_hostlist(expression) if expression else []
+
+
+def natural(name: str) -> tuple:
+    """Sort key: gpu-2 before gpu-10 (hostlist's numeric order), ties broken by the plain name."""
+    return hostlist.numeric_sort_key(name), name

@@ -15,7 +15,7 @@ is one step's arguments) →
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, NamedTuple, Self
 
 from pydantic import (
@@ -30,7 +30,7 @@ from pydantic import (
 
 from cluster_doctor.domain.attempts import Attempt, parse_timestamp
 from cluster_doctor.domain.config import Settings, describe_errors
-from cluster_doctor.domain.nodes import parse_node_range
+from cluster_doctor.domain.nodes import compress, expand, natural, parse_node_range
 from cluster_doctor.domain.planning import RunParams
 
 CURRENT = 1
@@ -152,14 +152,38 @@ class Volumes(Part):
     codes: list[str] = Field(default_factory=list)
 
 
-class Discovered(Payload):
-    """discover → every later task: the run's settings (read once), params, the GPU nodes found."""
+class NodeGroup(Part):
+    """GPU nodes alike (same GPU count and model) as one hostlist expression (``gpu-[0001-0480]``):
+    thousands of regularly named nodes take a few bytes of XCom."""
 
+    nodes: str
+    gpu_count: int = Field(ge=0)
+    gpu_model: str | None = None
+
+
+def _grouped(nodes: Iterable[tuple[str, int, str | None]]) -> list[NodeGroup]:
+    by_kind: dict[tuple[int, str | None], list[str]] = {}
+    for name, count, model in nodes:
+        by_kind.setdefault((count, model), []).append(name)
+    return [NodeGroup(nodes=compress(names), gpu_count=count, gpu_model=model)
+            for (count, model), names in sorted(by_kind.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+
+
+class Discovered(Payload):
+    """discover → every later task: the run's settings (read once), params, and the GPU nodes found —
+    the free ones grouped as hostlists, the others as hostlists per reason. The per-node detail (why
+    busy, since when) is in the inventory (``store.inventory``), written at ``inventory_at``; the
+    payload stays a few KB at 5,000 nodes. Version 2 replaced the lists ``free`` and ``ineligible``
+    (one object per node) with ``free_groups`` and ``not_eligible`` (read back as those lists)."""
+
+    VERSION: ClassVar[int] = 2
+    version: int = 2
     settings: RunSettings
     params: Params
     started_at: Timestamp
-    free: list[GpuNode] = Field(default_factory=list)
-    ineligible: list[IneligibleNode] = Field(default_factory=list)
+    free_groups: list[NodeGroup] = Field(default_factory=list)
+    not_eligible: dict[str, str] = Field(default_factory=dict)  # reason -> hostlist
+    inventory_at: Timestamp | None = None  # None: the inventory could not be written this run
     api_calls: int = 0
     nodes_seen: int = 0
     pods_seen: int = 0
@@ -170,10 +194,54 @@ class Discovered(Payload):
     # the run summary and the verdict repeat them
     warnings: list[str] = Field(default_factory=list)
 
+    @classmethod
+    def of(cls, *, free: Iterable[tuple[str, int, str | None]], ineligible: Iterable[tuple[str, str]],
+           **fields: Any) -> Discovered:
+        """From per-node facts: ``free`` (name, GPU count, model), ``ineligible`` (name, reason)."""
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in ineligible:
+            by_reason.setdefault(reason, []).append(name)
+        return cls(free_groups=_grouped(free), not_eligible={r: compress(n) for r, n in sorted(by_reason.items())},
+                   **fields)
+
+    @property
+    def free(self) -> list[GpuNode]:
+        """The free GPU nodes, in natural order."""
+        nodes = [GpuNode(name=name, gpu_count=g.gpu_count, gpu_model=g.gpu_model)
+                 for g in self.free_groups for name in expand(g.nodes)]
+        return sorted(nodes, key=lambda n: natural(n.name))
+
+    @property
+    def ineligible(self) -> list[IneligibleNode]:
+        """The other GPU nodes with their reason, in natural order (the detail is the inventory's)."""
+        nodes = [IneligibleNode(name=name, reason=reason)
+                 for reason, names in self.not_eligible.items() for name in expand(names)]
+        return sorted(nodes, key=lambda n: natural(n.name))
+
     @property
     def gpu_nodes(self) -> list[str]:
         """Every GPU node of the range, free or not."""
         return [n.name for n in self.free] + [n.name for n in self.ineligible]
+
+    @classmethod
+    def _upgrade(cls, data: Any, version: int) -> Any:
+        """Versions 0 and 1 listed every node as an object (``free``, ``ineligible``)."""
+        if version >= 2 or not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        free, ineligible = data.pop("free", None) or [], data.pop("ineligible", None) or []
+        if not all(isinstance(n, Mapping) for n in [*free, *ineligible]):
+            raise InvalidPayload("Discovered: free and ineligible must list objects")
+        try:
+            data["free_groups"] = [g.model_dump() for g in _grouped(
+                (n["name"], int(n.get("gpu_count") or 0), n.get("gpu_model")) for n in free)]
+            by_reason: dict[str, list[str]] = {}
+            for n in ineligible:
+                by_reason.setdefault(str(n["reason"]), []).append(n["name"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidPayload(f"Discovered: a node of version {version} lacks a name or count ({exc})") from None
+        data["not_eligible"] = {r: compress(names) for r, names in sorted(by_reason.items())}
+        return data
 
 
 # ---------------------------------------------------------------------------- load_latest

@@ -23,6 +23,8 @@ re-checks the chosen node right before it creates a pod, and again while its pod
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 
 VALIDATION_APP_LABEL = ("app.kubernetes.io/name", "cluster-doctor")
 STREAM_ATTEMPTS = 3
+PREFETCH_CHUNKS = 4  # MiB of a pod list read ahead while the previous chunk is decoded
 BOUND_ACTIVE_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 UNBOUND_PENDING_PODS = "spec.nodeName=,status.phase=Pending"
 
@@ -180,16 +183,22 @@ def node_problem(node: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any
 
 # ---------------------------------------------------------------------------- listing
 def list_all(list_call: Callable[..., Any], counter: list[int], mode: list[str], *, kind: str,
-             **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """The watch-cache read, streamed, or consistent pages when the server refuses it (``mode[0]``
-    says which)."""
+             prefetch: int = 0, **kwargs: Any) -> Iterator[list[Any]]:
+    """The watch-cache read, streamed (``prefetch`` chunks read ahead), or consistent pages when the
+    server refuses it (``mode[0]`` says which): lists of items, as they are decoded (a chunk's, a
+    page's)."""
     if mode[0] == "watch-cache":
         try:
-            return listing.list_cached(list_call, counter, kind=kind, **kwargs)
+            return listing.list_cached(list_call, counter, kind=kind, batches=True, prefetch=prefetch, **kwargs)
         except ListRefused as exc:
             log.warning("the API server refused a resourceVersion=0 list (%s); reading paged lists instead", exc)
             mode[0] = "paged"
-    return paginate(list_call, counter, kind=kind, **kwargs)
+    return listing.pages(list_call, counter, kind=kind, **kwargs)
+
+
+def _each(batches: Iterator[list[Any]]) -> Iterator[Any]:
+    for batch in batches:
+        yield from batch
 
 
 def _pod_ref(pod: Mapping[str, Any]) -> str:
@@ -221,6 +230,26 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
 def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *, watch_cache: bool) -> Discovery:
     calls = listing.Counter()
     mode = ["watch-cache" if watch_cache else "paged"]
+    # Both pod lists are asked for at once, each in a thread that returns once its answer starts: the
+    # server works on them while the nodes are read, and each body is read ahead while the one before
+    # it is decoded (a few MiB at most). Their items wait until the GPU nodes are known.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cluster-doctor-list") as pool:
+        asked = [pool.submit(list_all, core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
+                             field_selector=selector, prefetch=PREFETCH_CHUNKS)
+                 for selector in (BOUND_ACTIVE_PODS, UNBOUND_PENDING_PODS)]
+        try:
+            return _classify(core_v1, settings, node_range, calls, mode, *(a.result() for a in asked))
+        finally:
+            for answer in asked:  # what was not read to its end gives its connection back
+                with contextlib.suppress(Exception):
+                    close = getattr(answer.result(), "close", None)
+                    if close is not None:
+                        close()
+
+
+def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, calls: listing.Counter,
+              mode: list[str], bound_pods: Iterator[list[Any]], pending_pods: Iterator[list[Any]]) -> Discovery:
+    """The nodes read and judged, then the two pod lists folded in (see ``discover``)."""
     resource = settings.gpu_resource
     gpu_nodes: dict[str, tuple[int, str | None]] = {}  # name -> (GPUs, model)
     ineligible: dict[str, Ineligible] = {}
@@ -232,42 +261,43 @@ def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *,
 
     nodes_seen = 0
     node_kwargs = {"label_selector": settings.node_selector} if settings.node_selector else {}
-    for node in list_all(core_v1.list_node, calls, mode, kind="nodes", **node_kwargs):
+    # nodes come as listing.LazyNode: the GPU count and model read by key, the rest decoded for GPU nodes
+    for node in _each(list_all(core_v1.list_node, calls, mode, kind="nodes", **node_kwargs)):
         nodes_seen += 1
-        meta = node.get("metadata") or {}
-        name = meta.get("name", "")
+        name = node.name
         try:
-            gpus = int(parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(resource)))
+            gpus = int(parse_quantity(node.allocatable(resource)))
         except ValueError:
             gpus = 0
         if gpus <= 0 or (node_range is not None and not node_range.matches(name)):
             continue
-        gpu_nodes[name] = (gpus, (meta.get("labels") or {}).get(settings.gpu_product_label))
+        model = node.label(settings.gpu_product_label)
+        gpu_nodes[name] = (gpus, str(model) if model is not None else None)
         try:
             validate_node_name(name)
         except InvalidNodeName:
             exclude(name, INVALID_NAME, "not a valid Kubernetes node name; never put into a pod spec")
             continue
-        problem = node_problem(node, settings.tolerations)
+        problem = node_problem(listing.node_dict(node), settings.tolerations)
         if problem:
             exclude(name, *problem)
 
     pods_seen = 0
-    for pod in list_all(core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
-                        field_selector=BOUND_ACTIVE_PODS):
+    # pods come as listing.LazyPod, a chunk's worth at a time: their containers are decoded only when
+    # their node is still a candidate and they name the GPU resource at all
+    for batch in bound_pods:
+        pods_seen += len(batch)
+        for pod in batch:
+            name = pod.spec.nodeName if pod.spec else ""
+            if name in gpu_nodes and name not in ineligible and listing.mentions(pod, resource):
+                holder = gpu_holder(listing.pod_dict(pod), resource)
+                if holder:
+                    exclude(name, *holder)
+    for pod in _each(pending_pods):
         pods_seen += 1
-        name = (pod.get("spec") or {}).get("nodeName")
-        if name not in gpu_nodes or name in ineligible:
-            continue
-        holder = gpu_holder(pod, resource)
-        if holder:
-            exclude(name, *holder)
-    for pod in list_all(core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
-                        field_selector=UNBOUND_PENDING_PODS):
-        pods_seen += 1
-        nominated = (pod.get("status") or {}).get("nominatedNodeName")
-        if nominated in gpu_nodes and pod_request(pod, resource) > 0:
-            exclude(nominated, NOMINATED, f"pending {_pod_ref(pod)} is nominated to the node (preemption)")
+        nominated = pod.nominated_node
+        if nominated in gpu_nodes and pod_request(whole := listing.pod_dict(pod), resource) > 0:
+            exclude(nominated, NOMINATED, f"pending {_pod_ref(whole)} is nominated to the node (preemption)")
 
     order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
     free = [GpuNode(name, gpus, model) for name, (gpus, model) in gpu_nodes.items() if name not in ineligible]

@@ -59,7 +59,7 @@ def node_problem(core_v1: Any, node_name: str, tolerations: Sequence[Mapping[str
         if exc.status == 404:
             return NodeProblem(GONE, "404 Not Found")
         raise
-    node = listing.decode_object("nodes", response.data)
+    node = listing.node_dict(listing.decode_object("nodes", response.data))
     found = discovery.node_problem(node, tolerations)
     return NodeProblem(*found) if found else None
 
@@ -72,10 +72,11 @@ def gpu_holders(core_v1: Any, node_name: str, resource: str, *, exclude_pod: str
                                                    resource_version="0", _preload_content=False)
     items, _ = listing.decode("pods", response.data, [0])
     holders = []
-    for pod in items:
-        if (pod.get("metadata") or {}).get("name") == exclude_pod:
+    for lazy in items:
+        pod = listing.pod_dict(lazy)
+        if pod["metadata"]["name"] == exclude_pod:
             continue
-        if (pod.get("spec") or {}).get("nodeName") != node_name:
+        if pod["spec"]["nodeName"] != node_name:
             continue  # the selector already says so; a server that ignored it must not free the node
         held = discovery.gpu_holder(pod, resource)
         if held:

@@ -8,8 +8,8 @@ aggregates and drops it, so at most one chunk of JSON and one batch of small dic
 whatever the size of the list.
 
 How a batch is cut: every item of one list starts with the same bytes (``{"metadata":`` from a real
-apiserver, whose list items carry no kind/apiVersion), so the last ``},`` followed by those bytes in
-the buffer is a candidate boundary between two items. msgspec decodes ``[`` + everything before it +
+apiserver, whose list items carry no kind/apiVersion; ``{"kind":"Pod",`` from the emulator), so the
+last ``},`` followed by those bytes in the buffer is a candidate boundary between two items. msgspec decodes ``[`` + everything before it +
 ``]``, which is valid JSON only when the cut really falls between items: a false candidate (the same
 bytes nested inside an item) is refused by the decoder and an earlier one is tried, so no boundary is
 ever trusted without the decoder's check. Whatever the server's formatting, the answer is the same;
@@ -20,6 +20,10 @@ Paged consistent lists (``limit``/``continue``) are small per page and decoded w
 
 from __future__ import annotations
 
+import functools
+import queue
+import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
@@ -28,7 +32,6 @@ import msgspec
 
 PAGE_SIZE = 500
 CHUNK_BYTES = 1 << 20  # read size: big enough that a decode call amortizes, small next to the list
-_SIGNATURE_KEYS = (b'"metadata":', b'"apiVersion":')  # what list items start with (real, emulator)
 _CANDIDATES_TRIED = 4  # false boundaries tried per chunk before reading more
 
 
@@ -90,12 +93,156 @@ class PodStatus(TypedDict, total=False):
 
 
 class Pod(TypedDict, total=False):
+    """A pod as discovery and the guards read it (``pod_dict``)."""
+
     metadata: Meta
     spec: PodSpec
     status: PodStatus
 
 
-KINDS: dict[str, type] = {"nodes": Node, "pods": Pod}
+# A pod as a list is decoded: what every pod is tested on (its node, phase, nomination) as plain fields;
+# its labels and containers kept as raw JSON, decoded only for the pods whose GPUs matter (those bound to
+# a GPU node still free). At 150,000 pods that is a fifth of the decoding time of building them all.
+# gc=False: these hold only strings and bytes (no cycles), so the collector need not track them; 75,000
+# tracked objects per list would run it over and over while decoding (a third of the time).
+_NULL = msgspec.Raw(b"null")
+
+
+class _PodSpec(msgspec.Struct, gc=False):
+    nodeName: str = ""  # noqa: N815 - the API's field names
+    containers: msgspec.Raw = _NULL
+    initContainers: msgspec.Raw = _NULL  # noqa: N815
+
+
+class LazyPod(msgspec.Struct, gc=False):
+    """Only the node is decoded at once; the metadata, the containers and the status when asked for."""
+
+    metadata: msgspec.Raw = _NULL
+    spec: _PodSpec | None = None
+    status: msgspec.Raw = _NULL
+
+    @property
+    def node_name(self) -> str:
+        return self.spec.nodeName if self.spec else ""
+
+    @property
+    def nominated_node(self) -> str:
+        return _decode_part(_STATUS, self.status, "status").get("nominatedNodeName") or ""
+
+    @property
+    def meta(self) -> Meta:
+        return _decode_part(_META, self.metadata, "metadata")
+
+
+def _decode_part(decoder: msgspec.json.Decoder, raw: msgspec.Raw, what: str) -> Any:
+    try:
+        return decoder.decode(raw) or {}
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(f"unexpected pod {what} from the Kubernetes API: {exc}") from None
+
+
+def mentions(pod: LazyPod, resource: str) -> bool:
+    """Whether the pod's containers (or init containers) name ``resource`` at all, as a JSON string.
+    False means the pod cannot request or limit it, and its containers need not be decoded: a resource
+    name is a qualified name, whose characters the apiserver's JSON never escapes. True may be a name
+    that only appears elsewhere (an argument): decode the pod to know (``pod_dict``)."""
+    if pod.spec is None:
+        return False
+    needle = b'"' + resource.encode() + b'"'
+    return needle in bytes(pod.spec.containers) or needle in bytes(pod.spec.initContainers)
+
+
+_META = msgspec.json.Decoder(Meta | None)
+_STATUS = msgspec.json.Decoder(PodStatus | None)
+_CONTAINERS = msgspec.json.Decoder(list[Container] | None)
+
+
+def pod_dict(pod: LazyPod) -> Pod:
+    """The pod with its metadata, containers and status decoded (``Pod``'s shape). ValueError names a
+    field of an unexpected type."""
+    meta = pod.meta
+    spec = pod.spec or _PodSpec()
+    where = f"{meta.get('namespace')}/{meta.get('name')}"
+    try:
+        out: dict[str, Any] = {
+            "metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
+                         "labels": meta.get("labels") or {}},
+            "spec": {"nodeName": spec.nodeName, "containers": _CONTAINERS.decode(spec.containers) or []},
+            "status": _STATUS.decode(pod.status) or {}}
+        init = _CONTAINERS.decode(spec.initContainers)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(f"unexpected pod {where} from the Kubernetes API: {exc}") from None
+    if init:
+        out["spec"]["initContainers"] = init
+    return out  # type: ignore[return-value]
+
+
+# Nodes the same way: what judges every GPU node is decoded when it is needed; of the labels and the
+# allocatable resources only the one key asked for (``value_of``), every other key skipped unbuilt.
+class _NodeMeta(msgspec.Struct, gc=False):
+    name: str = ""
+    labels: msgspec.Raw = _NULL
+
+
+class _NodeSpec(msgspec.Struct, gc=False):
+    unschedulable: bool = False
+    taints: msgspec.Raw = _NULL
+
+
+class _NodeStatus(msgspec.Struct, gc=False):
+    allocatable: msgspec.Raw = _NULL
+    conditions: msgspec.Raw = _NULL
+
+
+class LazyNode(msgspec.Struct, gc=False):
+    metadata: _NodeMeta | None = None
+    spec: _NodeSpec | None = None
+    status: _NodeStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name if self.metadata else ""
+
+    def label(self, key: str) -> Any:
+        return value_of(self.metadata.labels, key) if self.metadata else None
+
+    def allocatable(self, resource: str) -> Any:
+        return value_of(self.status.allocatable, resource) if self.status else None
+
+
+@functools.lru_cache(maxsize=32)
+def _one_key(key: str) -> msgspec.json.Decoder:
+    """A decoder of one key of a JSON object, every other key skipped (a label, an allocatable resource)."""
+    struct = msgspec.defstruct("OneKey", [("value", str | int | float | None, None)], rename={"value": key},
+                               gc=False)
+    return msgspec.json.Decoder(struct | None)
+
+
+def value_of(raw: msgspec.Raw, key: str) -> Any:
+    """``raw``'s value at ``key`` (a JSON object's), or None. ValueError for a value that is not a scalar."""
+    try:
+        found = _one_key(key).decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(f"unexpected {key!r} from the Kubernetes API: {exc}") from None
+    return found.value if found is not None else None
+
+
+_TAINTS = msgspec.json.Decoder(list[Taint] | None)
+_CONDITIONS = msgspec.json.Decoder(list[Condition] | None)
+
+
+def node_dict(node: LazyNode) -> Node:
+    """The node's name, cordon, taints and conditions as ``Node``'s shape (what judges it)."""
+    spec, status = node.spec or _NodeSpec(), node.status or _NodeStatus()
+    try:
+        return {"metadata": {"name": node.name},  # type: ignore[return-value]
+                "spec": {"unschedulable": spec.unschedulable, "taints": _TAINTS.decode(spec.taints) or []},
+                "status": {"conditions": _CONDITIONS.decode(status.conditions) or []}}
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ValueError(f"unexpected node {node.name} from the Kubernetes API: {exc}") from None
+
+
+KINDS: dict[str, type] = {"nodes": LazyNode, "pods": LazyPod}
 
 
 class _List(msgspec.Struct):
@@ -118,11 +265,25 @@ class ListRefused(RuntimeError):
 
 
 class Counter(list):
-    """[api_calls] plus the decode time, shared by every list of one discovery."""
+    """[api_calls] plus the decode time, shared by every list of one discovery (lists may run in
+    threads side by side: ``add`` under a lock)."""
 
     def __init__(self) -> None:
         super().__init__([0])
         self.decode_seconds = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, calls: int = 0, decode_seconds: float = 0.0) -> None:
+        with self._lock:
+            self[0] += calls
+            self.decode_seconds += decode_seconds
+
+
+def _count(counter: list[int], calls: int = 0, decode_seconds: float = 0.0) -> None:
+    if isinstance(counter, Counter):
+        counter.add(calls, decode_seconds)
+    else:
+        counter[0] += calls
 
 
 def _unexpected(kind: str, exc: Exception) -> ValueError:
@@ -141,8 +302,7 @@ def decode(kind: str | None, data: bytes, counter: list[int]) -> tuple[list[dict
         except msgspec.ValidationError as exc:
             raise _unexpected(kind, exc) from None
         items = decoded.items or []
-    if isinstance(counter, Counter):
-        counter.decode_seconds += time.perf_counter() - start
+    _count(counter, decode_seconds=time.perf_counter() - start)
     return items, decoded.metadata or {}
 
 
@@ -158,29 +318,84 @@ def decode_object(kind: str, data: bytes) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- streaming
-def _chunks(response: Any) -> Iterator[bytes]:
+def _chunks(response: Any, prefetch: int = 0) -> Iterator[bytes]:
+    """The body in chunks; ``prefetch`` > 0: read ahead by a thread, at most that many chunks waiting,
+    so the socket is drained (and the server keeps writing) while the caller decodes."""
     read_already = getattr(response, "_body", None)  # urllib3 keeps a body someone read through .data
     if read_already or not hasattr(response, "read") or not hasattr(response, "release_conn"):
         yield response.data  # read already, or not a urllib3 response (a test double): all there
         return
-    while chunk := response.read(CHUNK_BYTES):
-        yield chunk
+    if prefetch <= 0:
+        while chunk := response.read(CHUNK_BYTES):
+            yield chunk
+        return
+    ahead = _ReadAhead(response, prefetch)
+    try:
+        yield from ahead
+    finally:
+        ahead.stop()
+
+
+class _ReadAhead(threading.Thread):
+    """Reads a response's body in chunks into a bounded queue; iterating it yields them in order and
+    raises what the reading raised (a connection lost mid-body)."""
+
+    _END = object()
+
+    def __init__(self, response: Any, depth: int):
+        super().__init__(name="cluster-doctor-list-read-ahead", daemon=True)
+        self.response, self.queue = response, queue.Queue(maxsize=depth)
+        self.stopped = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.is_set():
+                chunk = self.response.read(CHUNK_BYTES)
+                self._put(chunk or self._END)
+                if not chunk:
+                    return
+        except BaseException as exc:  # handed to the reader, who raises it
+            self._put(exc)
+
+    def _put(self, item: Any) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self.queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def stop(self) -> None:
+        """The reader is done (or gave up): no more reading; the caller closes the response."""
+        self.stopped.set()
 
 
 def _signature(first_item: bytes) -> bytes | None:
-    """The bytes every item of this list starts with, up to and including its first key."""
-    for key in _SIGNATURE_KEYS:
-        if first_item.startswith(b"{" + key):
-            return b"{" + key
-    return None
+    """The bytes every item of this list starts with: its first key, and that key's value when it is a
+    short string (``{"metadata":`` from a real apiserver, ``{"kind":"Pod",`` from the emulator)."""
+    found = _SIGNATURE.match(first_item)
+    return found.group(0) if found else None
+
+
+_SIGNATURE = re.compile(rb'\{"[^"\\]{1,64}":(?:"[^"\\]{0,40}",)?')
 
 
 class _ItemStream:
     """The items of one list response, decoded a batch at a time as the body arrives."""
 
-    def __init__(self, response: Any, kind: str, counter: list[int]):
+    def __init__(self, response: Any, kind: str, counter: list[int], prefetch: int = 0):
         self.response, self.kind, self.counter = response, kind, counter
-        self.chunks = _chunks(response)
+        self.chunks = _chunks(response, prefetch)
         self.buf = bytearray()
         self.metadata: dict[str, Any] = {}
         self.whole: list[dict[str, Any]] | None = None  # the body had no "items" key we could find early
@@ -191,8 +406,7 @@ class _ItemStream:
         try:
             return decoder.decode(data)
         finally:
-            if isinstance(self.counter, Counter):
-                self.counter.decode_seconds += time.perf_counter() - start
+            _count(self.counter, decode_seconds=time.perf_counter() - start)
 
     def read_head(self) -> dict[str, Any]:
         """Read up to the items array; the list's metadata (continue, resourceVersion)."""
@@ -225,28 +439,31 @@ class _ItemStream:
         self.whole, self.metadata, self.buf = decoded.items or [], decoded.metadata or {}, bytearray()
         self.done = True
 
-    def items(self) -> Iterator[dict[str, Any]]:
+    def batches(self) -> Iterator[list[Any]]:
+        """The items a chunk completes, as one list per chunk (one generator step per chunk, not per item)."""
         if self.whole is not None:
-            yield from self.whole
-            self.whole = None
+            whole, self.whole = self.whole, None
+            yield whole
             return
         signature: bytes | None = None
         for chunk in self.chunks:
             self.buf += chunk
             if signature is None:
-                signature = _signature(bytes(self.buf[1:1 + 32]))
-                if signature is None and len(self.buf) > 64:
+                signature = _signature(bytes(self.buf[1:1 + 128]))
+                if signature is None and len(self.buf) > 256:
                     signature = b""  # an unknown item format: decode it whole at the end
             if signature:
-                yield from self._batch(b"}," + signature)
-        yield from self._last()
+                batch = self._batch(b"}," + signature)
+                if batch:
+                    yield batch
+        yield self._last()
 
-    def _batch(self, boundary: bytes) -> Iterator[dict[str, Any]]:
+    def _batch(self, boundary: bytes) -> list[Any]:
         end = len(self.buf)
         for _ in range(_CANDIDATES_TRIED):
             cut = self.buf.rfind(boundary, 1, end)
             if cut < 0:
-                return
+                return []
             try:
                 batch = self._decode(_ITEMS[self.kind], self.buf[:cut + 1] + b"]")
             except msgspec.ValidationError as exc:
@@ -255,10 +472,10 @@ class _ItemStream:
                 end = cut  # that "}," closed something nested: try an earlier candidate
                 continue
             del self.buf[1:cut + 2]  # keep "[", drop the items and the comma after them
-            yield from batch
-            return
+            return batch
+        return []
 
-    def _last(self) -> Iterator[dict[str, Any]]:
+    def _last(self) -> list[Any]:
         close = self.buf.rfind(b"]")
         tail = bytes(self.buf[close + 1:].strip()) if close >= 0 else b""
         if tail.startswith(b",") and tail.endswith(b"}"):  # keys after the items (metadata last)
@@ -276,28 +493,51 @@ class _ItemStream:
             raise _unexpected(self.kind, exc) from None
         self.buf = bytearray()
         self.done = True
-        yield from batch
+        return batch
 
 
-def stream_list(response: Any, kind: str, counter: list[int]) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
-    """The list metadata of a list response, then its items as a generator that reads the body as it
-    goes. The connection goes back to the pool when the body is read to its end, and is closed when
-    the items are abandoned half-way (a partly read body cannot be reused)."""
-    stream = _ItemStream(response, kind, counter)
+def stream_list(response: Any, kind: str, counter: list[int], *, batches: bool = False,
+                prefetch: int = 0, refuse_pages: bool = False) -> tuple[dict[str, Any], Iterator[Any]]:
+    """The list metadata of a list response, then its items (``batches``: lists of items, one per chunk
+    read) as a generator that reads the body as it goes. The connection goes back to the pool when the
+    body is read to its end, and is closed when the items are abandoned half-way (a partly read body
+    cannot be reused). ``prefetch``: chunks a thread may read ahead (0: none). ``refuse_pages``: raise
+    ListRefused, before any item, when the answer is a page (it has a continue token)."""
+    stream = _ItemStream(response, kind, counter, prefetch)
     try:
         meta = stream.read_head()
+        if refuse_pages and meta.get("continue"):
+            raise ListRefused("the server paged an unlimited resourceVersion=0 list")
     except BaseException:
+        stream.chunks.close()
         _discard(response)
         raise
 
-    def items() -> Iterator[dict[str, Any]]:
-        try:
-            yield from stream.items()
-        finally:
-            if not stream.done:
-                _discard(response)
+    return meta, _Items(stream, response, batches)
 
-    return meta, items()
+
+class _Items:
+    """What ``stream_list`` hands back: iterate it for the items (or batches); ``close()`` it to give up
+    early, before or while iterating (the read-ahead stops, the connection is closed)."""
+
+    def __init__(self, stream: _ItemStream, response: Any, batches: bool):
+        self.stream, self.response, self.batches = stream, response, batches
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for batch in self.stream.batches():
+                if self.batches:
+                    yield batch
+                else:
+                    yield from batch
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.stream.done:
+            self.stream.done = True
+            self.stream.chunks.close()  # stops a read-ahead thread before the connection goes
+            _discard(self.response)
 
 
 def _discard(response: Any) -> None:
@@ -312,25 +552,32 @@ def paginate(list_call: Callable[..., Any], counter: list[int], *, kind: str | N
              **kwargs: Any) -> Iterator[dict[str, Any]]:
     """Items of a paginated, consistent list call (``kind`` "nodes"/"pods": decode only what we read;
     None: whole objects). Each page is small (PAGE_SIZE items) and decoded whole."""
+    for page in pages(list_call, counter, kind=kind, **kwargs):
+        yield from page
+
+
+def pages(list_call: Callable[..., Any], counter: list[int], *, kind: str | None = None,
+          **kwargs: Any) -> Iterator[list[Any]]:
+    """``paginate``, a list of items per page."""
     token = None
     while True:
         params = dict(kwargs, limit=PAGE_SIZE, _preload_content=False)
         if token:
             params["_continue"] = token
         response = list_call(**params)
-        counter[0] += 1
+        _count(counter, calls=1)
         items, meta = decode(kind, response.data, counter)
-        yield from items
+        yield items
         token = meta.get("continue")
         if not token:
             return
 
 
-def list_cached(list_call: Callable[..., Any], counter: list[int], *, kind: str,
-                **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Every item of one list call served from the apiserver's watch cache (resourceVersion=0, no
-    limit), streamed. Raises ListRefused, before any item, when the server answers with an error or
-    pages the answer anyway."""
+def list_cached(list_call: Callable[..., Any], counter: list[int], *, kind: str, batches: bool = False,
+                prefetch: int = 0, **kwargs: Any) -> Iterator[Any]:
+    """Every item (``batches``: lists of items) of one list call served from the apiserver's watch cache
+    (resourceVersion=0, no limit), streamed. Raises ListRefused, before any item, when the server
+    answers with an error or pages the answer anyway."""
     from kubernetes.client.exceptions import ApiException
 
     from cluster_doctor.kube import retry
@@ -342,9 +589,6 @@ def list_cached(list_call: Callable[..., Any], counter: list[int], *, kind: str,
         if exc.status in (401, 403):
             raise  # a permission problem is not solved by paging
         raise ListRefused(f"HTTP {exc.status} {exc.reason}") from None
-    counter[0] += 1
-    meta, items = stream_list(response, kind, counter)
-    if meta.get("continue"):
-        _discard(response)
-        raise ListRefused("the server paged an unlimited resourceVersion=0 list")
+    _count(counter, calls=1)
+    _, items = stream_list(response, kind, counter, batches=batches, prefetch=prefetch, refuse_pages=True)
     return items

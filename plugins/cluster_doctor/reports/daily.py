@@ -22,10 +22,12 @@ Size at 5,000 nodes: failing pairs and failed attempts are listed one per row up
 pairs are hostlist-compressed per test, which stays short on a regularly named fleet. A report stays
 in the hundreds of kilobytes whatever the fleet size.
 
-The fleet (coverage denominator): the GPU node names given by the caller (the daily DAG lists them
-from the Kubernetes API when it can), otherwise the nodes with any attempt in the ``fleet_window_days``
-before the end of D. The same fleet is used for every day of the trend, so the trend moves with
-validation, not with fleet churn.
+The fleet (coverage denominator): the GPU node inventory (``store.inventory``) as of the end of D —
+every node discovery had seen by then, attempted or not, a node that left counted for the grace period
+(setting ``gone_node_grace_hours``): the nodes the fleet page, ``cluster-doctor status``, the metrics and
+the run summary count. The same fleet is used for every day of the trend, so the trend moves with
+validation, not with fleet churn. Never-validated nodes are listed with why they were not validated
+(their eligibility as discovery last saw it: busy, cordoned, not ready ...).
 
 Validation GPU-hours: sum of duration × GPU count of the attempts finished during D (an attempt that
 crosses midnight counts on the day it finished).
@@ -53,13 +55,13 @@ from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
 from cluster_doctor.store import files
+from cluster_doctor.store import inventory
 from cluster_doctor.store.fleet import GPU_SECONDS
 from cluster_doctor.store.timestamps import lenient_timestamps
 
 log = logging.getLogger(__name__)
 
 TREND_DAYS = 14
-DEFAULT_FLEET_WINDOW_DAYS = 30
 DEFAULT_MAX_ROWS = 500
 MAX_CHECKS_PER_FAILURE = 20
 CHECK_FIELDS = ("name", "status", "device", "value", "unit", "threshold", "message")
@@ -91,10 +93,6 @@ def _start_of(day: dt.date) -> dt.datetime:
 
 
 # ---------------------------------------------------------------------------- queries
-FLEET_FROM_HISTORY_SQL = """
-SELECT DISTINCT node_name FROM validation_history WHERE finished_at >= %(since)s AND finished_at < %(as_of)s
-"""
-
 # The state of every fleet pair as of a moment, from the history: the same semantics as validation_latest
 # (latest executed attempt, latest attempt of any status, status_since, previous_status), so that a
 # past day can be reported as it was. One index probe per pair: ~20,000 pairs at 5,000 nodes.
@@ -201,9 +199,8 @@ def build(
     *,
     tests: Sequence[str],
     staleness_days: float,
-    gpu_nodes: Sequence[str] | None = None,
     now: dt.datetime | None = None,
-    fleet_window_days: float = DEFAULT_FLEET_WINDOW_DAYS,
+    gone_grace_hours: float = 24.0,
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> dict[str, Any]:
     """Everything the daily report shows, as a JSON-able dict (the renderers read only this)."""
@@ -227,15 +224,11 @@ def build(
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
         with conn.cursor(row_factory=dict_row) as cur:
-            if gpu_nodes is not None:
-                fleet = sorted(set(gpu_nodes), key=_node_key)
-                source = "the Kubernetes API (GPU nodes now)"
-            else:
-                known = _rows(cur, FLEET_FROM_HISTORY_SQL,
-                              {"since": as_of - dt.timedelta(days=fleet_window_days), "as_of": as_of})
-                fleet = sorted((r["node_name"] for r in known), key=_node_key)
-                source = (f"the results DB (nodes with an attempt in the {fleet_window_days:g} days "
-                          f"before {as_of:%Y-%m-%d %H:%M} UTC)")
+            counted = {n.node_name: n for n in inventory.counted(
+                cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
+            fleet = sorted(counted, key=_node_key)
+            source = (f"the GPU node inventory (every node discovery has seen; one that left counts for "
+                      f"{gone_grace_hours:g} h)")
             pairs, trend = [], []
             if fleet:
                 pairs = _rows(cur, FLEET_AS_OF_SQL, {"nodes": fleet, "tests": tests, "as_of": as_of})
@@ -248,6 +241,7 @@ def build(
         conn.rollback()
 
     fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
+    fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), counted)
     coverage_trend = [{"day": d.isoformat(), "as_of": t["as_of"].isoformat(), "covered": t["covered_nodes"],
                        "nodes": t["nodes"], "coverage": round(t["coverage"], 4) if t["coverage"] is not None else None,
                        "pair_coverage": round(t["pair_coverage"], 4) if t["pair_coverage"] is not None else None}
@@ -351,8 +345,27 @@ def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequ
     return {
         "nodes": summary["gpu_nodes"], "pairs": summary["pairs"], "counts": counts, "per_test": per_test,
         "covered_nodes": summary["covered_nodes"], "failing": rows, "failing_total": len(failing),
-        "stale_groups": groups,
+        "stale_groups": groups, "never_nodes": summary["never_validated"],
     }
+
+
+def _never_why(never: Sequence[str], counted: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Never-validated nodes grouped by why, as discovery last saw them: free (due, not reached yet),
+    busy, cordoned, not ready ... or gone; each group with its node ranges and since when."""
+    groups: dict[str, list[Any]] = {}
+    for name in never:
+        node = counted.get(name)
+        groups.setdefault(node.state if node is not None else inventory.UNKNOWN, []).append(node or name)
+    out = []
+    for state, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        known = [m for m in members if not isinstance(m, str)]
+        oldest = min((m.since for m in known), default=None)
+        details = sorted({m.eligibility_detail for m in known if m.eligibility_detail and m.gone_at is None})
+        out.append({"state": state, "count": len(members), "since": _iso(oldest),
+                    "nodes": compress(sorted((m if isinstance(m, str) else m.node_name for m in members),
+                                             key=_node_key)),
+                    "example": details[0] if details else None})
+    return out
 
 
 def _per_model(model_counts: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]],
@@ -552,6 +565,15 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
                              "(SELECT * FROM validation_latest WHERE status IN ('fail', 'error')).", ""))
     else:
         out.append(("p", "None.", ""))
+    out.append(("h3", f"Never-validated nodes, and why ({sum(g['count'] for g in fleet['never_why'])})"))
+    if fleet["never_why"]:
+        out.append(("p", "As the last discovery saw them: free nodes are due and wait for a run; the others "
+                         "could not be validated.", "meta"))
+        out.append(("table", ["now", "nodes", "since", "for example", "node names"], [
+            [Cell(g["state"], "state"), g["count"], _when(g["since"]), g["example"] or "-", Cell(g["nodes"], "nodes")]
+            for g in fleet["never_why"]], [1]))
+    else:
+        out.append(("p", "None: every node has executed at least one enabled test.", ""))
     out.append(("h3", "Stale and never-validated pairs"))
     if fleet["stale_groups"]:
         out.append(("table", ["test", "state", "pairs", "oldest result", "nodes"], [
@@ -624,7 +646,6 @@ def run(
     *,
     day: dt.date | str | None = None,
     data_interval_end: dt.datetime | None = None,
-    gpu_nodes: Sequence[str] | None = None,
     now: dt.datetime | None = None,
     reports_dir: Any = None,
     spool: Any = None,
@@ -634,8 +655,8 @@ def run(
     XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait."""
     now = now or dt.datetime.now(dt.UTC)
     day = parse_day(day) if day else default_day(data_interval_end, now)
-    data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days,
-                 gpu_nodes=gpu_nodes, now=now)
+    data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
+                 gone_grace_hours=settings.gone_node_grace_hours)
     if spool is not None:
         data["spool"] = spool_data(spool, now)
     paths = write(data, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir))

@@ -82,7 +82,15 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
 
     gauge("staleness_threshold_seconds", "Age after which a pair's last executed result is stale (setting "
           "staleness_days).", summary["staleness_s"])
-    gauge("fleet_gpu_nodes", "GPU nodes known to the results database.", summary["gpu_nodes"])
+    gauge("fleet_gpu_nodes", "GPU nodes of the inventory: every node discovery has seen, attempted or not (one "
+          "that left counted for the grace period).", summary["gpu_nodes"])
+    by_state = GaugeMetricFamily(f"{PREFIX}_fleet_nodes_by_eligibility", "GPU nodes of the inventory by what the "
+                                 "last discovery saw: free, or why not (busy, cordoned, not ready, tainted ...), "
+                                 "unknown (known from results only) or gone (left the cluster).",
+                                 labels=["eligibility"])
+    for state, count in (summary.get("nodes_by_eligibility") or {}).items():
+        by_state.add_metric([state], count)
+    out.append(by_state)
     gauge("fleet_covered_nodes", "GPU nodes whose every enabled test has an executed result younger than "
           "the staleness threshold.", summary["covered_nodes"])
     gauge("fleet_coverage_ratio", "covered / GPU nodes (NaN when no node is known).", summary["coverage"])

@@ -20,19 +20,45 @@ from cluster_doctor.domain.payloads import (
     Coverage,
     DeferredPair,
     Discovered,
+    IneligibleNode,
     Plan,
     RunSummary,
 )
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import table
+from cluster_doctor.store import fleet, inventory
+
+
+MAX_DETAIL = 200  # not-eligible nodes listed with their detail in the summary (all are in the inventory)
 
 
 def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str], tests: Sequence[str],
              now: dt.datetime, staleness: dt.timedelta) -> Coverage:
     """Share of GPU nodes whose every enabled test has an executed result younger than ``staleness``
     (the definitions of ``cluster_doctor.domain.coverage``)."""
-    assessed = cov.assess(latest_rows, tests=tests, now=now, staleness=staleness,
-                          nodes=sorted(set(gpu_nodes))).summary()
+    return coverage_of(cov.assess(latest_rows, tests=tests, now=now, staleness=staleness,
+                                  nodes=sorted(set(gpu_nodes))).summary())
+
+
+def from_inventory(store: Any, discovered: Discovered, now: dt.datetime) -> tuple[Coverage, list[IneligibleNode]]:
+    """The fleet's coverage as every other view counts it (``store.fleet`` over the GPU node
+    inventory, one snapshot), and the detail of this run's not-eligible nodes (busy since, by whom),
+    at most MAX_DETAIL of them."""
+    names = [n.name for n in discovered.ineligible][:MAX_DETAIL]
+    with fleet.open_for(discovered.settings, store.connect, now=now, application_name="cluster-doctor-summary") as q:
+        covered = coverage_of(q.assessment().summary())
+        with q.conn.cursor() as cur:
+            rows = inventory.read(cur, names)
+    reasons = {n.name: n.reason for n in discovered.ineligible}
+    detail = [IneligibleNode(name=name, reason=reasons[name],
+                             detail=rows[name].describe() if name in rows else "",
+                             gpu_count=(rows[name].gpu_count or 0) if name in rows else 0,
+                             gpu_model=rows[name].gpu_model if name in rows else None) for name in names]
+    return covered, detail
+
+
+def coverage_of(assessed: Mapping[str, Any]) -> Coverage:
+    """A ``coverage.Assessment.summary()`` as the run summary's Coverage."""
     total = assessed["gpu_nodes"]
     return Coverage(
         gpu_nodes=total,
@@ -51,7 +77,11 @@ def run_summary(
     latest_rows: Sequence[Mapping[str, Any]],
     *,
     now: dt.datetime,
+    fleet_coverage: Coverage | None = None,
+    detail: Sequence[IneligibleNode] | None = None,
 ) -> RunSummary:
+    """``fleet_coverage`` and ``detail`` from the inventory (``from_inventory``: what the DAG passes);
+    without them, coverage over the discovered nodes from ``latest_rows`` (planning only, tests)."""
     counts = {str(status): 0 for status in Status}
     counts.update(collections.Counter(str(a.status) for a in recorded))
     state = {(r["node_name"], r["test_name"]): r for r in latest_rows}
@@ -82,10 +112,10 @@ def run_summary(
         attempts=[_line(a) for a in recorded],
         newly_failing=newly_failing,
         not_eligible={reason: sorted(names) for reason, names in sorted(not_eligible.items())},
-        not_eligible_detail=discovered.ineligible,
+        not_eligible_detail=list(detail) if detail is not None else discovered.ineligible[:MAX_DETAIL],
         blocked=blocked(discovered),
-        coverage=coverage(latest_rows, gpu_nodes, discovered.params.tests, now,
-                          dt.timedelta(days=discovered.settings.staleness_days)),
+        coverage=fleet_coverage or coverage(latest_rows, gpu_nodes, discovered.params.tests, now,
+                                            dt.timedelta(days=discovered.settings.staleness_days)),
         warnings=list(discovered.warnings),
     )
 

@@ -8,8 +8,9 @@ paging then happen in Python over that snapshot, and only the page's cells are r
 Parametrized SQL only; node names and ranges are validated (``cluster_doctor.domain.nodes``) before they
 reach a query. No Airflow imports: the page, the metrics exporter and the tests share this module.
 
-- GPU nodes: the nodes known to the results database (a node is recorded as soon as the scheduler
-  attempts any test on it).
+- GPU nodes: the GPU node inventory (``store.inventory``): every node discovery has seen — attempted
+  or not, with its eligibility and why — a node that left the cluster counted for the grace period
+  (setting ``gone_node_grace_hours``). Every view of the fleet counts these same nodes.
 - Validation GPU-hours (7 days): sum of duration_s x gpu_count / 3600 over the attempts that
   finished in the window and held the node's GPUs (pass, fail, error, preempted).
 """
@@ -35,7 +36,7 @@ from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite, skip
 from cluster_doctor.domain.status import EXECUTED, Status
-from cluster_doctor.store import database, verdicts
+from cluster_doctor.store import database, inventory, verdicts
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -83,7 +84,8 @@ SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::fl
 # What a cached page snapshot is checked against: a new attempt (any insert) raises max(id); the
 # database's oid tells a dropped and re-created database of the same name apart. One index probe.
 DATA_VERSION_SQL = """
-SELECT (SELECT max(id) FROM validation_history), (SELECT oid FROM pg_database WHERE datname = current_database())
+SELECT (SELECT max(id) FROM validation_history), (SELECT oid FROM pg_database WHERE datname = current_database()),
+       (SELECT max(last_seen_at) FROM gpu_node_inventory)
 """
 
 
@@ -146,7 +148,7 @@ class FleetQueries:
     """Read queries over one open connection (one consistent snapshot per page or scrape)."""
 
     def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime,
-                 snapshot_cache_s: float = 0.0):
+                 snapshot_cache_s: float = 0.0, gone_grace: dt.timedelta = dt.timedelta(hours=24)):
         if not tests:
             raise ValueError("at least one enabled test is needed")
         self.conn = conn
@@ -155,6 +157,8 @@ class FleetQueries:
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
         self.now = now
+        self.gone_grace = gone_grace
+        self._inventory: dict[str, inventory.InventoryNode] | None = None
         self._assessment: coverage.Assessment | None = None
         self._with_figures = False
         self._summary: dict[str, Any] | None = None
@@ -188,7 +192,7 @@ class FleetQueries:
         with self.conn.cursor() as cur:
             cur.execute(DATA_VERSION_SQL)
             self._version = tuple(cur.fetchone())
-        self._cache_key = (self.conn.info.dsn, tuple(self.tests), self.staleness)
+        self._cache_key = (self.conn.info.dsn, tuple(self.tests), self.staleness, self.gone_grace)
         with _SNAPSHOT_LOCK:
             hit = _SNAPSHOT_CACHE.get(self._cache_key)
         if (hit is not None and hit[1] == self._version and time.monotonic() - hit[0] <= self.snapshot_cache_s
@@ -236,11 +240,24 @@ class FleetQueries:
                 row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
                                   if k in wanted and text is not None and (v := finite(text)) is not None}
             append(row)
-        nodes = sorted({r[0] for r in raw}, key=natural_key)
-        self._assessment = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness,
-                                           nodes=nodes)
-        self._with_figures = figures
-        return self._assessment
+        fleet = self.inventory()
+        nodes = sorted(fleet, key=natural_key)
+        assessed = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness, nodes=nodes)
+        for name, node in assessed.nodes.items():
+            inv = fleet[name]
+            node.eligibility, node.eligibility_detail = inv.eligibility, inv.eligibility_detail
+            node.eligibility_since, node.gone_at = inv.eligibility_since, inv.gone_at
+            node.gpu_model = node.gpu_model or inv.gpu_model  # never attempted: the model discovery saw
+        self._assessment, self._with_figures = assessed, figures
+        return assessed
+
+    def inventory(self) -> dict[str, inventory.InventoryNode]:
+        """The fleet: the inventory's nodes counted now (present, or gone within the grace period)."""
+        if self._inventory is None:
+            with self.conn.cursor() as cur:
+                self._inventory = {n.node_name: n for n in inventory.counted(cur, as_of=self.now,
+                                                                              grace=self.gone_grace)}
+        return self._inventory
 
     # ------------------------------------------------------------------ fleet summary
     def summary(self, *, slo_days: int = coverage.SLO_DAYS) -> dict[str, Any]:
@@ -258,8 +275,17 @@ class FleetQueries:
         s = assessed.summary()
         gpu = self.gpu_hours(days=7)
         samples = self.coverage_trend(days=slo_days) if slo_days else []
+        by_state: dict[str, int] = {}
+        for node in assessed.nodes.values():
+            state = inventory.GONE if node.gone else (node.eligibility or inventory.UNKNOWN)
+            by_state[state] = by_state.get(state, 0) + 1
         return {
             "gpu_nodes": s["gpu_nodes"],
+            "nodes_by_eligibility": dict(sorted(by_state.items())),
+            "gone_nodes": by_state.get(inventory.GONE, 0),
+            "not_eligible_nodes": sum(n for state, n in by_state.items()
+                                      if state not in (inventory.FREE, inventory.UNKNOWN, inventory.GONE)),
+            "gone_grace_s": self.gone_grace.total_seconds(),
             "covered_nodes": s["covered_nodes"],
             "coverage": s["coverage"],
             "never_validated_nodes": len(s["never_validated"]),
@@ -339,7 +365,9 @@ class FleetQueries:
         chosen = selected[(page - 1) * per_page: page * per_page]
         nodes = [{"node_name": n.node_name, "gpu_model": n.gpu_model, "executed_tests": n.executed_tests,
                   "fresh_tests": n.fresh_tests, "fail_tests": n.fail_tests, "error_tests": n.error_tests,
-                  "last_attempt_at": epoch_time(n.last_attempt_at)} for n in chosen]
+                  "last_attempt_at": epoch_time(n.last_attempt_at), "eligibility": n.eligibility,
+                  "eligibility_detail": n.eligibility_detail, "eligibility_since": n.eligibility_since,
+                  "gone_at": n.gone_at} for n in chosen]
         cells = self._cells([n["node_name"] for n in nodes]) if nodes else {}
         for node in nodes:
             node["cells"] = {t: cells.get((node["node_name"], t)) for t in self.tests}
@@ -382,7 +410,9 @@ class FleetQueries:
             " WHERE l.node_name = %s",
             (node_name,),
         )
-        if not rows:
+        with self.conn.cursor() as cur:
+            known = inventory.read(cur, [node_name]).get(node_name)
+        if not rows and known is None:
             return None
         by_test = {r["test_name"]: r for r in rows}
         order = list(self.tests) + sorted(set(by_test) - set(self.tests))
@@ -396,7 +426,8 @@ class FleetQueries:
         newest_first = sorted(
             rows, key=lambda r: (r["finished_at"] is not None, r["finished_at"] or r["last_attempt_at"]), reverse=True)
         models = [r["model"] for r in newest_first if r.get("model")]
-        return {"node_name": node_name, "gpu_model": models[0] if models else None, "cells": cells}
+        return {"node_name": node_name, "gpu_model": models[0] if models else (known.gpu_model if known else None),
+                "cells": cells, "inventory": known.to_dict() if known else None}
 
     def history(self, node_name: str, test_name: str | None = None, *, limit: int = 50) -> list[dict[str, Any]]:
         """The node's last attempts, newest first (checks left out: they can be long)."""
@@ -491,6 +522,7 @@ def open_fleet(
     now: dt.datetime | None = None,
     application_name: str = "cluster-doctor-ui",
     snapshot_cache_s: float = 0.0,
+    gone_grace: dt.timedelta = dt.timedelta(hours=24),
 ) -> Iterator[FleetQueries]:
     """A read-only, snapshot-consistent FleetQueries on a fresh connection, closed afterwards.
     ``snapshot_cache_s`` > 0 lets it reuse a recent request's fleet snapshot (PAGE_SNAPSHOT_CACHE_S).
@@ -510,7 +542,7 @@ def open_fleet(
             cur.execute("SELECT set_config('jit', 'off', true)")
         require_schema(conn, str(connect))
         yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
-                           snapshot_cache_s=snapshot_cache_s)
+                           snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace)
     finally:
         with contextlib.suppress(Exception):
             conn.rollback()
@@ -520,6 +552,8 @@ def open_fleet(
 def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | str, *, now: dt.datetime | None = None,
              application_name: str = "cluster-doctor-ui",
              snapshot_cache_s: float = 0.0) -> contextlib.AbstractContextManager[FleetQueries]:
-    """open_fleet with the enabled suites and the staleness threshold of a config.Settings."""
+    """open_fleet with the enabled suites, the staleness threshold and the gone nodes' grace period of a
+    config.Settings."""
     return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
-                      application_name=application_name, snapshot_cache_s=snapshot_cache_s)
+                      application_name=application_name, snapshot_cache_s=snapshot_cache_s,
+                      gone_grace=inventory.grace(settings))

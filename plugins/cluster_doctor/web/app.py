@@ -207,6 +207,22 @@ def cell_title(now: dt.datetime, test: str, cell: Mapping[str, Any] | None) -> s
     return "\n".join(lines)
 
 
+def node_now(now: dt.datetime, node: Mapping[str, Any], grace_s: float = 0.0) -> tuple[str, str]:
+    """A fleet row's "now" column, from the inventory: (short label, hover text). Free, why not (busy,
+    cordoned, not ready ...) for how long, or gone since when (counted until the grace period ends)."""
+    gone, since = node.get("gone_at"), node.get("eligibility_since")
+    if gone is not None:
+        until = gone + dt.timedelta(seconds=grace_s)
+        return (f"gone {format_age((now - gone).total_seconds())} ago",
+                f"left the cluster at {format_ts(gone)}; counted in coverage until {format_ts(until)}")
+    state = node.get("eligibility") or "unknown"
+    if state == "unknown":
+        return "unknown", "known from its results only: no discovery has listed this node yet"
+    label = state + (f" for {format_age((now - since).total_seconds())}" if since and state != "free" else "")
+    detail = node.get("eligibility_detail") or ""
+    return label, (f"{state} since {format_ts(since)}" if since else state) + (f": {_clip(detail, 300)}" if detail else "")
+
+
 def _clip(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -315,6 +331,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "status_text": actions.status_text, "action_shown": actions.shown,
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
+        "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
     }
 
 

@@ -3,6 +3,8 @@ what each read looks at: the watch cache's spec.nodeName index for pods; etcd re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 
@@ -44,3 +46,18 @@ def test_a_continued_list_reads_etcd(big, v1):
     assert first.metadata._continue  # the emulator pages an rv=0 list (a difference: see its README)
     reads = _reads(big, lambda: v1.list_pod_for_all_namespaces(limit=100, _continue=first.metadata._continue))
     assert reads == {"pods etcd": 1, "pods etcd objects": 0}  # served from the first page's snapshot
+
+
+def test_from_1_33_a_list_is_streamed_item_by_item_with_the_same_answer(big, v1):
+    """StreamingCollectionEncodingToJSON (beta, on from 1.33): the items are written as they are encoded
+    (chunked), never the whole list at once; the answer is the one 1.32 gives whole."""
+    big.configure(kubernetes_version="1.32")
+    whole = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _preload_content=False)
+    assert whole.headers.get("Content-Length") and "Transfer-Encoding" not in whole.headers
+    big.configure(kubernetes_version="1.33")
+    streamed = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _preload_content=False)
+    assert streamed.headers.get("Transfer-Encoding") == "chunked" and not streamed.headers.get("Content-Length")
+    one, two = json.loads(whole.data), json.loads(streamed.data)
+    assert one["items"] == two["items"] and len(two["items"]) > 500
+    paged = v1.list_pod_for_all_namespaces(limit=100)  # pages are still whole answers
+    assert len(paged.items) == 100 and paged.metadata._continue

@@ -6,6 +6,7 @@ from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, Latest, Plan, RunSummary
 from cluster_doctor.reports import summary as report
+from cluster_doctor.store import inventory
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 
@@ -81,6 +82,12 @@ def test_summary_newly_failing_coverage_and_verdict(store):
                              attempt("gpu-002", "fail", reason="still bad"), attempt("gpu-003", "pass")],
                             store, dag_id="continuous_validation", run_id="r1", now=NOW)
     found = discovered(["gpu-001", "gpu-002", "gpu-003"], [("gpu-004", "busy"), ("gpu-005", "cordoned")])
+    found = found.model_copy(update={"settings": Settings(tests=["gpu_health"])})  # the enabled suites
+    # what discover wrote: the coverage counts the GPU node inventory, as every view of the fleet does
+    inventory.record_discovery(store.connect, [
+        *(inventory.SeenNode(n, 8, None, inventory.FREE) for n in ("gpu-001", "gpu-002", "gpu-003")),
+        inventory.SeenNode("gpu-004", 8, None, "busy", "ml/a requests 8 nvidia.com/gpu"),
+        inventory.SeenNode("gpu-005", 8, None, "cordoned")], seen_at=NOW - dt.timedelta(hours=2), complete=True)
     summary = tasks.summarize(found, planned(), recorded, store, now=NOW)
     assert summary.counts["fail"] == 2 and summary.counts["pass"] == 1
     assert [n.node_name for n in summary.newly_failing] == ["gpu-001"]  # gpu-002 was already failing
@@ -91,6 +98,9 @@ def test_summary_newly_failing_coverage_and_verdict(store):
     assert "gpu-001 · gpu_health: fail" in report.verdict(summary)
     text = report.render(summary)
     assert "NEWLY FAILING: gpu-001" in text and "not eligible (busy): gpu-004" in text
+    assert [(n.name, n.detail) for n in summary.not_eligible_detail] == [
+        ("gpu-004", "busy since 2026-11-22 10:00 UTC: ml/a requests 8 nvidia.com/gpu"),
+        ("gpu-005", "cordoned since 2026-11-22 10:00 UTC")]
 
 
 def test_timeouts_and_preemptions_never_fail_the_run():

@@ -83,6 +83,40 @@ def test_a_version_less_payload_of_the_previous_release_is_read_and_round_trips(
     assert cls.from_xcom(payload) is payload
 
 
+def test_discovered_version_1_is_read_as_node_ranges():
+    """A run started before the upgrade hands its version-1 Discovered (a JSON object per node) to the
+    tasks the new code runs: the same nodes, kept as ranges; the per-node detail is the inventory's."""
+    old = {**OLD_DISCOVERED, "version": 1,
+           "free": [{"name": f"gpu-{i:03d}", "gpu_count": 8, "gpu_model": "H100"} for i in range(1, 41)]
+           + [{"name": "gpu-100", "gpu_count": 4, "gpu_model": None}],
+           "ineligible": [{"name": "gpu-050", "reason": "busy", "detail": "ml/a requests 8"},
+                          {"name": "gpu-051", "reason": "busy", "detail": "ml/b requests 8"},
+                          {"name": "gpu-060", "reason": "cordoned", "detail": "spec.unschedulable is set"}]}
+    found = Discovered.from_xcom(json.loads(json.dumps(old)))
+    assert found.version == 2 and "free" not in found.to_xcom()
+    assert [g.nodes for g in found.free_groups] == ["gpu-100", "gpu-[001-040]"]
+    assert found.not_eligible == {"busy": "gpu-[050-051]", "cordoned": "gpu-060"}
+    assert [n.name for n in found.free] == [f"gpu-{i:03d}" for i in range(1, 41)] + ["gpu-100"]
+    assert found.free[0].gpu_count == 8 and found.free[-1].gpu_model is None
+    assert [(n.name, n.reason) for n in found.ineligible] == [("gpu-050", "busy"), ("gpu-051", "busy"),
+                                                              ("gpu-060", "cordoned")]
+    with pytest.raises(InvalidPayload, match="Discovered: free and ineligible must list objects"):
+        Discovered.from_xcom({**old, "free": ["gpu-001"]})
+    with pytest.raises(InvalidPayload, match="lacks a name"):
+        Discovered.from_xcom({**old, "free": [{"gpu_count": 8}]})
+
+
+def test_discovered_stays_small_at_5000_nodes():
+    """Issue 21 §7: the discover XCom at most 50 KB, even with free and busy nodes interleaved."""
+    found = Discovered.of(settings=Settings(), params={"tests": ["gpu_health"], "max_pairs": 16}, started_at=NOW,
+                          free=[(f"gpu-{i:04d}", 8, "H100") for i in range(1, 5001) if i % 3],
+                          ineligible=[(f"gpu-{i:04d}", "busy") for i in range(1, 5001) if i % 3 == 0])
+    wire = json.dumps(found.to_xcom())
+    assert len(wire) < 50_000
+    again = Discovered.from_xcom(json.loads(wire))
+    assert len(again.free) == 3334 and len(again.ineligible) == 1666 and len(again.gpu_nodes) == 5000
+
+
 def test_the_typed_payload_carries_typed_values():
     found = Discovered.from_xcom(OLD_DISCOVERED)
     assert isinstance(found.settings, Settings) and found.started_at == NOW

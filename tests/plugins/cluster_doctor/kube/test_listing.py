@@ -27,16 +27,21 @@ class Body:
         self.closed = True
 
 
-def pod(i: int, *, lookalikes: bool = False, with_kind: bool = False) -> dict:
+def pod(i: int, *, lookalikes: bool = False, layout: str = "apiserver") -> dict:
     p = {"metadata": {"name": f"p{i}", "namespace": "ns", "annotations": {"x": '},{"metadata":'}},
          "spec": {"nodeName": f"n{i % 7}", "containers": [
              {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}, {"name": "d"}]},
          "status": {"phase": "Running"}}
     if lookalikes:  # the boundary's bytes nested inside an item: the decoder must refuse those cuts
         p["spec"]["volumes"] = [{"name": "a"}, {"metadata": {"x": 1}}, {"metadata": {"y": [{"metadata": {}}]}}]
-    if with_kind:  # the emulator's items carry apiVersion/kind first
-        p = {"apiVersion": "v1", "kind": "Pod", **p}
+    if layout == "emulator":  # the emulator's items carry kind/apiVersion first
+        p = {"kind": "Pod", "apiVersion": "v1", **p}
+    elif layout == "odd":  # a first key whose value is an object, then others: still cut correctly
+        p = {"status": p.pop("status"), **p}
     return p
+
+
+LAYOUTS = ["apiserver", "emulator", "odd"]
 
 
 def body(items: list, **extra) -> bytes:
@@ -45,28 +50,29 @@ def body(items: list, **extra) -> bytes:
 
 
 @pytest.mark.parametrize("lookalikes", [False, True])
-@pytest.mark.parametrize("with_kind", [False, True])
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n", [0, 1, 40])
 @pytest.mark.parametrize("chunk", [1, 13, 700, 1 << 20])
-def test_every_item_in_order_whatever_the_chunks(monkeypatch, lookalikes, with_kind, n, chunk):
+def test_every_item_in_order_whatever_the_chunks(monkeypatch, lookalikes, layout, n, chunk):
     monkeypatch.setattr(listing, "CHUNK_BYTES", chunk)
-    response = Body(body([pod(i, lookalikes=lookalikes, with_kind=with_kind) for i in range(n)]), chunk)
+    response = Body(body([pod(i, lookalikes=lookalikes, layout=layout) for i in range(n)]), chunk)
     counter = listing.Counter()
     meta, items = listing.stream_list(response, "pods", counter)
-    got = list(items)
+    got = [listing.pod_dict(p) for p in items]
     assert meta == {"resourceVersion": "5"}
     assert [p["metadata"]["name"] for p in got] == [f"p{i}" for i in range(n)]
     assert got[:1] == [] or got[0]["spec"]["containers"][0] == {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
     assert not response.closed and counter.decode_seconds >= 0
 
 
-def test_never_holds_the_whole_list(monkeypatch):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_never_holds_the_whole_list(monkeypatch, layout):
     monkeypatch.setattr(listing, "CHUNK_BYTES", 4096)
-    data = body([pod(i) for i in range(3000)])
+    data = body([pod(i, layout=layout) for i in range(3000)])
     stream = listing._ItemStream(Body(data, 4096), "pods", [0])
     stream.read_head()
     peak = 0
-    for _ in stream.items():
+    for _ in stream.batches():
         peak = max(peak, len(stream.buf))
     assert len(data) > 500_000 and peak < 3 * 4096
 
@@ -79,14 +85,14 @@ def test_never_holds_the_whole_list(monkeypatch):
 ])
 def test_other_layouts_read_the_same(data, meta, names):
     got_meta, items = listing.stream_list(Body(data, 5), "pods", [0])
-    assert [p["metadata"]["name"] for p in items] == names
+    assert [p.meta["name"] for p in items] == names
     assert got_meta == meta
 
 
 @pytest.mark.parametrize("data", [
     body([pod(1)])[:-30],  # cut off mid-item
     body([pod(1)])[:-1],  # the closing brace missing
-    b'{"items":[{"spec":{"containers":"x"}}]}',  # a field of the wrong type
+    b'{"items":[{"spec":{"nodeName":["x"]}}]}',  # a field of the wrong type
 ])
 def test_broken_bodies_fail_with_one_clear_line(data):
     _, items = listing.stream_list(Body(data, 16), "pods", [0])
@@ -98,9 +104,34 @@ def test_broken_bodies_fail_with_one_clear_line(data):
 def test_an_abandoned_stream_closes_its_connection():
     response = Body(body([pod(i) for i in range(200)]), 512)
     _, items = listing.stream_list(response, "pods", [0])
-    next(items)
+    next(iter(items))
     items.close()
     assert response.closed and response.released == 1
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_a_stream_given_up_before_its_items_closes_its_connection(prefetch):
+    response = Body(body([pod(i) for i in range(200)]), 512)
+    _, items = listing.stream_list(response, "pods", [0], prefetch=prefetch)
+    items.close()
+    assert response.closed and response.released == 1
+
+
+def test_read_ahead_gives_the_same_items_and_hands_over_a_broken_connection(monkeypatch):
+    monkeypatch.setattr(listing, "CHUNK_BYTES", 700)
+    data = body([pod(i) for i in range(300)])
+    _, items = listing.stream_list(Body(data, 700), "pods", [0], prefetch=2)
+    assert [p.meta["name"] for p in items] == [f"p{i}" for i in range(300)]
+
+    class Cut(Body):
+        def read(self, n):
+            if self.data_io.tell() > len(data) // 2:
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return super().read(n)
+
+    _, items = listing.stream_list(Cut(data, 700), "pods", [0], prefetch=2)
+    with pytest.raises(ConnectionResetError):
+        list(items)
 
 
 def test_a_paged_answer_to_an_unlimited_read_is_refused_before_any_item():
@@ -108,3 +139,14 @@ def test_a_paged_answer_to_an_unlimited_read_is_refused_before_any_item():
     with pytest.raises(listing.ListRefused, match="paged"):
         listing.list_cached(lambda **kw: response, [0], kind="pods")
     assert response.closed
+
+
+def test_a_pod_that_never_names_the_resource_is_not_decoded_further():
+    raw = json.dumps({"items": [
+        {"metadata": {"name": "cpu"}, "spec": {"containers": [{"resources": {"limits": {"cpu": "2"}}}]}},
+        {"metadata": {"name": "gpu"}, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}]}},
+        {"metadata": {"name": "init"}, "spec": {"initContainers": [{"resources": {"requests": {"nvidia.com/gpu": 1}}}]}},
+        {"metadata": {"name": "arg"}, "spec": {"containers": [{"args": ["nvidia.com/gpu"]}]}},
+        {"metadata": {"name": "bare"}}]}).encode()
+    items, _ = listing.decode("pods", raw, [0])
+    assert [p.meta["name"] for p in items if listing.mentions(p, "nvidia.com/gpu")] == ["gpu", "init", "arg"]

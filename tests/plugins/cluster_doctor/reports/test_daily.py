@@ -13,6 +13,7 @@ import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.reports import daily
+from cluster_doctor.store import inventory
 
 D = dt.date(2026, 11, 10)
 T = dt.datetime(2026, 11, 10, tzinfo=dt.UTC)  # start of the reported day
@@ -78,14 +79,25 @@ def seeded_history():
         a("gpu-006", "gpu_health", "pass", at(0, 1), metrics={"gpus_visible": 8}),
         a("gpu-006", "dl_unit", "pass", at(0, 2), metrics={"gemm_bf16_tflops_min": 720.0,
                                                            "mem_bw_gbps_min": 3100.0}),
-        # gpu-099: last seen 40 days ago, outside the 30-day fleet window
+        # gpu-099: validated 40 days ago, then left the cluster (see seeded)
         a("gpu-099", "gpu_health", "pass", at(-40)),
     ]
+
+
+FLEET = [f"gpu-00{i}" for i in range(1, 7)]
+
+
+def discovered(store, nodes=FLEET, when=None):
+    """The GPU node inventory as the continuous_validation runs write it: a discovery of the whole
+    cluster, at D-1 12:00 by default (a node it did not see is gone from then on)."""
+    inventory.record_discovery(store.connect, [inventory.SeenNode(n, 8, H100, inventory.FREE) for n in nodes],
+                               seen_at=when or at(-1, 12), complete=True)
 
 
 @pytest.fixture
 def seeded(store):
     store.record(seeded_history())
+    discovered(store)  # gpu-099 gone since D-1 12:00: past the 24 h grace period at the end of D
     return store
 
 
@@ -129,22 +141,34 @@ def test_coverage_trend_on_a_hand_checked_scenario(data):
     trend = data["coverage_trend"]
     assert [t["day"] for t in trend] == [(D - dt.timedelta(days=13 - i)).isoformat() for i in range(14)]
     assert [t["covered"] for t in trend] == expected
-    assert {t["nodes"] for t in trend} == {6}  # gpu-099 is outside the fleet window
+    assert {t["nodes"] for t in trend} == {6}  # gpu-099 left the cluster: it no longer counts
     assert data["coverage"] == {"covered": 4, "nodes": 6, "coverage": round(4 / 6, 4)}
     assert data["fleet"]["covered_nodes"] == 4  # the fleet table agrees with the trend's last day
 
 
-def test_coverage_window_boundaries_and_a_fleet_given_by_the_caller(store):
+def test_coverage_window_boundaries_and_a_never_attempted_node(store):
     # exactly at day_end - 7 d is inside the window; exactly at day_end is the next day's
     store.record([a("gpu-101", "gpu_health", "pass", at(-6))])
-    data = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW, gpu_nodes=["gpu-102", "gpu-101"])
+    discovered(store, ["gpu-102", "gpu-101"], when=at(-20))  # gpu-102: seen, never attempted
+    data = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW)
     covered = {t["day"]: t["covered"] for t in data["coverage_trend"]}
     assert covered[(D - dt.timedelta(days=7)).isoformat()] == 0
     assert all(covered[(D - dt.timedelta(days=k)).isoformat()] == 1 for k in range(7))
     assert data["coverage"] == {"covered": 1, "nodes": 2, "coverage": 0.5}
-    assert "Kubernetes" in data["fleet_source"]
+    assert "inventory" in data["fleet_source"]
     assert data["fleet"]["stale_groups"] == [{"test_name": "gpu_health", "state": "never", "count": 1,
                                               "oldest": None, "oldest_age": None, "nodes": "gpu-102"}]
+    assert data["fleet"]["never_why"] == [{"state": "free", "count": 1, "since": at(-20).isoformat(),
+                                           "nodes": "gpu-102", "example": None}]
+
+
+def test_a_node_that_left_counts_for_the_grace_period_only(store):
+    store.record([a("gpu-101", "gpu_health", "pass", at(-1)), a("gpu-102", "gpu_health", "pass", at(-1))])
+    discovered(store, ["gpu-101", "gpu-102"], when=at(-1, 1))
+    discovered(store, ["gpu-101"], when=at(0, 12))  # gpu-102 left at noon on D
+    assert daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW)["coverage"]["nodes"] == 2
+    later = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW, gone_grace_hours=6)
+    assert later["coverage"] == {"covered": 1, "nodes": 1, "coverage": 1.0}
 
 
 def test_fleet_as_of_the_end_of_the_day(data):
@@ -317,6 +341,7 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
     from psycopg.types.json import Jsonb
 
     store.record([a("gpu-001", "dl_unit", "pass", at(0, 3), metrics={"gemm_bf16_tflops_min": 700.0})])
+    discovered(store, ["gpu-001", "gpu-002", "gpu-003", "gpu-004"], when=at(0))
     before = dict(numbers.SKIPPED_VALUES)
     # written around the Attempt boundary on purpose: rows stored before it, or by another writer
     with psycopg.connect(**db_dsn) as conn:
@@ -329,8 +354,7 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
         conn.execute("INSERT INTO validation_history (node_name, test_name, status, finished_at, dag_id, run_id, "
                      "map_index, try_number) VALUES ('gpu-004', 'dl_unit', 'pass', '20000-01-01T00:00:00Z', 'd', "
                      "'future', 0, 1)")
-    data = daily.build(store, D, tests=TESTS, staleness_days=7, now=NOW,
-                       gpu_nodes=["gpu-001", "gpu-002", "gpu-003", "gpu-004"])
+    data = daily.build(store, D, tests=TESTS, staleness_days=7, now=NOW)
     metric = {(m["test_name"], m["metric"]): m for m in data["per_model"][0]["metrics"]}
     assert metric[("dl_unit", "gemm_bf16_tflops_min")]["n"] == 1  # the huge value is not a sample
     assert metric[("dl_unit", "gemm_bf16_tflops_min")]["median"] == 700.0
@@ -339,3 +363,4 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
     assert "out of range" in md  # the huge check value
     assert "gpu-004" in md  # its unreadable result counts as not fresh, not as a crash
     assert "</html>" in daily.render_html(data)
+
