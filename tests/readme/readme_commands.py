@@ -35,6 +35,8 @@ NOT_HERE = {  # command prefix -> why it cannot run here
                                            "(tests/deploy/test_compose.py checks the files it copies)",
     "docker compose up -d --build": "needs Docker",
     "python -m cluster_doctor_suites.gpu_health": "needs a GPU node (without one the suite fails, as it must)",
+    "python -m cluster_doctor_suites.nvbandwidth": "needs GPUs and NVIDIA's nvbandwidth tool (without them: error)",
+    "python -m cluster_doctor_suites.ib_health": "needs the node's InfiniBand HCAs (without them it fails, as it must)",
     "srun ": "needs a Slurm cluster with GPU nodes",
 }
 # The block each run test executes: the bash block right after this text of the README.
@@ -102,8 +104,13 @@ def scratch_checkout():
         for line in left:  # only after a failed test: say so below, and leave nothing
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
-        shutil.rmtree(root, ignore_errors=True)
+        for _ in range(20):  # a process on its way out may still write a file while the tree goes
+            shutil.rmtree(root, ignore_errors=True)
+            if not root.exists() and not leftovers.processes_mentioning(str(root), environment=True):
+                break
+            time.sleep(0.5)
         assert left == [], f"processes left running by the README's commands: {left}"
+        assert not root.exists(), f"could not remove {root}"
 
 
 def run_block(scratch, name: str, env: dict | None = None, timeout: int = 400) -> subprocess.CompletedProcess:
