@@ -37,19 +37,25 @@ taking nodes from users:
    (`gpu_node_inventory` in `validation_db`) that every view of the fleet counts.
    Then **reap_orphans**: pods of tasks that died hard (OOM, SIGKILL) are recorded from the pod and deleted.
 2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
+   **reserve** (opt-in, setting `reservation`): overdue busy nodes get a NoSchedule taint so their next
+   free moment is ours; they are validated first when they free, then released.
 3. **prioritize** — never-validated pairs first, then the oldest; failed pairs are retested after
-   6 h; one test per node, at most `max_pairs`. The planned nodes are claimed in the results DB
-   (`validation_claims`): a node another live run holds (backfill, manual trigger) is left to it.
+   6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
+   nodes are claimed in the results DB (`validation_claims`): a node another live run holds (backfill,
+   manual trigger) is left to it. A run that plans nothing says why (its log, `verdict`, its note).
 4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).
-5. **validate** — one pod per node · test (pool `gpu_validation`), pinned by node affinity, lowest
-   priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long.
+5. **validate** — a task group mapped per node: its suites one after another, one pod each (pool
+   `gpu_validation`), `gpu_health` first (failing, it skips the rest), pinned by node affinity, lowest
+   priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long; a
+   user pod claiming the node stops the remaining suites. **finish_node** releases the node.
 6. **record** — one `validation_history` row per attempt, whatever happened.
-7. **summarize** / **verdict** — counts, newly failing nodes, coverage.
+7. **summarize** / **verdict** — counts, newly failing nodes, coverage; the run's note says it too.
 
-**Reading the grid.** Each `validate` instance is labelled `node · test`. Green: the node passed.
-Red: the node failed a check or the suite errored — the end of the task log lists the failing checks
-with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the attempt did
-not run the suite (timeout, preempted by a user job, node busy at submit time); the pair stays due.
+**Reading the grid.** Each step of the `validate` group is labelled `node · test`. Green: the node
+passed. Red: the node failed a check or the suite errored — the end of the task log lists the failing
+checks with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the
+attempt did not run the suite (timeout, preempted by a user job, node busy at submit time, an earlier
+suite of the node stopped the rest), or the suite is not due on that node; the pair stays due.
 
 **The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
 check (or a suite erroring) — `verdict` names them — or the run broke: discovery, planning,

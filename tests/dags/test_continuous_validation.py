@@ -25,24 +25,30 @@ def test_schedule_and_run_limits(dagbag):
     assert {"cluster-doctor"} <= set(dag.tags)
 
 
-STEPS = ["validate.gpu_health", "validate.dl_unit", "validate.nccl_loopback", "validate.storage_fio"]
+def steps(dag) -> list[str]:
+    return [t for t in dag.task_ids if t.startswith("validate.") and t != "validate.finish_node"]
 
 
-def test_tasks_flow_in_one_direction(dagbag):
+def test_tasks_flow_in_one_direction_along_one_line(dagbag):
+    """The Graph view (issue 24): one line from discover to verdict, every edge between neighbours."""
     dag = dagbag.dags["continuous_validation"]
-    order = ["discover", "load_latest", "prioritize", "ship_suites", *STEPS, "validate.finish_node", "record",
-             "summarize", "verdict"]
+    order = ["discover", "reap_orphans", "load_latest", "prioritize", "ship_suites", *steps(dag),
+             "validate.finish_node", "record", "summarize", "verdict"]
     for upstream, downstream in zip(order, order[1:]):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
     assert dag.get_task("reserve").upstream_task_ids == {"discover"}
-    assert "prioritize" in dag.get_task("reserve").downstream_task_ids
+    assert dag.get_task("reserve").downstream_task_ids == {"prioritize"}
+    assert dag.get_task("quarantine").upstream_task_ids == {"record"}
+    # no edge skips ahead: a task reads the XComs of tasks further up by id, not as arguments
+    assert dag.get_task("discover").downstream_task_ids == {"reap_orphans", "reserve"}
+    assert dag.get_task("record").upstream_task_ids == {"validate.finish_node"}
 
 
 def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_plans(dagbag):
     dag = dagbag.dags["continuous_validation"]
     reap = dag.get_task("reap_orphans")
     assert reap.upstream_task_ids == {"discover"}
-    assert {"load_latest", "prioritize"} <= reap.downstream_task_ids
+    assert {"load_latest", "prioritize"} <= set(reap.get_flat_relative_ids(upstream=False))
     # it never fails, so the default trigger rule is enough for the run to go on
     assert "reap_orphans" in dag.doc_md
 
@@ -53,11 +59,14 @@ def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_fir
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from airflow.sdk import TriggerRule
     from cluster_doctor.airflow.operator import NodeValidationPodOperator
+    from cluster_doctor.domain import suites
 
     dag = dagbag.dags["continuous_validation"]
     group = dag.task_group_dict["validate"]
     assert type(group).__name__ == "MappedTaskGroup"
-    assert [t for t in dag.task_ids if t.startswith("validate.")] == [*STEPS, "validate.finish_node"]
+    STEPS = steps(dag)
+    assert STEPS[:4] == ["validate.gpu_health", "validate.dl_unit", "validate.nccl_loopback", "validate.storage_fio"]
+    assert set(STEPS) == {f"validate.{t}" for t in suites.CATALOG}
     weights = []
     for i, task_id in enumerate(STEPS):
         step = dag.get_task(task_id)
