@@ -124,7 +124,8 @@ def run_block(scratch, name: str, env: dict | None = None, timeout: int = 400) -
                  "PATH": f"{scratch['tree'] / '.venv' / 'bin'}:{base.get('PATH', '/usr/bin:/bin')}"})
     out = subprocess.run(["bash", "-c", script], cwd=scratch["tree"], env={**base, **(env or {})},
                          capture_output=True, text=True, timeout=timeout)
-    assert out.returncode == 0, f"README block {name!r} failed ({out.returncode}):\n{out.stderr[-3000:]}\n{out.stdout[-3000:]}"
+    assert out.returncode == 0, (f"README block {name!r} failed ({out.returncode}; a command that cannot run on this "
+                                 f"machine belongs in NOT_HERE, with why):\n{out.stderr[-3000:]}\n{out.stdout[-3000:]}")
     assert "Traceback" not in out.stdout + out.stderr and "Warning" not in out.stdout + out.stderr, \
         out.stdout[-3000:] + out.stderr[-3000:]
     return out
