@@ -26,6 +26,11 @@ SETTINGS = Settings.load()
 STEPS = priority.bundle_order([*SETTINGS.tests, *suites.CATALOG])
 STEP_IDS = [f"validate.{test}" for test in STEPS]
 
+
+def pulled(task_id: str):
+    """The XCom of a task further up that is not this task's argument (None when it did not succeed)."""
+    return get_current_context()["ti"].xcom_pull(task_ids=task_id)
+
 DOC_MD = """
 ### Continuous validation of GPU nodes
 
@@ -129,13 +134,14 @@ with DAG(
                             runtime.results_store(settings.validation_db_conn_id), settings,
                             run_state=get_current_context()["ti"].get_dagrun_state).to_xcom()
 
+    # After reap_orphans, so what it records counts in this run.
     @task(multiple_outputs=False)
-    def load_latest(discovered: dict) -> dict:
+    def load_latest() -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered
 
-        found = Discovered.from_xcom(discovered)
+        found = Discovered.from_xcom(pulled("discover"))
         return tasks.load_latest(found, runtime.results_store(found.settings.validation_db_conn_id)).to_xcom()
 
     # Opt-in (setting reservation): taint overdue busy nodes so their next free moment is ours; release
@@ -153,14 +159,14 @@ with DAG(
 
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task(multiple_outputs=False)
-    def prioritize(discovered: dict, latest: dict | list, reserved: dict) -> dict:
+    def prioritize(latest: dict | list, reserved: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Latest
         from cluster_doctor.kube.reservation import ReservationReport
 
         context = get_current_context()
-        found = Discovered.from_xcom(discovered)
+        found = Discovered.from_xcom(pulled("discover"))
         store = runtime.results_store(found.settings.validation_db_conn_id)
         return tasks.prioritize(found, Latest.from_xcom(latest), store=store, dag_id=dag.dag_id,
                                 run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
@@ -168,12 +174,12 @@ with DAG(
 
     # One Bundle per planned node: what the validate task group is mapped over.
     @task
-    def ship_suites(discovered: dict, planned: dict) -> list:
+    def ship_suites(planned: dict) -> list:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan
 
-        found = Discovered.from_xcom(discovered)
+        found = Discovered.from_xcom(pulled("discover"))
         bundles = tasks.ship_suites(found, Plan.from_xcom(planned), runtime.core_v1(found.settings.kubernetes_conn_id))
         return [b.to_xcom() for b in bundles]
 
@@ -199,12 +205,13 @@ with DAG(
     # it skips itself when discovery or planning failed.
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30),
           multiple_outputs=False)
-    def record(discovered: dict, planned: dict) -> dict:
+    def record() -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan
 
         context = get_current_context()
+        discovered, planned = pulled("discover"), pulled("prioritize")
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: nothing was planned, nothing to record")
         reported = context["ti"].xcom_pull(task_ids=STEP_IDS, key="attempt") or []
@@ -216,12 +223,13 @@ with DAG(
                             run_id=context["run_id"], settings=settings).to_xcom()
 
     @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
-    def summarize(discovered: dict, planned: dict, recorded: dict | list | None, reserved: dict | None) -> dict:
+    def summarize(recorded: dict | list | None) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan, Recorded
         from cluster_doctor.kube.reservation import ReservationReport
 
+        discovered, planned, reserved = pulled("discover"), pulled("prioritize"), pulled("reserve")
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: no run to summarize")
         found, plan = Discovered.from_xcom(discovered), Plan.from_xcom(planned)
@@ -247,13 +255,13 @@ with DAG(
                                        "see the failed task")
         tasks.verdict(RunSummary.from_xcom(summary))
 
+    # The wiring draws the Graph view: one line from discover to verdict, reserve beside the reaping and
+    # loading, validate a group; tasks read the XComs of tasks further up by id (``pulled``), not as
+    # arguments, so no edge crosses the graph.
     discovered = discover()
-    reaped = reap_orphans(discovered)
-    reserved = reserve(discovered)
-    planned = prioritize(discovered, load_latest(discovered), reserved)
-    # before planning, and before the latest results are read, so what it records counts in this run
-    reaped >> [planned, dag.get_task("load_latest")]
-    bundles = ship_suites(discovered, planned)
+    latest = reap_orphans(discovered) >> load_latest()
+    planned = prioritize(latest, reserve(discovered))
+    bundles = ship_suites(planned)
 
     # One instance per planned node, mapped over the bundles: the node's suites one after another (a step
     # per suite, health first, each one pod in the pool), then finish_node. A step not planned on its
@@ -280,19 +288,19 @@ with DAG(
         steps[-1] >> finish_node(bundle)
 
     validated = validate.expand(bundle=bundles)
-    recorded = record(discovered, planned)
+    recorded = record()
     validated >> recorded
 
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task(multiple_outputs=False)
-    def quarantine(discovered: dict, recorded: dict) -> dict:
+    def quarantine(recorded: dict) -> dict:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered
 
-        found = Discovered.from_xcom(discovered)
+        found = Discovered.from_xcom(pulled("discover"))
         store = runtime.results_store(found.settings.validation_db_conn_id)
         return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id)).to_dict()
 
-    quarantine(discovered, recorded)
-    verdict(summarize(discovered, planned, recorded, reserved))
+    quarantine(recorded)
+    verdict(summarize(recorded))
