@@ -307,6 +307,10 @@ class Plan(Payload):
     def creates_pods(self) -> bool:
         return not self.dry_run and bool(self.pairs)
 
+    def nodes(self) -> list[str]:
+        """The planned nodes, in plan order."""
+        return list(dict.fromkeys(p.node_name for p in self.pairs))
+
 
 # ---------------------------------------------------------------------------- ship_suites → validate
 class RunConfig(Payload):
@@ -411,10 +415,6 @@ class Blocked(Part):
     tests: list[str]
     reason: str | None = None
     codes: list[str] = Field(default_factory=list)
-
-    def nodes(self) -> list[str]:
-        """The planned nodes, in plan order."""
-        return list(dict.fromkeys(p.node_name for p in self.pairs))
 
 
 class Coverage(Part):

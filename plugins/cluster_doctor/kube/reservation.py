@@ -184,10 +184,10 @@ def reconcile(
         why = None
         if (name not in busy_set and name not in free_set) or _quarantined(node):
             why = NOT_ELIGIBLE  # cordoned, not ready, tainted by someone else, quarantined, gone from range
-        elif since is not None and now - since >= policy.max_hold():
-            why = MAX_HOLD
         elif name not in overdue_now:
             why = NOT_OVERDUE
+        elif since is not None and now - since >= policy.max_hold():
+            why = MAX_HOLD
         if why:
             _release(core_v1, connect, node, policy, why, now, free=name in free_set)
             report.released[name] = why

@@ -39,7 +39,7 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import hostlist
@@ -238,6 +238,7 @@ def build(
             model_counts = _rows(cur, MODEL_COUNTS_SQL, window)
             model_metrics = _rows(cur, MODEL_METRICS_SQL, {
                 **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})
+            reserved = _reservations(cur, window, counted.values())
         conn.rollback()
 
     fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
@@ -280,7 +281,42 @@ def build(
         "per_model": _per_model(model_counts, model_metrics, key_pairs),
         "fleet": fleet_section,
         "max_rows": max_rows,
+        "reservations": reserved,
     }
+
+
+RESERVATIONS_SQL = """
+SELECT (SELECT count(*) FROM node_reservations WHERE reserved_at >= %(start)s AND reserved_at < %(end)s) AS applied,
+       (SELECT count(*) FROM node_reservations WHERE released_at IS NULL) AS open_now,
+       r.release_reason, count(r.id) AS released, COALESCE(sum(r.idle_gpu_hours), 0) AS idle
+  FROM (SELECT 1) one
+  LEFT JOIN node_reservations r ON r.released_at >= %(start)s AND r.released_at < %(end)s
+ GROUP BY r.release_reason
+"""
+
+
+def _reservations(cur, window: Mapping[str, dt.datetime], nodes: Iterable[Any]) -> dict[str, Any] | None:
+    """Reservations of overdue nodes of the day (setting reservation, issue 21 §2): taints applied and
+    removed, and the idle GPU-hours they cost, also as a share of the fleet's GPU-hours of the day. None
+    when nothing was reserved that day and nothing is reserved now (the feature is off or idle)."""
+    rows = _rows(cur, RESERVATIONS_SQL, window)
+    applied, open_now = (int(rows[0]["applied"]), int(rows[0]["open_now"])) if rows else (0, 0)
+    released = {r["release_reason"]: int(r["released"]) for r in rows if r["release_reason"]}
+    if not applied and not open_now and not released:
+        return None
+    idle = round(sum(float(r["idle"]) for r in rows), 3)
+    hours = (window["end"] - window["start"]).total_seconds() / 3600
+    fleet_gpu_hours = sum(int(getattr(n, "gpu_count", 0) or 0) for n in nodes) * hours
+    return {"applied": applied, "released": released, "open_now": open_now, "idle_gpu_hours": idle,
+            "idle_share": round(idle / fleet_gpu_hours, 5) if fleet_gpu_hours else None}
+
+
+def reservation_line(r: Mapping[str, Any]) -> str:
+    released = ", ".join(f"{n} {why}" for why, n in sorted(r["released"].items())) or "none"
+    share = f" ({r['idle_share']:.2%} of all GPU-hours of the day)" if r["idle_share"] is not None else ""
+    return (f"Reservations of overdue nodes: {r['applied']} taint(s) applied, {sum(r['released'].values())} "
+            f"removed ({released}), {r['open_now']} reserved now; idle while reserved {_num(r['idle_gpu_hours'])} "
+            f"GPU-hours{share}")
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -517,6 +553,8 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
                             if gh["attempts_without_gpu_count"] else ""), ""))
     else:
         out.append(("p", "No attempt finished on this day.", ""))
+    if data.get("reservations"):
+        out.append(("p", reservation_line(data["reservations"]), ""))
 
     out.append(("h2", "Failures of the day"))
     if not data["failures"]:

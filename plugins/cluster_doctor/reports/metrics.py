@@ -38,7 +38,7 @@ from cluster_doctor.domain import actions, numbers, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.status import EXECUTED, FAILING
-from cluster_doctor.store import database, fleet
+from cluster_doctor.store import database, fleet, reservations
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,17 @@ def _figure_family(key: str, tests: Sequence[str]) -> GaugeMetricFamily:
         "on node for the GPU model).", labels=["node", "test"])
 
 
+def reservation_family(idle_gpu_hours: float | None) -> Metric:
+    """What reserving overdue nodes (setting reservation, issue 21 §2) has cost: GPU-hours reserved nodes
+    stood idle waiting for their validation, over every released reservation (``node_reservations``)."""
+    family = CounterMetricFamily(
+        f"{PREFIX}_reservation_idle_gpu_hours",
+        "GPU-hours reserved nodes stood idle, tainted for validation, summed over every released reservation.")
+    if idle_gpu_hours is not None:
+        family.add_metric([], idle_gpu_hours)
+    return family
+
+
 def skipped_family() -> Metric:
     family = CounterMetricFamily(
         f"{PREFIX}_skipped_values", "Stored values left out of pages, reports and scrapes because they cannot "
@@ -262,6 +273,7 @@ class ClusterDoctorCollector(Collector):
         """Every family a scrape may hold, without samples, from the code alone (registering must not
         query the database): the registry learns the names, so the library's ``name[]`` filter works."""
         yield from build_families(collections.defaultdict(lambda: None), [], list(suites.CATALOG))
+        yield reservation_family(None)
         if self.spool_provider is not None:
             yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
@@ -279,6 +291,7 @@ class ClusterDoctorCollector(Collector):
                 summary = queries.summary()
                 pairs = queries.pairs()
             families = build_families(summary, pairs, queries.tests)
+            families.append(reservation_family(reservations.idle_total(connect)))
             self._cache = (key, time.monotonic(), families) if self.cache_ttl_s > 0 else None
             return families
 

@@ -364,3 +364,18 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
     assert "gpu-004" in md  # its unreadable result counts as not fresh, not as a crash
     assert "</html>" in daily.render_html(data)
 
+
+def test_reservations_of_the_day_are_one_line_with_their_cost(seeded):
+    """Issue 21 §2: taints applied and removed, and the idle GPU-hours they cost; no line when unused."""
+    from cluster_doctor.store import reservations as rows
+
+    assert daily.build(seeded, D, tests=TESTS, staleness_days=7, now=NOW)["reservations"] is None
+    rows.opened(seeded.connect, "gpu-001", gpu_count=8, run_id="r1", at=at(0, 2))
+    rows.closed(seeded.connect, "gpu-001", reason="validated", at=at(0, 3), free=True)
+    rows.opened(seeded.connect, "gpu-002", gpu_count=8, run_id="r1", at=at(0, 4))
+    data = daily.build(seeded, D, tests=TESTS, staleness_days=7, now=NOW)
+    assert data["reservations"] == {"applied": 2, "released": {"validated": 1}, "open_now": 1,
+                                    "idle_gpu_hours": 8.0, "idle_share": round(8 / (6 * 8 * 24), 5)}
+    line = ("Reservations of overdue nodes: 2 taint(s) applied, 1 removed (1 validated), 1 reserved now; idle "
+            "while reserved 8 GPU-hours (0.69% of all GPU-hours of the day)")
+    assert line in daily.render_markdown(data) and line in daily.render_html(data)

@@ -322,3 +322,18 @@ def test_actions_and_incomplete_passes_are_exposed_sparsely(small_db, db_dsn):
         {"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"}])])
     s = samples(scrape(db_dsn)[0])
     assert value(s, "cluster_doctor_validation_action", node="gpu-001", test="gpu_health", action="reboot") == 1
+
+
+def test_what_reservations_cost_is_a_counter(small_db):
+    """Issue 21 §2: the idle GPU-hours reserved nodes stood waiting for their validation."""
+    from cluster_doctor.store import database
+    from cluster_doctor.store import reservations as rows
+
+    assert value(samples(scrape(small_db)[0]), "cluster_doctor_reservation_idle_gpu_hours_total") == 0
+    connect = database.params_connector(small_db)
+    start = seed.NOW - dt.timedelta(hours=3)
+    rows.opened(connect, "gpu-001", gpu_count=8, run_id="r1", at=start)
+    rows.seen(connect, "gpu-001", busy=False, at=start + dt.timedelta(hours=1))
+    rows.closed(connect, "gpu-001", reason="validated", at=start + dt.timedelta(hours=1, minutes=30), free=True)
+    # idle since it was last seen busy (when reserved) to the taint's removal: 1.5 h x 8 GPUs
+    assert value(samples(scrape(small_db)[0]), "cluster_doctor_reservation_idle_gpu_hours_total") == pytest.approx(12)
