@@ -111,8 +111,9 @@ def runtime_dsn(db_dsn) -> dict:
     with psycopg.connect(**db_dsn) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
         conn.commit()
-        roles.grant_runtime(conn, role)
-    try:
+    try:  # from here on the role exists: dropped whatever happens, a failed grant included
+        with psycopg.connect(**db_dsn) as conn:
+            roles.grant_runtime(conn, role)
         yield {**db_dsn, "user": role}
     finally:
         with psycopg.connect(**db_dsn, autocommit=True) as conn:
