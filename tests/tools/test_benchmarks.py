@@ -8,8 +8,8 @@ import re
 import subprocess
 import sys
 
+import psutil
 import pytest
-from cluster_doctor.store import database
 from leftovers import Leftovers, processes_mentioning
 
 from tests.conftest import REPO
@@ -35,17 +35,27 @@ def test_a_benchmark_compares_in_one_run_prints_its_figure_last_and_leaves_nothi
     assert "Warning" not in out.stderr, out.stderr  # e.g. platformdirs' RuntimeDirWarning
 
 
-def test_the_cleanup_check_names_a_server_left_running_and_passes_once_it_is_stopped():
+def test_the_cleanup_check_names_a_server_left_in_its_directory_and_passes_once_it_is_gone():
+    """A server daemonized out of the run (as pg_ctl's PostgreSQL is: no longer our child) is found by
+    its directory on its command line."""
     leftovers = Leftovers()
     with leftovers.tempdir("cd-test-leftovers-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
+        # the double fork of a daemon: the intermediate process exits, the server is reparented
+        launcher = subprocess.run(
+            [sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', "
+             "'import time; time.sleep(60)', sys.argv[1]], start_new_session=True, stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.DEVNULL).pid)", str(tmp / "pgdata")],
+            capture_output=True, text=True, check=True)
+        server = psutil.Process(int(launcher.stdout))
         try:
             left = leftovers.check()
-            assert any("uses" in item and str(tmp) in item for item in left), left
+            assert any(f"process {server.pid}:" in item and str(tmp) in item for item in left), left
+            assert not any(item.startswith("child process") for item in left), left  # not ours any more
             clean, line = leftovers.verdict()
             assert not clean and line.startswith("cleanup: LEFT BEHIND")
         finally:
-            server.cleanup()
+            server.kill()
+            server.wait(10)
     assert processes_mentioning(str(tmp)) == []
     clean, line = leftovers.verdict()
     assert clean and line.startswith("cleanup: nothing left behind"), line
