@@ -1,6 +1,7 @@
 """Task bodies that need only the results DB: recording (with gaps) and the run summary/verdict."""
 
 import datetime as dt
+import logging
 
 from cluster_doctor.airflow import tasks
 from cluster_doctor.domain.config import Settings
@@ -133,7 +134,7 @@ def test_prioritize_leaves_a_node_another_run_holds_and_plans_the_next_one(store
     assert [p.node_name for p in plan.pairs] == ["gpu-002", "gpu-003"]
     [held] = plan.held_by_other_runs
     assert (held.node_name, held.test_name, held.run_id) == ("gpu-001", "gpu_health", "backfill__1")
-    assert "deferred 1 pair(s)" in caplog.text and "backfill__1" in caplog.text
+    assert "deferred 1 node(s), held by another live run: gpu-001 (run backfill__1" in caplog.text
     assert live(store) == [("gpu-001", "backfill__1"), ("gpu-002", "scheduled__1"), ("gpu-003", "scheduled__1")]
     # a retried prioritize of the same run plans (and holds) the same pairs, nothing more
     again = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="scheduled__1")
@@ -193,3 +194,58 @@ def test_prioritize_with_a_store_needs_the_run_identity(store):
 
     with pytest.raises(ValueError, match="dag_id and run_id"):
         tasks.prioritize(discovered(["gpu-001"]), Latest(), now=NOW, store=store, dag_id=DAG, run_id=None)
+
+
+# ---------------------------------------------------------------------------- bundles and shared ranges (issue 21)
+def discovered_with(free, tests, max_pairs=16, ineligible=()):
+    found = discovered(free, ineligible, max_pairs=max_pairs)
+    return found.model_copy(update={"params": found.params.model_copy(update={"tests": tests})})
+
+
+def test_a_chosen_node_runs_all_its_due_suites_and_its_claim_holds_it_for_the_bundle(store):
+    found = discovered_with(["gpu-001", "gpu-002"], ["dl_unit", "gpu_health"], max_pairs=3)
+    plan = tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id="r1", reserved=["gpu-002"])
+    # the reserved node first; within a node health first; the cap cuts the second node's bundle
+    assert [(p.node_name, p.test_name) for p in plan.pairs] == [
+        ("gpu-002", "gpu_health"), ("gpu-002", "dl_unit"), ("gpu-001", "gpu_health")]
+    assert plan.nodes() == ["gpu-002", "gpu-001"] and plan.reserved == ["gpu-002"]
+    [claim] = [c for c in claims.live(store.connect) if c.node_name == "gpu-002"]
+    settings = found.settings
+    assert claim.expires_at - claim.claimed_at == dt.timedelta(
+        seconds=claims.ttl_s(settings, ["gpu_health", "dl_unit"]))
+    # finish_node gives the node back to other runs at once
+    from cluster_doctor.domain.payloads import Bundle, BundleStep, RunConfig
+
+    bundle = Bundle(node_name="gpu-002", gpu_count=8, planned_at=NOW, steps=[BundleStep(test_name="gpu_health")],
+                    run_config=RunConfig(settings=settings, configmap="cm", suite_version="v"))
+    said = tasks.finish_node(bundle, [attempt("gpu-002", "pass")], store, None, dag_id=DAG, run_id="r1")
+    assert said == "gpu-002: gpu_health pass"
+    assert [c.node_name for c in claims.live(store.connect)] == ["gpu-001"]
+
+
+def test_concurrent_runs_share_a_range_and_a_run_left_with_nothing_says_who_holds_it(store, caplog):
+    """A backfill's runs at once (--max-active-runs 10): each takes what the others do not hold."""
+    caplog.set_level(logging.INFO, logger="cluster_doctor")
+    found = discovered_with(["gpu-001", "gpu-002", "gpu-003", "gpu-004"], ["gpu_health", "dl_unit"], max_pairs=4)
+    runs = {run: tasks.prioritize(found, Latest(), now=NOW, store=store, dag_id=DAG, run_id=run)
+            for run in ("backfill__1", "backfill__2", "backfill__3")}
+    assert runs["backfill__1"].nodes() == ["gpu-001", "gpu-002"] and runs["backfill__2"].nodes() == ["gpu-003", "gpu-004"]
+    third = runs["backfill__3"]
+    assert third.pairs == [] and third.why_empty.startswith(
+        "nothing planned: all 4 free node(s) with a due pair are claimed by other live runs (2 by run backfill__1 "
+        "until ")
+    assert "; 2 by run backfill__2 until " in third.why_empty
+    assert third.why_empty in caplog.text
+    summary = tasks.summarize(found, third, None, store, now=NOW)
+    assert summary.why_empty == third.why_empty and third.why_empty in report.render(summary)
+    assert report.note(summary).startswith("Cluster Doctor: nothing planned: all 4 free node(s)")
+
+
+def test_a_run_with_nothing_to_do_says_all_fresh_since_or_none_free(store):
+    latest = Latest.from_xcom({"rows": [["gpu-001", "gpu_health", "pass", (NOW - dt.timedelta(days=2)).isoformat(),
+                                         (NOW - dt.timedelta(days=2)).isoformat(), "pass"]]})
+    fresh = tasks.prioritize(discovered(["gpu-001"]), latest, now=NOW)
+    assert fresh.why_empty == ("nothing planned: all pairs of the 1 free node(s) are fresh since "
+                               "2026-11-20T12:00+00:00 (none due; tests gpu_health)")
+    busy = tasks.prioritize(discovered([], [("gpu-001", "busy"), ("gpu-002", "cordoned")]), Latest(), now=NOW)
+    assert busy.why_empty == "nothing planned: none of the 2 GPU node(s) is free (1 busy, 1 cordoned)"
