@@ -93,7 +93,7 @@ def _judge(ctx: Context, a, baselines: Baselines, wanted: list[nvbw.Testcase], o
     for tc in wanted:
         j = nvbw.Judging(*_floor(baselines, key, tc, a), rel, nvlink)
         missing = nvbw.not_run(tc, out, j, gpus)
-        if missing is not None and stopped and missing.status == "error":
+        if missing is not None and stopped and missing.status == "error" and tc.key not in out.errors:
             ctx.check(tc.check, "skip", code="NVBW_NOT_RUN", message=f"{tc.key} not run: {stopped}")
         elif missing is not None:
             ctx.record(missing)
