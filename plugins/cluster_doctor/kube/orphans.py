@@ -43,7 +43,7 @@ from cluster_doctor.domain.attempts import UNREPORTED, Attempt, validate_test_na
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import OrphanReport
-from cluster_doctor.kube import api_errors, discovery, podspec
+from cluster_doctor.kube import api_errors, discovery, podspec, retry
 from cluster_doctor.store import verdicts
 
 log = logging.getLogger(__name__)
@@ -291,9 +291,9 @@ def _log_tail(core_v1: Any, pod: Mapping[str, Any]) -> list[str]:
     if results.parse_summary(_message(pod)) is not None:
         return []
     meta = pod["metadata"]
-    try:
-        text = core_v1.read_namespaced_pod_log(meta["name"], meta["namespace"], container="base",
-                                               tail_lines=LOG_TAIL_LINES)
+    try:  # best effort, briefly: one orphan's unreachable kubelet must not hold up the reaping of the rest
+        text = retry.with_policy(core_v1, retry.BEST_EFFORT_POLICY).read_namespaced_pod_log(
+            meta["name"], meta["namespace"], container="base", tail_lines=LOG_TAIL_LINES)
     except Exception as exc:
         log.warning("could not read the log of %s: %s", meta["name"], api_errors.describe(exc))
         return []

@@ -61,6 +61,8 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 # the operator's guard calls run in a pool slot, beside the provider's own wait for the pod: shorter
 GUARD_POLICY = RetryPolicy(attempts=4, max_wait_s=5.0, total_s=20.0)
+# a read whose answer is nice to have (an orphan's log tail from a kubelet that may be gone)
+BEST_EFFORT_POLICY = RetryPolicy(attempts=2, max_wait_s=2.0, total_s=5.0)
 
 
 # Set by ``streamed()``: the caller reads the body itself as it arrives (kube.listing), so the body of
@@ -230,6 +232,11 @@ class Retrying:
 def wrap(api: Any, policy: RetryPolicy = DEFAULT_POLICY) -> Retrying:
     """``api`` with its calls retried (idempotent: a Retrying is returned as is)."""
     return api if isinstance(api, Retrying) else Retrying(api, policy)
+
+
+def with_policy(api: Any, policy: RetryPolicy) -> Any:
+    """The same API object retried under another bound (a plain API object stays as it is)."""
+    return Retrying(api._api, policy, api._sleep) if isinstance(api, Retrying) else api
 
 
 def sibling(core_v1: Any, api_class: Callable[[Any], Any]) -> Any:

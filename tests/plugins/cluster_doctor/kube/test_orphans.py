@@ -192,8 +192,9 @@ def hostile_summary(**changes) -> str:
 
 
 @pytest.mark.parametrize("message, status, expect", [
-    # a pass with control/bidi characters and a number no column holds: cleaned, noted, still a pass
-    (hostile_summary(), "pass", "reported values adjusted"),
+    # a pass with control/bidi characters and a number no column holds: cleaned, and never a pass (a
+    # judgement resting on a number nobody can check), exactly as the operator would have recorded it
+    (hostile_summary(), "error", "RESULT_VALUE_INVALID"),
     # breaks the result contract: an error saying why, never a pass
     (hostile_summary(duration_s=-5), "error", "malformed suite result"),
     # not a summary at all, exit 0: never a pass

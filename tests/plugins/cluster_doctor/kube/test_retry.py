@@ -185,3 +185,12 @@ def test_classification_and_retry_after_parsing():
     assert retry.retry_after(api_exc(429, {"Retry-After": "soon"}, b"not json")) == 0
     with pytest.raises(ValueError):
         retry.RetryPolicy(attempts=0)
+
+
+def test_with_policy_rebinds_a_retrying_api_and_leaves_a_plain_one():
+    plain = object()
+    assert retry.with_policy(plain, retry.BEST_EFFORT_POLICY) is plain
+    wrapped = retry.wrap(type("Api", (), {"read": lambda self: 1})())
+    short = retry.with_policy(wrapped, retry.BEST_EFFORT_POLICY)
+    assert short.retry_policy == retry.BEST_EFFORT_POLICY and wrapped.retry_policy == retry.DEFAULT_POLICY
+    assert short.read() == 1
