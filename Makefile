@@ -9,7 +9,7 @@ SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test test-slow test-celery demo up down bench-store bench-discovery bench-metrics bench-page bench-healthy bench constraints requirements clean help
+.PHONY: .venv test test-slow test-celery demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench constraints requirements clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
@@ -19,7 +19,8 @@ help:
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make test-celery      the DAG under CeleryExecutor, 2 workers + Redis, with a results-DB outage"
 	@echo "make bench-store      validation_latest view vs naive query on ~10M history rows"
-	@echo "make bench-discovery  discovery + prioritization over 5,000 nodes / 150,000 pods"
+	@echo "make bench-discovery  discovery at 5,000 nodes / 150,000 pods: memory, time vs one raw list, XCom"
+	@echo "make bench-guards     one validation's node re-checks at 5,000 nodes / 150,000 pods vs the old ones"
 	@echo "make bench-metrics    Prometheus scrape at 5,000 nodes x 4 tests vs a hand-written writer, same run"
 	@echo "make bench-page       fleet page at 5,000 nodes, as it comes vs uncached"
 	@echo "make bench-healthy    every suite 20x in CPU mode on this machine: false-failure rate"
@@ -80,6 +81,9 @@ bench-store: $(STAMP)
 
 bench-discovery: $(STAMP)
 	$(BIN)/python bench/bench_discovery.py
+
+bench-guards: $(STAMP)
+	$(BIN)/python bench/bench_guards.py
 
 bench-metrics: $(STAMP)
 	$(BIN)/python bench/bench_metrics.py

@@ -7,7 +7,7 @@ prioritizer plans over the free nodes. Measured in this one run, alternately:
 
 - ``raw_list_s``: one raw ``resourceVersion=0`` list of every pod, read to its last byte and dropped
   (what ``kubectl get pods -A`` costs before it parses anything): the baseline;
-- ``discovery_s``: the whole discovery (three lists: nodes, bound pods, unbound pending pods);
+- ``discovery_s``: the whole discovery (two lists: the nodes, and every non-terminal pod);
 - ``peak_mib``: the peak resident memory of a fresh process that imports discovery, discovers once and
   exits, next to the same process reading the bound-pod list whole (the read before streaming);
 - ``xcom_kb``: the discover task's XCom (``Discovered``: settings, params, node ranges).
@@ -58,7 +58,7 @@ if sys.argv[2] == "discover":
     found = discovery.discover(core, Settings())
     seen = found.pods_seen
 else:  # the read before streaming: the bound-pod list whole in memory, then decoded whole
-    data = core.list_pod_for_all_namespaces(field_selector=discovery.BOUND_ACTIVE_PODS, resource_version="0",
+    data = core.list_pod_for_all_namespaces(field_selector=discovery.ACTIVE_PODS, resource_version="0",
                                             _preload_content=False).data
     seen = len(listing.decode("pods", data, [0])[0])
 print(json.dumps({"imports_kib": before, "peak_kib": peak_kib(), "pods": seen}))
@@ -138,7 +138,7 @@ def measure(emu: EmulatorProcess, runs: int, pods: int) -> tuple[str, bool]:
     streamed = peak_mib(emu.kubeconfig_path, "discover")
     whole = peak_mib(emu.kubeconfig_path, "whole")
     print(f"peak resident memory of a fresh process: {streamed['peak']:.0f} MiB discovering "
-          f"({streamed['imports']:.0f} MiB after imports); {whole['peak']:.0f} MiB holding the bound-pod list "
+          f"({streamed['imports']:.0f} MiB after imports); {whole['peak']:.0f} MiB holding the pod list "
           f"whole ({whole['pods']:,} pods)")
     xcom = xcom_bytes(found, settings) / 1000
     print(f"discover's XCom: {xcom:.1f} KB (settings, params, free nodes as ranges, not-eligible ranges)")
@@ -170,8 +170,8 @@ def main() -> int:
         info = emu.bulk_generate(nodes=args.nodes, pods=args.pods, seed=7)
         print(f"emulator loaded {args.nodes:,} nodes and {args.pods:,} pods in {time.perf_counter() - started:.1f} s "
               f"(avg {info['avg_pod_bytes']} bytes per pod)", flush=True)
-        figure, ok = measure(emu, args.runs, args.pods)
-    return leftovers.finish(figure, ok)
+        figure, _ = measure(emu, args.runs, args.pods)
+    return leftovers.finish(figure)  # a goal missed is said above; only leftovers fail the run
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with 
     "bench_metrics.py": (["--nodes", "60", "--runs", "2"],
                          r"scrape_ms=\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ nodes=60 baseline_ms=\d+ ratio=[\d.]+"),
     "bench_page.py": (["--nodes", "60", "--runs", "2"], r"page_ms=\d+ uncached_ms=\d+ speedup=[\d.]+ nodes=60"),
+    "bench_discovery.py": (["--nodes", "40", "--pods", "400", "--runs", "2"],
+                           r"discovery_s=[\d.]+ raw_list_s=[\d.]+ ratio=[\d.]+ peak_mib=\d+ xcom_kb=[\d.]+ "
+                           r"api_calls=2 nodes=40 pods=400"),
+    "bench_guards.py": (["--nodes", "40", "--pods", "400", "--validations", "3"],
+                        r"guards_s=[\d.]+ baseline_s=[\d.]+ objects=\d+ baseline_objects=\d+ calls=\d+ nodes=40 pods=400"),
 }
 
 

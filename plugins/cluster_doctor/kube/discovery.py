@@ -7,7 +7,8 @@ is free when no non-terminal pod bound to it requests (or limits) the GPU resour
 containers counted the way the scheduler counts them, our own validation pods included — and no
 pending pod is nominated to it (a preemption in progress means a user job is about to land there).
 
-Reads are three list calls with field selectors whatever the cluster size, never a call per node.
+Reads are two list calls whatever the cluster size, never a call per node: the nodes, and every
+non-terminal pod (bound ones hold their node's GPUs; unbound pending ones may be nominated to a node).
 Each is first asked with ``resourceVersion="0"`` and no limit: the apiserver answers from its watch
 cache in one response instead of paging through etcd (at 150,000 pods, seconds instead of a minute).
 The response is decoded as it arrives (``kube.listing``): only the fields discovery uses, a batch of
@@ -44,8 +45,7 @@ log = logging.getLogger(__name__)
 VALIDATION_APP_LABEL = ("app.kubernetes.io/name", "cluster-doctor")
 STREAM_ATTEMPTS = 3
 PREFETCH_CHUNKS = 4  # MiB of a pod list read ahead while the previous chunk is decoded
-BOUND_ACTIVE_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-UNBOUND_PENDING_PODS = "spec.nodeName=,status.phase=Pending"
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 # Reasons a GPU node is not eligible, in the order they are checked.
 NOT_READY, CORDONED, TAINTED, BUSY, VALIDATING, NOMINATED, INVALID_NAME = (
@@ -230,26 +230,24 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
 def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *, watch_cache: bool) -> Discovery:
     calls = listing.Counter()
     mode = ["watch-cache" if watch_cache else "paged"]
-    # Both pod lists are asked for at once, each in a thread that returns once its answer starts: the
-    # server works on them while the nodes are read, and each body is read ahead while the one before
-    # it is decoded (a few MiB at most). Their items wait until the GPU nodes are known.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="cluster-doctor-list") as pool:
-        asked = [pool.submit(list_all, core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
-                             field_selector=selector, prefetch=PREFETCH_CHUNKS)
-                 for selector in (BOUND_ACTIVE_PODS, UNBOUND_PENDING_PODS)]
+    # The pod list is asked for first, in a thread that returns once its answer starts: the server
+    # works on it while the nodes are read, and its body is read ahead while the chunk before is
+    # decoded (a few MiB at most). Its items wait until the GPU nodes are known.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-doctor-list") as pool:
+        asked = pool.submit(list_all, core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
+                            field_selector=ACTIVE_PODS, prefetch=PREFETCH_CHUNKS)
         try:
-            return _classify(core_v1, settings, node_range, calls, mode, *(a.result() for a in asked))
+            return _classify(core_v1, settings, node_range, calls, mode, asked.result())
         finally:
-            for answer in asked:  # what was not read to its end gives its connection back
-                with contextlib.suppress(Exception):
-                    close = getattr(answer.result(), "close", None)
-                    if close is not None:
-                        close()
+            with contextlib.suppress(Exception):  # what was not read to its end gives its connection back
+                close = getattr(asked.result(), "close", None)
+                if close is not None:
+                    close()
 
 
 def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, calls: listing.Counter,
-              mode: list[str], bound_pods: Iterator[list[Any]], pending_pods: Iterator[list[Any]]) -> Discovery:
-    """The nodes read and judged, then the two pod lists folded in (see ``discover``)."""
+              mode: list[str], pods: Iterator[list[Any]]) -> Discovery:
+    """The nodes read and judged, then the pods folded in (see ``discover``)."""
     resource = settings.gpu_resource
     gpu_nodes: dict[str, tuple[int, str | None]] = {}  # name -> (GPUs, model)
     ineligible: dict[str, Ineligible] = {}
@@ -284,20 +282,24 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
 
     pods_seen = 0
     # pods come as listing.LazyPod, a chunk's worth at a time: their containers are decoded only when
-    # their node is still a candidate and they name the GPU resource at all
-    for batch in bound_pods:
+    # their node is still a candidate and they name the GPU resource at all; an unbound (pending) pod's
+    # status only, for a node it is nominated to
+    nominations: list[tuple[str, str]] = []  # applied after every bound pod: a holder is the reason first
+    for batch in pods:
         pods_seen += len(batch)
         for pod in batch:
             name = pod.spec.nodeName if pod.spec else ""
-            if name in gpu_nodes and name not in ineligible and listing.mentions(pod, resource):
+            if not name:
+                nominated = pod.nominated_node
+                if nominated in gpu_nodes and listing.mentions(pod, resource) and \
+                        pod_request(whole := listing.pod_dict(pod), resource) > 0:
+                    nominations.append((nominated, _pod_ref(whole)))
+            elif name in gpu_nodes and name not in ineligible and listing.mentions(pod, resource):
                 holder = gpu_holder(listing.pod_dict(pod), resource)
                 if holder:
                     exclude(name, *holder)
-    for pod in _each(pending_pods):
-        pods_seen += 1
-        nominated = pod.nominated_node
-        if nominated in gpu_nodes and pod_request(whole := listing.pod_dict(pod), resource) > 0:
-            exclude(nominated, NOMINATED, f"pending {_pod_ref(whole)} is nominated to the node (preemption)")
+    for name, ref in nominations:
+        exclude(name, NOMINATED, f"pending {ref} is nominated to the node (preemption)")
 
     order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
     free = [GpuNode(name, gpus, model) for name, (gpus, model) in gpu_nodes.items() if name not in ineligible]
