@@ -21,9 +21,10 @@ from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
 # other setting, per-task timeouts included, is read at run time with the Variable
 # cluster_doctor_settings, and discover refuses a Variable that changes what parsing fixed.
 SETTINGS = Settings.load()
-# The validate group's steps, in the order a node's suites run: health first, then the enabled order,
-# then every other suite of the catalog (a run's params may enable it).
-STEPS = priority.bundle_order([*SETTINGS.tests, *suites.CATALOG])
+# The validate group's steps, in the order a node's suites run: health first, then the enabled order.
+# Only the suites enabled at parse time (CLUSTER_DOCTOR_TESTS): a step costs a task per node and run,
+# and discover refuses a run that asks for a suite without one.
+STEPS = priority.bundle_order(SETTINGS.tests)
 STEP_IDS = [f"validate.{test}" for test in STEPS]
 
 
@@ -92,9 +93,10 @@ with DAG(
             description="Hostlist or glob expression, e.g. gpu-[001-064,100] or gpu-a*. Empty: every GPU node."),
         # `examples` is what makes the Airflow UI render an array as a multi-select
         "tests": Param(
-            list(SETTINGS.tests), type="array", title="Tests", examples=list(suites.CATALOG),
-            items={"type": "string", "enum": list(suites.CATALOG)}, minItems=1,
-            description="Suites to run: " + "; ".join(f"{s.name}: {s.title}" for s in suites.CATALOG.values())),
+            list(SETTINGS.tests), type="array", title="Tests", examples=list(STEPS),
+            items={"type": "string", "enum": list(STEPS)}, minItems=1,
+            description="Suites to run: " + "; ".join(f"{suites.CATALOG[t].name}: {suites.CATALOG[t].title}"
+                                                       for t in STEPS)),
         "stale_before": Param(
             None, type=["null", "string"], format="date-time", title="Stale before",
             description="Re-validate every pair whose last executed result is older than this (UTC). "

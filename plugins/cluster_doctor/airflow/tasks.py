@@ -61,6 +61,8 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     if parsed is not None:
         settings.check_parse_time(parsed)
     run = planning.parse_params(params, settings, now=now)
+    if parsed is not None:
+        _check_steps(run.tests, priority.bundle_order(parsed.tests))
     warnings = [w for w in (storage.executor_warning(settings, executors),) if w]
     for warning in warnings:
         log.warning("%s", warning)
@@ -106,6 +108,16 @@ def _record_inventory(store: Any, found: discovery.Discovery, now: dt.datetime, 
     log.info("%s%s%s", update.describe(), f"; left the cluster: {compress(update.gone)}" if update.gone else "",
              f"; new: {compress(update.new)}" if update.new else "")
     return now
+
+
+def _check_steps(tests: Sequence[str], steps: Sequence[str]) -> None:
+    """The validate group has a step for each suite enabled when the DAG was parsed (CLUSTER_DOCTOR_TESTS):
+    a suite without one could never run, so a run (params or the Variable) asking for it is refused."""
+    missing = [t for t in tests if t not in steps]
+    if missing:
+        raise planning.InvalidParams(
+            f"tests: {', '.join(missing)} not enabled in this deployment (the DAG runs {', '.join(steps)}); "
+            "enable it with CLUSTER_DOCTOR_TESTS in the deployment environment")
 
 
 # ---------------------------------------------------------------------------- 2. load latest

@@ -249,3 +249,15 @@ def test_a_run_with_nothing_to_do_says_all_fresh_since_or_none_free(store):
                                "2026-11-20T12:00+00:00 (none due; tests gpu_health)")
     busy = tasks.prioritize(discovered([], [("gpu-001", "busy"), ("gpu-002", "cordoned")]), Latest(), now=NOW)
     assert busy.why_empty == "nothing planned: none of the 2 GPU node(s) is free (1 busy, 1 cordoned)"
+
+
+def test_a_run_asking_for_a_suite_the_dag_has_no_step_for_is_refused_before_any_call():
+    """The validate group has a step per suite enabled at parse time (CLUSTER_DOCTOR_TESTS)."""
+    import pytest
+    from cluster_doctor.domain.planning import InvalidParams
+
+    with pytest.raises(InvalidParams) as refused:
+        tasks.discover({"tests": ["gpu_health", "ib_health"]}, Settings(), None, now=NOW, parsed=Settings())
+    assert str(refused.value) == (
+        "tests: ib_health not enabled in this deployment (the DAG runs gpu_health, dl_unit, nccl_loopback, "
+        "storage_fio); enable it with CLUSTER_DOCTOR_TESTS in the deployment environment")
