@@ -9,7 +9,7 @@ SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test test-slow test-celery demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench constraints requirements clean help
+.PHONY: .venv test test-slow test-celery demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench-backfill bench constraints requirements clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-metrics    Prometheus scrape at 5,000 nodes x 4 tests vs a hand-written writer, same run"
 	@echo "make bench-page       fleet page at 5,000 nodes, as it comes vs uncached"
 	@echo "make bench-healthy    every suite 20x in CPU mode on this machine: false-failure rate"
+	@echo "make bench-backfill   the README's backfill recipe on a real Airflow scheduler: pairs per run"
 	@echo "make .venv            build the virtual environment only"
 
 .venv: $(STAMP)
@@ -93,6 +94,9 @@ bench-page: $(STAMP)
 
 bench-healthy: $(STAMP)
 	$(BIN)/python bench/bench_healthy.py
+
+bench-backfill: $(STAMP)
+	$(BIN)/python bench/bench_backfill.py
 
 bench: bench-store bench-discovery
 
