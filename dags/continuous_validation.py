@@ -56,6 +56,9 @@ taking nodes from users:
    user pod claiming the node stops the remaining suites. **finish_node** releases the node.
 6. **record** — one `validation_history` row per attempt, whatever happened.
 7. **summarize** / **verdict** — counts, newly failing nodes, coverage; the run's note says it too.
+   Beside them, opt-in: **quarantine** (setting `quarantine`) labels/taints nodes with confirmed
+   failures; **node_conditions** (setting `node_conditions`) sets every GPU node's
+   `ClusterDoctorHealthy` condition from its latest verdicts.
 
 **Reading the grid.** Each step of the `validate` group is labelled `node · test`. Green: the node
 passed. Red: the node failed a check or the suite errored — the end of the task log lists the failing
@@ -304,5 +307,18 @@ with DAG(
         store = runtime.results_store(found.settings.validation_db_conn_id)
         return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id)).to_dict()
 
+    # Opt-in (setting node_conditions): every GPU node's ClusterDoctorHealthy condition from its latest
+    # verdicts, for kubectl describe node, node-problem-detector consumers and autoscalers' node repair.
+    @task(multiple_outputs=False)
+    def node_conditions(recorded: dict) -> dict:
+        from cluster_doctor.airflow import conditions_task, runtime
+        from cluster_doctor.domain.payloads import Discovered
+
+        found = Discovered.from_xcom(pulled("discover"))
+        store = runtime.results_store(found.settings.validation_db_conn_id)
+        core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
+        return conditions_task.node_conditions(found, store, core_v1).to_dict()
+
     quarantine(recorded)
+    node_conditions(recorded)
     verdict(summarize(recorded))

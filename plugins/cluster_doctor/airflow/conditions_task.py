@@ -1,19 +1,7 @@
 """The body of the continuous_validation DAG's opt-in node_conditions task: after `record`, every GPU
 node's `ClusterDoctorHealthy` condition from the latest verdict of every enabled suite
 (cluster_doctor.kube.conditions). Off by default (setting node_conditions); makes no Kubernetes call
-then. Wired in the DAG beside quarantine:
-
-    @task(multiple_outputs=False)
-    def node_conditions(discovered: dict, recorded: dict) -> dict:
-        from cluster_doctor.airflow import conditions_task, runtime
-        from cluster_doctor.domain.payloads import Discovered
-
-        found = Discovered.from_xcom(discovered)
-        store = runtime.results_store(found.settings.validation_db_conn_id)
-        core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
-        return conditions_task.node_conditions(found, store, core_v1).to_dict()
-
-    node_conditions(discovered, recorded)
+then. The DAG's node_conditions task, beside quarantine after `record`, calls it.
 """
 
 from __future__ import annotations
