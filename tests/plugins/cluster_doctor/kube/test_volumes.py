@@ -70,6 +70,10 @@ def run_discover(cluster, settings: Settings | None = None) -> Discovered:
     return tasks.discover({}, settings or Settings(), cluster.core_v1(), now=NOW)
 
 
+# both nodes, each with every enabled suite (a chosen node runs its whole bundle)
+EVERY_PAIR = 2 * len(Settings().tests)
+
+
 def planned_pairs(discovered: Discovered) -> list[tuple[str, str]]:
     planned = tasks.prioritize(discovered, Latest(), now=NOW)
     return [(p.node_name, p.test_name) for p in planned.pairs]
@@ -90,7 +94,7 @@ def test_a_bound_claim_lets_every_pair_run_after_one_read(cluster):
     assert claim.usable and claim.certain and claim.detail.startswith("is Bound to ")
     # one read for the run, whatever the number of tests and nodes
     assert cluster.counters()["by_verb_resource"].get("get persistentvolumeclaims") == 1
-    assert len(planned_pairs(discovered)) == 2
+    assert len(planned_pairs(discovered)) == EVERY_PAIR
     assert verdict_of(discovered) is None
 
 
@@ -101,7 +105,7 @@ def test_a_pending_claim_waiting_for_its_first_consumer_lets_pods_run(cluster, v
     assert discovered.volumes.problem is None
     assert "Pending until its first pod (StorageClass local-nvme is WaitForFirstConsumer)" in \
         discovered.volumes.claims[0].detail
-    assert len(planned_pairs(discovered)) == 2
+    assert len(planned_pairs(discovered)) == EVERY_PAIR
 
 
 def test_an_unreadable_storage_class_means_cannot_tell_and_pods_run_with_a_warning(cluster, v1, storage, caplog):
@@ -114,7 +118,7 @@ def test_an_unreadable_storage_class_means_cannot_tell_and_pods_run_with_a_warni
     assert claim.usable and not claim.certain
     assert "StorageClass standard could not be read (Kubernetes API 403 Forbidden)" in claim.detail
     assert "cannot tell" in caplog.text and f"PVC {NS}/{PVC}" in caplog.text
-    assert len(planned_pairs(discovered)) == 2 and verdict_of(discovered) is None
+    assert len(planned_pairs(discovered)) == EVERY_PAIR and verdict_of(discovered) is None
 
 
 def test_pods_that_mount_no_claim_run_whatever_the_claim(cluster, v1, tmp_path):
@@ -129,7 +133,7 @@ def test_pods_that_mount_no_claim_run_whatever_the_claim(cluster, v1, tmp_path):
     discovered = run_discover(cluster, Settings(pod_template_file=str(path)))
     assert discovered.volumes.model_dump() == {"claims": [], "blocked_tests": [], "problem": None, "codes": []}
     assert "get persistentvolumeclaims" not in cluster.counters()["by_verb_resource"]
-    assert len(planned_pairs(discovered)) == 2
+    assert len(planned_pairs(discovered)) == EVERY_PAIR
 
 
 # ------------------------------------------------------------------------- claims that stop every pod
