@@ -36,6 +36,7 @@ from pydantic_settings import (
 from cluster_doctor.domain.conditions import ConditionPolicy
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
+from cluster_doctor.domain.peers import PEER_SUITE, PEER_TOPOLOGY_LABELS
 from cluster_doctor.domain.quarantine import QuarantinePolicy
 from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
 from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
@@ -87,6 +88,13 @@ def _label_selector(selector: str) -> str:
         if not re.fullmatch(_SELECTOR_TERM, term.strip()):
             raise ValueError(f"invalid label selector term {term.strip()!r}")
     return selector
+
+
+def _node_suites(value: list[str]) -> list[str]:
+    if PEER_SUITE in value:
+        raise ValueError(f"{PEER_SUITE} runs between two nodes, scheduled by peer_tests / peer_cadence_days, "
+                         "not as one of a node's suites")
+    return value
 
 
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -166,9 +174,25 @@ class Settings(BaseSettings):
     bundle_ahead_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         48.0, "A chosen node's suites that would be due within this long run with its due ones, so its "
               "suites fall due together and one free window serves them all (0: only the due ones).")
-    tests: Annotated[list[str], Field(min_length=1)] = _setting(
+    tests: Annotated[list[str], Field(min_length=1), AfterValidator(_node_suites)] = _setting(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
+    # --- peer tests: two nodes at a time (issue 23 §2, cluster_doctor.domain.peers) ---
+    peer_tests: bool = _setting(
+        False, "Peer tests (suite `fabric_peer`): free nodes of one GPU model are paired and run a two-node NCCL "
+               "all-reduce forced onto the network and an ib_write_bw per rail; a failed pair is blamed on a node "
+               "only once a third node was tried with each side (until then both are `suspect`). Off by default: "
+               "each test holds two free nodes and two pool slots at once and needs an RDMA fabric between nodes "
+               "(include/k8s, `pod_resources`); on a cluster without one every pair would be suspect.")
+    peer_cadence_days: PositiveNumber = _setting(
+        7.0, "A node's peer test is due again after this long (a suspect one at once, with a node it was not "
+             "tested with).")
+    peer_max_per_run: PositiveInt = _setting(4, "At most this many peer tests (node pairs) are planned per run.")
+    peer_topology_labels: list[Name] = _setting(
+        list(PEER_TOPOLOGY_LABELS),
+        "Node labels naming a node's leaf switch, narrowest first: a node is paired with one under another leaf "
+        "(the first label both carry differs) so the test crosses the spine. Defaults: NVIDIA Topograph's "
+        "leaf (and its former block name) and EKS's bottom network layer.")
     # --- how pods are run ---
     pool: Name = _setting("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default).",
                           parse_time=True)
@@ -182,7 +206,7 @@ class Settings(BaseSettings):
                                              parse_time=True)
     suite_timeouts_s: dict[str, PositiveInt] = _setting(
         {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900, "nvbandwidth": 900,
-         "ib_health": 120},
+         "ib_health": 120, "fabric_peer": 900},
         "Run-time budget of each suite once its pod is Running (pod activeDeadlineSeconds adds the "
         "pending timeout; the task's execution_timeout adds both plus `task_margin_s`), read at run time.")
     task_margin_s: PositiveInt = _setting(

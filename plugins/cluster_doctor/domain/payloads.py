@@ -9,7 +9,8 @@ lists) written before payloads were typed; version 1 has the same keys plus ``ve
 The chain: ``Discovered`` (discover) → ``Latest`` (load_latest) → ``Plan`` (prioritize) →
 ``Bundle`` per node (ship_suites → the mapped validate task group, ``RunConfig`` inside; ``Validation``
 is one step's arguments) →
-``Recorded`` (record) → ``RunSummary`` (summarize → verdict); ``OrphanReport`` (reap_orphans).
+``Recorded`` (record) → ``RunSummary`` (summarize → verdict); ``OrphanReport`` (reap_orphans);
+``PeerPlan`` (the run's peer tests, issue 23 §2).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import (
 from cluster_doctor.domain.attempts import Attempt, parse_timestamp
 from cluster_doctor.domain.config import Settings, describe_errors
 from cluster_doctor.domain.nodes import compress, expand, natural, parse_node_range
+from cluster_doctor.domain.peers import PeerMatch
 from cluster_doctor.domain.planning import RunParams
 
 CURRENT = 1
@@ -310,6 +312,21 @@ class Plan(Payload):
     def nodes(self) -> list[str]:
         """The planned nodes, in plan order."""
         return list(dict.fromkeys(p.node_name for p in self.pairs))
+
+
+# ---------------------------------------------------------------------------- peer tests (issue 23 §2)
+class PeerPlan(Payload):
+    """The run's peer tests (``peers.match_peers``) → the peer launcher: each match's two nodes run
+    ``fabric_peer`` together. ``settings``: the run's (its peer settings and pod settings)."""
+
+    planned_at: Timestamp
+    settings: RunSettings | None = None
+    matches: list[PeerMatch] = Field(default_factory=list)
+    why_empty: str | None = None  # one line when nothing was matched
+
+    def nodes(self) -> list[str]:
+        """Every node of the planned peer tests, in plan order."""
+        return [n for m in self.matches for n in m.nodes]
 
 
 # ---------------------------------------------------------------------------- ship_suites → validate

@@ -13,6 +13,7 @@ import pathlib
 from importlib import resources
 
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.peers import PEER_SUITE
 
 # Package data of the installed distribution (its result schema, codes and baselines are read from
 # here too). setuptools installs packages as plain directories (editable or not), so this is a real
@@ -95,7 +96,20 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         module="cluster_doctor_suites.ib_health", cpu="1", memory="1Gi",
         key_metrics=("ib_ports_active", "ib_counter_growth"),
     ),
+    # Not one of a node's suites (never in `tests`): two nodes run it together, planned by peer cadence
+    # (cluster_doctor.domain.peers, settings peer_*); each side's row names the other in `peer`.
+    Suite(
+        name=PEER_SUITE,
+        title="Fabric between two nodes (peer test)",
+        description="Two free nodes of one GPU model: a two-node NCCL all-reduce forced onto the network "
+                    "(P2P, SHM and NVLS off) and an ib_write_bw per rail between them, against floors from the "
+                    "HCA rate; a failure is blamed on a node only once a third node was tried with each side "
+                    "(until then both are suspect).",
+        module="cluster_doctor_suites.fabric_peer", cpu="8", memory="64Gi",
+        key_metrics=("peer_nccl_busbw_gbps", "peer_ib_bw_min_gbps"),
+    ),
 )}
+PEER_SUITES = (PEER_SUITE,)
 
 
 def get(name: str) -> Suite:

@@ -8,7 +8,9 @@ from cluster_doctor.kube import suite_code
 
 def test_catalog_lists_the_suites_with_image_resources_and_timeouts():
     settings = Settings()
-    assert set(suites.CATALOG) == {"dl_unit", "nccl_loopback", "storage_fio", "gpu_health", "nvbandwidth", "ib_health"}
+    assert set(suites.CATALOG) == {"dl_unit", "nccl_loopback", "storage_fio", "gpu_health", "nvbandwidth", "ib_health",
+                                   "fabric_peer"}
+    assert suites.PEER_SUITES == ("fabric_peer",)  # between two nodes: planned by peer cadence, never in `tests`
     assert set(settings.suite_timeouts_s) == set(suites.CATALOG)  # each its own budget, none the fallback
     # the fabric suites are in the catalog, enabled by a deployment's `tests`, not by default
     assert settings.tests == ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
