@@ -222,7 +222,8 @@ class PodRuntime:
         self.script = self.k.simulated.get(self.uid) or self.k.scripts.match(
             self.node, pod["metadata"].get("labels") or {}, self.uid, KUBELET_ACTIONS)
         action = (self.script or {}).get("action", "exec")
-        self.start_time, self.host_ip, self.pod_ip = time.time(), self.k.host_ip(self.node), self.k.allocate_ip(self.node)
+        self.start_time, self.host_ip = time.time(), self.k.host_ip(self.node)
+        self.pod_ip = self.k.allocate_ip(self.node, loopback=action == "exec")
         self._build_containers(pod)
         self.push()
         if action == "never_start":
@@ -392,10 +393,13 @@ class Kubelet:
                a.get("type") == "InternalIP"] if v else []
         return ips[0] if ips else _ip(node, "10.0.{0}.{1}")
 
-    def allocate_ip(self, node: str) -> str:
+    def allocate_ip(self, node: str, *, loopback: bool = False) -> str:
+        """The pod's IP, from the node's pod CIDR (10.x.y.0/24). A pod run as a local process (exec mode)
+        shares the host's network: it gets a loopback address (127.x.y.n) instead, which reaches whatever
+        it listens on at 0.0.0.0, so one pod can connect to another by its status.podIP, as on a cluster."""
         with self.lock:
             n = self._ips[node] = self._ips.get(node, 1) % 250 + 1
-        return _ip(node, "10.{2}.{1}.") + str(n + 1)
+        return _ip(node, "127.{2}.{1}." if loopback else "10.{2}.{1}.") + str(n + 1)
 
     def missing_configmap(self, pod) -> tuple[str, str] | None:
         ns = pod["metadata"]["namespace"]
