@@ -47,6 +47,8 @@ SUITE_CAPABILITIES: dict[str, tuple[str, ...]] = {
     # `ethtool -S`, which needs no capability to read statistics)
     "nvbandwidth": (),
     "ib_health": (),
+    # the two-node NCCL all-reduce and ib_write_bw register (pin) their buffers with the HCAs, as nccl_loopback
+    "fabric_peer": ("IPC_LOCK",),
 }
 # The conventional "nonroot" UID/GID of distroless images; the GPU device nodes are world-usable and
 # fsGroup makes the results volume group-writable for it.

@@ -158,7 +158,8 @@ def test_every_suites_pod_is_hardened(test_name):
 
 def test_which_suite_needs_which_capability():
     assert podspec.SUITE_CAPABILITIES == {"gpu_health": ("SYSLOG",), "nccl_loopback": ("IPC_LOCK",),
-                                          "dl_unit": (), "storage_fio": (), "nvbandwidth": (), "ib_health": ()}
+                                          "dl_unit": (), "storage_fio": (), "nvbandwidth": (), "ib_health": (),
+                                          "fabric_peer": ("IPC_LOCK",)}
     assert set(podspec.SUITE_CAPABILITIES) == set(suites.CATALOG)
 
 
@@ -274,7 +275,8 @@ def test_without_extra_capabilities_every_pod_meets_baseline_and_most_restricted
     assert {t: pss_level(render(t, settings)) for t in suites.CATALOG} == {t: "restricted" for t in suites.CATALOG}
     defaults = {t: pss_level(render(t)) for t in suites.CATALOG}
     assert defaults == {"dl_unit": "restricted", "storage_fio": "restricted", "gpu_health": "privileged",
-                        "nccl_loopback": "privileged", "nvbandwidth": "restricted", "ib_health": "restricted"}
+                        "nccl_loopback": "privileged", "nvbandwidth": "restricted", "ib_health": "restricted",
+                        "fabric_peer": "privileged"}
 
 
 def test_the_namespace_audits_against_the_strictest_level():
