@@ -150,11 +150,13 @@ class Attempt:
     action: str | None = None
     incomplete: bool | None = None
     checks_not_run: int | None = None
+    # a peer test (suite fabric_peer, issue 23 §2): the other node of the test; None for a node's own suites
+    peer: str | None = None
 
     COLUMNS = (
         "node_name", "test_name", "status", "started_at", "finished_at", "duration_s", "metrics",
         "checks", "reason", "log_path", "pod_name", "gpu_model", "gpu_count", "suite_version", "dag_id",
-        "run_id", "map_index", "try_number", "action", "incomplete", "checks_not_run",
+        "run_id", "map_index", "try_number", "action", "incomplete", "checks_not_run", "peer",
     )
     # Derived from the other columns: never a reason to call two writes of one attempt different.
     DERIVED = ("action", "incomplete", "checks_not_run")
@@ -207,6 +209,13 @@ class Attempt:
                 raise InvalidAttempt(f"{field}: expected an integer in [{INT_MIN}, {INT_MAX}], got {_short(value)}")
         if self.try_number < 0:
             raise InvalidAttempt(f"try_number: must be >= 0, got {self.try_number}")
+        if self.peer is not None:
+            try:
+                validate_node_name(self.peer)
+            except ValueError as exc:
+                raise InvalidAttempt(f"peer: {exc}") from None
+            if self.peer == self.node_name:
+                raise InvalidAttempt(f"peer: a node is not its own peer ({self.peer})")
         self._judge_completeness()
 
     def _judge_completeness(self) -> None:
@@ -298,6 +307,7 @@ def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
         "gpu_model": result.get("gpu_model") or environment.get("gpu_model"),
         "gpu_count": result.get("gpu_count") if result.get("gpu_count") is not None else environment.get("gpu_count"),
         "suite_version": result.get("suite_version"),
+        "peer": result.get("peer"),
     }
     checks = fields["checks"] if isinstance(fields["checks"], list) else []
     fields["action"] = actions.for_attempt(status, result, checks)

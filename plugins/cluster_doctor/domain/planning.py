@@ -103,6 +103,10 @@ def _tests(raw: Any, settings: Settings) -> list[str]:
     if unknown:
         raise InvalidParams(f"param tests: unknown suite(s) {', '.join(_shown(t) for t in unknown[:5])} "
                             f"(known: {', '.join(suites.CATALOG)})")
+    between = [t for t in tests if t in suites.PEER_SUITES]
+    if between:
+        raise InvalidParams(f"param tests: {', '.join(between)} runs between two nodes, planned by peer_tests / "
+                            "peer_cadence_days, not as one of a node's suites")
     return tests
 
 

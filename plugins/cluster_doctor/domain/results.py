@@ -28,6 +28,7 @@ an ``error`` check named ``reported_values``); a ``fail`` stays ``fail``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -40,6 +41,7 @@ from typing import Any
 
 from cluster_doctor.domain import actions, suites
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import EXECUTED, Status
 
 RESULT_PREFIX = "CLUSTER_DOCTOR_RESULT "
@@ -480,6 +482,7 @@ def to_attempt(
     map_index: int = -1,
     try_number: int = 1,
     now: dt.datetime | None = None,
+    peer: str | None = None,
 ) -> Attempt:
     """The attempt of one try. Never raises for anything in ``outcome``: should a value still be
     refused, the attempt is kept with the outcome's status (``error`` where the suite ran) and why.
@@ -499,7 +502,9 @@ def to_attempt(
                   checks_not_run=actions.not_run_count(summary, checks) if executed else None)
     identity = dict(node_name=node_name, test_name=test_name, gpu_count=gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=map_index, try_number=try_number,
-                    pod_name=_optional(pod_name))
+                    pod_name=_optional(pod_name),
+                    # a peer test's other node: the orchestrator's, else the suite's report (issue 23 §2)
+                    peer=_optional(peer) or _optional(summary.get("peer")))
     try:
         return Attempt(
             status=outcome.status,
@@ -522,6 +527,9 @@ def to_attempt(
         reason = clean_text(f"the pod's report could not be recorded as given ({exc}); "
                             f"it said: {outcome.status}: {outcome.reason or ''}", MAX_REASON)
         safe = {k: identity[k] for k in ("node_name", "test_name")}
+        if isinstance(peer, str) and peer and peer != node_name:
+            with contextlib.suppress(ValueError):
+                safe["peer"] = validate_node_name(peer)
         for key in ("dag_id", "run_id"):
             if isinstance(identity[key], str):
                 safe[key] = clean_text(identity[key], MAX_TEXT)

@@ -53,7 +53,7 @@ COLUMN_TYPES = {
     "finished_at": "timestamptz", "duration_s": "double precision", "metrics": "jsonb", "checks": "jsonb",
     "reason": "text", "log_path": "text", "pod_name": "text", "gpu_model": "text", "gpu_count": "integer",
     "suite_version": "text", "dag_id": "text", "run_id": "text", "map_index": "integer", "try_number": "integer",
-    "action": "text", "incomplete": "boolean", "checks_not_run": "integer",
+    "action": "text", "incomplete": "boolean", "checks_not_run": "integer", "peer": "text",
 }
 
 # The same semantics as validation_latest, computed straight from the history with no help from the

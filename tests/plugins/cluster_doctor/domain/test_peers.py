@@ -179,3 +179,25 @@ def test_peer_plan_round_trips_and_refuses_newer_versions():
     assert back == plan and back.nodes() == ["a", "b"]
     with pytest.raises(InvalidPayload, match="version 9"):
         PeerPlan.from_xcom({**plan.to_xcom(), "version": 9})
+
+
+def test_a_run_cannot_ask_for_the_peer_suite_as_a_node_suite():
+    from cluster_doctor.domain.planning import InvalidParams, parse_params
+
+    with pytest.raises(InvalidParams, match="fabric_peer runs between two nodes"):
+        parse_params({"tests": ["fabric_peer"]}, Settings(), now=T0)
+
+
+def test_the_attempt_names_its_peer_from_the_report_or_the_orchestrator():
+    from cluster_doctor.domain.attempts import from_suite_result
+    from cluster_doctor.domain.results import PodOutcome, to_attempt
+
+    report = {"node": "gpu-001", "suite": PEER_SUITE, "status": "fail", "finished_at": T0.isoformat(), "peer": "gpu-002"}
+    assert from_suite_result(report).peer == "gpu-002"
+    outcome = PodOutcome(status="fail", reason="low bandwidth", summary={"peer": "gpu-002"}, finished_at=T0)
+    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE).peer == "gpu-002"
+    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-009").peer == "gpu-009"
+    # the orchestrator knows the peer it paired: its name wins over whatever the report says
+    bad = PodOutcome(status="fail", reason="x", summary={"peer": "Not A Node"}, finished_at=T0)
+    kept = to_attempt(bad, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-003", now=T0)
+    assert kept.status == "fail" and kept.peer == "gpu-003"
