@@ -35,10 +35,12 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import (
     InvalidNodeName,
     InvalidNodeRange,
+    NodeRange,
     parse_node_range,
     shown,
     validate_node_name,
 )
+from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, roles, spool
@@ -368,9 +370,11 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     rows = store.latest(node_range=node_range, tests=args.test or None, statuses=args.status or None)
     now = dt.datetime.now(dt.UTC)
     with fleet.open_fleet(store.connect, tests=settings.tests, staleness=staleness, now=now,
-                          application_name="cluster-doctor-cli", gone_grace=inventory.grace(settings)) as q:
+                          application_name="cluster-doctor-cli", gone_grace=inventory.grace(settings),
+                          peer_window=fleet.peer_window(settings)) as q:
         known = q.inventory()
         summary = q.summary(slo_days=0)
+        peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
     attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
     unattempted = [] if args.status else [
@@ -387,6 +391,9 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     body = []
     for r in rows:
         status = _status_cell(r)
+        verdict = peer_verdicts.get(r["node_name"]) if r["test_name"] == PEER_SUITE else None
+        if verdict is not None and verdict.verdict != r["status"]:
+            status = f"{verdict.verdict}: {status}"  # a failed peer test not yet blamed: "suspect: fail ..."
         if r["status"] and now - r["finished_at"] > staleness:
             status += " (stale)"
         last = "" if r["last_attempt_at"] == r["finished_at"] and r["last_attempt_status"] == r["status"] else \
@@ -403,7 +410,21 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
     print(coverage_line(summary, days), file=out)
+    if settings.peer_tests:
+        print(peer_lines(peer_verdicts, node_range), file=out)
     return 0
+
+
+def peer_lines(verdicts: Mapping[str, PeerVerdict], node_range: NodeRange) -> str:
+    """The peer tests' verdicts: counts, then every suspect and blamed node with its peer and why."""
+    tested = {n: v for n, v in verdicts.items() if node_range.matches(n)}
+    counts = {k: sum(v.verdict == k for v in tested.values()) for k in ("suspect", "fail", "pass")}
+    lines = [f"peer tests: {counts['suspect']} suspect, {counts['fail']} blamed, {counts['pass']} passed "
+             f"({len(tested)} node(s) peer-tested)"]
+    for name in sorted((n for n, v in tested.items() if v.verdict != "pass"), key=fleet.natural_key):
+        v = tested[name]
+        lines.append(f"  {name}  {v.verdict}  with {v.peer}: {clean(v.reason)}")
+    return "\n".join(lines)
 
 
 def coverage_line(summary: Mapping[str, Any], days: float) -> str:

@@ -36,7 +36,8 @@ from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite, skip
 from cluster_doctor.domain.status import EXECUTED, Status
-from cluster_doctor.store import database, inventory, verdicts
+from cluster_doctor.domain.peers import PeerVerdict
+from cluster_doctor.store import database, inventory, peers, verdicts
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -148,7 +149,8 @@ class FleetQueries:
     """Read queries over one open connection (one consistent snapshot per page or scrape)."""
 
     def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime,
-                 snapshot_cache_s: float = 0.0, gone_grace: dt.timedelta = dt.timedelta(hours=24)):
+                 snapshot_cache_s: float = 0.0, gone_grace: dt.timedelta = dt.timedelta(hours=24),
+                 peer_window: dt.timedelta | None = None):
         if not tests:
             raise ValueError("at least one enabled test is needed")
         self.conn = conn
@@ -162,6 +164,9 @@ class FleetQueries:
         self._assessment: coverage.Assessment | None = None
         self._with_figures = False
         self._summary: dict[str, Any] | None = None
+        # peer tests (issue 23 §2): how far back their evidence reaches; None: peer tests are off
+        self.peer_window = peer_window
+        self._peers: dict[str, PeerVerdict] | None = None
         self.snapshot_cache_s = snapshot_cache_s
         self._cache_key: tuple | None = None
         self._version: tuple | None = None
@@ -396,6 +401,29 @@ class FleetQueries:
                 "stale": not coverage.is_fresh(status, finished, self.fresh_after),
                 "status_age_s": max(0.0, (self.now - since).total_seconds()) if since else None}
 
+    # ------------------------------------------------------------------ peer tests
+    @property
+    def peer_tests(self) -> bool:
+        return self.peer_window is not None
+
+    def peer_verdicts(self) -> dict[str, PeerVerdict]:
+        """Every peer-tested node's verdict (pass, fail, suspect: ``domain.peers.triangulate``) from the
+        evidence window; empty when peer tests are off."""
+        if self._peers is None:
+            self._peers = {}
+            if self.peer_window is not None:
+                with self.conn.cursor() as cur:
+                    self._peers = peers.triangulate(peers.peer_results(cur, since=self.now - self.peer_window),
+                                                    model_sizes=peers.model_sizes(cur))
+        return self._peers
+
+    def peer_counts(self) -> dict[str, int]:
+        """Peer-tested nodes by verdict (pass, fail, suspect), every verdict present."""
+        counts = dict.fromkeys(("pass", "fail", "suspect"), 0)
+        for v in self.peer_verdicts().values():
+            counts[v.verdict] += 1
+        return counts
+
     # ------------------------------------------------------------------ one node
     def node(self, node_name: str) -> dict[str, Any] | None:
         """The node's latest state per test (enabled tests first, then any other recorded suite)."""
@@ -434,7 +462,7 @@ class FleetQueries:
         validate_node_name(node_name)
         sql = ("SELECT id, node_name, test_name, status, started_at, finished_at, duration_s, metrics, reason, "
                "       log_path, pod_name, gpu_model, gpu_count, suite_version, dag_id, run_id, map_index, "
-               "       try_number, action, "
+               "       try_number, action, peer, "
                # rows from before migration 0004: the not-run count from their skip checks
                "       cluster_doctor_incomplete(status, incomplete, checks_not_run, checks) AS incomplete, "
                "       cluster_doctor_checks_not_run(status, checks_not_run, checks) AS checks_not_run "
@@ -523,6 +551,7 @@ def open_fleet(
     application_name: str = "cluster-doctor-ui",
     snapshot_cache_s: float = 0.0,
     gone_grace: dt.timedelta = dt.timedelta(hours=24),
+    peer_window: dt.timedelta | None = None,
 ) -> Iterator[FleetQueries]:
     """A read-only, snapshot-consistent FleetQueries on a fresh connection, closed afterwards.
     ``snapshot_cache_s`` > 0 lets it reuse a recent request's fleet snapshot (PAGE_SNAPSHOT_CACHE_S).
@@ -542,7 +571,7 @@ def open_fleet(
             cur.execute("SELECT set_config('jit', 'off', true)")
         require_schema(conn, str(connect))
         yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
-                           snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace)
+                           snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace, peer_window=peer_window)
     finally:
         with contextlib.suppress(Exception):
             conn.rollback()
@@ -553,7 +582,15 @@ def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | st
              application_name: str = "cluster-doctor-ui",
              snapshot_cache_s: float = 0.0) -> contextlib.AbstractContextManager[FleetQueries]:
     """open_fleet with the enabled suites, the staleness threshold and the gone nodes' grace period of a
-    config.Settings."""
+    config.Settings (and, with ``peer_tests`` on, the peer tests' evidence window)."""
     return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
                       application_name=application_name, snapshot_cache_s=snapshot_cache_s,
-                      gone_grace=inventory.grace(settings))
+                      gone_grace=inventory.grace(settings), peer_window=peer_window(settings))
+
+
+def peer_window(settings: Any) -> dt.timedelta | None:
+    """How far back peer-test evidence counts (``store.peers.EVIDENCE_CADENCES`` cadences); None when
+    ``peer_tests`` is off."""
+    if not getattr(settings, "peer_tests", False):
+        return None
+    return dt.timedelta(days=peers.EVIDENCE_CADENCES * float(settings.peer_cadence_days))

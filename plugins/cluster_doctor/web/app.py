@@ -332,7 +332,16 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
         "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
+        "peer_title": lambda v: peer_title(now, v),
     }
+
+
+def peer_title(now: dt.datetime, verdict: Any) -> str:
+    """The hover text of a peer-test verdict: what it says, with whom, when."""
+    if verdict is None:
+        return "never peer-tested"
+    return _clip(f"{verdict.verdict}: {verdict.reason} · latest with {verdict.peer}, "
+                 f"{format_age((now - verdict.finished_at).total_seconds())} ago", 400)
 
 
 def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
@@ -377,7 +386,7 @@ def fleet_page(
     form = _Form(nodes=nodes.strip(), status=status, gpu_model=gpu_model, per_page=per_page, page=page)
     ctx = common(request, now, carry=form.query())
     ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
-               tests=[], filtered=False,
+               tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={},
                fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
     code = 200
     try:
@@ -389,7 +398,9 @@ def fleet_page(
     try:
         settings, connect = backend.load()
         with fleet.open_for(settings, connect, now=now, snapshot_cache_s=fleet.PAGE_SNAPSHOT_CACHE_S) as q:
-            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests)
+            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests, peer_tests=q.peer_tests)
+            if q.peer_tests:  # issue 23 §2: the peer-test verdict of every peer-tested node
+                ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
             if flt is not None:
                 page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
                 ctx.update(page=page_, filtered=flt.active)
@@ -421,7 +432,7 @@ def node_page(
         raise HTTPException(status_code=400, detail=str(exc)) from None
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
-    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[],
+    ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[], peer=None,
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -431,7 +442,7 @@ def node_page(
             if node is not None:
                 plots, missing = node_plots(fq, node, settings, test or None)
                 ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit), plots=plots,
-                           plots_missing=missing)
+                           plots_missing=missing, peer=fq.peer_verdicts().get(node_name))
     except Exception as exc:  # noqa: BLE001
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)
