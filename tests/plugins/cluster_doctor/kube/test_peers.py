@@ -1,0 +1,202 @@
+"""The peer-test launcher (issue 23 §2) against the Kubernetes API emulator with the real client: both
+pods start (the client with the server pod's IP), a user pod claiming either node stops both, a side
+that never schedules gives up on both, one side ending stops the other, and no pod is ever left."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import peers, retry
+from k8s_emulator import EmulatorProcess
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.conftest import summary
+
+NS = "cluster-doctor"
+PVC = "cluster-doctor-results"
+GPUS = {"gpu-001": (8, "NVIDIA-H100-80GB-HBM3"), "gpu-002": (8, "NVIDIA-H100-80GB-HBM3")}
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))},
+                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05,
+                                   "static_termination_seconds": 0.05}) as emu:
+        yield emu
+
+
+@pytest.fixture
+def cluster(emulator):
+    emulator.reset()
+    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
+    for node in GPUS:
+        emulator.add_gpu_node(node)
+    yield emulator
+    assert [p["name"] for p in emulator.live_pods("app.kubernetes.io/name=cluster-doctor")] == []
+
+
+class Recorder:
+    """The client, recording every pod it creates."""
+
+    def __init__(self, api, fail_create_of: str | None = None):
+        self.api, self.created, self.fail_create_of = api, [], fail_create_of
+
+    def __getattr__(self, name):
+        return getattr(self.api, name)
+
+    def create_namespaced_pod(self, namespace, body):
+        role = body["metadata"]["labels"][peers.ROLE_LABEL]
+        if role == self.fail_create_of:
+            raise ApiException(status=500, reason="Internal Server Error")
+        self.created.append(body)
+        return self.api.create_namespaced_pod(namespace, body)
+
+
+def launch(cluster, *, settings=None, api=None, **kw):
+    s = settings or Settings(pending_timeout_s=20, availability_check_s=1, suite_device="cpu")
+    server, client = peers.sides("gpu-001", "gpu-002", GPUS)
+    launcher = peers.PeerLauncher(api or Recorder(retry.wrap(cluster.core_v1())), s, server, client,
+                                  run_id="manual__1", configmap="cluster-doctor-suites-0", suite_version="sha256:0",
+                                  poll_s=0.1, **kw)
+    return launcher, launcher.run()
+
+
+def passing(cluster, node, peer, *, run_seconds=0.3):
+    text = json.loads(summary(node, "fabric_peer", checks=[{"name": "nccl_allreduce", "status": "pass"}]))
+    text["peer"] = peer
+    cluster.set_script(node, "exit", exit_code=0, run_seconds=run_seconds,
+                       termination_message=json.dumps(text, separators=(",", ":")))
+
+
+def env(pod):
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_both_sides_start_the_client_with_the_servers_ip_and_each_result_names_its_peer(cluster):
+    passing(cluster, "gpu-001", "gpu-002")
+    passing(cluster, "gpu-002", "gpu-001")
+
+    launcher, result = launch(cluster)
+
+    assert [(s.side.node_name, s.outcome.status) for s in result.sides] == [("gpu-001", "pass"), ("gpu-002", "pass")]
+    assert [s.outcome.summary["peer"] for s in result.sides] == ["gpu-002", "gpu-001"]
+    server_pod, client_pod = launcher.core_v1.created
+    assert env(server_pod)["CLUSTER_DOCTOR_PEER_ROLE"] == "server" and "CLUSTER_DOCTOR_PEER_ADDRESS" not in env(server_pod)
+    assert env(server_pod)["CLUSTER_DOCTOR_PEER_NODE"] == "gpu-002"
+    assert env(client_pod)["CLUSTER_DOCTOR_PEER_ROLE"] == "client"
+    assert env(client_pod)["CLUSTER_DOCTOR_PEER_NODE"] == "gpu-001"
+    assert env(client_pod)["CLUSTER_DOCTOR_PEER_ADDRESS"] == launcher.last["server"]["status"]["podIP"]
+    assert env(client_pod)["CLUSTER_DOCTOR_PEER_PORT"] == "29500"
+    for pod, node in ((server_pod, "gpu-001"), (client_pod, "gpu-002")):  # an ordinary validation pod
+        assert pod["spec"]["priorityClassName"] == "cluster-doctor-preemptible"
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [node]
+        assert not pod["spec"].get("hostNetwork")
+    history = sorted(cluster.pod_history("app.kubernetes.io/name=cluster-doctor"), key=lambda p: p["created"])
+    assert [p["labels"][peers.ROLE_LABEL] for p in history] == ["server", "client"]
+    assert [p["labels"][peers.PEER_LABEL] for p in history] == ["gpu-002", "gpu-001"]
+    assert result.gang is None  # the emulator serves no gang scheduler
+
+
+def test_a_user_pod_claiming_one_node_stops_both_sides(cluster):
+    cluster.set_script("*", "run")  # both sides would run on and on
+
+    def claim():
+        cluster.wait_for(lambda: sum(p["phase"] == "Running" for p in cluster.live_pods(
+            "app.kubernetes.io/name=cluster-doctor")) == 2, timeout=20, message="both sides running")
+        cluster.add_user_pod("gpu-002", name="trainer-0")
+
+    watcher = threading.Thread(target=claim)
+    watcher.start()
+    _, result = launch(cluster)
+    watcher.join(timeout=10)
+
+    assert [s.outcome.status for s in result.sides] == ["preempted", "preempted"]
+    for side in result.sides:
+        assert side.outcome.reason.startswith("a user pod claimed gpu-002 (default/trainer-0 requests 8 nvidia.com/gpu)")
+
+
+def test_a_side_that_never_schedules_gives_up_on_both_after_the_pending_timeout(cluster):
+    cluster.set_script("gpu-001", "run")
+    cluster.set_script("gpu-002", "never_schedule", message="0/2 nodes are available: 1 Insufficient rdma/ib.")
+
+    _, result = launch(cluster, settings=Settings(pending_timeout_s=3, availability_check_s=1, suite_device="cpu"))
+
+    assert [s.outcome.status for s in result.sides] == ["timeout", "timeout"]
+    reason = result.server.outcome.reason
+    assert reason.startswith("both pods of a peer test must be Running within 3 s: the client pod on gpu-002 was "
+                             "still Pending (last scheduler message: 0/2 nodes are available")
+    assert reason.endswith("; both pods deleted") and result.client.outcome.reason == reason
+
+
+def test_one_side_ending_stops_the_other(cluster, monkeypatch):
+    monkeypatch.setattr(peers, "PEER_GRACE_S", 1)
+    cluster.set_script("gpu-001", "crash", run_seconds=2)  # after the client started
+    cluster.set_script("gpu-002", "run")
+
+    _, result = launch(cluster)
+
+    assert result.server.outcome.status == "error"
+    client = result.client.outcome
+    assert client.status == "error"
+    assert client.reason == ("stopped 1 s after its peer gpu-001's side ended first (error: the suite exited 139 "
+                             "without a result: Segmentation fault (core dumped)); pod deleted")
+
+
+def test_a_node_taken_before_the_start_creates_no_pod(cluster):
+    cluster.add_user_pod("gpu-001", name="trainer-0")
+
+    launcher, result = launch(cluster)
+
+    assert [s.outcome.status for s in result.sides] == ["skipped", "skipped"]
+    assert result.server.outcome.reason == ("gpu-001 is no longer free (default/trainer-0 requests 8 nvidia.com/gpu); "
+                                            "no pod created")
+    assert launcher.core_v1.created == []
+
+
+def test_an_error_half_way_still_deletes_the_pod_already_created(cluster):
+    cluster.set_script("*", "run")
+    api = Recorder(retry.wrap(cluster.core_v1(), retry.RetryPolicy(attempts=1)), fail_create_of="client")
+
+    launcher, result = launch(cluster, api=api)
+
+    assert [s.outcome.status for s in result.sides] == ["skipped", "skipped"]
+    assert result.server.outcome.reason.startswith("orchestration error: ")
+    assert [p["metadata"]["labels"][peers.ROLE_LABEL] for p in api.created] == ["server"]
+    # the cluster fixture asserts no validation pod is left
+
+
+def test_gang_scheduling_is_detected_from_api_discovery(monkeypatch):
+    groups = []
+
+    class Apis:
+        def __init__(self, _client):
+            pass
+
+        def get_api_versions(self):
+            return k8s.V1APIGroupList(groups=[k8s.V1APIGroup(name=n, versions=[
+                k8s.V1GroupVersionForDiscovery(group_version=f"{n}/{v}", version=v)]) for n, v in groups])
+
+    class Custom:
+        def __init__(self, _client):
+            pass
+
+        def get_api_resources(self, group, version):
+            return k8s.V1APIResourceList(group_version=f"{group}/{version}", resources=[k8s.V1APIResource(
+                kind="PodGroup", name="podgroups", namespaced=True, singular_name="podgroup", verbs=["get"])])
+
+    monkeypatch.setattr(k8s, "ApisApi", Apis)
+    monkeypatch.setattr(k8s, "CustomObjectsApi", Custom)
+    core = type("Core", (), {"api_client": None})()
+    assert peers.gang_scheduler(core) is None
+    groups[:] = [("kueue.x-k8s.io", "v1beta1")]
+    assert peers.gang_scheduler(core) == "kueue"
+    groups[:] = [("scheduling.x-k8s.io", "v1alpha1")]
+    assert peers.gang_scheduler(core) == "coscheduling"
