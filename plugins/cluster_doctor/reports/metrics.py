@@ -215,6 +215,20 @@ def reservation_family(idle_gpu_hours: float | None) -> Metric:
     return family
 
 
+def peer_family(counts: Mapping[str, int] | None) -> Metric:
+    """Peer tests (issue 23 §2): peer-tested nodes by verdict, suspects (a failed peer test not yet blamed
+    on either side) apart from blamed nodes; every verdict 0 while peer tests are off. ``counts`` None:
+    the family without samples (describe)."""
+    family = GaugeMetricFamily(
+        f"{PREFIX}_fleet_peer_nodes", "Peer-tested GPU nodes by the verdict of their peer tests: pass, fail "
+        "(blamed by triangulation) or suspect (a failed peer test not yet blamed on either side).",
+        labels=["verdict"])
+    if counts is not None:
+        for verdict in ("pass", "fail", "suspect"):
+            family.add_metric([verdict], float(counts.get(verdict, 0)))
+    return family
+
+
 def skipped_family() -> Metric:
     family = CounterMetricFamily(
         f"{PREFIX}_skipped_values", "Stored values left out of pages, reports and scrapes because they cannot "
@@ -274,6 +288,7 @@ class ClusterDoctorCollector(Collector):
         query the database): the registry learns the names, so the library's ``name[]`` filter works."""
         yield from build_families(collections.defaultdict(lambda: None), [], list(suites.CATALOG))
         yield reservation_family(None)
+        yield peer_family(None)
         if self.spool_provider is not None:
             yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
@@ -281,7 +296,8 @@ class ClusterDoctorCollector(Collector):
     def _families(self) -> list[Metric]:
         settings = self.settings_provider()
         connect = self.connector_provider(settings)
-        key = (str(connect), tuple(settings.tests), settings.staleness_days)
+        key = (str(connect), tuple(settings.tests), settings.staleness_days, settings.peer_tests,
+               settings.peer_cadence_days)
         with self._lock:  # concurrent scrapes wait for one query set instead of running their own
             cached = self._cache
             if cached and cached[0] == key and time.monotonic() - cached[1] < self.cache_ttl_s:
@@ -290,7 +306,9 @@ class ClusterDoctorCollector(Collector):
                                 application_name="cluster-doctor-metrics") as queries:
                 summary = queries.summary()
                 pairs = queries.pairs()
+                peer_counts = queries.peer_counts()
             families = build_families(summary, pairs, queries.tests)
+            families.append(peer_family(peer_counts))
             families.append(reservation_family(reservations.idle_total(connect)))
             self._cache = (key, time.monotonic(), families) if self.cache_ttl_s > 0 else None
             return families

@@ -1,0 +1,26 @@
+"""Peer tests in the metrics (issue 23 §2): suspects counted apart from blamed nodes."""
+
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.reports import metrics
+
+from tests.plugins.cluster_doctor.reports.test_metrics import samples
+from tests.plugins.cluster_doctor.web.test_peer_page import both
+from tests.ui import fleet_seed as seed
+
+
+def scrape(dsn, settings):
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(lambda s: dsn, lambda: settings,
+                                                                    clock=lambda: seed.NOW))
+    return samples(metrics.render(registry, None)[0].decode())
+
+
+def verdicts(series):
+    return {dict(labels)["verdict"]: v for (name, labels), v in series.items()
+            if name == "cluster_doctor_fleet_peer_nodes"}
+
+
+def test_peer_nodes_by_verdict(store, db_dsn):
+    store.record(both("gpu-001", "gpu-002", "fail", 30) + both("gpu-001", "gpu-003", "fail", 20)
+                 + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5))
+    assert verdicts(scrape(db_dsn, Settings(peer_tests=True))) == {"pass": 2, "fail": 1, "suspect": 2}
+    assert verdicts(scrape(db_dsn, Settings())) == {"pass": 0, "fail": 0, "suspect": 0}  # off
