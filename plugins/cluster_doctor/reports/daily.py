@@ -56,6 +56,7 @@ from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
 from cluster_doctor.store import files
 from cluster_doctor.store import inventory
+from cluster_doctor.store import peers
 from cluster_doctor.store.fleet import GPU_SECONDS
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -202,8 +203,10 @@ def build(
     now: dt.datetime | None = None,
     gone_grace_hours: float = 24.0,
     max_rows: int = DEFAULT_MAX_ROWS,
+    peer_window_days: float | None = None,
 ) -> dict[str, Any]:
-    """Everything the daily report shows, as a JSON-able dict (the renderers read only this)."""
+    """Everything the daily report shows, as a JSON-able dict (the renderers read only this).
+    ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off)."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     day = parse_day(day)
     start = _start_of(day)
@@ -239,6 +242,7 @@ def build(
             model_metrics = _rows(cur, MODEL_METRICS_SQL, {
                 **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})
             reserved = _reservations(cur, window, counted.values())
+            peer_section = _peers(cur, as_of, peer_window_days) if peer_window_days else None
         conn.rollback()
 
     fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
@@ -282,7 +286,29 @@ def build(
         "fleet": fleet_section,
         "max_rows": max_rows,
         "reservations": reserved,
+        "peers": peer_section,
     }
+
+
+def _peers(cur, as_of: dt.datetime, window_days: float) -> dict[str, Any]:
+    """Peer tests (issue 23 §2) as of the report's end: nodes by verdict, the suspect and blamed ones
+    named with their latest peer."""
+    rows = [r for r in peers.peer_results(cur, since=as_of - dt.timedelta(days=window_days)) if r.finished_at < as_of]
+    found = peers.triangulate(rows, model_sizes=peers.model_sizes(cur))
+    named = {k: [f"{n} (with {v.peer})" for n, v in sorted(found.items(), key=lambda kv: _node_key(kv[0]))
+                 if v.verdict == k] for k in ("suspect", "fail")}
+    return {"nodes": len(found), "pass": sum(v.verdict == "pass" for v in found.values()),
+            "suspect": named["suspect"], "fail": named["fail"]}
+
+
+def peer_line(p: Mapping[str, Any], limit: int = 10) -> str:
+    def listed(names: Sequence[str]) -> str:
+        more = f", … {len(names) - limit} more" if len(names) > limit else ""
+        return f": {', '.join(names[:limit])}{more}" if names else ""
+
+    return (f"Peer tests: {p['nodes']} node(s) peer-tested, {p['pass']} passed, {len(p['fail'])} blamed"
+            f"{listed(p['fail'])}; {len(p['suspect'])} suspect (failed, not yet blamed on either side)"
+            f"{listed(p['suspect'])}")
 
 
 RESERVATIONS_SQL = """
@@ -555,6 +581,8 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
         out.append(("p", "No attempt finished on this day.", ""))
     if data.get("reservations"):
         out.append(("p", reservation_line(data["reservations"]), ""))
+    if data.get("peers"):
+        out.append(("p", peer_line(data["peers"]), ""))
 
     out.append(("h2", "Failures of the day"))
     if not data["failures"]:
@@ -694,7 +722,9 @@ def run(
     now = now or dt.datetime.now(dt.UTC)
     day = parse_day(day) if day else default_day(data_interval_end, now)
     data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
-                 gone_grace_hours=settings.gone_node_grace_hours)
+                 gone_grace_hours=settings.gone_node_grace_hours,
+                 peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
+                                   if getattr(settings, "peer_tests", False) else None))
     if spool is not None:
         data["spool"] = spool_data(spool, now)
     paths = write(data, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir))

@@ -24,3 +24,17 @@ def test_peer_nodes_by_verdict(store, db_dsn):
                  + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5))
     assert verdicts(scrape(db_dsn, Settings(peer_tests=True))) == {"pass": 2, "fail": 1, "suspect": 2}
     assert verdicts(scrape(db_dsn, Settings())) == {"pass": 0, "fail": 0, "suspect": 0}  # off
+
+
+def test_the_daily_report_has_one_peer_line(store, db_dsn):
+    from cluster_doctor.reports import daily
+
+    store.record(both("gpu-001", "gpu-002", "fail", 30) + both("gpu-001", "gpu-003", "fail", 20)
+                 + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5))
+    day = seed.NOW.date()
+    data = daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=seed.NOW, peer_window_days=28)
+    line = daily.peer_line(data["peers"])
+    assert line == ("Peer tests: 5 node(s) peer-tested, 2 passed, 1 blamed: gpu-001 (with gpu-003); 2 suspect "
+                    "(failed, not yet blamed on either side): gpu-004 (with gpu-005), gpu-005 (with gpu-004)")
+    assert line in daily.render_markdown(data)
+    assert daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=seed.NOW)["peers"] is None
