@@ -9,7 +9,7 @@ SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: .venv test test-slow test-celery demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench-backfill bench constraints requirements clean help
+.PHONY: .venv test test-slow test-celery screenshots demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench-backfill bench constraints requirements clean help
 
 help:
 	@echo "make demo             run the continuous_validation DAG once on a simulated cluster"
@@ -18,6 +18,7 @@ help:
 	@echo "make test             the test suite (real Postgres, Kubernetes API emulator, CPU suites)"
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make test-celery      the DAG under CeleryExecutor, 2 workers + Redis, with a results-DB outage"
+	@echo "make screenshots      the README's Graph view picture, from the real Airflow UI (docs/images/)"
 	@echo "make bench-store      validation_latest view vs naive query on ~10M history rows"
 	@echo "make bench-discovery  discovery at 5,000 nodes / 150,000 pods: memory, time vs one raw list, XCom"
 	@echo "make bench-guards     one validation's node re-checks at 5,000 nodes / 150,000 pods vs the old ones"
@@ -63,6 +64,12 @@ test-slow: $(STAMP)
 test-celery: $(STAMP)
 	@bash tools/system-packages
 	$(BIN)/python tools/celery_run.py $(CELERY_ARGS)
+
+# The README's picture of the Graph view (docs/images/graph-view.png): the stack test's own Graph view test
+# on the make up stack, in headless Chromium, writing the PNG it checks. About a minute.
+screenshots: $(STAMP)
+	@bash tools/system-packages
+	CLUSTER_DOCTOR_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/stack/test_stack.py -k test_the_graph_view_draws_the_dag $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py

@@ -12,8 +12,10 @@ the scheduled one as backfills do; it samples the pool every 0.5 s until every r
 Then: the triggered run completed and its state is what its rows say; the pool never ran more than
 its slots (sampled, and from the pods' own lifetimes); the rows of the run are in validation_history;
 overlapping runs never validated, nor held, the same node at once; the default trigger form submits
-in real Chromium; ``down`` leaves nothing running. First, apart: an ``up`` that fails half-way says
-why in one line and leaves nothing behind.
+in real Chromium; ``down`` leaves nothing running. Before the scenario, the Graph view in real Chromium
+draws the DAG's tasks and edges from left to right (its picture is the README's with
+CLUSTER_DOCTOR_UPDATE_SCREENSHOTS=1, which ``make screenshots`` sets). First, apart: an ``up`` that
+fails half-way says why in one line and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -282,6 +284,98 @@ def test_up_prints_the_ui_and_serves_it_behind_a_login(stack):
     assert {a.rsplit(":", 1)[0] for a in listening} <= {"127.0.0.1", "::1"}, listening
     # the fleet page comes from the installed distribution's plugin entry point
     assert "cluster_doctor" in {p["name"] for p in stack.api.get("/api/v2/plugins")["plugins"]}
+
+
+# What the Graph view must draw whatever else the DAG grows (a group of its own, an opt-in task): the
+# line from discover to verdict, the validate group opened on its steps, and the edges between them.
+GRAPH_TASKS = {"discover", "reap_orphans", "reserve", "load_latest", "prioritize", "ship_suites", "validate",
+               "validate.gpu_health", "validate.finish_node", "record", "quarantine", "node_conditions",
+               "summarize", "verdict"}
+GRAPH_EDGES = {("discover", "reap_orphans"), ("discover", "reserve"), ("reap_orphans", "load_latest"),
+               ("load_latest", "prioritize"), ("reserve", "prioritize"), ("prioritize", "ship_suites"),
+               ("validate.gpu_health", "validate.finish_node"), ("record", "quarantine"),
+               ("record", "node_conditions"), ("record", "summarize"), ("summarize", "verdict")}
+GRAPH_PNG = REPO / "docs" / "images" / "graph-view.png"  # the README's picture: `make screenshots`
+
+
+@pytest.mark.requires_tool("chromium")
+def test_the_graph_view_draws_the_dag(stack, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    update = os.environ.get("CLUSTER_DOCTOR_UPDATE_SCREENSHOTS") == "1"
+    png = GRAPH_PNG if update else tmp_path / "graph-view.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            # wide and low: the graph is one line from left to right, Fit View then zooms to readable
+            context = browser.new_context(viewport={"width": 1600, "height": 640}, device_scale_factor=2)
+            page = context.new_page()
+            page.goto(stack.url + "/")
+            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=30_000)
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill(stack.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+            page.goto(f"{stack.url}/dags/{DAG}")
+            page.get_by_role("button", name=re.compile(r"^Show Graph")).click(timeout=30_000)
+            page.get_by_role("button", name="Expand all task groups").click(timeout=30_000)
+            page.get_by_role("button", name="Collapse Details Panel").click(timeout=30_000)
+            page.locator('.react-flow__node[data-id="validate.finish_node"]').wait_for(timeout=30_000)
+            page.locator(".react-flow__controls-fitview").click()
+            boxes = _settled_node_boxes(page)
+            drawn = {f"{e}".removeprefix("rf__edge-") for e in page.locator(".react-flow__edge").evaluate_all(
+                "edges => edges.map(e => e.getAttribute('data-testid'))")}
+            # no overlays in the picture: the minimap, the zoom buttons, the panel toggle
+            page.add_style_tag(content=".react-flow__minimap, .react-flow__controls, .react-flow__panel,"
+                                       " .react-flow__attribution { display: none !important; }")
+            page.screenshot(path=str(png), clip=_around([boxes[t] for t in GRAPH_TASKS if t in boxes], page))
+            labels = {t: page.locator(f'.react-flow__node[data-id="{t}"]').inner_text()
+                      for t in GRAPH_TASKS & set(boxes)}
+        finally:
+            browser.close()
+    assert GRAPH_TASKS <= set(boxes), f"tasks not drawn: {sorted(GRAPH_TASKS - set(boxes))}"
+    for task_id, text in labels.items():  # each box names its task (a group step by its own id)
+        assert task_id.rsplit(".", 1)[-1] in text, (task_id, text)
+    missing = {f"{a}-{b}" for a, b in GRAPH_EDGES} - drawn
+    assert not missing, f"edges not drawn: {sorted(missing)} (drawn: {sorted(drawn)})"
+    assert any(e.startswith("ship_suites-validate.") for e in drawn) and any(
+        e.startswith("validate.") and e.endswith("-record") for e in drawn), sorted(drawn)
+    # drawn from left to right, the group's steps inside the group's box
+    x = {t: boxes[t]["x"] for t in GRAPH_TASKS}
+    line = ("discover", "load_latest", "prioritize", "ship_suites", "validate", "record", "summarize", "verdict")
+    assert all(x[a] < x[b] for a, b in zip(line, line[1:])), x
+    group = boxes["validate"]
+    for step in ("validate.gpu_health", "validate.finish_node"):
+        box = boxes[step]
+        inside = group["x"] <= box["x"] and box["x"] + box["width"] <= group["x"] + group["width"] + 1
+        assert inside, (step, box, group)
+    for t in GRAPH_TASKS - {"validate"}:  # readable at this zoom: a task box is no thumbnail
+        assert boxes[t]["width"] >= 80 and boxes[t]["height"] >= 25, (t, boxes[t])
+    assert png.stat().st_size > 10_000  # a picture, not a blank page
+
+
+def _settled_node_boxes(page, timeout: float = 15) -> dict[str, dict]:
+    """Every drawn task's box on screen, once Fit View's animation has ended (two reads 0.3 s apart agree)."""
+    read = "nodes => Object.fromEntries(nodes.map(n => { const r = n.getBoundingClientRect();" \
+           " return [n.dataset.id, {x: r.x, y: r.y, width: r.width, height: r.height}]; }))"
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        boxes = page.locator(".react-flow__node").evaluate_all(read)
+        if boxes == last or time.monotonic() > deadline:
+            return boxes
+        last = boxes
+        page.wait_for_timeout(300)
+
+
+def _around(boxes: list[dict], page, margin: int = 24) -> dict:
+    """A clip around these boxes, within the viewport."""
+    view = page.viewport_size
+    left = max(0, min(b["x"] for b in boxes) - margin)
+    top = max(0, min(b["y"] for b in boxes) - margin)
+    right = min(view["width"], max(b["x"] + b["width"] for b in boxes) + margin)
+    bottom = min(view["height"], max(b["y"] + b["height"] for b in boxes) + margin)
+    return {"x": left, "y": top, "width": right - left, "height": bottom - top}
 
 
 def test_the_triggered_run_completes_with_the_state_its_rows_give(stack, scenario):
