@@ -26,6 +26,7 @@ class Context:
         self.args = args
         self.node: str = args.node
         self.device_mode: str = args.device
+        self.peer: str | None = None  # peer tests (fabric_peer): the other node, recorded as the result's `peer`
         self.checks: list[Check] = []
         self.metrics: dict[str, Any] = {}
         self.summary_metric_keys: list[str] = []

@@ -208,6 +208,8 @@ class _Runner:
                 "warnings": list(ctx.warnings),
             }
             result["environment"].pop("suite_version", None)
+            if ctx.peer:  # a peer test: the other node of the pair (optional field, schema_version 1)
+                result["peer"] = ctx.peer
             have_files = self.log_fh is not None
             result_path = log_path = None
             if have_files:

@@ -157,6 +157,8 @@ def build_summary(
     }
     if summary["action"] is None:  # a result built without one (older callers): leave the key out
         del summary["action"]
+    if result.get("peer"):  # peer tests: the other node of the pair
+        summary["peer"] = result["peer"]
     if _size(summary) <= budget:
         return summary
     summary["truncated"] = True
