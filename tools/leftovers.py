@@ -73,11 +73,14 @@ class Leftovers:
     them); ``port()`` records a port a server of the run listened on. ``check()`` lists what is
     still there: a live child process, a process whose command line names one of the directories
     (a daemonized PostgreSQL), a directory, a recorded port still answering, a port this process
-    still listens on."""
+    still listens on. Children and listening ports that were there before the run began (a test
+    process's own servers) are not the run's leftovers."""
 
     def __init__(self) -> None:
         self.dirs: list[pathlib.Path] = []
         self.ports: list[int] = []
+        self._children_before = set(live_children())
+        self._listening_before = set(listening_ports())
 
     @contextlib.contextmanager
     def tempdir(self, prefix: str) -> Iterator[pathlib.Path]:
@@ -92,13 +95,14 @@ class Leftovers:
         self.ports.append(port)
 
     def check(self) -> list[str]:
-        left = [f"child process {p}" for p in live_children()]
+        left = [f"child process {p}" for p in live_children() if p not in self._children_before]
         for path in self.dirs:
             left += [f"process {p} (uses {path})" for p in processes_mentioning(str(path))]
             if path.exists():
                 left.append(f"directory {path}")
         left += [f"port {port} still answers" for port in self.ports if port_listening(port)]
-        left += [f"this process still listens on port {port}" for port in listening_ports()]
+        left += [f"this process still listens on port {port}" for port in listening_ports()
+                 if port not in self._listening_before]
         return left
 
     def verdict(self) -> tuple[bool, str]:
