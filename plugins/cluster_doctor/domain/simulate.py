@@ -14,6 +14,12 @@ job claiming the node before a suite ends preempts it and skips the rest; a fail
 the rest. All of these leave the pairs due, as in production. Executed results fail with the given
 probability (and are retested after the failed-retest interval).
 
+With ``peer_tests`` (issue 23 §2) every run also plans peer tests — ``peers.match_peers``, the DAG's
+function — among the free nodes no bundle took: each holds two free nodes and two pool slots at once for
+its duration (after the run's bundles, in the same window and queue limit), a user job claiming either
+node preempts it, and its staleness per node (hours since the node's last executed peer test) is its
+own figure.
+
 It prints coverage over time, p50/p95/max staleness per pair, the worst staleness over the period, the
 share of pair-hours within the target, and the reservations' idle GPU-hours; with
 ``--target-staleness`` the fewest pool slots that keep every pair within the target, without and with
@@ -36,7 +42,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_doctor.domain import priority, reservation
+from cluster_doctor.domain import peers, priority, reservation
 
 DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -73,6 +79,10 @@ class SimConfig:
     reserve: bool = False  # taint overdue busy nodes (the DAG's opt-in reservation)
     reservation: dict = dataclasses.field(default_factory=dict)  # ReservationPolicy keys (target_days: ours)
     seed: int = 7
+    peer_tests: bool = False  # plan peer tests too (setting peer_tests)
+    peer_cadence_days: float = 7.0
+    peer_max_per_run: int = 4
+    peer_minutes: float = 10.0  # one peer test: both pods, NCCL all-reduce and ib_write_bw per rail
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -82,8 +92,9 @@ class SimConfig:
         for name in ("nodes", "slots", "gpus_per_node"):
             positive(name, integer=True)
         for name in ("days", "job_hours", "job_sigma", "max_job_hours", "staleness_days", "target_days",
-                     "run_window_minutes", "max_queue_minutes"):
+                     "run_window_minutes", "max_queue_minutes", "peer_cadence_days", "peer_minutes"):
             positive(name)
+        positive("peer_max_per_run", integer=True)
         if not 0 <= self.occupancy < 1:
             raise InvalidSimulation(f"occupancy: must be a share in [0, 1), got {self.occupancy!r}")
         if not 0 <= self.failure_rate < 1:
@@ -143,8 +154,16 @@ class SimResult:
     reserved_gpu_hours: float  # GPU-hours reserved nodes stood idle, tainted, waiting for validation
     reserved_share: float  # of the fleet's GPU-hours over the period
     breaker_open_runs: int  # runs where the reservation breaker kept every candidate out
-    plan_seconds: float
-    wall_seconds: float
+    # peer tests (with peer_tests): executed, preempted by a user job, skipped (no two slots in time);
+    # peer staleness of a node: hours since its last executed peer test (inf: never)
+    peer_executed: int = 0
+    peer_preempted: int = 0
+    peer_skipped: int = 0
+    peer_worst_staleness_h: float | None = None  # worst over the period (hourly samples)
+    peer_final_max_h: float | None = None
+    peer_never: int = 0  # nodes never peer-tested at the end
+    plan_seconds: float = 0.0
+    wall_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -284,6 +303,91 @@ def _run_bundle(bundle: priority.Bundle, start: float, hour: int, n: int, cfg: S
     return t, True
 
 
+@dataclasses.dataclass(frozen=True)
+class _PeerSettings:
+    """What ``peers.match_peers`` reads of the settings."""
+
+    peer_tests: bool
+    peer_cadence_days: float
+    peer_max_per_run: int
+    failed_retest_hours: float
+
+
+class _Peers:
+    """Peer tests over the simulated hours: the DAG's matching on the free nodes no bundle took, each
+    test on two slots at once; the recent results (the store's evidence window) kept for the matching."""
+
+    def __init__(self, cfg: SimConfig, names: list[str], rnd: random.Random):
+        self.cfg, self.names = cfg, names
+        self.settings = _PeerSettings(True, cfg.peer_cadence_days, cfg.peer_max_per_run, cfg.failed_retest_hours)
+        model = next(iter(cfg.gpu_models))
+        self.candidates = {n: peers.PeerCandidate(n, model) for n in names}
+        self.results: list[peers.PeerResult] = []
+        self.last: dict[str, float] = {}  # node -> hour of its last executed peer test
+        self.executed = self.preempted = self.skipped = 0
+        self.outcomes = random.Random(cfg.seed + 4)  # its own stream: the bundles' outcomes stay the same
+        self.worst = 0.0
+        if cfg.start == "steady":  # last tests spread over one cadence, in random pairs
+            order = list(names)
+            rnd.shuffle(order)
+            for a, b in zip(order[::2], order[1::2]):
+                at = -rnd.random() * cfg.peer_cadence_days * 24
+                self._record(a, b, "pass", at)
+
+    def _record(self, a: str, b: str, status: str, at_h: float) -> None:
+        when = T0 + dt.timedelta(hours=at_h)
+        self.results += [peers.PeerResult(a, b, status, when), peers.PeerResult(b, a, status, when)]
+        self.last[a] = self.last[b] = at_h
+
+    def run(self, hour: int, free: list[str], slots: list[float], cluster: _Cluster, index: dict[str, int]) -> None:
+        """Plan and run this hour's peer tests on the slots left by the bundles (a heap, changed in place)."""
+        cfg = self.cfg
+        now = T0 + dt.timedelta(hours=hour)
+        keep = hour - peers_window_h(cfg)
+        if self.results and self.results[0].finished_at < T0 + dt.timedelta(hours=keep):
+            self.results = [r for r in self.results if r.finished_at >= T0 + dt.timedelta(hours=keep)]
+        matches = peers.match_peers([self.candidates[n] for n in free], self.results, self.settings, now)
+        while len(slots) < 2:
+            slots.append(0.0)
+        duration = cfg.pod_startup_minutes + cfg.peer_minutes
+        for match in matches:
+            first, second = heapq.heappop(slots), heapq.heappop(slots)
+            start = max(first, second)
+            if start > cfg.max_queue_minutes or start + duration > cfg.run_window_minutes:
+                self.skipped += 1
+                heapq.heappush(slots, first)
+                heapq.heappush(slots, second)
+                continue
+            claimed = min((cluster.until[index[n]] - hour) * 60 for n in match.nodes)
+            if claimed <= start:  # taken before our pods started: the pre-submit check skips it
+                self.skipped += 1
+                end = start
+            elif claimed < start + duration:
+                self.preempted += 1
+                end = claimed
+            else:
+                end = start + duration
+                self.executed += 1
+                self._record(*match.nodes, "fail" if self.outcomes.random() < cfg.failure_rate else "pass", hour + end / 60)
+            heapq.heappush(slots, end)
+            heapq.heappush(slots, end)
+
+    def sample(self, hour: int) -> None:
+        ages = [hour - self.last[n] if n in self.last else math.inf for n in self.names]
+        self.worst = max(self.worst, max(ages, default=0.0))
+
+    def figures(self, end: float) -> dict[str, Any]:
+        final = max((end - self.last[n] if n in self.last else math.inf for n in self.names), default=0.0)
+        return {"peer_executed": self.executed, "peer_preempted": self.preempted, "peer_skipped": self.skipped,
+                "peer_worst_staleness_h": self.worst, "peer_final_max_h": final,
+                "peer_never": sum(1 for n in self.names if n not in self.last)}
+
+
+def peers_window_h(cfg: SimConfig) -> float:
+    """The peer-test evidence the matching sees: ``store.peers.EVIDENCE_CADENCES`` (4) cadences."""
+    return 4 * cfg.peer_cadence_days * 24
+
+
 def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
     """Simulate ``cfg.days`` of hourly runs; with ``stop_above_h``, stop as soon as the worst staleness
     exceeds it (the slots search only needs to know that it does). Long: the DAG's hourly loop, in order
@@ -301,6 +405,7 @@ def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
                              max_pairs=cfg.pairs_per_run(), bundle=cfg.bundle,
                              bundle_ahead=dt.timedelta(hours=cfg.bundle_ahead_hours))
     rpolicy = cfg.reservation_policy()
+    peer_runs = _Peers(cfg, names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
     # last executed result per pair, in simulated hours (None: never)
     last: dict[tuple[str, str], float] = {}
     states: dict[tuple[str, str], priority.PairState] = {}
@@ -356,6 +461,12 @@ def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
                 idle_h += cluster.release(n, hour + end / 60)
                 del reserved_at[n]
                 released[reservation.VALIDATED] = released.get(reservation.VALIDATED, 0) + 1
+        if peer_runs is not None:  # the free nodes no bundle took, on the slots the bundles left
+            taken = {b.node_name for b in found}
+            slots += [0.0] * max(0, cfg.slots - len(slots))
+            heapq.heapify(slots)
+            peer_runs.run(hour, [f for f in free if f not in taken], slots, cluster, index)
+            peer_runs.sample(hour)
         if len(last) == total_pairs:
             ages = [hour - v for v in last.values()]
             worst = max(worst, max(ages))
@@ -381,7 +492,8 @@ def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
         health_gated=counts.health_gated, never_validated=total_pairs - len(last), reservations=reservations, reservations_released=released,
         max_reserved_at_once=most_reserved, reserved_gpu_hours=gpu_hours,
         reserved_share=gpu_hours / (cfg.nodes * cfg.gpus_per_node * hours) if hours else 0.0,
-        breaker_open_runs=breaker_runs, plan_seconds=plan_s, wall_seconds=time.perf_counter() - started)
+        breaker_open_runs=breaker_runs, plan_seconds=plan_s, wall_seconds=time.perf_counter() - started,
+        **(peer_runs.figures(end) if peer_runs is not None else {}))
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -495,6 +607,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-pairs", type=int, default=None, help="per run (default: what the slots run in a run)")
     p.add_argument("--gpu-models", default="NVIDIA-H100-80GB-HBM3=1", help="model=share,...")
     p.add_argument("--start", choices=("steady", "fresh"), default="steady")
+    p.add_argument("--peer-tests", action="store_true",
+                   help="plan peer tests too (setting peer_tests): two free nodes and two slots each")
+    p.add_argument("--peer-cadence", default="7d", help="a node's peer test is due after this long (default 7d)")
+    p.add_argument("--peer-max-per-run", type=int, default=4, help="peer tests per run at most (default 4)")
+    p.add_argument("--peer-minutes", type=float, default=10.0, help="how long one peer test runs (default 10)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
@@ -512,7 +629,9 @@ def _config(args: argparse.Namespace) -> tuple[SimConfig, float | None]:
                     target_days=target_h / 24, failure_rate=args.failure_rate, max_pairs=args.max_pairs,
                     gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed,
                     bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
-                    reserve=args.reserve, reservation=reservation_values)
+                    reserve=args.reserve, reservation=reservation_values, peer_tests=args.peer_tests,
+                    peer_cadence_days=parse_duration_hours(args.peer_cadence, "--peer-cadence") / 24,
+                    peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes)
     if args.target_staleness and z_h >= target_h:
         raise InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
@@ -551,8 +670,19 @@ def render(result: SimResult) -> str:
                      f"{result.max_reserved_at_once} at once; idle while reserved {result.reserved_gpu_hours:,.0f} "
                      f"GPU-hours = {result.reserved_share:.3%} of the fleet's; breaker open in "
                      f"{result.breaker_open_runs} run(s)")
+    if cfg.peer_tests:
+        lines.append(peer_line(result))
     lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s planning)")
     return "\n".join(lines)
+
+
+def peer_line(result: SimResult) -> str:
+    cfg = result.config
+    return (f"peer tests (cadence {cfg.peer_cadence_days:g}d, at most {cfg.peer_max_per_run}/run, "
+            f"{cfg.peer_minutes:g} min on two nodes and two slots each): {result.peer_executed:,} executed, "
+            f"{result.peer_preempted:,} preempted, {result.peer_skipped:,} skipped; peer staleness per node: worst "
+            f"over the period {_h(result.peer_worst_staleness_h or 0.0)}, max at the end "
+            f"{_h(result.peer_final_max_h or 0.0)}; never peer-tested at the end: {result.peer_never:,}")
 
 
 @dataclasses.dataclass
@@ -584,6 +714,7 @@ def _figures(r: SimResult) -> dict[str, Any]:
             "within_target_share": r.within_target_share, "reserved_gpu_hours": r.reserved_gpu_hours,
             "reserved_share": r.reserved_share, "reservations": r.reservations,
             "max_reserved_at_once": r.max_reserved_at_once, "executed": r.executed,
+            "peer_worst_staleness_h": r.peer_worst_staleness_h, "peer_executed": r.peer_executed,
             "wall_seconds": r.wall_seconds}
 
 

@@ -201,3 +201,24 @@ def test_the_attempt_names_its_peer_from_the_report_or_the_orchestrator():
     bad = PodOutcome(status="fail", reason="x", summary={"peer": "Not A Node"}, finished_at=T0)
     kept = to_attempt(bad, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-003", now=T0)
     assert kept.status == "fail" and kept.peer == "gpu-003"
+
+
+# ---------------------------------------------------------------------------- the simulator
+def test_the_simulator_runs_peer_tests_on_two_slots_and_reports_their_staleness(capsys):
+    import dataclasses
+    import json
+
+    from cluster_doctor.cli import main as cli
+    from cluster_doctor.domain import simulate
+
+    base = simulate.SimConfig(nodes=40, days=10, slots=2, seed=3, occupancy=0.5, max_job_hours=8)
+    without, with_peers = simulate.run(base), simulate.run(dataclasses.replace(base, peer_tests=True))
+    assert without.peer_worst_staleness_h is None and with_peers.peer_executed > 0
+    # every node was peer-tested within about one cadence, and the peer tests took pool time from bundles
+    assert with_peers.peer_never == 0 and with_peers.peer_worst_staleness_h <= 9 * 24
+    assert with_peers.executed <= without.executed
+    assert "peer staleness per node: worst over the period" in simulate.render(with_peers)
+    assert cli.main(["simulate", "--nodes", "30", "--days", "3", "--peer-tests", "--peer-cadence", "2d",
+                     "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["peer_cadence_days"] == 2 and out["peer_executed"] > 0
