@@ -49,7 +49,7 @@ ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 # Reasons a GPU node is not eligible, in the order they are checked.
 NOT_READY, CORDONED, TAINTED, BUSY, VALIDATING, NOMINATED, INVALID_NAME = (
-    "not ready", "cordoned", "tainted", "busy", "validation running", "reserved", "invalid name")
+    "not ready", "cordoned", "tainted", "busy", "validation running", "preemption pending", "invalid name")
 
 
 @dataclasses.dataclass(frozen=True)

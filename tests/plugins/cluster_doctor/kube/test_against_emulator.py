@@ -78,3 +78,17 @@ def test_discovery_respects_the_node_range_and_selector(emulator, core_v1):
         emulator.add_gpu_node(f"gpu-{i:03d}", labels={"pool": "a" if i < 4 else "b"})
     found = discovery.discover(core_v1, Settings(node_selector="pool=a"), parse_node_range("gpu-00[2-5]"))
     assert [n.name for n in found.free] == ["gpu-002", "gpu-003"]
+
+
+def test_a_node_a_pending_pod_is_nominated_to_is_not_free_preemption_pending(emulator, core_v1):
+    """The scheduler nominates a node to a pending pod while it preempts there: a user job is about to
+    land, so the node is not free (the reason does not say "reserved": that is our own taint)."""
+    emulator.add_gpu_node("gpu-001")
+    emulator.add_gpu_node("gpu-002")
+    pod = emulator.add_user_pod(None, gpus=16, phase="Pending", name="trainer-0", namespace="default")  # fits nowhere yet
+    core_v1.patch_namespaced_pod_status(pod["metadata"]["name"], "default", {"status": {"nominatedNodeName": "gpu-002"}})
+    found = discovery.discover(core_v1, Settings())
+    assert {n.name for n in found.free} == {"gpu-001"}
+    (node,) = found.ineligible
+    assert (node.name, node.reason) == ("gpu-002", "preemption pending")
+    assert "default/trainer-0 is nominated to the node (preemption)" in node.detail
