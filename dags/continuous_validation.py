@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, Param, TriggerRule, chain, get_current_context, task, task_group
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, chain, get_current_context, task, task_group
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain import priority, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
+from cluster_doctor.domain.peers import PEER_SUITE
+from cluster_doctor.kube.peers import PEER_GRACE_S
 
 # Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
 # other setting, per-task timeouts included, is read at run time with the Variable
@@ -26,6 +28,8 @@ SETTINGS = Settings.load()
 # and discover refuses a run that asks for a suite without one.
 STEPS = priority.bundle_order(SETTINGS.tests)
 STEP_IDS = [f"validate.{test}" for test in STEPS]
+# A peer test holds two nodes at once: a pool slot for each (never more than the pool has).
+PEER_POOL_SLOTS = min(2, SETTINGS.pool_slots)
 
 
 def pulled(task_id: str):
@@ -49,6 +53,10 @@ taking nodes from users:
    6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
    nodes are claimed in the results DB (`validation_claims`): a node another live run holds (backfill,
    manual trigger) is left to it. A run that plans nothing says why (its log, `verdict`, its note).
+   **peers** (opt-in, setting `peer_tests`): free nodes no bundle uses are paired by GPU model and
+   claimed; each **test** runs `fabric_peer` between its two nodes (server pod first, the client
+   given its IP; both Running within the pending timeout or both given up; a user pod claiming either
+   node stops both; two pool slots), each side's row naming its peer; **finish** releases them.
 4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).
 5. **validate** — a task group mapped per node: its suites one after another, one pod each (pool
    `gpu_validation`), `gpu_health` first (failing, it skips the rest), pinned by node affinity, lowest
@@ -60,7 +68,7 @@ taking nodes from users:
    failures; **node_conditions** (setting `node_conditions`) sets every GPU node's
    `ClusterDoctorHealthy` condition from its latest verdicts.
 
-**Reading the grid.** Each step of the `validate` group is labelled `node · test`. Green: the node
+**Reading the grid.** A peer test is labelled `server ↔ client`. Each step of the `validate` group is labelled `node · test`. Green: the node
 passed. Red: the node failed a check or the suite errored — the end of the task log lists the failing
 checks with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the
 attempt did not run the suite (timeout, preempted by a user job, node busy at submit time, an earlier
@@ -177,15 +185,17 @@ with DAG(
                                 run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
                                 reserved=ReservationReport.from_dict(reserved).free).to_xcom()
 
-    # One Bundle per planned node: what the validate task group is mapped over.
+    # One Bundle per planned node: what the validate task group is mapped over. After peers.plan (which
+    # claims nodes beside prioritize's); reads prioritize's plan by id.
     @task
-    def ship_suites(planned: dict) -> list:
+    def ship_suites() -> list:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan
 
         found = Discovered.from_xcom(pulled("discover"))
-        bundles = tasks.ship_suites(found, Plan.from_xcom(planned), runtime.core_v1(found.settings.kubernetes_conn_id))
+        bundles = tasks.ship_suites(found, Plan.from_xcom(pulled("prioritize")),
+                                    runtime.core_v1(found.settings.kubernetes_conn_id))
         return [b.to_xcom() for b in bundles]
 
     # The validate group's last task, whatever its steps did: the run's claim on the node goes, and a
@@ -211,7 +221,7 @@ with DAG(
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30),
           multiple_outputs=False)
     def record() -> dict:
-        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import peers_task, runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Discovered, Plan
 
@@ -222,6 +232,9 @@ with DAG(
         reported = context["ti"].xcom_pull(task_ids=STEP_IDS, key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
+        reported = list(reported) + peers_task.reported(
+            context["ti"].xcom_pull(task_ids=["peers.test"], key="attempts"),
+            peers_task.PeerTests.from_xcom(pulled("peers.plan")), dag_id=dag.dag_id, run_id=context["run_id"])
         settings = Discovered.from_xcom(discovered).settings
         store = runtime.results_store(settings.validation_db_conn_id)
         return tasks.record(Plan.from_xcom(planned), list(reported), store, dag_id=dag.dag_id,
@@ -261,12 +274,61 @@ with DAG(
         tasks.verdict(RunSummary.from_xcom(summary))
 
     # The wiring draws the Graph view: one line from discover to verdict, reserve beside the reaping and
-    # loading, validate a group; tasks read the XComs of tasks further up by id (``pulled``), not as
+    # loading, validate a group, the peers group beside it; tasks read the XComs of tasks further up by id (``pulled``), not as
     # arguments, so no edge crosses the graph.
     discovered = discover()
     latest = reap_orphans(discovered) >> load_latest()
     planned = prioritize(latest, reserve(discovered))
-    bundles = ship_suites(planned)
+
+    # Opt-in (setting peer_tests): tests BETWEEN two free nodes no bundle uses, beside validate. plan runs
+    # before ship_suites: it claims its nodes with the bundles' before any validate step releases one.
+    with TaskGroup(group_id="peers", tooltip="tests between two nodes: plan, one test per pair, finish"):
+        @task(multiple_outputs=False)
+        def plan(planned: dict) -> list:
+            from cluster_doctor.airflow import peers_task, runtime
+            from cluster_doctor.domain.payloads import Discovered, Plan
+
+            context = get_current_context()
+            found = Discovered.from_xcom(pulled("discover"))
+            settings = found.settings
+            return peers_task.plan(found, Plan.from_xcom(planned), runtime.results_store(settings.validation_db_conn_id),
+                                   runtime.core_v1(settings.kubernetes_conn_id), dag_id=dag.dag_id,
+                                   run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
+
+        # One instance per pair, both pods to their end; a pool slot per node.
+        @task(pool=SETTINGS.pool, pool_slots=PEER_POOL_SLOTS, retries=0, priority_weight=1, weight_rule="absolute",
+              execution_timeout=dt.timedelta(seconds=SETTINGS.task_timeout_s(PEER_SUITE) + PEER_GRACE_S + 60),
+              map_index_template="{{ label }}")
+        def test(peer_test: dict) -> str:
+            from cluster_doctor.airflow import peers_task, runtime
+
+            context = get_current_context()
+            found = peers_task.PeerTest.from_xcom(peer_test)
+            context["label"] = found.label  # the instance's label in the grid
+            ti, settings = context["ti"], found.run_config.settings
+            attempts = peers_task.run_peer_test(
+                found, runtime.core_v1(settings.kubernetes_conn_id), runtime.results_store(settings.validation_db_conn_id),
+                dag_id=dag.dag_id, run_id=context["run_id"], map_index=ti.map_index, try_number=ti.try_number)
+            ti.xcom_push(key="attempts", value=[a.to_dict() for a in attempts])  # for record, first
+            return peers_task.conclude(attempts)
+
+        @task(trigger_rule=TriggerRule.ALL_DONE)
+        def finish() -> str:
+            from cluster_doctor.airflow import peers_task, runtime
+            from cluster_doctor.domain.payloads import Discovered
+
+            discovered = pulled("discover")
+            if discovered is None:
+                return "no peer test"
+            store = runtime.results_store(Discovered.from_xcom(discovered).settings.validation_db_conn_id)
+            return peers_task.finish(peers_task.PeerTests.from_xcom(pulled("peers.plan")), store, dag_id=dag.dag_id,
+                                     run_id=get_current_context()["run_id"])
+
+        peer_tests = plan(planned)
+        peers_done = test.expand(peer_test=peer_tests) >> finish()
+
+    bundles = ship_suites()
+    peer_tests >> bundles
 
     # One instance per planned node, mapped over the bundles: the node's suites one after another (a step
     # per suite, health first, each one pod in the pool), then finish_node. A step not planned on its
@@ -294,7 +356,7 @@ with DAG(
 
     validated = validate.expand(bundle=bundles)
     recorded = record()
-    validated >> recorded
+    [validated, peers_done] >> recorded
 
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task(multiple_outputs=False)
