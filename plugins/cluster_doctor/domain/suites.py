@@ -106,7 +106,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "HCA rate; a failure is blamed on a node only once a third node was tried with each side "
                     "(until then both are suspect).",
         module="cluster_doctor_suites.fabric_peer", cpu="8", memory="64Gi",
-        key_metrics=("peer_nccl_busbw_gbps", "peer_ib_bw_min_gbps"),
+        key_metrics=("allreduce_busbw_gbps", "ib_write_bw_gbps_min"),  # what include/suites/fabric_peer.py reports
     ),
 )}
 PEER_SUITES = (PEER_SUITE,)

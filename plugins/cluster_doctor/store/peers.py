@@ -32,21 +32,32 @@ def _cursor_of(conn_or_cur: Any) -> tuple[Any, bool]:
     return conn_or_cur.cursor(), True
 
 
+_PEER_ROWS = ("SELECT node_name, peer, status, finished_at, gpu_model FROM validation_history "
+              " WHERE test_name = %(suite)s AND peer IS NOT NULL AND status = ANY(%(executed)s) "
+              "   AND finished_at >= %(since)s")
+# The rows of the given nodes and of every node they were tested with: what judging the given nodes needs
+# (whether a peer of theirs passed with a third node is in that peer's rows).
+_NEAR_ROWS = (f"WITH near AS (SELECT unnest(%(nodes)s::text[]) AS name "
+              f"             UNION SELECT peer FROM ({_PEER_ROWS}) mine WHERE node_name = ANY(%(nodes)s)) "
+              f"SELECT * FROM ({_PEER_ROWS}) h "
+              " WHERE h.node_name IN (SELECT name FROM near) OR h.peer IN (SELECT name FROM near)")
+
+
 def peer_results(conn: Any, *, since: dt.datetime, nodes: Iterable[str] | None = None) -> list[PeerResult]:
-    """The executed peer-test rows finished at or after ``since``, oldest first; with ``nodes``, only
-    rows in which one of them took part (either side). ``conn``: an open connection or cursor."""
+    """The executed peer-test rows finished at or after ``since``, oldest first. With ``nodes``, only the
+    rows of those nodes and of every node they were tested with (two hops: enough to judge the given
+    nodes pass / suspect / blamed; a node exonerated because its every failing peer is blamed needs a
+    third hop, and reads as suspect then). ``conn``: an open connection or cursor."""
     if since.tzinfo is None:
         raise ValueError("since must be time-zone aware")
-    sql = ("SELECT node_name, peer, status, finished_at, gpu_model FROM validation_history "
-           " WHERE test_name = %s AND peer IS NOT NULL AND status = ANY(%s) AND finished_at >= %s")
-    params: list[Any] = [PEER_SUITE, [str(s) for s in EXECUTED], since]
+    params: dict[str, Any] = {"suite": PEER_SUITE, "executed": [str(s) for s in EXECUTED], "since": since}
+    sql = _PEER_ROWS
     if nodes is not None:
-        names = sorted({validate_node_name(n) for n in nodes})
-        if not names:
+        params["nodes"] = sorted({validate_node_name(n) for n in nodes})
+        if not params["nodes"]:
             return []
-        sql += " AND (node_name = ANY(%s) OR peer = ANY(%s))"
-        params += [names, names]
-    sql += " ORDER BY finished_at, id"
+        sql = _NEAR_ROWS
+    sql += " ORDER BY finished_at, node_name, peer"
     cur, close = _cursor_of(conn)
     try:
         cur.execute(sql, params)

@@ -34,8 +34,6 @@ def test_peer_rows_are_recorded_read_back_and_triangulated(store, db_dsn):
                                                                   ("gpu-002", "gpu-001", "fail")]
         assert len(rows) == 6 and all(r.gpu_model == H100 for r in rows)
         assert len(peers.peer_results(conn, since=T0 + dt.timedelta(hours=2))) == 2
-        assert {r.node for r in peers.peer_results(conn, since=T0 - dt.timedelta(days=1), nodes=["gpu-003"])} == {
-            "gpu-001", "gpu-002", "gpu-003"}
         found = peers.peer_verdicts(conn, settings=Settings(), now=T0 + dt.timedelta(hours=3))
         with conn.cursor() as cur:
             cur.execute("SELECT node_name, test_name, status FROM validation_latest WHERE test_name = 'fabric_peer' "
@@ -49,6 +47,13 @@ def test_peer_rows_are_recorded_read_back_and_triangulated(store, db_dsn):
     # the evidence window: rows older than 4 cadences no longer count
     with psycopg.connect(**db_dsn) as conn:
         assert peers.peer_verdicts(conn, settings=Settings(), now=T0 + dt.timedelta(days=29)) == {}
+    # with nodes: the rows of gpu-004 and of the nodes it was tested with (two hops), not gpu-001's others
+    store.record(both("gpu-004", "gpu-002", "fail", 4))
+    with psycopg.connect(**db_dsn) as conn:
+        near = peers.peer_results(conn, since=T0 - dt.timedelta(days=1), nodes=["gpu-004"])
+        assert {frozenset((r.node, r.peer)) for r in near} == {
+            frozenset(p) for p in (("gpu-004", "gpu-002"), ("gpu-002", "gpu-001"), ("gpu-002", "gpu-003"))}
+        assert peers.peer_results(conn, since=T0, nodes=[]) == []
 
 
 def test_the_database_refuses_a_node_as_its_own_peer(store, db_dsn):
