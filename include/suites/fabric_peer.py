@@ -181,7 +181,7 @@ def run_rails(ctx: Context, store, role: str, plan, local_ports: dict, peer_name
             ctx.unregister_child(proc)
             out[i] = (proc.returncode, text)
         return out
-    started = set(json.loads(store.get("ib/ready")))
+    started = set(json.loads(_get(store, "ib/ready", "the server never started its ib_write_bw rails")))
     out = {}
     for i, hca, _ in both:
         if i not in started:
@@ -189,6 +189,14 @@ def run_rails(ctx: Context, store, role: str, plan, local_ports: dict, peer_name
         out[i] = _client_rail(ctx, _bw_argv(a, hca, local_ports[hca], a.peer_port + 1 + i, a.peer_address))
     store.set("ib/done", "1")
     return out
+
+
+def _get(store, key: str, what: str) -> str:
+    """A value the peer must publish; a peer gone silent leaves this node unjudged, not passed."""
+    try:
+        return store.get(key)
+    except Exception as exc:  # noqa: BLE001 - the store timed out or the server went away
+        raise SuiteError(f"{what}: {one_line(exc, 160)}", code="PEER_UNREACHABLE") from None
 
 
 def _client_rail(ctx: Context, argv: list[str]) -> tuple[int | None, str]:
@@ -401,7 +409,7 @@ def allreduce_phase(ctx: Context, store, rank: int, baselines, key, expect, peer
         ctx.log(f"| {line}")
     role = ROLES[rank]
     store.set(f"wrong/{role}", json.dumps({r["size"]: r["wrong"] for r in rows}))
-    peer_wrong = json.loads(store.get(f"wrong/{ROLES[1 - rank]}"))
+    peer_wrong = json.loads(_get(store, f"wrong/{ROLES[1 - rank]}", "the peer never reported its all-reduce values"))
     if ctx.cpu:
         ctx.check("allreduce_transport", "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
                   message="CPU mode: gloo over TCP has no NCCL transport to prove")
