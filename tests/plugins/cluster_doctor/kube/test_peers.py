@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.kube import peers, retry
+from cluster_doctor.kube import peers, retry, suite_code
 from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -103,6 +103,23 @@ def test_both_sides_start_the_client_with_the_servers_ip_and_each_result_names_i
     assert [p["labels"][peers.ROLE_LABEL] for p in history] == ["server", "client"]
     assert [p["labels"][peers.PEER_LABEL] for p in history] == ["gpu-002", "gpu-001"]
     assert result.gang is None  # the emulator serves no gang scheduler
+
+
+def test_the_real_suite_meets_its_peer_at_the_server_pods_ip(cluster):
+    """Exec mode: both pods run python -m cluster_doctor_suites.fabric_peer (CPU mode: gloo over TCP), the
+    client connecting to the server pod's status.podIP."""
+    s = Settings(pending_timeout_s=60, availability_check_s=2, suite_device="cpu")
+    api = Recorder(retry.wrap(cluster.core_v1()))
+    shipped = suite_code.ship(api, s)
+    server, client = peers.sides("gpu-001", "gpu-002", GPUS)
+
+    result = peers.PeerLauncher(api, s, server, client, run_id="manual__1", configmap=shipped.configmap,
+                                suite_version=shipped.version, suite_files=list(shipped.files), poll_s=0.2).run()
+
+    assert [(r.side.node_name, r.outcome.status, r.outcome.summary["peer"]) for r in result.sides] == [
+        ("gpu-001", "pass", "gpu-002"), ("gpu-002", "pass", "gpu-001")]
+    checks = {c["name"]: c["status"] for c in result.client.outcome.summary["checks"]}
+    assert checks["allreduce_values"] == "pass"  # the two processes really exchanged data
 
 
 def test_a_user_pod_claiming_one_node_stops_both_sides(cluster):
