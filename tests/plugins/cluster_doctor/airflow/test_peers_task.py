@@ -1,0 +1,65 @@
+"""The peers task group's bodies (issue 23 §2): claims taken beside the run's bundles without dropping
+them, a match whose node another run holds gives its other node back, a side that never reported is
+recorded skipped naming its peer."""
+
+import datetime as dt
+
+import psycopg
+from cluster_doctor.airflow import peers_task
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.payloads import Plan, PlannedPair, RunConfig
+from cluster_doctor.domain.peers import PeerMatch
+from cluster_doctor.store import claims, database
+
+DAG = "continuous_validation"
+NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
+
+
+class Store:
+    def __init__(self, dsn):
+        self.connect = database.params_connector(dsn)
+
+
+def held(dsn):
+    with psycopg.connect(**dsn) as conn:
+        return conn.execute("SELECT node_name, test_name, run_id FROM validation_claims ORDER BY node_name").fetchall()
+
+
+def match(server, client):
+    return PeerMatch(server=server, client=client, model="H100", reason="never peer-tested")
+
+
+def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_other_node_back(db_dsn):
+    store, settings = Store(db_dsn), Settings()
+    plan = Plan(planned_at=NOW, pairs=[PlannedPair(node_name="gpu-001", test_name="gpu_health", why="never",
+                                                   gpu_count=8)])
+    claims.claim(store.connect, [("gpu-001", "gpu_health", 600.0)], dag_id=DAG, run_id="r1", limit=1)  # prioritize
+    claims.claim(store.connect, [("gpu-005", "dl_unit", 600.0)], dag_id=DAG, run_id="other", limit=1)
+
+    kept = peers_task._claimed([match("gpu-002", "gpu-003"), match("gpu-004", "gpu-005")], plan, settings, store,
+                               dag_id=DAG, run_id="r1", run_ended=None)
+
+    assert kept == [match("gpu-002", "gpu-003")]
+    assert held(db_dsn) == [("gpu-001", "gpu_health", "r1"), ("gpu-002", "fabric_peer", "r1"),
+                            ("gpu-003", "fabric_peer", "r1"), ("gpu-005", "dl_unit", "other")]
+    tests = peers_task.PeerTests(tests=[peers_task.PeerTest(
+        match=kept[0], gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
+        run_config=RunConfig(settings=settings, configmap="cm", suite_version="sha256:0"))])
+    assert peers_task.finish(tests, store, dag_id=DAG, run_id="r1") == "released gpu-002, gpu-003"
+    assert [r[0] for r in held(db_dsn)] == ["gpu-001", "gpu-005"]
+
+
+def test_a_side_that_never_reported_is_recorded_skipped_naming_its_peer():
+    settings = Settings()
+    tests = peers_task.PeerTests(tests=[peers_task.PeerTest(
+        match=match("gpu-002", "gpu-003"), gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
+        run_config=RunConfig(settings=settings, configmap="cm", suite_version="sha256:0"))])
+    pushed = [[{"node_name": "gpu-002", "test_name": "fabric_peer", "status": "pass", "finished_at": NOW.isoformat(),
+                "peer": "gpu-003", "dag_id": DAG, "run_id": "r1"}]]
+
+    rows = peers_task.reported(pushed, tests, dag_id=DAG, run_id="r1", now=NOW)
+
+    assert [(r["node_name"], r["status"], r["peer"]) for r in rows] == [("gpu-002", "pass", "gpu-003"),
+                                                                        ("gpu-003", "skipped", "gpu-002")]
+    assert rows[1]["reason"].startswith("the validation task did not report")
+    assert peers_task.reported(None, None, dag_id=DAG, run_id="r1") == []
