@@ -190,7 +190,6 @@ class PeerLauncher:
         self.last: dict[str, dict[str, Any]] = {}  # role -> the pod as last read
         self.ended: dict[str, SideResult] = {}
         self.running: set[str] = set()
-        self._stopping = False
 
     # ------------------------------------------------------------------ the whole test
     def run(self) -> PeerResult:
@@ -218,12 +217,14 @@ class PeerLauncher:
     def stop(self) -> None:
         """Delete both pods (every path ends here; safe to call twice, from another thread too), then wait
         a little for them to go."""
-        self._stopping = True
-        for role, name in list(self.pods.items()):
+        for name in list(self.pods.values()):
             self._delete(name)
         end = self.clock() + 30
-        while any(self._read(name) is not None for name in self.pods.values()) and self.clock() < end:
-            self.sleep(min(self.poll_s, 0.5))
+        try:
+            while any(self._read(name) is not None for name in self.pods.values()) and self.clock() < end:
+                self.sleep(min(self.poll_s, 0.5))
+        except Exception as exc:  # noqa: BLE001 - deleted already; only the wait for it to go failed
+            self.log.warning("could not confirm the peer pods are gone: %s", one_line(exc))
 
     # ------------------------------------------------------------------ steps
     def _precheck(self) -> None:
@@ -335,8 +336,10 @@ class PeerLauncher:
                 parts.append(f"the {role} pod on {side.node_name} was never created (the server pod had no IP yet)")
                 continue
             message = _scheduling_message(self.last.get(role))
+            waiting = _waiting_message(self.last.get(role))
             parts.append(f"the {role} pod on {side.node_name} was still Pending"
-                         + (f" (last scheduler message: {message})" if message else ""))
+                         + (f" (last scheduler message: {message})" if message else "")
+                         + (f" (container waiting: {waiting})" if waiting and not message else ""))
         return (f"both pods of a peer test must be Running within {self.s.pending_timeout_s} s: "
                 + "; ".join(parts) + "; both pods deleted")
 
@@ -404,3 +407,15 @@ def topology_labels(core_v1: Any, settings: Settings, names: list[str]) -> dict[
         if node.name in wanted:
             out[node.name] = {k: str(v) for k in settings.peer_topology_labels if (v := node.label(k)) is not None}
     return out
+
+
+def _waiting_message(pod: Mapping[str, Any] | None) -> str:
+    """Why a bound pod's container has not started (ContainerCreating, ErrImagePull: its message)."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting:
+            text = waiting.get("reason") or ""
+            if waiting.get("message"):
+                text += f": {waiting['message']}"
+            return results.clean_text(text, results.MAX_REASON)
+    return ""
