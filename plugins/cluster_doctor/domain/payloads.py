@@ -418,6 +418,7 @@ class AttemptLine(Part):
     test_name: str
     status: str | None = None
     reason: str | None = None
+    peer: str | None = None  # a peer test's other node
 
 
 class DeferredPair(Part):

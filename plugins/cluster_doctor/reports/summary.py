@@ -14,6 +14,7 @@ from typing import Any
 from cluster_doctor.domain import coverage as cov
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.peers import PEER_SUITE
 from cluster_doctor.domain.payloads import (
     AttemptLine,
     Blocked,
@@ -122,7 +123,14 @@ def run_summary(
 
 def _line(attempt: Attempt) -> AttemptLine:
     return AttemptLine(node_name=attempt.node_name, test_name=attempt.test_name, status=str(attempt.status),
-                       reason=attempt.reason)
+                       reason=attempt.reason, peer=attempt.peer)
+
+
+def _peer_failures(lines: Sequence[AttemptLine]) -> list[str]:
+    """Failed peer tests as node pairs, each once: neither side is blamed by one failed test (the
+    fleet's triangulation decides once a third node was tried with each)."""
+    pairs = sorted({tuple(sorted((a.node_name, a.peer or "?"))) for a in lines})
+    return [f"{a} ↔ {b}" for a, b in pairs]
 
 
 def blocked(discovered: Discovered) -> Blocked | None:
@@ -151,7 +159,10 @@ def render(summary: RunSummary) -> str:
         lines.append(f"deferred: {len(summary.deferred)} pair(s), their node held by another live run: "
                      f"{compress(d.node_name for d in summary.deferred)}")
     for item in summary.newly_failing:
-        lines.append(f"NEWLY FAILING: {item.node_name} · {item.test_name}: {item.reason}")
+        if item.test_name == PEER_SUITE:
+            lines.append(f"NEWLY SUSPECT: {item.node_name} (peer test with {item.peer or '?'}): {item.reason}")
+        else:
+            lines.append(f"NEWLY FAILING: {item.node_name} · {item.test_name}: {item.reason}")
     for reason, names in summary.not_eligible.items():
         lines.append(f"not eligible ({reason}): {compress(names)}")
     if summary.why_empty:
@@ -181,10 +192,12 @@ def verdict(summary: RunSummary) -> str | None:
     """Why the DagRun should fail, or None. A failed run means: this run found a node failing a check
     or a suite erroring, or it could not run its validations (a volume the pods need is unusable).
     Timeouts, preemptions and skips never fail a run."""
-    bad = [a for a in summary.attempts if cov.is_failing(a.status)]
+    failing = [a for a in summary.attempts if cov.is_failing(a.status)]
+    bad = [a for a in failing if a.test_name != PEER_SUITE]
+    peer_failed = _peer_failures([a for a in failing if a.test_name == PEER_SUITE])
     # a planned validation that never reported means the run broke (suite shipping, a killed task)
     lost = [a for a in summary.attempts if (a.reason or "").startswith("the validation task did not report")]
-    if not bad and not lost and not summary.blocked and not summary.reservation_breaker:
+    if not bad and not peer_failed and not lost and not summary.blocked and not summary.reservation_breaker:
         return None
     # the deployment problem first: it is why this run (and the next ones) validated nothing
     problems = [blocked_line(summary.blocked)] if summary.blocked else []
@@ -194,6 +207,9 @@ def verdict(summary: RunSummary) -> str | None:
         shown = "; ".join(f"{a.node_name} · {a.test_name}: {a.status}" for a in bad[:10])
         more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
         problems.append(f"{len(bad)} validation(s) failed in this run: {shown}{more}")
+    if peer_failed:
+        problems.append(f"{len(peer_failed)} peer test(s) failed between {', '.join(peer_failed[:10])}: both sides "
+                        f"suspect until a third node is tried with each (the fleet page's peer column)")
     if lost:
         problems.append(f"{len(lost)} planned validation(s) never reported (see ship_suites / validate)")
     return "; ".join(problems)

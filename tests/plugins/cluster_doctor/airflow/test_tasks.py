@@ -110,6 +110,22 @@ def test_timeouts_and_preemptions_never_fail_the_run():
     assert report.verdict(summary) is None
 
 
+def test_a_failed_peer_test_makes_both_sides_suspect_and_blames_neither():
+    """Issue 23 §2: one failed peer test cannot say which side is bad; the verdict names the pair, once,
+    as suspect (the run still fails: something between them is broken), never a node as failing."""
+    line = lambda node, peer, status: {"node_name": node, "test_name": "fabric_peer", "status": status,  # noqa: E731
+                                       "reason": "PEER_IB_BW_LOW", "peer": peer}
+    summary = RunSummary(attempts=[line("gpu-002", "gpu-001", "fail"), line("gpu-001", "gpu-002", "error"),
+                                   line("gpu-003", "gpu-004", "pass"), line("gpu-004", "gpu-003", "pass")],
+                         newly_failing=[line("gpu-002", "gpu-001", "fail")])
+    text = report.verdict(summary)
+    assert text == ("1 peer test(s) failed between gpu-001 ↔ gpu-002: both sides suspect until a third node "
+                    "is tried with each (the fleet page's peer column)")
+    assert "validation(s) failed" not in text
+    assert "NEWLY SUSPECT: gpu-002 (peer test with gpu-001): PEER_IB_BW_LOW" in report.render(summary)
+    assert "NEWLY FAILING" not in report.render(summary)
+
+
 def test_planned_validations_that_never_reported_fail_the_run(store):
     recorded = tasks.record(planned(("gpu-001", "gpu_health")), [], store, dag_id="d", run_id="r", now=NOW)
     summary = tasks.summarize(discovered(["gpu-001"]), planned(("gpu-001", "gpu_health")), recorded, store, now=NOW)
