@@ -53,24 +53,25 @@ taking nodes from users:
    6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
    nodes are claimed in the results DB (`validation_claims`): a node another live run holds (backfill,
    manual trigger) is left to it. A run that plans nothing says why (its log, `verdict`, its note).
-   **peers** (opt-in, setting `peer_tests`): free nodes no bundle uses are paired by GPU model and
-   claimed; each **test** runs `fabric_peer` between its two nodes (server pod first, the client
-   given its IP; both Running within the pending timeout or both given up; a user pod claiming either
-   node stops both; two pool slots), each side's row naming its peer; **finish** releases them.
 4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).
 5. **validate** — a task group mapped per node: its suites one after another, one pod each (pool
    `gpu_validation`), `gpu_health` first (failing, it skips the rest), pinned by node affinity, lowest
    priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long; a
    user pod claiming the node stops the remaining suites. **finish_node** releases the node.
+   **peers**, beside it (opt-in, setting `peer_tests`): **plan** pairs free nodes no bundle uses by
+   GPU model and claims them; each **test** runs `fabric_peer` between its two nodes (server pod
+   first, the client given its IP; both Running within the pending timeout or both given up; a user
+   pod claiming either node stops both; two pool slots), each side's row naming its peer; **finish**
+   releases them. One failed peer test blames neither node: both are suspect until triangulated.
 6. **record** — one `validation_history` row per attempt, whatever happened.
 7. **summarize** / **verdict** — counts, newly failing nodes, coverage; the run's note says it too.
    Beside them, opt-in: **quarantine** (setting `quarantine`) labels/taints nodes with confirmed
    failures; **node_conditions** (setting `node_conditions`) sets every GPU node's
    `ClusterDoctorHealthy` condition from its latest verdicts.
 
-**Reading the grid.** A peer test is labelled `server ↔ client`. Each step of the `validate` group is labelled `node · test`. Green: the node
-passed. Red: the node failed a check or the suite errored — the end of the task log lists the failing
-checks with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the
+**Reading the grid.** Each step of the `validate` group is labelled `node · test`, a peer test
+`server ↔ client`. Green: the node passed. Red: the node failed a check or the suite errored — the
+end of the task log lists the failing checks with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the
 attempt did not run the suite (timeout, preempted by a user job, node busy at submit time, an earlier
 suite of the node stopped the rest), or the suite is not due on that node; the pair stays due.
 
@@ -185,8 +186,7 @@ with DAG(
                                 run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
                                 reserved=ReservationReport.from_dict(reserved).free).to_xcom()
 
-    # One Bundle per planned node: what the validate task group is mapped over. After peers.plan (which
-    # claims nodes beside prioritize's); reads prioritize's plan by id.
+    # One Bundle per planned node: what the validate task group is mapped over; reads prioritize's plan by id.
     @task
     def ship_suites() -> list:
         from cluster_doctor.airflow import runtime
@@ -274,24 +274,27 @@ with DAG(
         tasks.verdict(RunSummary.from_xcom(summary))
 
     # The wiring draws the Graph view: one line from discover to verdict, reserve beside the reaping and
-    # loading, validate a group, the peers group beside it; tasks read the XComs of tasks further up by id (``pulled``), not as
-    # arguments, so no edge crosses the graph.
+    # loading, the validate and peers groups side by side between ship_suites and record; tasks read the
+    # XComs of tasks further up by id (``pulled``), not as arguments, so no edge crosses the graph.
     discovered = discover()
     latest = reap_orphans(discovered) >> load_latest()
     planned = prioritize(latest, reserve(discovered))
 
-    # Opt-in (setting peer_tests): tests BETWEEN two free nodes no bundle uses, beside validate. plan runs
-    # before ship_suites: it claims its nodes with the bundles' before any validate step releases one.
+    bundles = ship_suites()
+    planned >> bundles
+
+    # Opt-in (setting peer_tests): tests BETWEEN two free nodes no bundle uses, beside validate; their nodes
+    # are claimed beside the bundles' (claims.claim keep_others).
     with TaskGroup(group_id="peers", tooltip="tests between two nodes: plan, one test per pair, finish"):
         @task(multiple_outputs=False)
-        def plan(planned: dict) -> list:
+        def plan() -> list:
             from cluster_doctor.airflow import peers_task, runtime
             from cluster_doctor.domain.payloads import Discovered, Plan
 
             context = get_current_context()
             found = Discovered.from_xcom(pulled("discover"))
             settings = found.settings
-            return peers_task.plan(found, Plan.from_xcom(planned), runtime.results_store(settings.validation_db_conn_id),
+            return peers_task.plan(found, Plan.from_xcom(pulled("prioritize")), runtime.results_store(settings.validation_db_conn_id),
                                    runtime.core_v1(settings.kubernetes_conn_id), dag_id=dag.dag_id,
                                    run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
 
@@ -324,11 +327,9 @@ with DAG(
             return peers_task.finish(peers_task.PeerTests.from_xcom(pulled("peers.plan")), store, dag_id=dag.dag_id,
                                      run_id=get_current_context()["run_id"])
 
-        peer_tests = plan(planned)
+        peer_tests = plan()
+        bundles >> peer_tests
         peers_done = test.expand(peer_test=peer_tests) >> finish()
-
-    bundles = ship_suites()
-    peer_tests >> bundles
 
     # One instance per planned node, mapped over the bundles: the node's suites one after another (a step
     # per suite, health first, each one pod in the pool), then finish_node. A step not planned on its

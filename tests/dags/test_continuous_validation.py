@@ -32,7 +32,7 @@ def steps(dag) -> list[str]:
 def test_tasks_flow_in_one_direction_along_one_line(dagbag):
     """The Graph view (issue 24): one line from discover to verdict, every edge between neighbours."""
     dag = dagbag.dags["continuous_validation"]
-    order = ["discover", "reap_orphans", "load_latest", "prioritize", "peers.plan", "ship_suites", *steps(dag),
+    order = ["discover", "reap_orphans", "load_latest", "prioritize", "ship_suites", *steps(dag),
              "validate.finish_node", "record", "summarize", "verdict"]
     for upstream, downstream in zip(order, order[1:]):
         assert downstream in dag.get_task(upstream).downstream_task_ids, (upstream, downstream)
@@ -42,11 +42,12 @@ def test_tasks_flow_in_one_direction_along_one_line(dagbag):
     # no edge skips ahead: a task reads the XComs of tasks further up by id, not as arguments
     assert dag.get_task("discover").downstream_task_ids == {"reap_orphans", "reserve"}
     assert dag.get_task("record").upstream_task_ids == {"validate.finish_node", "peers.finish"}
-    # the peers group beside validate (issue 23 §2): plan, one test per pair, finish, then record
-    for upstream, downstream in (("peers.plan", "peers.test"), ("peers.test", "peers.finish")):
+    # the peers group beside validate (issue 23 §2): after ship_suites, plan, one test per pair, finish,
+    # then record
+    for upstream, downstream in (("ship_suites", "peers.plan"), ("peers.plan", "peers.test"),
+                                 ("peers.test", "peers.finish")):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
-    assert dag.get_task("peers.plan").upstream_task_ids == {"prioritize"}
-    assert dag.get_task("ship_suites").upstream_task_ids == {"peers.plan"}
+    assert dag.get_task("ship_suites").upstream_task_ids == {"prioritize"}
 
 
 def test_peer_tests_are_a_pool_limited_mapped_task_holding_a_slot_per_node(dagbag):

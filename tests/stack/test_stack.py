@@ -289,10 +289,12 @@ def test_up_prints_the_ui_and_serves_it_behind_a_login(stack):
 # What the Graph view must draw whatever else the DAG grows (a group of its own, an opt-in task): the
 # line from discover to verdict, the validate group opened on its steps, and the edges between them.
 GRAPH_TASKS = {"discover", "reap_orphans", "reserve", "load_latest", "prioritize", "ship_suites", "validate",
-               "validate.gpu_health", "validate.finish_node", "record", "quarantine", "node_conditions",
-               "summarize", "verdict"}
+               "validate.gpu_health", "validate.finish_node", "peers", "peers.plan", "peers.test", "peers.finish",
+               "record", "quarantine", "node_conditions", "summarize", "verdict"}
 GRAPH_EDGES = {("discover", "reap_orphans"), ("discover", "reserve"), ("reap_orphans", "load_latest"),
                ("load_latest", "prioritize"), ("reserve", "prioritize"), ("prioritize", "ship_suites"),
+               ("ship_suites", "peers.plan"), ("peers.plan", "peers.test"), ("peers.test", "peers.finish"),
+               ("peers.finish", "record"),
                ("validate.gpu_health", "validate.finish_node"), ("record", "quarantine"),
                ("record", "node_conditions"), ("record", "summarize"), ("summarize", "verdict")}
 GRAPH_PNG = REPO / "docs" / "images" / "graph-view.png"  # the README's picture: `make screenshots`

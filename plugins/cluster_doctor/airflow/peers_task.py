@@ -1,10 +1,10 @@
 """The peers task group of continuous_validation (issue 23 §2): peer tests between two free nodes.
 
-* ``plan`` (after prioritize, before ship_suites): with setting ``peer_tests`` on, the free nodes no bundle
+* ``plan`` (after ship_suites, beside the validate group): with setting ``peer_tests`` on, the free nodes no bundle
   of this run uses are matched (``domain.peers.match_peers``, on the recent peer rows of
   ``store.peers``), and the matched nodes are claimed for the run like prioritize claims its nodes
-  (``store.claims``: a node another live run holds is left to it, and so is its match); the suite code
-  is shipped. One ``PeerTest`` per match: what ``test`` is mapped over. Off, or nothing matched: none.
+  (``store.claims``, beside the bundles' claims: a node another live run holds is left to it, and so
+  is its match); the suite code is shipped (already there: ship_suites ran). One ``PeerTest`` per match: what ``test`` is mapped over. Off, or nothing matched: none.
 * ``test`` (one mapped instance per match, two pool slots: one per node): the launcher
   (``kube.peers``) runs both pods to their end; the two attempts, each naming its peer, go to XCom
   (``attempts``, for record) and straight to the results DB.
@@ -99,9 +99,8 @@ def plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any,
 def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any, *, dag_id: str, run_id: str,
           run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None) -> PeerTests:
     """This run's peer tests: off (setting ``peer_tests``), a dry run or nothing matched gives none, with
-    why. The nodes of this run's bundles are not used. Runs before any validate step, so re-claiming the
-    bundles' nodes with the peers' in one call (``claims.claim`` drops a run's claims it is not given
-    again) keeps them exactly as prioritize claimed them."""
+    why. The nodes of this run's bundles are not used; the peers' nodes are claimed beside the bundles'
+    (``keep_others``), so it may run while validate steps already release theirs."""
     now = now or _now()
     settings = discovered.settings
     if not settings.peer_tests:
@@ -123,7 +122,7 @@ def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any
         log.info("peer test %s ↔ %s (%s): %s", m.server, m.client, m.model, m.reason)
     if planned.dry_run:
         return PeerTests(why_empty=f"dry run: {len(matches)} peer test(s) would run, no pod")
-    matches = _claimed(matches, planned, settings, store, dag_id=dag_id, run_id=run_id, run_ended=run_ended)
+    matches = _claimed(matches, settings, store, dag_id=dag_id, run_id=run_id, run_ended=run_ended)
     if not matches:
         return PeerTests(why_empty="no peer test: the matched nodes are held by another live run")
     shipped = suite_code.ship(core_v1, settings)
@@ -134,24 +133,19 @@ def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any
                                      run_config=run_config, label=f"{m.server} ↔ {m.client}") for m in matches])
 
 
-def _claimed(matches: list[PeerMatch], planned: Plan, settings: Settings, store: Any, *, dag_id: str, run_id: str,
+def _claimed(matches: list[PeerMatch], settings: Settings, store: Any, *, dag_id: str, run_id: str,
              run_ended: Callable[[str, str], bool] | None) -> list[PeerMatch]:
     """The matches whose two nodes this run could claim; a match with one node held elsewhere gives its
     other node back."""
-    bundles: dict[str, list[str]] = {}
-    for p in planned.pairs:
-        bundles.setdefault(p.node_name, []).append(p.test_name)
     ttl = claims.ttl_s(settings, PEER_SUITE) + launcher.PEER_GRACE_S
-    candidates = [(node, tests[0], claims.ttl_s(settings, tests), len(tests)) for node, tests in bundles.items()]
-    candidates += [(node, PEER_SUITE, ttl, 1) for m in matches for node in m.nodes]
-    outcome = claims.claim(store.connect, candidates, dag_id=dag_id, run_id=run_id,
-                           limit=sum(c[3] for c in candidates), run_ended=run_ended)
+    candidates = [(node, PEER_SUITE, ttl, 1) for m in matches for node in m.nodes]
+    outcome = claims.claim(store.connect, candidates, dag_id=dag_id, run_id=run_id, limit=len(candidates),
+                           run_ended=run_ended, keep_others=True)
     granted = {c.node_name for c in outcome.granted}
     kept = [m for m in matches if set(m.nodes) <= granted]
     orphans = [n for m in matches if m not in kept for n in m.nodes if n in granted]
     for h in outcome.held:
-        if h.node_name not in bundles:
-            log.warning("peer test without %s: held by run %s", h.node_name, h.holder.run_id)
+        log.warning("peer test without %s: held by run %s", h.node_name, h.holder.run_id)
     if orphans:
         claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=orphans)
     return kept

@@ -160,6 +160,7 @@ def claim(
     limit: int,
     dry_run: bool = False,
     run_ended: Callable[[str, str], bool] | None = None,
+    keep_others: bool = False,
 ) -> ClaimResult:
     """Claim, in one transaction, the first candidate nodes no other live run holds, ``limit`` pairs in all.
 
@@ -170,7 +171,9 @@ def claim(
     claims count as free, so a retried prioritize gets them again, and its earlier claims on nodes it
     no longer plans are dropped. ``dry_run``: the same answer, nothing kept (rolled back).
     ``run_ended(dag_id, run_id)``: True when that run has ended; its claims on these nodes are dead
-    (it failed before releasing them). Asked before the lock is taken, never while holding it."""
+    (it failed before releasing them). Asked before the lock is taken, never while holding it.
+    ``keep_others``: this run's claims on other nodes stay (a second claimer of the same run, e.g. the
+    peer tests beside the bundles, adds nodes without touching the ones already claimed)."""
     dag_id, run_id = _identity(dag_id, run_id)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidClaim(f"claim limit: expected an integer >= 0, got {shown(limit)}")
@@ -203,9 +206,11 @@ def claim(
                 else:
                     chosen.append((node, test, ttl))
                     taken += pairs
-            cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s "
-                        "AND NOT (node_name = ANY(%s))", (dag_id, run_id, [c[0] for c in chosen]))
-            dropped = cur.rowcount
+            dropped = 0
+            if not keep_others:
+                cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s "
+                            "AND NOT (node_name = ANY(%s))", (dag_id, run_id, [c[0] for c in chosen]))
+                dropped = cur.rowcount
             granted: list[Claim] = []
             if chosen:
                 rows = [(node, test, dag_id, run_id, now, now + dt.timedelta(seconds=ttl))

@@ -7,7 +7,7 @@ import datetime as dt
 import psycopg
 from cluster_doctor.airflow import peers_task
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import Plan, PlannedPair, RunConfig
+from cluster_doctor.domain.payloads import RunConfig
 from cluster_doctor.domain.peers import PeerMatch
 from cluster_doctor.store import claims, database
 
@@ -30,13 +30,13 @@ def match(server, client):
 
 
 def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_other_node_back(db_dsn):
+    """The peers' nodes are claimed beside the bundles' (keep_others): the bundle claim prioritize made
+    stays as it was, whether or not its validation already released it."""
     store, settings = Store(db_dsn), Settings()
-    plan = Plan(planned_at=NOW, pairs=[PlannedPair(node_name="gpu-001", test_name="gpu_health", why="never",
-                                                   gpu_count=8)])
     claims.claim(store.connect, [("gpu-001", "gpu_health", 600.0)], dag_id=DAG, run_id="r1", limit=1)  # prioritize
     claims.claim(store.connect, [("gpu-005", "dl_unit", 600.0)], dag_id=DAG, run_id="other", limit=1)
 
-    kept = peers_task._claimed([match("gpu-002", "gpu-003"), match("gpu-004", "gpu-005")], plan, settings, store,
+    kept = peers_task._claimed([match("gpu-002", "gpu-003"), match("gpu-004", "gpu-005")], settings, store,
                                dag_id=DAG, run_id="r1", run_ended=None)
 
     assert kept == [match("gpu-002", "gpu-003")]

@@ -38,8 +38,8 @@ def cluster(emulator):
     return emulator
 
 
-def an_attempt(node="gpu-001", minutes_ago=30, run="r1"):
-    finished = NOW - dt.timedelta(minutes=minutes_ago)
+def an_attempt(node="gpu-001", minutes_ago=30, run="r1", now=None):
+    finished = (now or NOW) - dt.timedelta(minutes=minutes_ago)
     return Attempt.from_dict({"node_name": node, "test_name": "gpu_health", "status": "pass",
                               "finished_at": finished.isoformat(), "dag_id": "continuous_validation",
                               "run_id": run, "try_number": 1})
@@ -110,12 +110,14 @@ def test_discover_warns_in_its_log_and_the_verdict_when_celery_has_a_per_host_sp
 
 
 def test_the_verdict_and_summarize_say_when_results_wait(cluster, store, tmp_path, caplog):
+    # ages against the clock now, not the module's import time: a long session runs this much later
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     box = spool.Spool(tmp_path / "spool")
-    box.put([an_attempt(minutes_ago=90), an_attempt("gpu-002", minutes_ago=30)])
+    box.put([an_attempt(minutes_ago=90, now=now), an_attempt("gpu-002", minutes_ago=30, now=now)])
     settings = Settings(tests=["gpu_health"], spool_dir=str(box.directory))
     found = tasks.discover({}, settings, cluster.core_v1(), executors=["CeleryExecutor"])
-    summary = tasks.summarize(found, Plan(planned_at=NOW, dry_run=True, pairs=[]), Recorded(), store)
-    assert summary.spool.waiting == 2 and summary.spool.oldest_at == NOW - dt.timedelta(minutes=90)
+    summary = tasks.summarize(found, Plan(planned_at=now, dry_run=True, pairs=[]), Recorded(), store)
+    assert summary.spool.waiting == 2 and summary.spool.oldest_at == now - dt.timedelta(minutes=90)
     assert "2 attempt(s) wait in the spool" in summary.spool.line
     tasks.verdict(summary)
     assert "2 attempt(s) wait in the spool" in caplog.text and "oldest finished 1.5 h ago" in caplog.text
