@@ -102,12 +102,13 @@ WITH pairs AS (
     SELECT n.node_name, t.test_name
       FROM unnest(%(nodes)s::text[]) AS n(node_name) CROSS JOIN unnest(%(tests)s::text[]) AS t(test_name)
 )
-SELECT p.node_name, p.test_name, e.status, e.finished_at, e.reason, e.gpu_model,
+SELECT p.node_name, p.test_name, e.status, e.finished_at, e.reason, e.gpu_model, e.incomplete,
        a.status AS last_attempt_status, a.finished_at AS last_attempt_at, a.reason AS last_attempt_reason,
        s.status_since, s.previous_status
   FROM pairs p
   LEFT JOIN LATERAL (
-        SELECT h.id, h.status, h.finished_at, h.reason, h.gpu_model
+        SELECT h.id, h.status, h.finished_at, h.reason, h.gpu_model,
+               cluster_doctor_incomplete(h.status, h.incomplete, h.checks_not_run, h.checks) AS incomplete
           FROM validation_history h
          WHERE h.node_name = p.node_name AND h.test_name = p.test_name
            AND h.status IN ('pass', 'fail', 'error') AND h.finished_at < %(as_of)s
@@ -371,10 +372,13 @@ def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequ
     counts = {s: 0 for s in STATES}
     per_test = {t: {s: 0 for s in STATES} for t in tests}
     failing: list[dict[str, Any]] = []
+    incomplete: list[str] = []  # passing pairs some of whose checks could not run: not a clean pass
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for p in assessed.pairs:
         state = p["state"]
         counts[state] += 1
+        if p.get("status") == Status.PASS and p.get("incomplete"):
+            incomplete.append(p["node_name"])
         per_test[p["test_name"]][state] += 1
         if state in FAILING:
             failing.append(p)
@@ -408,6 +412,8 @@ def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequ
         "nodes": summary["gpu_nodes"], "pairs": summary["pairs"], "counts": counts, "per_test": per_test,
         "covered_nodes": summary["covered_nodes"], "failing": rows, "failing_total": len(failing),
         "stale_groups": groups, "never_nodes": summary["never_validated"],
+        "incomplete_passes": len(incomplete),
+        "incomplete_nodes": compress(sorted(set(incomplete), key=_node_key)),
     }
 
 
@@ -520,6 +526,8 @@ def headline(data: Mapping[str, Any]) -> list[str]:
         f"{data['newly_failing_today']} newly failing",
         f"Failing pairs in the fleet: {fleet['failing_total']}; stale: {fleet['counts']['stale']}; "
         f"never validated: {fleet['counts']['never']}",
+        *([f"Passes with checks not run (incomplete, not a clean pass): {fleet['incomplete_passes']} pair(s) on "
+           f"{fleet['incomplete_nodes']}"] if fleet.get("incomplete_passes") else []),
         f"Validation GPU-hours: {_num(data['gpu_hours']['total'])}",
         *([f"Results waiting: {data['spool']['line']}"] if (data.get("spool") or {}).get("line") else []),
     ]

@@ -379,3 +379,19 @@ def test_reservations_of_the_day_are_one_line_with_their_cost(seeded):
     line = ("Reservations of overdue nodes: 2 taint(s) applied, 1 removed (1 validated), 1 reserved now; idle "
             "while reserved 8 GPU-hours (0.69% of all GPU-hours of the day)")
     assert line in daily.render_markdown(data) and line in daily.render_html(data)
+
+
+def test_a_pass_with_checks_not_run_is_counted_as_incomplete_not_as_a_clean_pass(store):
+    """Issue 20: a pass some of whose checks could not run says so in the report's headline."""
+    store.record([a("gpu-101", "gpu_health", "pass", at(0, 2), incomplete=True, checks_not_run=2),
+                  a("gpu-102", "gpu_health", "pass", at(0, 3)),
+                  a("gpu-103", "gpu_health", "pass", at(0, 4), incomplete=True, checks_not_run=1)])
+    discovered(store, ["gpu-101", "gpu-102", "gpu-103"])
+    data = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW)
+    assert (data["fleet"]["incomplete_passes"], data["fleet"]["incomplete_nodes"]) == (2, "gpu-[101,103]")
+    assert ("Passes with checks not run (incomplete, not a clean pass): 2 pair(s) on gpu-[101,103]"
+            in daily.headline(data))
+    store.record([a("gpu-101", "gpu_health", "pass", at(0, 5)), a("gpu-103", "gpu_health", "pass", at(0, 6))])
+    clean = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW)
+    assert clean["fleet"]["incomplete_passes"] == 0
+    assert not any(line.startswith("Passes with checks not run") for line in daily.headline(clean))
