@@ -86,6 +86,7 @@ class NodeCoverage:
     executed_tests: int = 0
     fresh_tests: int = 0
     fresh_pass_tests: int = 0
+    incomplete_tests: int = 0  # fresh passes some of whose checks could not run
     fail_tests: int = 0
     error_tests: int = 0
     last_attempt_at: dt.datetime | None = None
@@ -118,7 +119,8 @@ class NodeCoverage:
 
     @property
     def healthy(self) -> bool:
-        return self.fresh_pass_tests >= self.n_tests
+        """Every test passed, fresh, and every check of it ran: an incomplete pass is not a clean bill."""
+        return self.fresh_pass_tests >= self.n_tests and not self.incomplete_tests
 
 
 # Node-level filters of the fleet page: value -> (label, predicate).
@@ -128,7 +130,8 @@ NODE_FILTERS: dict[str, tuple[str, Callable[[NodeCoverage], bool]]] = {
     "error": ("a suite errored (error)", lambda n: n.error_tests > 0),
     "stale": ("stale (a test older than the threshold or never run)", lambda n: n.stale),
     "never": ("never validated", lambda n: n.never),
-    "healthy": ("healthy (every test passed and is fresh)", lambda n: n.healthy),
+    "healthy": ("healthy (every test passed, fresh, every check run)", lambda n: n.healthy),
+    "incomplete": ("passed with checks not run (incomplete)", lambda n: n.incomplete_tests > 0),
     "not_eligible": ("not eligible now (busy, cordoned, not ready, tainted …)",
                      lambda n: not n.gone and n.eligibility not in (None, "free", "unknown")),
     "gone": ("left the cluster (gone, still counted for the grace period)", lambda n: n.gone),
@@ -236,6 +239,8 @@ def assess(
             node.fresh_tests += 1
             if status == "pass":
                 node.fresh_pass_tests += 1
+                if r.get("incomplete"):
+                    node.incomplete_tests += 1
         if status == "fail":
             node.fail_tests += 1
         elif status == "error":

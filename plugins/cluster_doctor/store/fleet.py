@@ -221,8 +221,8 @@ class FleetQueries:
         columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
         # the status's start only feeds the exporter (converting a time costs ~6 ms per 20,000 rows)
         since = "extract(epoch FROM l.status_since)::float8" if figures else "NULL::float8"
-        # the action and completeness only feed the exporter too
-        judged = "l.action, l.incomplete, l.checks_not_run" if figures else "NULL::text, NULL::bool, NULL::int"
+        # the action and the not-run count only feed the exporter; completeness also the healthy filter
+        judged = "l.action, l.incomplete, l.checks_not_run" if figures else "NULL::text, l.incomplete, NULL::int"
         with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
             cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, judged=judged, figures=columns),
                         {f"k{i}": k for i, k in enumerate(keys)})
@@ -237,10 +237,10 @@ class FleetQueries:
             if last_ts is not None and not lo <= last_ts <= hi:
                 last_ts = _ts(last_ts)
             row = {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
-                   "last_attempt_at": last_ts, "gpu_model": model}
+                   "last_attempt_at": last_ts, "gpu_model": model, "incomplete": incomplete}
             if figures:
                 row["since_ts"] = _ts(since_ts)
-                row["action"], row["incomplete"], row["checks_not_run"] = action, incomplete, not_run
+                row["action"], row["checks_not_run"] = action, not_run
                 wanted = per_test.get(test, ())
                 row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
                                   if k in wanted and text is not None and (v := finite(text)) is not None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import hostlist
@@ -103,6 +104,23 @@ def test_only_enabled_tests_count(small_db):
 def test_status_filters(fq, status, expected):
     page = fq.nodes_page(fleet.FleetFilter(status=status))
     assert names(page) == expected and page.total == len(expected)
+
+
+def test_a_fresh_pass_with_checks_not_run_is_incomplete_not_healthy(db_dsn, store):
+    """Issue 20: a node whose every test passed, fresh, but one of them could not run some checks is
+    not "healthy" on the fleet page: it is listed under "incomplete" until a complete pass."""
+    seed.small_fleet(store)
+    partial = seed.attempt("gpu-001", seed.TESTS[0], "pass", seed.NOW - dt.timedelta(minutes=5), try_number=2)
+    store.record([dataclasses.replace(partial, incomplete=True, checks_not_run=3)])
+
+    def filtered(status):
+        with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+            return names(q.nodes_page(fleet.FleetFilter(status=status)))
+
+    assert filtered("healthy") == ["gpu-002", "gpu-011"]
+    assert filtered("incomplete") == ["gpu-001", "gpu-010"]  # gpu-010's only pass has a check not run
+    store.record([seed.attempt("gpu-001", seed.TESTS[0], "pass", seed.NOW - dt.timedelta(minutes=1), try_number=3)])
+    assert filtered("healthy") == ["gpu-001", "gpu-002", "gpu-011"] and filtered("incomplete") == ["gpu-010"]
 
 
 @pytest.mark.parametrize("expression, expected", [
