@@ -49,6 +49,7 @@ from psycopg.rows import dict_row
 from cluster_doctor.domain import coverage, suites
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.peers import PEER_SUITE
 from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.reports.ctrf import resolve_reports_dir
@@ -159,6 +160,8 @@ SELECT h.node_name, h.test_name, h.status, h.started_at, h.finished_at, h.durati
            AND p.status IN ('pass', 'fail', 'error') AND (p.finished_at, p.id) < (h.finished_at, h.id)
          ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) prev ON true
  WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status IN ('fail', 'error')
+   -- a failed peer test blames neither node: its suspects are the peer line's (triangulation)
+   AND h.test_name <> %(peer_suite)s
 """
 
 MODEL_COUNTS_SQL = """
@@ -238,7 +241,7 @@ def build(
                 pairs = _rows(cur, FLEET_AS_OF_SQL, {"nodes": fleet, "tests": tests, "as_of": as_of})
             trend = coverage.trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness)
             day_counts = _rows(cur, DAY_COUNTS_SQL, window)
-            failures = _rows(cur, FAILURES_SQL, window)
+            failures = _rows(cur, FAILURES_SQL, {**window, "peer_suite": PEER_SUITE})
             model_counts = _rows(cur, MODEL_COUNTS_SQL, window)
             model_metrics = _rows(cur, MODEL_METRICS_SQL, {
                 **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})

@@ -37,4 +37,6 @@ def test_the_daily_report_has_one_peer_line(store, db_dsn):
     assert line == ("Peer tests: 5 node(s) peer-tested, 2 passed, 1 blamed: gpu-001 (with gpu-003); 2 suspect "
                     "(failed, not yet blamed on either side): gpu-004 (with gpu-005), gpu-005 (with gpu-004)")
     assert line in daily.render_markdown(data)
+    # the failed peer tests are the peer line's suspects and blamed nodes, never a node's failures of the day
+    assert data["failures_total"] == 0 and data["failing_nodes_today"] == 0
     assert daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=seed.NOW)["peers"] is None
