@@ -197,6 +197,7 @@ def conclude(attempts: Sequence[Attempt]) -> str:
         for a in attempts:
             for check in results.failing_checks({"checks": a.checks}):
                 log.error("  %s: %s", a.node_name, check)
+        line += ": both nodes suspect, neither blamed, until a third node was tried with each"
         log.error("%s", line)
         raise AirflowFailException(line)
     log.warning("%s", line)

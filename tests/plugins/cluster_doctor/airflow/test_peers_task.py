@@ -1,11 +1,13 @@
 """The peers task group's bodies (issue 23 §2): claims taken beside the run's bundles without dropping
 them, a match whose node another run holds gives its other node back, a side that never reported is
-recorded skipped naming its peer."""
+recorded skipped naming its peer, a failed test blames neither node."""
 
 import datetime as dt
 
 import psycopg
+import pytest
 from cluster_doctor.airflow import peers_task
+from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import RunConfig
 from cluster_doctor.domain.peers import PeerMatch
@@ -63,3 +65,18 @@ def test_a_side_that_never_reported_is_recorded_skipped_naming_its_peer():
                                                                         ("gpu-003", "skipped", "gpu-002")]
     assert rows[1]["reason"].startswith("the validation task did not report")
     assert peers_task.reported(None, None, dag_id=DAG, run_id="r1") == []
+
+
+def test_a_failed_peer_test_fails_its_task_blaming_neither_node_and_a_missed_one_skips():
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    def sides(status, reason=None):
+        return [Attempt.from_dict({"node_name": n, "test_name": "fabric_peer", "status": status, "peer": p,
+                                   "reason": reason, "finished_at": NOW.isoformat()})
+                for n, p in (("gpu-002", "gpu-003"), ("gpu-003", "gpu-002"))]
+
+    assert peers_task.conclude(sides("pass")) == "gpu-002 (peer gpu-003): PASS; gpu-003 (peer gpu-002): PASS"
+    with pytest.raises(AirflowFailException, match="both nodes suspect, neither blamed, until a third node"):
+        peers_task.conclude(sides("fail", "PEER_IB_BW_LOW"))
+    with pytest.raises(AirflowSkipException, match="TIMEOUT"):
+        peers_task.conclude(sides("timeout", "the client pod was still Pending"))
