@@ -71,9 +71,10 @@ taking nodes from users:
 
 **Reading the grid.** Each step of the `validate` group is labelled `node · test`, a peer test
 `server ↔ client`. Green: the node passed. Red: the node failed a check or the suite errored — the
-end of the task log lists the failing checks with device and numbers (an image that cannot be pulled is red too). Pink (skipped): the
-attempt did not run the suite (timeout, preempted by a user job, node busy at submit time, an earlier
-suite of the node stopped the rest), or the suite is not due on that node; the pair stays due.
+end of the task log lists the failing checks with device and numbers (an image that cannot be pulled
+is red too). Pink (skipped): the attempt did not run the suite (timeout, preempted by a user job, node
+busy at submit time, an earlier suite of the node stopped the rest), or the suite is not due on that
+node; the pair stays due.
 
 **The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
 check (or a suite erroring) — `verdict` names them — or the run broke: discovery, planning,
@@ -294,7 +295,8 @@ with DAG(
             context = get_current_context()
             found = Discovered.from_xcom(pulled("discover"))
             settings = found.settings
-            return peers_task.plan(found, Plan.from_xcom(pulled("prioritize")), runtime.results_store(settings.validation_db_conn_id),
+            return peers_task.plan(found, Plan.from_xcom(pulled("prioritize")),
+                                   runtime.results_store(settings.validation_db_conn_id),
                                    runtime.core_v1(settings.kubernetes_conn_id), dag_id=dag.dag_id,
                                    run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
 
@@ -310,7 +312,8 @@ with DAG(
             context["label"] = found.label  # the instance's label in the grid
             ti, settings = context["ti"], found.run_config.settings
             attempts = peers_task.run_peer_test(
-                found, runtime.core_v1(settings.kubernetes_conn_id), runtime.results_store(settings.validation_db_conn_id),
+                found, runtime.core_v1(settings.kubernetes_conn_id),
+                runtime.results_store(settings.validation_db_conn_id),
                 dag_id=dag.dag_id, run_id=context["run_id"], map_index=ti.map_index, try_number=ti.try_number)
             ti.xcom_push(key="attempts", value=[a.to_dict() for a in attempts])  # for record, first
             return peers_task.conclude(attempts)

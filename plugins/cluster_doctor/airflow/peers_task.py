@@ -4,7 +4,8 @@
   of this run uses are matched (``domain.peers.match_peers``, on the recent peer rows of
   ``store.peers``), and the matched nodes are claimed for the run like prioritize claims its nodes
   (``store.claims``, beside the bundles' claims: a node another live run holds is left to it, and so
-  is its match); the suite code is shipped (already there: ship_suites ran). One ``PeerTest`` per match: what ``test`` is mapped over. Off, or nothing matched: none.
+  is its match); the suite code is shipped (already there: ship_suites ran). One ``PeerTest`` per
+  match: what ``test`` is mapped over. Off, or nothing matched: none.
 * ``test`` (one mapped instance per match, two pool slots: one per node): the launcher
   (``kube.peers``) runs both pods to their end; the two attempts, each naming its peer, go to XCom
   (``attempts``, for record) and straight to the results DB.
