@@ -32,7 +32,6 @@ be validated again and released: that combination is refused.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -54,6 +53,7 @@ from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operato
     QuarantinePolicy,
     QuarantineReport,
 )
+from cluster_doctor.kube.node_patch import patch_node
 from cluster_doctor.store.quarantine import confirmed_failures, healthy
 
 log = logging.getLogger(__name__)
@@ -76,23 +76,6 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     except ValueError:
         return None
     return value if value.tzinfo else None
-
-
-def _patch(core_v1: Any, node: Mapping[str, Any], build, attempts: int = 3) -> None:
-    """Patch with the node's resourceVersion; on a conflict, re-read the node and try again."""
-    from kubernetes.client.exceptions import ApiException
-
-    name = node["metadata"]["name"]
-    for attempt in range(attempts):
-        body = build(node)
-        body.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
-        try:
-            core_v1.patch_node(name, body)
-            return
-        except ApiException as exc:
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
-            node = json.loads(core_v1.read_node(name, _preload_content=False).data)
 
 
 def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool):
@@ -184,7 +167,7 @@ def reconcile(
         if policy.dry_run:
             log.info("quarantine dry run: would release %s (passes every test again)", name)
         else:
-            _patch(core_v1, ours[name], _release_body)
+            patch_node(core_v1, ours[name], _release_body)
             log.info("released %s from quarantine: it passes every enabled test again", name)
         report.released.append(name)
 
@@ -204,7 +187,7 @@ def reconcile(
         if policy.dry_run:
             log.info("quarantine dry run: would label%s %s (%s)", " and taint" if policy.taint else "", name, what)
         else:
-            _patch(core_v1, gpu[name], _quarantine_body(failures[name], now, policy.taint))
+            patch_node(core_v1, gpu[name], _quarantine_body(failures[name], now, policy.taint))
             log.warning("quarantined %s: label %s=%s%s (%s)", name, LABEL, LABEL_VALUE,
                         ", taint NoSchedule" if policy.taint else "", what)
         report.quarantined.append(name)

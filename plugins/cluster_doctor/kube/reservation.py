@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,6 +43,7 @@ from cluster_doctor.domain.reservation import (
     VALIDATED,
     ReservationPolicy,
 )
+from cluster_doctor.kube.node_patch import patch_node, read_node
 from cluster_doctor.store import reservations as rows
 
 log = logging.getLogger(__name__)
@@ -124,27 +124,6 @@ def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
             "spec": {"taints": [t for t in _taints(node) if t.get("key") != KEY]}}
 
 
-def _patch(core_v1: Any, node: Mapping[str, Any], build, attempts: int = 3) -> None:
-    """Patch with the node's resourceVersion; on a conflict, re-read the node and try again."""
-    from kubernetes.client.exceptions import ApiException
-
-    name = node["metadata"]["name"]
-    for attempt in range(attempts):
-        body = build(node)
-        body.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
-        try:
-            core_v1.patch_node(name, body)
-            return
-        except ApiException as exc:
-            if exc.status != 409 or attempt == attempts - 1:
-                raise
-            node = _read(core_v1, name)
-
-
-def _read(core_v1: Any, name: str) -> dict[str, Any]:
-    return json.loads(core_v1.read_node(name, _preload_content=False).data)
-
-
 # ---------------------------------------------------------------------------- once per run
 def reconcile(
     core_v1: Any,
@@ -218,7 +197,7 @@ def reconcile(
             log.info("reservation dry run: would taint %s %s:NoSchedule (oldest result: %s)", overdue.node_name,
                      KEY, oldest)
         else:
-            _patch(core_v1, node, _reserve_body(now, run_id))
+            patch_node(core_v1, node, _reserve_body(now, run_id))
             rows.opened(connect, overdue.node_name, gpu_count=_gpus(node), run_id=run_id, at=now)
             log.warning("reserved %s: taint %s:NoSchedule, no new user pod lands on it; it is validated when its "
                         "job ends (oldest result: %s)", overdue.node_name, KEY, oldest)
@@ -243,7 +222,7 @@ def _release(core_v1: Any, connect: Any, node: Mapping[str, Any], policy: Reserv
     if policy.dry_run:
         log.info("reservation dry run: would remove the taint %s from %s (%s)", KEY, name, why)
         return 0.0
-    _patch(core_v1, node, _release_body)
+    patch_node(core_v1, node, _release_body)
     idle = rows.closed(connect, name, reason=why, at=now, free=free)
     log.warning("released %s: taint %s removed (%s); it stood idle for validation %.1f GPU-hour(s)", name, KEY,
                 why, idle)
@@ -255,7 +234,7 @@ def release_after_validation(core_v1: Any, connect: Any, node_name: str, *, poli
     """The node's validation is done (pass or fail: a fail is the quarantine policy's business): remove
     our taint now, not at the next run. False when the node carries no taint of ours any more."""
     now = now or dt.datetime.now(dt.UTC)
-    node = _read(core_v1, node_name)
+    node = read_node(core_v1, node_name)
     if not is_reserved(node):
         return False
     _release(core_v1, connect, node, policy, VALIDATED, now, free=True)

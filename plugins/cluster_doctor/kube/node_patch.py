@@ -1,0 +1,33 @@
+"""Node patches that never overwrite a concurrent writer's change: the patch carries the node's
+resourceVersion, and on a conflict (409) the node is read again and the patch rebuilt from it. Shared by
+quarantine and reservation, which both rewrite the node's taint list (a merge patch replaces lists
+whole, so a patch built from a stale read would drop a taint someone else just added)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def read_node(core_v1: Any, name: str) -> dict[str, Any]:
+    """The node as the API serves it, as plain JSON (no client model conversion)."""
+    return json.loads(core_v1.read_node(name, _preload_content=False).data)
+
+
+def patch_node(core_v1: Any, node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], dict[str, Any]],
+               attempts: int = 3) -> None:
+    """Patch with ``build(node)`` and the node's resourceVersion; on a conflict, re-read and try again."""
+    from kubernetes.client.exceptions import ApiException
+
+    name = node["metadata"]["name"]
+    for attempt in range(attempts):
+        body = build(node)
+        body.setdefault("metadata", {})["resourceVersion"] = node["metadata"].get("resourceVersion")
+        try:
+            core_v1.patch_node(name, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409 or attempt == attempts - 1:
+                raise
+            node = read_node(core_v1, name)
