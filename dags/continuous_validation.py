@@ -290,15 +290,17 @@ with DAG(
         @task(multiple_outputs=False)
         def plan() -> list:
             from cluster_doctor.airflow import peers_task, runtime
-            from cluster_doctor.domain.payloads import Discovered, Plan
+            from cluster_doctor.domain.payloads import Bundle, Discovered, Plan
 
             context = get_current_context()
             found = Discovered.from_xcom(pulled("discover"))
             settings = found.settings
+            bundles = pulled("ship_suites") or []  # the suite code it shipped for them, not shipped twice
             return peers_task.plan(found, Plan.from_xcom(pulled("prioritize")),
                                    runtime.results_store(settings.validation_db_conn_id),
                                    runtime.core_v1(settings.kubernetes_conn_id), dag_id=dag.dag_id,
-                                   run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"])).to_xcom()
+                                   run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
+                                   shipped=Bundle.from_xcom(bundles[0]).run_config if bundles else None).to_xcom()
 
         # One instance per pair, both pods to their end; a pool slot per node.
         @task(pool=SETTINGS.pool, pool_slots=PEER_POOL_SLOTS, retries=0, priority_weight=1, weight_rule="absolute",

@@ -1,11 +1,11 @@
 """The peers task group of continuous_validation (issue 23 §2): peer tests between two free nodes.
 
-* ``plan`` (after ship_suites, beside the validate group): with setting ``peer_tests`` on, the free nodes no bundle
-  of this run uses are matched (``domain.peers.match_peers``, on the recent peer rows of
-  ``store.peers``), and the matched nodes are claimed for the run like prioritize claims its nodes
+* ``plan`` (after ship_suites, beside the validate group): with setting ``peer_tests`` on, the free
+  nodes no bundle of this run uses are matched (``domain.peers.match_peers``, on the recent peer rows
+  of ``store.peers``), and the matched nodes are claimed for the run like prioritize claims its nodes
   (``store.claims``, beside the bundles' claims: a node another live run holds is left to it, and so
-  is its match); the suite code is shipped (already there: ship_suites ran). One ``PeerTest`` per
-  match: what ``test`` is mapped over. Off, or nothing matched: none.
+  is its match); the suite code is the one ship_suites shipped (shipped here when it shipped none).
+  One ``PeerTest`` per match: what ``test`` is mapped over. Off, or nothing matched: none.
 * ``test`` (one mapped instance per match, two pool slots: one per node): the launcher
   (``kube.peers``) runs both pods to their end; the two attempts, each naming its peer, go to XCom
   (``attempts``, for record) and straight to the results DB.
@@ -81,12 +81,14 @@ def _now() -> dt.datetime:
 
 # ---------------------------------------------------------------------------- plan
 def plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any, *, dag_id: str, run_id: str,
-         run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None) -> PeerTests:
-    """``_plan``, logged; a problem is logged and plans no peer test: peer tests are opt-in, and this task
-    runs before ship_suites, so it never stops the run's own validations."""
+         run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None,
+         shipped: RunConfig | None = None) -> PeerTests:
+    """``_plan``, logged; a problem is logged and plans no peer test: peer tests are opt-in, so planning
+    them never stops the run's own validations. ``shipped``: the suite code ship_suites already shipped
+    for the bundles (None when it shipped nothing: shipped here then)."""
     try:
         found = _plan(discovered, planned, store, core_v1, dag_id=dag_id, run_id=run_id, run_ended=run_ended,
-                      now=now)
+                      now=now, shipped=shipped)
     except Exception as exc:  # noqa: BLE001
         log.exception("no peer test in this run: planning them failed: %s", one_line(exc))
         return PeerTests(why_empty=f"planning peer tests failed: {one_line(exc)}")
@@ -98,7 +100,8 @@ def plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any,
 
 
 def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any, *, dag_id: str, run_id: str,
-          run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None) -> PeerTests:
+          run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None,
+          shipped: RunConfig | None = None) -> PeerTests:
     """This run's peer tests: off (setting ``peer_tests``), a dry run or nothing matched gives none, with
     why. The nodes of this run's bundles are not used; the peers' nodes are claimed beside the bundles'
     (``keep_others``), so it may run while validate steps already release theirs."""
@@ -126,9 +129,11 @@ def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any
     matches = _claimed(matches, settings, store, dag_id=dag_id, run_id=run_id, run_ended=run_ended)
     if not matches:
         return PeerTests(why_empty="no peer test: the matched nodes are held by another live run")
-    shipped = suite_code.ship(core_v1, settings)
-    run_config = RunConfig(settings=settings, configmap=shipped.configmap, suite_version=shipped.version,
-                           suite_files=list(shipped.files))
+    run_config = shipped
+    if run_config is None:
+        code = suite_code.ship(core_v1, settings)
+        run_config = RunConfig(settings=settings, configmap=code.configmap, suite_version=code.version,
+                               suite_files=list(code.files))
     gpus = {n.name: (n.gpu_count, n.gpu_model) for n in free}
     return PeerTests(tests=[PeerTest(match=m, gpus={n: gpus[n] for n in m.nodes}, planned_at=now,
                                      run_config=run_config, label=f"{m.server} ↔ {m.client}") for m in matches])
