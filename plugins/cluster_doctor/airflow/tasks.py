@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster_doctor.airflow import storage
 from cluster_doctor.domain import bundles as bundles_policy
-from cluster_doctor.domain import fleet_verdicts, planning, priority
+from cluster_doctor.domain import fleet_verdicts, planning, priority, run_plan
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
@@ -25,7 +25,6 @@ from cluster_doctor.domain.payloads import (
     Discovered,
     HeldPair,
     Latest,
-    PairRow,
     Params,
     Plan,
     PlannedPair,
@@ -38,7 +37,7 @@ from cluster_doctor.domain.quarantine import QuarantineReport
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
-from cluster_doctor.store import claims, spool, verdicts
+from cluster_doctor.store import claims, plan_inputs, spool, verdicts
 
 log = logging.getLogger(__name__)
 WAIT_NOTE_S = 120  # a run that started this long after it was due says what it waited for
@@ -122,21 +121,8 @@ def _check_steps(tests: Sequence[str], steps: Sequence[str]) -> None:
 
 # ---------------------------------------------------------------------------- 2. load latest
 def load_latest(discovered: Discovered, store: Any) -> Latest:
-    """The latest state of every (free node, enabled test) pair."""
-    nodes = [n.name for n in discovered.free]
-    if not nodes:
-        return Latest()
-    states = store.pair_states(nodes, discovered.params.tests)
-    rows = [[node, test, s.status, s.finished_at, s.last_attempt_at, s.last_attempt_status]
-            for (node, test), s in sorted(states.items())]
-    # a pair with a straggler/drift verdict goes through the failed-retest path: the retest confirms it
-    return Latest(rows=[PairRow(*row) for row in verdicts.mark_suspects(store.connect, rows)])
-
-
-def _states(latest: Latest) -> dict[tuple[str, str], priority.PairState]:
-    return {(r.node_name, r.test_name): priority.PairState(
-        status=r.status, finished_at=r.finished_at, last_attempt_at=r.last_attempt_at,
-        last_attempt_status=r.last_attempt_status) for r in latest.rows}
+    """The latest state of every (free node, enabled test) pair, suspects marked (``store.plan_inputs``)."""
+    return plan_inputs.latest(store, [n.name for n in discovered.free], discovered.params.tests)
 
 
 # ---------------------------------------------------------------------------- 2b. reserve (opt-in)
@@ -169,81 +155,52 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
 def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None = None,
                *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
                run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = ()) -> Plan:
-    """Plan this run's bundles: every free node with a due pair, most urgent first (``reserved`` nodes,
-    tainted for validation, before all), each with all its due suites. With ``store`` (the DAG), the
-    plan's nodes are claimed for the run ``dag_id``/``run_id`` (cluster_doctor.store.claims;
-    ``run_ended`` tells a dead holder from a live one); without it (planning only), nothing is claimed.
-    A plan with nothing in it says why (``Plan.why_empty``)."""
+    """Plan this run's bundles with the one planner (``domain.run_plan``): every free node with a due
+    pair, most urgent first (``reserved`` nodes, tainted for validation, before all), each with all its
+    due suites. With ``store`` (the DAG), the plan's nodes are claimed for the run ``dag_id``/``run_id``
+    (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from a live one); without it
+    (planning only), nothing is claimed. A plan with nothing in it says why (``Plan.why_empty``)."""
     now = now or _now()
-    settings = discovered.settings
-    run = discovered.params.run_params()
-    free = {n.name: n for n in discovered.free}
-    # pods of these tests could not mount their volume (discover said why): plan none, record none
-    blocked = set(discovered.volumes.blocked_tests)
-    tests = [t for t in run.tests if t not in blocked]
-    states = _states(latest)
-    first = [n for n in reserved if n in free]
-    found = priority.bundles(list(free), tests, states, now=now, policy=planning.policy(settings, run), first=first)
-    pairs, held = _claimed_plan(found, settings, run, store, dag_id, run_id, run_ended)
-    planned = [PlannedPair(**p.to_dict(), gpu_count=free[p.node_name].gpu_count,
-                           gpu_model=free[p.node_name].gpu_model) for p in pairs]
-    plan = Plan(planned_at=now, dry_run=run.dry_run, pairs=planned, held_by_other_runs=held,
-                reserved=[n for n in first if any(p.node_name == n for p in planned)])
-    if planned:
-        log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s):\n%s", len(planned),
-                 len(plan.nodes()), ", dry run: no pods" if run.dry_run else "", table(
-                     [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
-                      for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
-    else:
-        plan = plan.model_copy(update={"why_empty": _why_empty(discovered, run, tests, states, found, held)})
-        log.info("%s", plan.why_empty)
-    if blocked:
-        log.error("not planned: %s (%s)", ", ".join(t for t in run.tests if t in blocked),
-                  discovered.volumes.problem)
-    if held:
-        log.warning("deferred %d node(s), held by another live run: %s", len(held), "; ".join(
-            f"{h.node_name} (run {h.run_id}, until {h.expires_at.isoformat()})" for h in held))
+    given = run_plan.PlanInput.of(discovered, latest, reserved)
+    claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None
+    plan = run_plan.plan(given, now=now, claim=claim).plan
+    _log_plan(plan, given, now)
     return plan
 
 
-def _claimed_plan(found: list[priority.Bundle], settings: Settings, run: planning.RunParams, store: Any,
-                  dag_id: str | None, run_id: str | None, run_ended: Callable[[str, str], bool] | None,
-                  ) -> tuple[list[priority.PlannedPair], list[HeldPair]]:
-    """The plan, and the nodes given up because another live run holds them: of every free node's bundle,
-    in priority order, the claims keep the first ``max_pairs`` pairs' nodes no other run holds (a dry run
-    claims nothing but defers the same way); the last bundle is cut to fit. A claim holds its node for
-    the whole bundle (its TTL covers every step)."""
-    if store is None:
-        return [p for b in priority.take(found, run.max_pairs) for p in b.pairs], []
+def _claimer(store: Any, settings: Settings, run: planning.RunParams, dag_id: str | None, run_id: str | None,
+             run_ended: Callable[[str, str], bool] | None) -> run_plan.Claimer:
+    """Claims in the results DB: of the candidate bundles, in priority order, the first ``max_pairs``
+    pairs' nodes no other live run holds (a dry run claims nothing but defers the same way). A claim
+    holds its node for the whole bundle (its TTL covers every step)."""
     if not dag_id or not run_id:
         raise ValueError("prioritize with a store needs the run's dag_id and run_id to claim its nodes")
-    outcome = claims.claim(
-        store.connect,
-        [(b.node_name, b.pairs[0].test_name, claims.ttl_s(settings, [p.test_name for p in b.urgent]), len(b.urgent))
-         for b in found],
-        dag_id=dag_id, run_id=run_id, limit=run.max_pairs, dry_run=run.dry_run, run_ended=run_ended)
-    granted = {c.node_name for c in outcome.granted}
-    chosen = priority.take([b for b in found if b.node_name in granted], run.max_pairs)
-    return [p for b in chosen for p in b.pairs], [HeldPair(**h.to_dict()) for h in outcome.held]
+
+    def claim(found: Sequence[priority.Bundle]) -> run_plan.Claimed:
+        outcome = claims.claim(
+            store.connect,
+            [(b.node_name, b.pairs[0].test_name, claims.ttl_s(settings, [p.test_name for p in b.urgent]),
+              len(b.urgent)) for b in found],
+            dag_id=dag_id, run_id=run_id, limit=run.max_pairs, dry_run=run.dry_run, run_ended=run_ended)
+        return run_plan.Claimed(granted=frozenset(c.node_name for c in outcome.granted),
+                                held=tuple(HeldPair(**h.to_dict()) for h in outcome.held))
+    return claim
 
 
-def _why_empty(discovered: Discovered, run: planning.RunParams, tests: list[str],
-               states: Mapping[tuple[str, str], priority.PairState], found: list[priority.Bundle],
-               held: list[HeldPair]) -> str:
-    not_free: dict[str, int] = {}
-    for node in discovered.ineligible:
-        not_free[node.reason] = not_free.get(node.reason, 0) + 1
-    free = {n.name for n in discovered.free}
-    fresh = [s.finished_at for (node, test), s in states.items()
-             if node in free and test in tests and s.finished_at is not None]
-    holders: dict[str, list[HeldPair]] = {}
-    for h in held:
-        holders.setdefault(h.run_id, []).append(h)
-    return planning.why_empty(
-        params=run, gpu_nodes=len(discovered.gpu_nodes), free=len(free), not_free=not_free, tests=tests,
-        oldest_fresh=min(fresh) if fresh else None, due_nodes=len(found),
-        held=[planning.HeldBy(run_id, len(hs), max(h.expires_at for h in hs)) for run_id, hs in holders.items()],
-        blocked=discovered.volumes.problem)
+def _log_plan(plan: Plan, given: run_plan.PlanInput, now: dt.datetime) -> None:
+    planned, held = plan.pairs, plan.held_by_other_runs
+    if planned:
+        log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s):\n%s", len(planned),
+                 len(plan.nodes()), ", dry run: no pods" if plan.dry_run else "", table(
+                     [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
+                      for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
+    else:
+        log.info("%s", plan.why_empty)
+    if given.blocked:
+        log.error("not planned: %s (%s)", ", ".join(given.blocked), given.blocked_problem)
+    if held:
+        log.warning("deferred %d node(s), held by another live run: %s", len(held), "; ".join(
+            f"{h.node_name} (run {h.run_id}, until {h.expires_at.isoformat()})" for h in held))
 
 
 # ---------------------------------------------------------------------------- 4. ship suites

@@ -9,6 +9,7 @@ without terminal control characters.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -19,8 +20,8 @@ from typing import Any
 
 import psycopg
 
-from cluster_doctor.cli import connection
-from cluster_doctor.domain import priority, results, simulate, suites
+from cluster_doctor.cli import connection, simulate
+from cluster_doctor.domain import results, run_plan, suites
 from cluster_doctor.domain.actions import shown as action_shown
 from cluster_doctor.domain.actions import status_text
 from cluster_doctor.domain.attempts import (
@@ -40,10 +41,13 @@ from cluster_doctor.domain.nodes import (
     shown,
     validate_node_name,
 )
+from cluster_doctor.domain.payloads import GpuNode
 from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
+from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
-from cluster_doctor.store import claims, database, fleet, inventory, migrations, roles, spool
+from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -180,26 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
-    db = sub.add_parser("db", help="results database schema", parents=[common])
-    db_sub = db.add_subparsers(dest="db_command", required=True)
-    db_sub.add_parser("upgrade", help="create or upgrade the schema (idempotent)", parents=[common])
-    db_sub.add_parser("version", help="print the schema version", parents=[common])
-    db_sub.add_parser("check", help="verify validation_latest against the history", parents=[common])
-    db_sub.add_parser("rebuild-latest", help="recompute validation_latest from the history", parents=[common])
-    db_sub.add_parser("claims", help="live run-to-run claims: which DagRun is validating which node now",
-                      parents=[common])
-    grant = db_sub.add_parser(
-        "grant-runtime", parents=[common],
-        help="as the database owner: let ROLE read and write rows (SELECT/INSERT/UPDATE/DELETE, sequences), "
-             "nothing else; the role Airflow's validation_db connection should log in as")
-    grant.add_argument("role", help="an existing role, e.g. cluster_doctor_app")
-    replay = db_sub.add_parser(
-        "replay", parents=[common],
-        help="record the attempts spooled while the database was unreachable (oldest first; idempotent)")
-    replay.add_argument("--spool-dir", default=None,
-                        help=f"a path or an object store URL (default: ${spool.SPOOL_ENV}, the setting spool_dir, "
-                             "else $AIRFLOW_HOME/cluster_doctor/spool, else ~/.cluster_doctor/spool)")
-
+    _add_db_parser(sub, common)
     fmt = argparse.ArgumentParser(add_help=False)
     fmt.add_argument("--format", choices=("table", "json", "csv"), default="table")
 
@@ -216,19 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--limit", type=bounded_int(1, MAX_HISTORY_LIMIT), default=20,
                     help=f"at most this many attempts, newest first (1 to {MAX_HISTORY_LIMIT})")
 
-    pl = sub.add_parser("plan", help="which pairs the next run would validate", parents=[common, fmt])
-    src = pl.add_mutually_exclusive_group(required=True)
-    src.add_argument("--nodes", help="free nodes as a hostlist expression")
-    src.add_argument("--nodes-file", help="file with free node names (one per line, or JSON list); - for stdin")
-    src.add_argument("--live", action="store_true", help="discover free GPU nodes from the cluster (kubeconfig)")
-    pl.add_argument("--node-range", default="", help="restrict to these nodes")
-    pl.add_argument("--tests", default=None, type=_argument(_suite_list),
-                    help=f"comma-separated suites among {', '.join(suites.CATALOG)} (default: the enabled ones)")
-    pl.add_argument("--max-pairs", type=bounded_int(0, MAX_PAIRS), default=None)
-    pl.add_argument("--stale-before", default=None, type=timestamp("--stale-before", future=False),
-                    help="ISO timestamp, not in the future: re-validate results older than this")
-    pl.add_argument("--now", default=None, type=timestamp("--now"), help=argparse.SUPPRESS)
-    pl.add_argument("--kubeconfig", default=None, help="with --live: kubeconfig path (default: $KUBECONFIG)")
+    _add_plan_parser(sub, [common, fmt])
 
     # dispatched in main() to cluster_doctor.cli.metrics_exporter, which owns its options
     sub.add_parser("metrics", help="Prometheus exporter: metrics [--port 9108] [--once] (see metrics --help)")
@@ -252,6 +225,44 @@ def build_parser() -> argparse.ArgumentParser:
                           "attempt's content; attempts given with --attempts carry their own)")
     simulate.add_parser(sub)
     return parser
+
+
+def _add_db_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    db = sub.add_parser("db", help="results database schema", parents=[common])
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", help="create or upgrade the schema (idempotent)", parents=[common])
+    db_sub.add_parser("version", help="print the schema version", parents=[common])
+    db_sub.add_parser("check", help="verify validation_latest against the history", parents=[common])
+    db_sub.add_parser("rebuild-latest", help="recompute validation_latest from the history", parents=[common])
+    db_sub.add_parser("claims", help="live run-to-run claims: which DagRun is validating which node now",
+                      parents=[common])
+    grant = db_sub.add_parser(
+        "grant-runtime", parents=[common],
+        help="as the database owner: let ROLE read and write rows (SELECT/INSERT/UPDATE/DELETE, sequences), "
+             "nothing else; the role Airflow's validation_db connection should log in as")
+    grant.add_argument("role", help="an existing role, e.g. cluster_doctor_app")
+    replay = db_sub.add_parser(
+        "replay", parents=[common],
+        help="record the attempts spooled while the database was unreachable (oldest first; idempotent)")
+    replay.add_argument("--spool-dir", default=None,
+                        help=f"a path or an object store URL (default: ${spool.SPOOL_ENV}, the setting spool_dir, "
+                             "else $AIRFLOW_HOME/cluster_doctor/spool, else ~/.cluster_doctor/spool)")
+
+
+def _add_plan_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    pl = sub.add_parser("plan", help="which pairs the next run would validate", parents=parents)
+    src = pl.add_mutually_exclusive_group(required=True)
+    src.add_argument("--nodes", help="free nodes as a hostlist expression")
+    src.add_argument("--nodes-file", help="file with free node names (one per line, or JSON list); - for stdin")
+    src.add_argument("--live", action="store_true", help="discover free GPU nodes from the cluster (kubeconfig)")
+    pl.add_argument("--node-range", default="", help="restrict to these nodes")
+    pl.add_argument("--tests", default=None, type=_argument(_suite_list),
+                    help=f"comma-separated suites among {', '.join(suites.CATALOG)} (default: the enabled ones)")
+    pl.add_argument("--max-pairs", type=bounded_int(0, MAX_PAIRS), default=None)
+    pl.add_argument("--stale-before", default=None, type=timestamp("--stale-before", future=False),
+                    help="ISO timestamp, not in the future: re-validate results older than this")
+    pl.add_argument("--now", default=None, type=timestamp("--now"), help=argparse.SUPPRESS)
+    pl.add_argument("--kubeconfig", default=None, help="with --live: kubeconfig path (default: $KUBECONFIG)")
 
 
 def _suite_list(text: str) -> list[str]:
@@ -467,29 +478,55 @@ def cmd_history(args: argparse.Namespace, out) -> int:
     return 0
 
 
-def _free_nodes(args: argparse.Namespace) -> list[str]:
-    if args.nodes is not None:
-        return parse_node_range(args.nodes).expand()
+@dataclasses.dataclass(frozen=True)
+class _Nodes:
+    """The nodes ``plan`` plans from: the free ones (GPUs known with --live), the others with why, and the
+    tests a volume problem blocks (--live reads the claims their pods mount, as the DAG's discover does)."""
+
+    free: list[GpuNode]
+    ineligible: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    blocked_tests: list[str] = dataclasses.field(default_factory=list)
+    problem: str | None = None
+
+
+def _plan_nodes(args: argparse.Namespace, settings: Settings, run: RunParams) -> _Nodes:
     if args.live:
-        import yaml
-        from kubernetes import config
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+        return _live_nodes(args.kubeconfig, settings, run)
+    if args.nodes is not None:
+        names = parse_node_range(args.nodes).expand()
+    else:
+        names = _nodes_file(args.nodes_file)
+    return _Nodes(free=[GpuNode(name=n, gpu_count=0) for n in run.node_range.filter(names)])
 
-        from cluster_doctor.kube import discovery, retry  # need the kubernetes client and a kubeconfig
 
-        try:
-            api_client = config.new_client_from_config(config_file=args.kubeconfig)
-        except (config.ConfigException, yaml.YAMLError, OSError, TypeError, ValueError, AttributeError) as exc:
-            # the client's loader fails in many ways on a file that is not a kubeconfig
-            detail = one_line(exc, 200)
-            raise UsageError(f"--kubeconfig: not a usable kubeconfig ({detail})") from None
-        try:
-            return [n.name for n in discovery.discover(retry.core_v1(api_client), Settings.load()).free]
-        except (ApiException, HTTPError, OSError) as exc:
-            raise ClusterUnavailable(f"cannot list the cluster's nodes: {database.one_line_cause(exc)[:300]}") from None
+def _live_nodes(kubeconfig: str | None, settings: Settings, run: RunParams) -> _Nodes:
+    """Discovery and the volume check of the DAG's discover task, read-only, through a kubeconfig."""
+    import yaml
+    from kubernetes import config
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from cluster_doctor.kube import discovery, retry, volumes  # need the kubernetes client and a kubeconfig
+
+    try:
+        api_client = config.new_client_from_config(config_file=kubeconfig)
+    except (config.ConfigException, yaml.YAMLError, OSError, TypeError, ValueError, AttributeError) as exc:
+        # the client's loader fails in many ways on a file that is not a kubeconfig
+        raise UsageError(f"--kubeconfig: not a usable kubeconfig ({one_line(exc, 200)})") from None
+    try:
+        core_v1 = retry.core_v1(api_client)
+        found = discovery.discover(core_v1, settings, run.node_range)
+        mounts = volumes.check(core_v1, settings, run.tests)
+    except (ApiException, HTTPError, OSError) as exc:
+        raise ClusterUnavailable(f"cannot list the cluster's nodes: {database.one_line_cause(exc)[:300]}") from None
+    return _Nodes(free=[GpuNode(name=n.name, gpu_count=n.gpu_count, gpu_model=n.gpu_model) for n in found.free],
+                  ineligible=[(n.name, n.reason) for n in found.ineligible if n.reason != discovery.INVALID_NAME],
+                  blocked_tests=list(mounts.blocked_tests), problem=mounts.problem)
+
+
+def _nodes_file(path: str) -> list[str]:
     what = "--nodes-file"
-    data = _read_text(args.nodes_file, what)
+    data = _read_text(path, what)
     if data.lstrip().startswith("["):
         names = _parse_json(data, what)
         if not isinstance(names, list):
@@ -503,19 +540,26 @@ def _free_nodes(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_plan(args: argparse.Namespace, out) -> int:
+    """What the next run would plan, by the DAG's planner (``domain.run_plan``): the same bundles in the
+    same order (bundle_ahead_hours, suspect pairs marked from the results DB, reserved nodes first when
+    reservation is on, the tests a volume problem blocks left out, max_pairs). Planning only: nothing is
+    claimed, nothing written."""
     settings = Settings.load()
-    node_range = parse_node_range(args.node_range)
-    tests = args.tests or list(settings.tests)
     now = args.now or dt.datetime.now(dt.UTC)
-    free = node_range.filter(_free_nodes(args))
-    states = _store(args).pair_states(free, tests)
-    policy = priority.Policy(
-        staleness=dt.timedelta(days=settings.staleness_days),
-        failed_retest=dt.timedelta(hours=settings.failed_retest_hours),
-        max_pairs=settings.max_pairs_per_run if args.max_pairs is None else args.max_pairs,
-        stale_before=args.stale_before,
-    )
-    pairs = priority.plan(free, tests, states, now=now, policy=policy)
+    run = RunParams(node_range=parse_node_range(args.node_range), tests=args.tests or list(settings.tests),
+                    stale_before=args.stale_before, dry_run=False,
+                    max_pairs=settings.max_pairs_per_run if args.max_pairs is None else args.max_pairs)
+    nodes = _plan_nodes(args, settings, run)
+    store = _store(args)
+    latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
+    reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
+    given = run_plan.PlanInput(
+        settings=settings, run=run, free=nodes.free, states=run_plan.pair_states(latest), ineligible=nodes.ineligible,
+        reserved=plan_inputs.reserved(store.connect) if reserving else (), blocked_tests=nodes.blocked_tests,
+        blocked_problem=nodes.problem)
+    planned = run_plan.plan(given, now=now)
+    pairs = planned.pairs
+    notes = [f"not planned: {', '.join(planned.blocked)} ({nodes.problem})"] if planned.blocked else []
     if args.format == "json":
         print(json.dumps([p.to_dict() for p in pairs], indent=2), file=out)
     elif args.format == "csv":
@@ -525,7 +569,15 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
         body = [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
                 for i, p in enumerate(pairs)]
         print(table(body, ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]), file=out)
-        print(f"\n{len(pairs)} pair(s) planned from {len(free)} free node(s)", file=out)
+        print(f"\n{len(pairs)} pair(s) planned from {len(nodes.free)} free node(s)"
+              + (f" on {len(planned.bundles)} node(s), each node's suites one after another" if pairs else ""),
+              file=out)
+    if planned.plan.reserved:
+        notes.append(f"reserved for validation, planned first: {', '.join(planned.plan.reserved)}")
+    if planned.plan.why_empty:
+        notes.append(planned.plan.why_empty)
+    for line in notes:  # beside JSON and CSV, on stderr: their output stays the plan alone
+        print(clean(line), file=out if args.format == "table" else sys.stderr)
     return 0
 
 

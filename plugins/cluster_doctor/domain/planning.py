@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from cluster_doctor.domain import priority, suites
 from cluster_doctor.domain.attempts import InvalidAttempt, parse_timestamp
@@ -110,12 +110,29 @@ def _tests(raw: Any, settings: Settings) -> list[str]:
     return tests
 
 
-def policy(settings: Settings, params: RunParams) -> priority.Policy:
+class DueSettings(Protocol):
+    """What a due rule reads of the settings: ``Settings``, or the simulator's ``SimConfig``."""
+
+    @property
+    def staleness_days(self) -> float: ...
+
+    @property
+    def failed_retest_hours(self) -> float: ...
+
+    @property
+    def bundle_ahead_hours(self) -> float: ...
+
+
+def policy(settings: DueSettings, params: RunParams, *, bundle: bool = True) -> priority.Policy:
+    """The one place a ``priority.Policy`` is made: the DAG's prioritize and reserve tasks, ``cluster-doctor
+    plan`` and the simulator all plan with it. ``bundle=False``: one suite per node per run (the simulator's
+    ``--no-bundle``)."""
     return priority.Policy(
         staleness=dt.timedelta(days=settings.staleness_days),
         failed_retest=dt.timedelta(hours=settings.failed_retest_hours),
         max_pairs=params.max_pairs,
         stale_before=params.stale_before,
+        bundle=bundle,
         bundle_ahead=dt.timedelta(hours=settings.bundle_ahead_hours),
     )
 

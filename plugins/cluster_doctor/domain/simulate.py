@@ -1,4 +1,4 @@
-"""``cluster-doctor simulate``: the real planner and policies over a simulated cluster, to size the pool.
+"""The pool simulator: the real planner and policies over a simulated cluster, to size the pool.
 
 Every simulated hour is one run of the continuous_validation DAG. User jobs come and go on every node
 (lengths from a log-normal distribution, cut at the cluster's job limit; idle gaps sized so the fleet
@@ -6,7 +6,7 @@ is busy the requested share of the time, or none at all with ``no_gap``: a queue
 a new job starts the moment one ends). With ``reserve``, the reservation policy the DAG applies
 (``reservation.overdue`` / ``reservation.choose``, the same functions) taints overdue busy nodes: when
 their job ends no new one starts until their validation is done. The free nodes are planned by
-``priority.bundles`` / ``priority.take`` — what the DAG's prioritize task runs — reserved nodes first,
+``run_plan.plan`` (``plan_hour``) — the planner the DAG's prioritize task calls — reserved nodes first,
 every due suite of a chosen node in one bundle; the bundles then run on the pool's slots, a slot
 running one node's suites one after another (the DAG's later steps outrank new nodes for a slot), within
 the run's window. A bundle whose turn comes more than the queue limit after planning is skipped; a user
@@ -20,32 +20,33 @@ its duration (after the run's bundles, in the same window and queue limit), a us
 node preempts it, and its staleness per node (hours since the node's last executed peer test) is its
 own figure.
 
-It prints coverage over time, p50/p95/max staleness per pair, the worst staleness over the period, the
-share of pair-hours within the target, and the reservations' idle GPU-hours; with
-``--target-staleness`` the fewest pool slots that keep every pair within the target, without and with
-reservation, and what reservation costs (a search over slots, the same seed for each try).
+A run's result holds coverage over time, p50/p95/max staleness per pair, the worst staleness over the
+period, the share of pair-hours within the target, and the reservations' idle GPU-hours; ``search`` finds
+the fewest pool slots that keep every pair within a target (a search over slots, the same seed for each
+try). ``cluster-doctor simulate`` (``cluster_doctor.cli.simulate``) parses its options and prints them.
 
 Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import heapq
 import math
 import random
-import re
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import peers, priority, reservation
+from cluster_doctor.domain import peers, planning, priority, reservation, run_plan
+from cluster_doctor.domain.nodes import parse_node_range
+from cluster_doctor.domain.payloads import GpuNode
+from cluster_doctor.domain.planning import RunParams
 
 DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+BUSY = "busy"  # why a simulated node is not free: a user job holds it
 
 
 class InvalidSimulation(ValueError):
@@ -388,112 +389,165 @@ def peers_window_h(cfg: SimConfig) -> float:
     return 4 * cfg.peer_cadence_days * 24
 
 
-def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
-    """Simulate ``cfg.days`` of hourly runs; with ``stop_above_h``, stop as soon as the worst staleness
-    exceeds it (the slots search only needs to know that it does). Long: the DAG's hourly loop, in order
-    (cluster, reservations, plan, bundles on slots, samples) — split, it would only scatter its state."""
-    started = time.perf_counter()
-    # separate streams: the same seed gives the same user jobs whatever the slots (fair comparisons)
-    rnd, outcomes = random.Random(cfg.seed), random.Random(cfg.seed + 1)
-    names = [f"gpu-{i:05d}" for i in range(cfg.nodes)]
-    index = {name: i for i, name in enumerate(names)}
-    tests = cfg.tests
-    z_h, target_h = cfg.staleness_days * 24, cfg.target_days * 24
-    cluster = _Cluster(cfg, random.Random(cfg.seed + 2))
-    policy = priority.Policy(staleness=dt.timedelta(hours=z_h),
-                             failed_retest=dt.timedelta(hours=cfg.failed_retest_hours),
-                             max_pairs=cfg.pairs_per_run(), bundle=cfg.bundle,
-                             bundle_ahead=dt.timedelta(hours=cfg.bundle_ahead_hours))
-    rpolicy = cfg.reservation_policy()
-    peer_runs = _Peers(cfg, names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
-    # last executed result per pair, in simulated hours (None: never)
-    last: dict[tuple[str, str], float] = {}
-    states: dict[tuple[str, str], priority.PairState] = {}
-    if cfg.start == "steady":
-        for name in names:
-            for test in tests:
-                at = -rnd.random() * z_h
-                last[(name, test)] = at
-                when = T0 + dt.timedelta(hours=at)
-                states[(name, test)] = priority.PairState("pass", when, when, "pass")
-    hours = int(cfg.days * 24)
-    coverage, worst, within, samples = [], 0.0, 0, 0
-    counts = _Counts()
-    reserved_at: dict[int, int] = {}
-    released: dict[str, int] = {}
-    reservations = most_reserved = breaker_runs = 0
-    idle_h = 0.0
-    plan_s = 0.0
-    total_pairs = cfg.nodes * len(tests)
-    for hour in range(hours):
-        cluster.advance(hour)
+def plan_hour(cfg: SimConfig, free: Sequence[GpuNode], states: Mapping[tuple[str, str], priority.PairState], *,
+              now: dt.datetime, reserved: Collection[str] = (), busy: Sequence[str] = ()) -> run_plan.RunPlan:
+    """One simulated run's planning step: the DAG's planner (``run_plan.plan``) over the free nodes, the
+    reserved ones first, ``cfg`` as the settings and the run's params (every node, every suite, what the
+    slots can run); no claims (one run at a time)."""
+    given = run_plan.PlanInput(settings=cfg, run=_run_params(cfg), free=free, states=states,
+                               ineligible=[(n, BUSY) for n in busy], reserved=reserved, bundle=cfg.bundle)
+    return run_plan.plan(given, now=now)
+
+
+def _run_params(cfg: SimConfig) -> RunParams:
+    return RunParams(node_range=parse_node_range(""), tests=cfg.tests, stale_before=None,
+                     max_pairs=cfg.pairs_per_run(), dry_run=False)
+
+
+class _Simulation:
+    """One simulation's state over its hourly runs; ``hour`` is one run of the DAG, in its order: the
+    cluster moves on, reservations, the plan, the bundles on the pool's slots, peer tests, the samples."""
+
+    def __init__(self, cfg: SimConfig):
+        self.cfg = cfg
+        self.started = time.perf_counter()
+        # separate streams: the same seed gives the same user jobs whatever the slots (fair comparisons)
+        rnd, self.outcomes = random.Random(cfg.seed), random.Random(cfg.seed + 1)
+        self.names = [f"gpu-{i:05d}" for i in range(cfg.nodes)]
+        model = next(iter(cfg.gpu_models))
+        self.nodes = [GpuNode(name=name, gpu_count=cfg.gpus_per_node, gpu_model=model) for name in self.names]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.z_h, self.target_h = cfg.staleness_days * 24, cfg.target_days * 24
+        self.cluster = _Cluster(cfg, random.Random(cfg.seed + 2))
+        self.due_policy = planning.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
+        self.rpolicy = cfg.reservation_policy()
+        self.peer_runs = _Peers(cfg, self.names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
+        self.last: dict[tuple[str, str], float] = {}  # last executed result per pair, in simulated hours
+        self.states: dict[tuple[str, str], priority.PairState] = {}
+        if cfg.start == "steady":
+            for name in self.names:
+                for test in cfg.tests:
+                    at = -rnd.random() * self.z_h
+                    self.last[(name, test)] = at
+                    when = T0 + dt.timedelta(hours=at)
+                    self.states[(name, test)] = priority.PairState("pass", when, when, "pass")
+        self.total_pairs = cfg.nodes * len(cfg.tests)
+        self.coverage: list[tuple[float, float]] = []
+        self.worst, self.within, self.samples = 0.0, 0, 0
+        self.counts = _Counts()
+        self.reserved_at: dict[int, int] = {}
+        self.released: dict[str, int] = {}
+        self.reservations = self.most_reserved = self.breaker_runs = 0
+        self.idle_h = self.plan_s = 0.0
+
+    def hour(self, hour: int) -> None:
+        self.cluster.advance(hour)
         now = T0 + dt.timedelta(hours=hour)
         t = time.perf_counter()
-        if rpolicy.enabled:
-            for n in [n for n, at in reserved_at.items() if hour - at >= rpolicy.max_hold_hours]:
-                idle_h += cluster.release(n, hour)
-                del reserved_at[n]
-                released[reservation.MAX_HOLD] = released.get(reservation.MAX_HOLD, 0) + 1
-            busy = [names[n] for n in range(cfg.nodes) if cluster.busy[n] and n not in cluster.reserved]
-            choice = reservation.choose(
-                reservation.overdue(busy, tests, states, now=now, due_policy=policy, policy=rpolicy),
-                reserved=len(reserved_at), overdue_reserved=len(reserved_at), gpu_nodes=cfg.nodes, policy=rpolicy)
-            breaker_runs += choice.breaker_open
-            for node in choice.reserve:
-                n = index[node.node_name]
-                cluster.reserved.add(n)
-                reserved_at[n] = hour
-                reservations += 1
-            most_reserved = max(most_reserved, len(reserved_at))
-        # Handing the planner only the free nodes with a due pair is exact (a node without one adds no
-        # candidate) and keeps 1,000-node runs in seconds.
-        free = [names[n] for n in sorted(cluster.free)]
-        found = priority.take(priority.bundles(free, tests, states, now=now, policy=policy,
-                                               first={names[n] for n in cluster.reserved}), policy.max_pairs)
-        plan_s += time.perf_counter() - t
-        slots = [0.0] * min(cfg.slots, len(found))  # heap: minutes into the run when a slot is free again
-        for bundle in found:
-            n = index[bundle.node_name]
-            begin = heapq.heappop(slots)
-            end, done = _run_bundle(bundle, begin, hour, n, cfg, cluster, states, last, outcomes, counts)
-            heapq.heappush(slots, end)
-            if done and n in cluster.reserved:
-                idle_h += cluster.release(n, hour + end / 60)
-                del reserved_at[n]
-                released[reservation.VALIDATED] = released.get(reservation.VALIDATED, 0) + 1
-        if peer_runs is not None:  # the free nodes no bundle took, on the slots the bundles left
+        if self.rpolicy.enabled:
+            self._reserve(hour, now)
+        # Handing the planner only the free nodes is exact (a busy node adds no candidate) and keeps
+        # 1,000-node runs in seconds.
+        cluster = self.cluster
+        free = [self.nodes[n] for n in sorted(cluster.free)]
+        found = plan_hour(self.cfg, free, self.states, now=now, reserved={self.names[n] for n in cluster.reserved},
+                          busy=[self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n]]).bundles
+        self.plan_s += time.perf_counter() - t
+        slots = self._validate(hour, found)
+        if self.peer_runs is not None:  # the free nodes no bundle took, on the slots the bundles left
             taken = {b.node_name for b in found}
-            slots += [0.0] * max(0, cfg.slots - len(slots))
+            slots += [0.0] * max(0, self.cfg.slots - len(slots))
             heapq.heapify(slots)
-            peer_runs.run(hour, [f for f in free if f not in taken], slots, cluster, index)
-            peer_runs.sample(hour)
-        if len(last) == total_pairs:
+            self.peer_runs.run(hour, [f.name for f in free if f.name not in taken], slots, cluster, self.index)
+            self.peer_runs.sample(hour)
+        self._sample(hour)
+
+    def _reserve(self, hour: int, now: dt.datetime) -> None:
+        """The DAG's reserve task: release what was held too long, taint the overdue busy nodes chosen."""
+        cluster, rpolicy = self.cluster, self.rpolicy
+        for n in [n for n, at in self.reserved_at.items() if hour - at >= rpolicy.max_hold_hours]:
+            self.idle_h += cluster.release(n, hour)
+            del self.reserved_at[n]
+            self.released[reservation.MAX_HOLD] = self.released.get(reservation.MAX_HOLD, 0) + 1
+        busy = [self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n] and n not in cluster.reserved]
+        choice = reservation.choose(
+            reservation.overdue(busy, self.cfg.tests, self.states, now=now, due_policy=self.due_policy,
+                                policy=rpolicy),
+            reserved=len(self.reserved_at), overdue_reserved=len(self.reserved_at), gpu_nodes=self.cfg.nodes,
+            policy=rpolicy)
+        self.breaker_runs += choice.breaker_open
+        for node in choice.reserve:
+            n = self.index[node.node_name]
+            cluster.reserved.add(n)
+            self.reserved_at[n] = hour
+            self.reservations += 1
+        self.most_reserved = max(self.most_reserved, len(self.reserved_at))
+
+    def _validate(self, hour: int, found: Sequence[priority.Bundle]) -> list[float]:
+        """The planned bundles on the pool's slots; a reserved node is released when its bundle is done.
+        Returns the slots (a heap: minutes into the run when each is free again)."""
+        slots = [0.0] * min(self.cfg.slots, len(found))
+        for bundle in found:
+            n = self.index[bundle.node_name]
+            begin = heapq.heappop(slots)
+            end, done = _run_bundle(bundle, begin, hour, n, self.cfg, self.cluster, self.states, self.last,
+                                    self.outcomes, self.counts)
+            heapq.heappush(slots, end)
+            if done and n in self.cluster.reserved:
+                self.idle_h += self.cluster.release(n, hour + end / 60)
+                del self.reserved_at[n]
+                self.released[reservation.VALIDATED] = self.released.get(reservation.VALIDATED, 0) + 1
+        return slots
+
+    def _sample(self, hour: int) -> None:
+        last, target_h = self.last, self.target_h
+        if len(last) == self.total_pairs:
             ages = [hour - v for v in last.values()]
-            worst = max(worst, max(ages))
-            within += sum(1 for a in ages if a <= target_h)
+            self.worst = max(self.worst, max(ages))
+            self.within += sum(1 for a in ages if a <= target_h)
         else:
-            worst = math.inf
-            within += sum(1 for v in last.values() if hour - v <= target_h)
-        samples += total_pairs
-        if stop_above_h is not None and worst > stop_above_h:
+            self.worst = math.inf
+            self.within += sum(1 for v in last.values() if hour - v <= target_h)
+        self.samples += self.total_pairs
+
+    def cover(self, hour: int) -> None:
+        """The day's coverage: the share of pairs validated within the threshold."""
+        fresh = sum(1 for v in self.last.values() if hour - v <= self.z_h)
+        self.coverage.append(((hour + 1) / 24, fresh / self.total_pairs))
+
+    def result(self, end: int) -> SimResult:
+        cfg, counts = self.cfg, self.counts
+        idle_h = self.idle_h
+        for n in list(self.reserved_at):  # still reserved at the end: count the idle time so far
+            idle_h += max(0.0, end - self.cluster.free_since.get(n, end))
+        ages = sorted(end - v for v in self.last.values()) + [math.inf] * (self.total_pairs - len(self.last))
+        gpu_hours = idle_h * cfg.gpus_per_node
+        return SimResult(
+            config=cfg, coverage=self.coverage, worst_staleness_h=self.worst,
+            within_target_share=self.within / self.samples if self.samples else 0.0,
+            final_p50_h=_quantile(ages, 0.5), final_p95_h=_quantile(ages, 0.95), final_max_h=ages[-1],
+            executed=counts.executed, skipped=counts.skipped, preempted=counts.preempted, failed=counts.failed,
+            health_gated=counts.health_gated, never_validated=self.total_pairs - len(self.last),
+            reservations=self.reservations, reservations_released=self.released,
+            max_reserved_at_once=self.most_reserved, reserved_gpu_hours=gpu_hours,
+            reserved_share=gpu_hours / (cfg.nodes * cfg.gpus_per_node * end) if end else 0.0,
+            breaker_open_runs=self.breaker_runs, plan_seconds=self.plan_s,
+            wall_seconds=time.perf_counter() - self.started,
+            **(self.peer_runs.figures(end) if self.peer_runs is not None else {}))
+
+
+def run(cfg: SimConfig, *, stop_above_h: float | None = None) -> SimResult:
+    """Simulate ``cfg.days`` of hourly runs; with ``stop_above_h``, stop as soon as the worst staleness
+    exceeds it (the slots search only needs to know that it does)."""
+    sim = _Simulation(cfg)
+    hours = int(cfg.days * 24)
+    for hour in range(hours):
+        sim.hour(hour)
+        if stop_above_h is not None and sim.worst > stop_above_h:
             break
         if hour % 24 == 23 or hour == hours - 1:
-            fresh = sum(1 for v in last.values() if hour - v <= z_h)
-            coverage.append(((hour + 1) / 24, fresh / total_pairs))
-    end = hours
-    for n in list(reserved_at):  # still reserved at the end: count the idle time so far
-        idle_h += max(0.0, end - cluster.free_since.get(n, end))
-    ages = sorted(end - v for v in last.values()) + [math.inf] * (total_pairs - len(last))
-    gpu_hours = idle_h * cfg.gpus_per_node
-    return SimResult(
-        config=cfg, coverage=coverage, worst_staleness_h=worst, within_target_share=within / samples if samples else 0.0,
-        final_p50_h=_quantile(ages, 0.5), final_p95_h=_quantile(ages, 0.95), final_max_h=ages[-1],
-        executed=counts.executed, skipped=counts.skipped, preempted=counts.preempted, failed=counts.failed,
-        health_gated=counts.health_gated, never_validated=total_pairs - len(last), reservations=reservations, reservations_released=released,
-        max_reserved_at_once=most_reserved, reserved_gpu_hours=gpu_hours,
-        reserved_share=gpu_hours / (cfg.nodes * cfg.gpus_per_node * hours) if hours else 0.0,
-        breaker_open_runs=breaker_runs, plan_seconds=plan_s, wall_seconds=time.perf_counter() - started,
-        **(peer_runs.figures(end) if peer_runs is not None else {}))
+            sim.cover(hour)
+    return sim.result(hours)
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -542,149 +596,6 @@ def min_slots(cfg: SimConfig, target_h: float, *, max_reserved_share: float | No
     return (hi if reachable else None), floor, tried
 
 
-# ---------------------------------------------------------------------------- CLI
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([dhm]?)\s*$")
-
-
-def parse_duration_hours(text: str, what: str) -> float:
-    """'7d', '36h', '90m' or a number of days."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise InvalidSimulation(f"{what}: expected a duration like 7d, 36h or 90m, got {text!r}")
-    value = float(match.group(1))
-    hours = value * {"d": 24, "": 24, "h": 1, "m": 1 / 60}[match.group(2)]
-    if hours <= 0:
-        raise InvalidSimulation(f"{what}: must be > 0, got {text!r}")
-    return hours
-
-
-def _shares(text: str, what: str) -> dict[str, float]:
-    out = {}
-    for item in text.split(","):
-        name, sep, value = item.partition("=")
-        try:
-            out[name.strip()] = float(value) if sep else 1.0
-        except ValueError:
-            raise InvalidSimulation(f"{what}: {item!r} is not name=number") from None
-        if not name.strip():
-            raise InvalidSimulation(f"{what}: empty name in {text!r}")
-    return out
-
-
-def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("simulate", help="size the pool: the real planner and policies over a simulated cluster",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("--nodes", type=int, default=1000)
-    p.add_argument("--days", type=float, default=28.0, help="simulated period (default 28)")
-    p.add_argument("--slots", type=int, default=2, help="pool slots (concurrent validation pods)")
-    p.add_argument("--occupancy", type=float, default=0.85, help="share of time nodes are busy with user jobs")
-    p.add_argument("--no-gap", action="store_true",
-                   help="a queue-backed cluster: a new job starts the moment one ends (no idle gaps at all)")
-    p.add_argument("--job-hours", type=float, default=4.0, help="median user job length (log-normal)")
-    p.add_argument("--job-sigma", type=float, default=0.8, help="log-normal shape of job lengths")
-    p.add_argument("--max-job-hours", type=float, default=24.0, help="job time limit of the cluster")
-    p.add_argument("--suite-minutes", default=",".join(f"{k}={v:g}" for k, v in DEFAULT_SUITE_MINUTES.items()),
-                   help="suite=minutes,... (the enabled suites and how long each runs)")
-    p.add_argument("--target-staleness", default=None,
-                   help="the promise, e.g. 7d (default 7d): the figures count pair-hours within it; given, "
-                        "the command searches the fewest slots keeping every pair within it, without and "
-                        "with reservation")
-    p.add_argument("--staleness", default=None,
-                   help="the prioritizer's threshold Z (default: the target less the longest job and 12 h, so "
-                        "one full-length job fits before the target)")
-    p.add_argument("--reserve", action="store_true",
-                   help="reserve overdue busy nodes (the DAG's opt-in setting reservation)")
-    p.add_argument("--no-reserve", action="store_true",
-                   help="with --target-staleness: search bundling alone, never reservation")
-    p.add_argument("--reserve-lead", type=float, default=None,
-                   help="hours before the target a busy node is reserved (default: the longest job + 6)")
-    p.add_argument("--max-reserved-share", type=float, default=0.01,
-                   help="with --target-staleness: the idle share of the fleet's GPU-hours reservation may cost "
-                        "(default 0.01); the search adds slots until it fits")
-    p.add_argument("--no-bundle", action="store_true", help="one suite per node per run (the former planner)")
-    p.add_argument("--bundle-ahead", type=float, default=48.0, help="hours: pairs due this soon join a bundle")
-    p.add_argument("--failure-rate", type=float, default=0.01)
-    p.add_argument("--max-pairs", type=int, default=None, help="per run (default: what the slots run in a run)")
-    p.add_argument("--gpu-models", default="NVIDIA-H100-80GB-HBM3=1", help="model=share,...")
-    p.add_argument("--start", choices=("steady", "fresh"), default="steady")
-    p.add_argument("--peer-tests", action="store_true",
-                   help="plan peer tests too (setting peer_tests): two free nodes and two slots each")
-    p.add_argument("--peer-cadence", default="7d", help="a node's peer test is due after this long (default 7d)")
-    p.add_argument("--peer-max-per-run", type=int, default=4, help="peer tests per run at most (default 4)")
-    p.add_argument("--peer-minutes", type=float, default=10.0, help="how long one peer test runs (default 10)")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    return p
-
-
-def _config(args: argparse.Namespace) -> tuple[SimConfig, float | None]:
-    """The simulation, and the target to search slots for (None: one simulation)."""
-    target_h = parse_duration_hours(args.target_staleness or "7d", "--target-staleness")
-    z_h = (parse_duration_hours(args.staleness, "--staleness") if args.staleness
-           else max(target_h / 2, target_h - args.max_job_hours - 12))
-    reservation_values = {"lead_hours": args.reserve_lead} if args.reserve_lead is not None else {}
-    cfg = SimConfig(nodes=args.nodes, days=args.days, slots=args.slots, occupancy=args.occupancy,
-                    job_hours=args.job_hours, job_sigma=args.job_sigma, max_job_hours=args.max_job_hours,
-                    suite_minutes=_shares(args.suite_minutes, "--suite-minutes"), staleness_days=z_h / 24,
-                    target_days=target_h / 24, failure_rate=args.failure_rate, max_pairs=args.max_pairs,
-                    gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed,
-                    bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
-                    reserve=args.reserve, reservation=reservation_values, peer_tests=args.peer_tests,
-                    peer_cadence_days=parse_duration_hours(args.peer_cadence, "--peer-cadence") / 24,
-                    peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes)
-    if args.target_staleness and z_h >= target_h:
-        raise InvalidSimulation(
-            f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
-            "becomes due at the threshold, so its worst staleness is the threshold plus the wait for a free node")
-    return cfg, (target_h if args.target_staleness else None)
-
-
-def _h(hours: float) -> str:
-    if math.isinf(hours):
-        return "never"
-    return f"{hours / 24:.1f}d" if hours >= 48 else f"{hours:.0f}h"
-
-
-def render(result: SimResult) -> str:
-    cfg = result.config
-    mode = "no gaps between jobs (queue-backed)" if cfg.no_gap else f"occupancy {cfg.occupancy:.0%}"
-    lines = [f"simulated {cfg.nodes:,} nodes x {len(cfg.tests)} suites for {cfg.days:g} days: {cfg.slots} slot(s), "
-             f"{cfg.pairs_per_run()} pairs/run max, {mode} (jobs median {cfg.job_hours:g} h, "
-             f"at most {cfg.max_job_hours:g} h), threshold Z {cfg.staleness_days:g}d, target {cfg.target_days:g}d, "
-             f"{'bundles' if cfg.bundle else 'one suite per node per run'}, "
-             f"{'reservation on' if cfg.reserve else 'no reservation'}, failure rate {cfg.failure_rate:.1%}, "
-             f"start {cfg.start}",
-             "coverage (pairs validated within Z), by day:"]
-    step = max(1, len(result.coverage) // 14)
-    lines.append("  " + "  ".join(f"d{day:g} {share:.1%}" for day, share in result.coverage[::step]))
-    lines.append(f"staleness per pair at the end: p50 {_h(result.final_p50_h)}, p95 {_h(result.final_p95_h)}, "
-                 f"max {_h(result.final_max_h)}; worst over the period {_h(result.worst_staleness_h)}; "
-                 f"pair-hours within the target: {result.within_target_share:.4%}")
-    lines.append(f"attempts: {result.executed:,} executed ({result.failed:,} failed), {result.preempted:,} preempted "
-                 f"by user jobs, {result.skipped:,} skipped (queue limit, run window, the node taken before the pod "
-                 f"started, or its health check failed: {result.health_gated:,}); never validated at the end: "
-                 f"{result.never_validated:,}")
-    if cfg.reserve:
-        released = ", ".join(f"{n} {why}" for why, n in sorted(result.reservations_released.items())) or "none"
-        lines.append(f"reservations: {result.reservations:,} applied (released: {released}), at most "
-                     f"{result.max_reserved_at_once} at once; idle while reserved {result.reserved_gpu_hours:,.0f} "
-                     f"GPU-hours = {result.reserved_share:.3%} of the fleet's; breaker open in "
-                     f"{result.breaker_open_runs} run(s)")
-    if cfg.peer_tests:
-        lines.append(peer_line(result))
-    lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s planning)")
-    return "\n".join(lines)
-
-
-def peer_line(result: SimResult) -> str:
-    cfg = result.config
-    return (f"peer tests (cadence {cfg.peer_cadence_days:g}d, at most {cfg.peer_max_per_run}/run, "
-            f"{cfg.peer_minutes:g} min on two nodes and two slots each): {result.peer_executed:,} executed, "
-            f"{result.peer_preempted:,} preempted, {result.peer_skipped:,} skipped; peer staleness per node: worst "
-            f"over the period {_h(result.peer_worst_staleness_h or 0.0)}, max at the end "
-            f"{_h(result.peer_final_max_h or 0.0)}; never peer-tested at the end: {result.peer_never:,}")
-
-
 @dataclasses.dataclass
 class Search:
     """``min_slots`` for one configuration: the answer and what it tried."""
@@ -722,71 +633,3 @@ def search(cfg: SimConfig, target_h: float, max_reserved_share: float | None = N
            reach_floor: bool = True) -> Search:
     return Search(*min_slots(cfg, target_h, max_reserved_share=max_reserved_share, reach_floor=reach_floor),
                   target_h=target_h)
-
-
-def _search_lines(name: str, found: Search) -> list[str]:
-    lines = [f"{name}: with a slot per node, worst staleness {_h(found.floor.worst_staleness_h)}"]
-    for n, res in sorted(found.tried.items()):
-        stopped = res.worst_staleness_h > max(found.target_h, found.floor.worst_staleness_h + 1)
-        lines.append(f"  slots={n}: worst staleness {_h(res.worst_staleness_h)}{'+ (stopped early)' if stopped else ''}"
-                     f", {res.wall_seconds:.1f} s")
-    return lines
-
-
-def cmd(args: argparse.Namespace, out=None) -> int:
-    """One simulation, or with ``--target-staleness`` the slots search: bundling alone first, then (unless
-    it already reaches the target) with reservation. Exits 0 when the target is reachable either way."""
-    import json
-
-    out = out or sys.stdout
-    try:
-        cfg, target_h = _config(args)
-    except InvalidSimulation as exc:
-        print(f"cluster-doctor: error: {exc}", file=sys.stderr)
-        return 2
-    if target_h is None:
-        result = run(cfg)
-        print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else render(result), file=out)
-        return 0
-    searches: dict[str, Search] = {}
-    if not cfg.reserve:  # bundling alone; out of reach, reservation is tried instead of more slots
-        searches["without_reservation"] = search(cfg, target_h, reach_floor=args.no_reserve)
-    if cfg.reserve or (searches["without_reservation"].slots is None and not args.no_reserve):
-        searches["with_reservation"] = search(dataclasses.replace(cfg, reserve=True), target_h,
-                                              args.max_reserved_share)
-    reached = {k: v for k, v in searches.items() if v.slots is not None}
-    answer = next(iter(reached.values()), None)
-    if args.format == "json":
-        print(json.dumps({"target_staleness_h": target_h, "staleness_threshold_h": cfg.staleness_days * 24,
-                          "reachable": answer is not None, **{k: v.to_dict() for k, v in searches.items()}},
-                         indent=2), file=out)
-        return 0 if answer is not None else 1
-    for name, found in searches.items():
-        print("\n".join(_search_lines(name.replace("_", " "), found)), file=out)
-    shown = answer or next(iter(searches.values()))
-    if shown.best is not None:
-        print(render(shown.best), file=out)
-    tail = f"target_staleness={_h(target_h)} nodes={cfg.nodes}"
-    if answer is None:
-        print(f"no number of slots keeps the worst staleness within {_h(target_h)}"
-              f"{'' if cfg.reserve else ' without reservation'}, nor with reservation within "
-              f"{args.max_reserved_share:.1%} of the fleet's GPU-hours (worst {_h(shown.floor.worst_staleness_h)}, "
-              f"idle {shown.floor.reserved_share:.2%} with a slot per node): user jobs keep some nodes busy longer "
-              "than the lead. Lower --staleness, raise --reserve-lead or --max-reserved-share, or accept the bound.",
-              file=out)
-        print(f"min_slots=none {tail}", file=out)
-        return 1
-    best = answer.best
-    if answer is searches.get("with_reservation"):
-        if "without_reservation" in searches:
-            print(f"bundling alone does not reach {_h(target_h)} (worst "
-                  f"{_h(searches['without_reservation'].floor.worst_staleness_h)} with a slot per node); "
-                  "with reservation it does:", file=out)
-        print(f"settings: staleness_days={cfg.staleness_days:g}, pool slots {answer.slots}, reservation "
-              f"{{\"enabled\": true, \"target_days\": {target_h / 24:g}, \"lead_hours\": "
-              f"{cfg.reservation_policy().lead_hours:g}}}; it costs {best.reserved_gpu_hours:,.0f} idle GPU-hours, "
-              f"{best.reserved_share:.2%} of the fleet's", file=out)
-        print(f"min_slots={answer.slots} {tail} reserve=yes reserved_share={best.reserved_share:.4f}", file=out)
-    else:
-        print(f"min_slots={answer.slots} {tail} reserve=no", file=out)
-    return 0

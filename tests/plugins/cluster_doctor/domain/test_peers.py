@@ -209,6 +209,7 @@ def test_the_simulator_runs_peer_tests_on_two_slots_and_reports_their_staleness(
     import json
 
     from cluster_doctor.cli import main as cli
+    from cluster_doctor.cli import simulate as simulate_cli
     from cluster_doctor.domain import simulate
 
     base = simulate.SimConfig(nodes=40, days=10, slots=2, seed=3, occupancy=0.5, max_job_hours=8)
@@ -217,7 +218,7 @@ def test_the_simulator_runs_peer_tests_on_two_slots_and_reports_their_staleness(
     # every node was peer-tested within about one cadence, and the peer tests took pool time from bundles
     assert with_peers.peer_never == 0 and with_peers.peer_worst_staleness_h <= 9 * 24
     assert with_peers.executed <= without.executed
-    assert "peer staleness per node: worst over the period" in simulate.render(with_peers)
+    assert "peer staleness per node: worst over the period" in simulate_cli.render(with_peers)
     assert cli.main(["simulate", "--nodes", "30", "--days", "3", "--peer-tests", "--peer-cadence", "2d",
                      "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

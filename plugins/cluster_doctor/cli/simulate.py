@@ -1,0 +1,224 @@
+"""``cluster-doctor simulate``: the real planner and policies over a simulated cluster, to size the pool.
+
+The command's options (``add_parser``, turned into a ``SimConfig`` by ``_config``) and its printing
+(``render``, the slots search's lines); the simulation itself is ``cluster_doctor.domain.simulate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+from typing import Any
+
+from cluster_doctor.domain import simulate as sim
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([dhm]?)\s*$")
+
+
+def parse_duration_hours(text: str, what: str) -> float:
+    """'7d', '36h', '90m' or a number of days."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise sim.InvalidSimulation(f"{what}: expected a duration like 7d, 36h or 90m, got {text!r}")
+    value = float(match.group(1))
+    hours = value * {"d": 24, "": 24, "h": 1, "m": 1 / 60}[match.group(2)]
+    if hours <= 0:
+        raise sim.InvalidSimulation(f"{what}: must be > 0, got {text!r}")
+    return hours
+
+
+def _shares(text: str, what: str) -> dict[str, float]:
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value) if sep else 1.0
+        except ValueError:
+            raise sim.InvalidSimulation(f"{what}: {item!r} is not name=number") from None
+        if not name.strip():
+            raise sim.InvalidSimulation(f"{what}: empty name in {text!r}")
+    return out
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("simulate", help="size the pool: the real planner and policies over a simulated cluster",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--days", type=float, default=28.0, help="simulated period (default 28)")
+    p.add_argument("--slots", type=int, default=2, help="pool slots (concurrent validation pods)")
+    p.add_argument("--occupancy", type=float, default=0.85, help="share of time nodes are busy with user jobs")
+    p.add_argument("--no-gap", action="store_true",
+                   help="a queue-backed cluster: a new job starts the moment one ends (no idle gaps at all)")
+    p.add_argument("--job-hours", type=float, default=4.0, help="median user job length (log-normal)")
+    p.add_argument("--job-sigma", type=float, default=0.8, help="log-normal shape of job lengths")
+    p.add_argument("--max-job-hours", type=float, default=24.0, help="job time limit of the cluster")
+    p.add_argument("--suite-minutes", default=",".join(f"{k}={v:g}" for k, v in sim.DEFAULT_SUITE_MINUTES.items()),
+                   help="suite=minutes,... (the enabled suites and how long each runs)")
+    p.add_argument("--target-staleness", default=None,
+                   help="the promise, e.g. 7d (default 7d): the figures count pair-hours within it; given, "
+                        "the command searches the fewest slots keeping every pair within it, without and "
+                        "with reservation")
+    p.add_argument("--staleness", default=None,
+                   help="the prioritizer's threshold Z (default: the target less the longest job and 12 h, so "
+                        "one full-length job fits before the target)")
+    p.add_argument("--reserve", action="store_true",
+                   help="reserve overdue busy nodes (the DAG's opt-in setting reservation)")
+    p.add_argument("--no-reserve", action="store_true",
+                   help="with --target-staleness: search bundling alone, never reservation")
+    p.add_argument("--reserve-lead", type=float, default=None,
+                   help="hours before the target a busy node is reserved (default: the longest job + 6)")
+    p.add_argument("--max-reserved-share", type=float, default=0.01,
+                   help="with --target-staleness: the idle share of the fleet's GPU-hours reservation may cost "
+                        "(default 0.01); the search adds slots until it fits")
+    p.add_argument("--no-bundle", action="store_true", help="one suite per node per run (the former planner)")
+    p.add_argument("--bundle-ahead", type=float, default=48.0, help="hours: pairs due this soon join a bundle")
+    p.add_argument("--failure-rate", type=float, default=0.01)
+    p.add_argument("--max-pairs", type=int, default=None, help="per run (default: what the slots run in a run)")
+    p.add_argument("--gpu-models", default="NVIDIA-H100-80GB-HBM3=1", help="model=share,...")
+    p.add_argument("--start", choices=("steady", "fresh"), default="steady")
+    p.add_argument("--peer-tests", action="store_true",
+                   help="plan peer tests too (setting peer_tests): two free nodes and two slots each")
+    p.add_argument("--peer-cadence", default="7d", help="a node's peer test is due after this long (default 7d)")
+    p.add_argument("--peer-max-per-run", type=int, default=4, help="peer tests per run at most (default 4)")
+    p.add_argument("--peer-minutes", type=float, default=10.0, help="how long one peer test runs (default 10)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    return p
+
+
+def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
+    """The simulation, and the target to search slots for (None: one simulation)."""
+    target_h = parse_duration_hours(args.target_staleness or "7d", "--target-staleness")
+    z_h = (parse_duration_hours(args.staleness, "--staleness") if args.staleness
+           else max(target_h / 2, target_h - args.max_job_hours - 12))
+    reservation_values = {"lead_hours": args.reserve_lead} if args.reserve_lead is not None else {}
+    cfg = sim.SimConfig(nodes=args.nodes, days=args.days, slots=args.slots, occupancy=args.occupancy,
+                    job_hours=args.job_hours, job_sigma=args.job_sigma, max_job_hours=args.max_job_hours,
+                    suite_minutes=_shares(args.suite_minutes, "--suite-minutes"), staleness_days=z_h / 24,
+                    target_days=target_h / 24, failure_rate=args.failure_rate, max_pairs=args.max_pairs,
+                    gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed,
+                    bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
+                    reserve=args.reserve, reservation=reservation_values, peer_tests=args.peer_tests,
+                    peer_cadence_days=parse_duration_hours(args.peer_cadence, "--peer-cadence") / 24,
+                    peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes)
+    if args.target_staleness and z_h >= target_h:
+        raise sim.InvalidSimulation(
+            f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
+            "becomes due at the threshold, so its worst staleness is the threshold plus the wait for a free node")
+    return cfg, (target_h if args.target_staleness else None)
+
+
+def _h(hours: float) -> str:
+    if math.isinf(hours):
+        return "never"
+    return f"{hours / 24:.1f}d" if hours >= 48 else f"{hours:.0f}h"
+
+
+def render(result: sim.SimResult) -> str:
+    cfg = result.config
+    mode = "no gaps between jobs (queue-backed)" if cfg.no_gap else f"occupancy {cfg.occupancy:.0%}"
+    lines = [f"simulated {cfg.nodes:,} nodes x {len(cfg.tests)} suites for {cfg.days:g} days: {cfg.slots} slot(s), "
+             f"{cfg.pairs_per_run()} pairs/run max, {mode} (jobs median {cfg.job_hours:g} h, "
+             f"at most {cfg.max_job_hours:g} h), threshold Z {cfg.staleness_days:g}d, target {cfg.target_days:g}d, "
+             f"{'bundles' if cfg.bundle else 'one suite per node per run'}, "
+             f"{'reservation on' if cfg.reserve else 'no reservation'}, failure rate {cfg.failure_rate:.1%}, "
+             f"start {cfg.start}",
+             "coverage (pairs validated within Z), by day:"]
+    step = max(1, len(result.coverage) // 14)
+    lines.append("  " + "  ".join(f"d{day:g} {share:.1%}" for day, share in result.coverage[::step]))
+    lines.append(f"staleness per pair at the end: p50 {_h(result.final_p50_h)}, p95 {_h(result.final_p95_h)}, "
+                 f"max {_h(result.final_max_h)}; worst over the period {_h(result.worst_staleness_h)}; "
+                 f"pair-hours within the target: {result.within_target_share:.4%}")
+    lines.append(f"attempts: {result.executed:,} executed ({result.failed:,} failed), {result.preempted:,} preempted "
+                 f"by user jobs, {result.skipped:,} skipped (queue limit, run window, the node taken before the pod "
+                 f"started, or its health check failed: {result.health_gated:,}); never validated at the end: "
+                 f"{result.never_validated:,}")
+    if cfg.reserve:
+        released = ", ".join(f"{n} {why}" for why, n in sorted(result.reservations_released.items())) or "none"
+        lines.append(f"reservations: {result.reservations:,} applied (released: {released}), at most "
+                     f"{result.max_reserved_at_once} at once; idle while reserved {result.reserved_gpu_hours:,.0f} "
+                     f"GPU-hours = {result.reserved_share:.3%} of the fleet's; breaker open in "
+                     f"{result.breaker_open_runs} run(s)")
+    if cfg.peer_tests:
+        lines.append(peer_line(result))
+    lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s planning)")
+    return "\n".join(lines)
+
+
+def peer_line(result: sim.SimResult) -> str:
+    cfg = result.config
+    return (f"peer tests (cadence {cfg.peer_cadence_days:g}d, at most {cfg.peer_max_per_run}/run, "
+            f"{cfg.peer_minutes:g} min on two nodes and two slots each): {result.peer_executed:,} executed, "
+            f"{result.peer_preempted:,} preempted, {result.peer_skipped:,} skipped; peer staleness per node: worst "
+            f"over the period {_h(result.peer_worst_staleness_h or 0.0)}, max at the end "
+            f"{_h(result.peer_final_max_h or 0.0)}; never peer-tested at the end: {result.peer_never:,}")
+
+
+def _search_lines(name: str, found: sim.Search) -> list[str]:
+    lines = [f"{name}: with a slot per node, worst staleness {_h(found.floor.worst_staleness_h)}"]
+    for n, res in sorted(found.tried.items()):
+        stopped = res.worst_staleness_h > max(found.target_h, found.floor.worst_staleness_h + 1)
+        lines.append(f"  slots={n}: worst staleness {_h(res.worst_staleness_h)}{'+ (stopped early)' if stopped else ''}"
+                     f", {res.wall_seconds:.1f} s")
+    return lines
+
+
+def cmd(args: argparse.Namespace, out=None) -> int:
+    """One simulation, or with ``--target-staleness`` the slots search: bundling alone first, then (unless
+    it already reaches the target) with reservation. Exits 0 when the target is reachable either way."""
+    out = out or sys.stdout
+    try:
+        cfg, target_h = _config(args)
+    except sim.InvalidSimulation as exc:
+        print(f"cluster-doctor: error: {exc}", file=sys.stderr)
+        return 2
+    if target_h is None:
+        result = sim.run(cfg)
+        print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else render(result), file=out)
+        return 0
+    searches: dict[str, sim.Search] = {}
+    if not cfg.reserve:  # bundling alone; out of reach, reservation is tried instead of more slots
+        searches["without_reservation"] = sim.search(cfg, target_h, reach_floor=args.no_reserve)
+    if cfg.reserve or (searches["without_reservation"].slots is None and not args.no_reserve):
+        searches["with_reservation"] = sim.search(dataclasses.replace(cfg, reserve=True), target_h,
+                                                  args.max_reserved_share)
+    reached = {k: v for k, v in searches.items() if v.slots is not None}
+    answer = next(iter(reached.values()), None)
+    if args.format == "json":
+        print(json.dumps({"target_staleness_h": target_h, "staleness_threshold_h": cfg.staleness_days * 24,
+                          "reachable": answer is not None, **{k: v.to_dict() for k, v in searches.items()}},
+                         indent=2), file=out)
+        return 0 if answer is not None else 1
+    for name, found in searches.items():
+        print("\n".join(_search_lines(name.replace("_", " "), found)), file=out)
+    shown = answer or next(iter(searches.values()))
+    if shown.best is not None:
+        print(render(shown.best), file=out)
+    tail = f"target_staleness={_h(target_h)} nodes={cfg.nodes}"
+    if answer is None:
+        print(f"no number of slots keeps the worst staleness within {_h(target_h)}"
+              f"{'' if cfg.reserve else ' without reservation'}, nor with reservation within "
+              f"{args.max_reserved_share:.1%} of the fleet's GPU-hours (worst {_h(shown.floor.worst_staleness_h)}, "
+              f"idle {shown.floor.reserved_share:.2%} with a slot per node): user jobs keep some nodes busy longer "
+              "than the lead. Lower --staleness, raise --reserve-lead or --max-reserved-share, or accept the bound.",
+              file=out)
+        print(f"min_slots=none {tail}", file=out)
+        return 1
+    best = answer.best
+    if answer is searches.get("with_reservation"):
+        if "without_reservation" in searches:
+            print(f"bundling alone does not reach {_h(target_h)} (worst "
+                  f"{_h(searches['without_reservation'].floor.worst_staleness_h)} with a slot per node); "
+                  "with reservation it does:", file=out)
+        print(f"settings: staleness_days={cfg.staleness_days:g}, pool slots {answer.slots}, reservation "
+              f"{{\"enabled\": true, \"target_days\": {target_h / 24:g}, \"lead_hours\": "
+              f"{cfg.reservation_policy().lead_hours:g}}}; it costs {best.reserved_gpu_hours:,.0f} idle GPU-hours, "
+              f"{best.reserved_share:.2%} of the fleet's", file=out)
+        print(f"min_slots={answer.slots} {tail} reserve=yes reserved_share={best.reserved_share:.4f}", file=out)
+    else:
+        print(f"min_slots={answer.slots} {tail} reserve=no", file=out)
+    return 0

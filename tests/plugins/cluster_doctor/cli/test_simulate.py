@@ -1,0 +1,62 @@
+"""``cluster-doctor simulate``: its options, its errors (one line, exit 2) and what it prints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cluster_doctor.cli import main as cli
+
+
+def test_cli_target_staleness(capsys):
+    code = cli.main(["simulate", "--nodes", "150", "--days", "10", "--occupancy", "0.3", "--job-hours", "2",
+                     "--max-job-hours", "6", "--target-staleness", "4d", "--staleness", "3d"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    line = out.strip().splitlines()[-1]
+    assert line.startswith("min_slots=") and "target_staleness=4.0d nodes=150" in line
+    assert int(line.split()[0].split("=")[1]) >= 1
+
+
+def test_cli_says_when_no_slot_count_is_enough(capsys):
+    code = cli.main(["simulate", "--nodes", "60", "--days", "10", "--occupancy", "0.95", "--job-hours", "48",
+                     "--max-job-hours", "200", "--target-staleness", "3d", "--staleness", "1d"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "no number of slots keeps the worst staleness within 3.0d without reservation, nor with" in out
+    assert out.strip().splitlines()[-1].startswith("min_slots=none")
+
+
+def test_cli_target_staleness_answers_with_reservation_and_its_cost(capsys):
+    code = cli.main(["simulate", "--nodes", "120", "--days", "10", "--target-staleness", "7d", "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["reachable"] and data["staleness_threshold_h"] == 132
+    assert data["without_reservation"]["min_slots"] is None  # bundling alone: the occupancy floor
+    assert data["without_reservation"]["occupancy_floor_h"] > 168
+    found = data["with_reservation"]
+    assert found["min_slots"] >= 1
+    best = found["at_min_slots"]
+    assert best["slots"] == found["min_slots"] and best["worst_staleness_h"] <= 168
+    assert best["within_target_share"] == 1.0 and best["reserved_share"] <= 0.01
+
+
+def test_cli_json(capsys):
+    assert cli.main(["simulate", "--nodes", "40", "--days", "3", "--reserve", "--no-gap", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"]["nodes"] == 40 and data["config"]["no_gap"] and data["config"]["reserve"]
+    for key in ("worst_staleness_h", "within_target_share", "reserved_gpu_hours", "reserved_share"):
+        assert isinstance(data[key], float), key
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "0"], "nodes: must be an integer > 0"),
+    (["--occupancy", "1.2"], "occupancy: must be a share in [0, 1)"),
+    (["--target-staleness", "soon"], "--target-staleness: expected a duration like 7d"),
+    (["--target-staleness", "7d", "--staleness", "7d"], "--staleness (7d) must be below --target-staleness (7d)"),
+    (["--suite-minutes", "dl_unit=abc"], "--suite-minutes: 'dl_unit=abc' is not name=number"),
+    (["--suite-minutes", "dl_unit=0"], "suite_minutes: every suite needs a duration > 0"),
+])
+def test_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert cli.main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
