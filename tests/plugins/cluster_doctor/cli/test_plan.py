@@ -1,0 +1,87 @@
+"""``cluster-doctor plan`` shows what the next run would plan (issue 27 §2): with ``--live`` it reads the
+cluster as the DAG's discover task does — the free nodes with their GPUs, and the claim the pods mount,
+so tests a volume problem blocks are left out with a line saying so — and it claims nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from cluster_doctor.cli import main as cli
+from cluster_doctor.store import claims, reservations
+from k8s_emulator import EmulatorProcess
+
+NS = "cluster-doctor"
+PVC = "cluster-doctor-results"
+TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))}) as emu:
+        yield emu
+
+
+@pytest.fixture
+def cluster(emulator):
+    """gpu-001 and gpu-002 free, gpu-003 busy with a user job; the results claim Bound."""
+    emulator.reset()
+    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    for name in ("gpu-001", "gpu-002", "gpu-003"):
+        emulator.add_gpu_node(name, gpus=4 if name == "gpu-002" else 8)
+    emulator.add_user_pod("gpu-003")
+    return emulator
+
+
+def plan(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = cli.main(["plan", *args], out=out)
+    return code, out.getvalue()
+
+
+def rows(out: str) -> list[tuple[str, str]]:
+    """The table's (NODE, TEST) cells, in order."""
+    return [(cells[1], cells[2]) for cells in map(str.split, out.splitlines())
+            if len(cells) > 2 and cells[0].isdigit() and cells[1].startswith("gpu-")]
+
+
+def test_live_plans_the_free_nodes_and_claims_nothing(cluster, store, db_url):
+    code, out = plan("--live", "--kubeconfig", cluster.kubeconfig_path, "--max-pairs", "6", "--db-url", db_url)
+    assert code == 0, out
+    assert rows(out) == [("gpu-001", t) for t in TESTS] + [("gpu-002", "gpu_health"), ("gpu-002", "dl_unit")]
+    assert "6 pair(s) planned from 2 free node(s) on 2 node(s), each node's suites one after another" in out
+    assert claims.live(store.connect) == []  # planning only
+
+
+def test_live_leaves_out_the_tests_a_volume_problem_blocks_saying_so(cluster, db_url, capsys):
+    cluster.core_v1().delete_namespaced_persistent_volume_claim(PVC, NS)
+    code, out = plan("--live", "--kubeconfig", cluster.kubeconfig_path, "--db-url", db_url)
+    assert code == 0, out
+    blocked = f"not planned: {', '.join(TESTS)} (PVC {NS}/{PVC} does not exist"
+    assert "0 pair(s) planned from 2 free node(s)" in out and blocked in out
+    assert f"nothing planned: no test can run (PVC {NS}/{PVC} does not exist" in out
+    # JSON stays the plan alone; the lines go to stderr
+    code, out = plan("--live", "--kubeconfig", cluster.kubeconfig_path, "--format", "json", "--db-url", db_url)
+    assert code == 0 and json.loads(out) == [] and blocked in capsys.readouterr().err
+
+
+def test_reserved_nodes_go_first_when_reservation_is_on(store, db_url, monkeypatch):
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    reservations.opened(store.connect, "gpu-002", gpu_count=8, run_id="r0", at=now - dt.timedelta(hours=2))
+    args = ["--nodes", "gpu-[001-002]", "--tests", "gpu_health", "--now", now.isoformat(), "--db-url", db_url]
+    assert rows(plan(*args)[1]) == [("gpu-001", "gpu_health"), ("gpu-002", "gpu_health")]
+    monkeypatch.setenv("CLUSTER_DOCTOR_RESERVATION", '{"enabled": true}')
+    code, out = plan(*args)
+    assert code == 0 and rows(out) == [("gpu-002", "gpu_health"), ("gpu-001", "gpu_health")]
+    assert "reserved for validation, planned first: gpu-002" in out
+
+
+def test_a_plan_with_nothing_in_it_says_why(store, db_url):
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    store.record([{"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass", "run_id": "r0",
+                   "finished_at": (now - dt.timedelta(hours=1)).isoformat()}])
+    code, out = plan("--nodes", "gpu-001", "--tests", "gpu_health", "--now", now.isoformat(), "--db-url", db_url)
+    assert code == 0 and "0 pair(s) planned from 1 free node(s)" in out
+    assert "nothing planned: all pairs of the 1 free node(s) are fresh since" in out
