@@ -23,7 +23,6 @@ class SuiteError(Exception):
         self.output = ""  # what a tool printed before it was stopped (run_tool on timeout)
 
 
-
 @dataclass
 class Check:
     name: str
@@ -76,4 +75,44 @@ class Check:
             f" vs {self.threshold}" if self.threshold else ""
         )
         return f"{self.name}{where}: {msg}"
+
+
+def at_least(name: str, value: float | None, minimum: float | None, *, unit: str, device: str | None = None,
+             basis: str = "", fail_status: str = "fail", code: str | None = None) -> Check:
+    """The check of a value against a floor (see `bounded`)."""
+    return bounded(name, value, minimum, ">=", unit=unit, device=device, basis=basis, fail_status=fail_status,
+                   code=code)
+
+
+def at_most(name: str, value: float | None, maximum: float | None, *, unit: str, device: str | None = None,
+            basis: str = "", fail_status: str = "fail", code: str | None = None) -> Check:
+    """The check of a value against a ceiling (see `bounded`)."""
+    return bounded(name, value, maximum, "<=", unit=unit, device=device, basis=basis, fail_status=fail_status,
+                   code=code)
+
+
+def bounded(name: str, value: float | None, limit: float | None, ok_rel: str, *, unit: str,
+            device: str | None = None, basis: str = "", fail_status: str = "fail", code: str | None = None) -> Check:
+    """One check of value against a floor (ok_rel ">=") or a ceiling ("<="), the message carrying the
+    number and the bound; `code` names the fault when the bound is missed (default: by check name,
+    codes.yaml). No measurement is an error, no bound a skip: never a silent pass."""
+    bad_rel = "<" if ok_rel == ">=" else ">"
+    note = f" ({basis})" if basis else ""
+    if value is None:
+        return Check(name, "error", unit=unit, device=device, message="no measurement", code="NO_MEASUREMENT")
+    if limit is None:
+        return Check(name, "skip", value=value, unit=unit, device=device,
+                     message=f"{fmt(value)} {unit}; no threshold{note}", code="BASELINE_MISSING")
+    ok = value >= limit if ok_rel == ">=" else value <= limit
+    rel = ok_rel if ok else bad_rel
+    return Check(
+        name,
+        "pass" if ok else fail_status,
+        value=value,
+        unit=unit,
+        threshold=f"{ok_rel} {fmt(limit)}",
+        device=device,
+        message=f"{fmt(value)} {unit} {rel} {fmt(limit)} {unit}{note}",
+        code=None if ok else code,
+    )
 

@@ -12,8 +12,9 @@ import threading
 import time
 from typing import Any
 
+from . import checks
 from .checks import Check
-from .text import fmt, one_line, utcnow
+from .text import one_line, utcnow
 from .tools import _terminate, _wait_dead, run_tool
 
 
@@ -117,7 +118,7 @@ class Context:
             self.warnings.append(message)
             self.log(f"WARNING {message}")
 
-    # ---- judging helpers: the message always carries the number and the threshold
+    # ---- judging helpers: the message always carries the number and the threshold (harness.checks)
     def at_least(
         self,
         name: str,
@@ -130,8 +131,8 @@ class Context:
         fail_status: str = "fail",
         code: str | None = None,
     ) -> Check:
-        return self._bounded(name, value, minimum, ">=", "<", unit=unit, device=device, basis=basis,
-                             fail_status=fail_status, code=code)
+        return self.record(checks.at_least(name, value, minimum, unit=unit, device=device, basis=basis,
+                                           fail_status=fail_status, code=code))
 
     def at_most(
         self,
@@ -145,33 +146,8 @@ class Context:
         fail_status: str = "fail",
         code: str | None = None,
     ) -> Check:
-        return self._bounded(name, value, maximum, "<=", ">", unit=unit, device=device, basis=basis,
-                             fail_status=fail_status, code=code)
-
-    def _bounded(self, name: str, value: float | None, limit: float | None, ok_rel: str, bad_rel: str, *,
-                 unit: str, device: str | None, basis: str, fail_status: str,
-                 code: str | None = None) -> Check:
-        """One check of value against a floor (">=") or a ceiling ("<="); `code` names the fault
-        when the bound is missed (default: by check name, codes.yaml)."""
-        note = f" ({basis})" if basis else ""
-        if value is None:
-            return self.check(name, "error", unit=unit, device=device, message="no measurement",
-                              code="NO_MEASUREMENT")
-        if limit is None:
-            return self.check(name, "skip", value=value, unit=unit, device=device,
-                              message=f"{fmt(value)} {unit}; no threshold{note}", code="BASELINE_MISSING")
-        ok = value >= limit if ok_rel == ">=" else value <= limit
-        rel = ok_rel if ok else bad_rel
-        return self.check(
-            name,
-            "pass" if ok else fail_status,
-            value=value,
-            unit=unit,
-            threshold=f"{ok_rel} {fmt(limit)}",
-            device=device,
-            message=f"{fmt(value)} {unit} {rel} {fmt(limit)} {unit}{note}",
-            code=None if ok else code,
-        )
+        return self.record(checks.at_most(name, value, maximum, unit=unit, device=device, basis=basis,
+                                          fail_status=fail_status, code=code))
 
     def check_gpu_count(self, found: int, *, source: str) -> bool:
         """Visible GPUs vs expectation. Returns False when the suite cannot continue on GPUs."""

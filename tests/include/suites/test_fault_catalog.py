@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
+from cluster_doctor_suites.dl.devices import current_device
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -240,7 +241,7 @@ def _scale_forward(monkeypatch, device: str, dtype: torch.dtype):
 
     def fake(a, b, *args, **kw):
         out = orig(a, b, *args, **kw)
-        if dl_unit.current_device() == device and out.dtype == dtype and "out" not in kw:
+        if current_device() == device and out.dtype == dtype and "out" not in kw:
             return out * 1.1
         return out
 
@@ -264,7 +265,7 @@ def _scale_backward(monkeypatch, device: str, dtype: torch.dtype):
 
     def fake(a, b, *args, **kw):
         out = orig(a, b, *args, **kw)
-        if dl_unit.current_device() == device and out.dtype == dtype and out.requires_grad:
+        if current_device() == device and out.dtype == dtype and out.requires_grad:
             return _BadGrad.apply(out)
         return out
 
@@ -277,7 +278,7 @@ def _bit_flip(monkeypatch, device: str, every_other: bool = False):
 
     def fake(a, b, *args, **kw):
         out = orig(a, b, *args, **kw)
-        if dl_unit.current_device() != device or out.dtype != torch.float32 or "out" in kw:
+        if current_device() != device or out.dtype != torch.float32 or "out" in kw:
             return out
         calls["n"] += 1
         if every_other and calls["n"] % 2:
@@ -340,7 +341,7 @@ def _hot_corruption(monkeypatch, device: str, kind: str):
 
         def fake(a, b, *args, **kw):
             out = orig(a, b, *args, **kw)
-            if "out" in kw and dl_unit.current_device() == device:
+            if "out" in kw and current_device() == device:
                 calls["n"] += 1
                 if calls["n"] > after:
                     if kind == "gemm":
@@ -355,7 +356,7 @@ def _hot_corruption(monkeypatch, device: str, kind: str):
 
     def fake_copy(self, src, *args, **kw):
         out = orig_copy(self, src, *args, **kw)
-        if dl_unit.current_device() == device and self.dtype == torch.int32 and self.numel() > 1 << 16:
+        if current_device() == device and self.dtype == torch.int32 and self.numel() > 1 << 16:
             calls["n"] += 1
             if calls["n"] > 3:
                 self.view(-1)[77].bitwise_xor_(1 << 20)
@@ -371,7 +372,7 @@ def _slow_device(monkeypatch, device: str):
 
     def fake(a, b, *args, **kw):
         out = orig(a, b, *args, **kw)
-        if "out" in kw and dl_unit.current_device() == device:
+        if "out" in kw and current_device() == device:
             for _ in range(14):
                 orig(a, b, *args, **kw)
         return out

@@ -22,9 +22,11 @@ def test_configmap_sized_with_valid_keys(h):
     for name in files:  # ConfigMap keys: [-._a-zA-Z0-9]+, a subfolder's "/" spelled "__"
         assert re.fullmatch(r"[-._a-zA-Z0-9]+", name.replace("/", "__")), name
     subfolders = {p.name for p in h.SUITES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert subfolders == {"harness", "checkers"}, "one level of subfolders, each a package"
+    assert subfolders == {"harness", "checkers", "dl"}, "one level of subfolders, each a package"
     for sub in subfolders:
         assert (h.SUITES_DIR / sub / "__init__.py").exists()
+        nested = [d.name for d in (h.SUITES_DIR / sub).iterdir() if d.is_dir() and d.name != "__pycache__"]
+        assert not nested, (sub, nested)
 
 
 def test_no_airflow_imports(h):
@@ -108,6 +110,11 @@ def test_dockerfile_builds_the_tools(h):
     assert re.search(r"^ARG TORCH_IMAGE=pytorch/pytorch:", text, re.M) and "\nFROM ${TORCH_IMAGE}\n" in text
     assert "nccl-tests" in text and "MPI=0" in text and "fio" in text and "nvidia-ml-py" in text
     assert "PYTHONPATH=/opt/cluster-doctor" in text
+    # the image's default copy holds every file the ConfigMap ships, subfolders included
+    for sub in sorted(p.name for p in h.SUITES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert f"COPY {sub}/*.py " in text, sub
+        for suffix in {p.suffix for p in (h.SUITES_DIR / sub).iterdir() if p.suffix in SHIPPED} - {".py"}:
+            assert f"{sub}/*{suffix}" in text, (sub, suffix)
 
 
 def test_requirements(h):
