@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from . import parsers
 from .baselines import Baselines, expectations, model_for_node
-from .harness.checks import SuiteError
+from .harness.checks import Check, SuiteError, at_least
 from .harness.context import Context
 from .harness.inventory import gpu_inventory
 from .harness.runner import main_entry, run_suite
@@ -288,14 +288,21 @@ def judge_rows(
 ) -> None:
     """rows: [{size, algbw, busbw, wrong (None = not validated), time_us, wrong_by_rank?}] sorted by
     size. `rank_device(rank)` names the device of a rank (cuda:N, or the CPU rank)."""
-    # Long: values, per-size metrics and the busbw floor of one sweep.
+    ctx.record(values_check(rows, rank_device))
+    for key, value, summary in sweep_metrics(rows, n):
+        ctx.metric(key, value, summary=summary)
+    ctx.record(busbw_check(rows[-1], n, expectation, min_busbw, unit_note))
+
+
+def values_check(rows: list[dict], rank_device=None) -> Check:
+    """`allreduce_values`: every reduced value right at every size, the ranks that saw wrong ones named."""
     wrong_rows = [r for r in rows if r.get("wrong")]
     unvalidated = [r for r in rows if r.get("wrong") is None]
     if wrong_rows:
         r = wrong_rows[0]
         ranks = sorted({k for x in wrong_rows for k in (x.get("wrong_by_rank") or {})})
         devices = [rank_device(k) if rank_device else f"rank{k}" for k in ranks]
-        ctx.check(
+        return Check(
             "allreduce_values",
             "fail",
             value=sum(x["wrong"] for x in wrong_rows),
@@ -311,53 +318,41 @@ def judge_rows(
             )
             + (f"; {len(wrong_rows)} sizes affected" if len(wrong_rows) > 1 else ""),
         )
-    elif unvalidated:
-        ctx.check(
-            "allreduce_values", "error", message=f"{len(unvalidated)} size(s) without a validation result"
-        )
-    else:
-        ctx.check(
-            "allreduce_values",
-            "pass",
-            value=0,
-            unit="elements",
-            threshold="== 0",
-            message=f"reduced values correct at all {len(rows)} sizes",
-        )
+    if unvalidated:
+        return Check("allreduce_values", "error", message=f"{len(unvalidated)} size(s) without a validation result")
+    return Check("allreduce_values", "pass", value=0, unit="elements", threshold="== 0",
+                 message=f"reduced values correct at all {len(rows)} sizes")
+
+
+def sweep_metrics(rows: list[dict], n: int) -> list[tuple[str, float, bool]]:
+    """(key, value, key figure of the summary?): bandwidths per size, then the largest size's and the peak."""
+    out = []
     for r in rows:
         tag = _human(r["size"])
-        ctx.metric(f"nccl_busbw_gbps.{tag}", r["busbw"])
-        ctx.metric(f"nccl_algbw_gbps.{tag}", r["algbw"])
+        out += [(f"nccl_busbw_gbps.{tag}", r["busbw"], False), (f"nccl_algbw_gbps.{tag}", r["algbw"], False)]
     big = rows[-1]
-    ctx.metric("nccl_size_bytes", big["size"], summary=True)
-    ctx.metric("nccl_busbw_gbps", big["busbw"], summary=True)
-    ctx.metric("nccl_algbw_gbps", big["algbw"], summary=True)
-    ctx.metric("nccl_busbw_peak_gbps", max(r["busbw"] for r in rows), summary=True)
-    ctx.metric("nccl_ranks", n, summary=True)
+    return out + [
+        ("nccl_size_bytes", big["size"], True),
+        ("nccl_busbw_gbps", big["busbw"], True),
+        ("nccl_algbw_gbps", big["algbw"], True),
+        ("nccl_busbw_peak_gbps", max(r["busbw"] for r in rows), True),
+        ("nccl_ranks", n, True),
+    ]
+
+
+def busbw_check(big: dict, n: int, expectation, min_busbw: float | None, unit_note: str) -> Check:
+    """`busbw` of the largest size against --min-busbw, else the model's floor; one rank moves no data."""
     if n < 2:
-        ctx.check(
-            "busbw",
-            "skip",
-            value=big["busbw"],
-            unit="GB/s",
-            message="single rank: all-reduce moves no data",
-            code="NCCL_BUSBW_NOT_JUDGED",
-        )
-        return
+        return Check("busbw", "skip", value=big["busbw"], unit="GB/s", message="single rank: all-reduce moves no data",
+                     code="NCCL_BUSBW_NOT_JUDGED")
     if min_busbw is not None:
         floor, basis = min_busbw, "--min-busbw"
     elif expectation is not None:
         floor, basis = expectation.floor, expectation.basis()
     else:
         floor, basis = None, f"no baseline for this model{unit_note}"
-    ctx.at_least(
-        "busbw",
-        big["busbw"],
-        floor,
-        unit="GB/s",
-        device=f"{_human(big['size'])}B",
-        basis=f"{n} ranks; {basis}",
-    )
+    return at_least("busbw", big["busbw"], floor, unit="GB/s", device=f"{_human(big['size'])}B",
+                    basis=f"{n} ranks; {basis}")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -625,7 +625,6 @@ def parse_dcgmi_diag_json(text: str) -> dict:
     "test_summary": {"status"}]}, "entity_groups": [...], "metadata": {"version", "Driver Version
     Detected"}}. Unknown keys are ignored. Text before the document (dcgmi or NVVS notes) is skipped.
     ValueError when there is no such document, or when it only carries dcgmi's `runtime_error`."""
-    # Long: DCGM 3 and 4 layouts in one walk, metadata and tests.
     try:
         doc = extract_json_object(text or "")
     except ValueError:
@@ -636,6 +635,29 @@ def parse_dcgmi_diag_json(text: str) -> dict:
             "JSON without a 'DCGM Diagnostic' (DCGM 4) or 'DCGM GPU Diagnostic' (DCGM 3) object: "
             + ", ".join(sorted(map(str, doc))[:8])
         )
+    meta, version, driver = _dcgm_json_metadata(doc, root)
+    tests: list[dict] = []
+    categories = root.get("test_categories")
+    for cat in categories if isinstance(categories, list) else []:
+        if not isinstance(cat, dict):
+            continue
+        for t in cat.get("tests") or []:
+            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                continue  # NVVS 3.1 puts null between the tests
+            test = _dcgm_json_test(cat, t)
+            if test is not None:
+                tests.append(test)
+    if not tests:
+        err = root.get("runtime_error") or doc.get("runtime_error")
+        if isinstance(err, str) and err.strip():
+            raise ValueError(f"dcgmi diag did not run: {' '.join(err.split())}")
+        raise ValueError("dcgmi diag JSON has no test results")
+    return {"version": version, "driver": driver, "metadata": meta, "tests": tests}
+
+
+def _dcgm_json_metadata(doc: dict, root: dict) -> tuple[dict[str, str], str | None, str | None]:
+    """(metadata, DCGM version, driver version): the scalar fields of the root object (DCGM 3) and of
+    `metadata` (DCGM 4), spelled as the text output spells them, and the GPUs of `entity_groups`."""
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     meta: dict[str, str] = {}
     for key, val in list(root.items()) + list(metadata.items()):
@@ -656,42 +678,33 @@ def parse_dcgmi_diag_json(text: str) -> dict:
     ]
     if dev_ids:
         meta.setdefault("GPU Device IDs Detected", ", ".join(dev_ids))
+    return meta, version, driver
 
-    tests: list[dict] = []
-    categories = root.get("test_categories")
-    for cat in categories if isinstance(categories, list) else []:
-        if not isinstance(cat, dict):
+
+def _dcgm_json_test(cat: dict, t: dict) -> dict | None:
+    """One test of a category: {category, name, status, gpus {index: status}, messages}; None when it
+    carries no result at all (it says nothing)."""
+    test: dict = {"category": cat.get("category"), "name": t["name"], "status": None}
+    test.update(gpus={}, messages=[])
+    seen = []
+    for r in t.get("results") or []:
+        if not isinstance(r, dict):
             continue
-        for t in cat.get("tests") or []:
-            if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-                continue  # NVVS 3.1 puts null between the tests
-            test: dict = {"category": cat.get("category"), "name": t["name"], "status": None}
-            test.update(gpus={}, messages=[])
-            seen = []
-            for r in t.get("results") or []:
-                if not isinstance(r, dict):
-                    continue
-                st = _dcgm_json_status(r.get("status"))
-                if st:
-                    seen.append(st)
-                    gpu = _dcgm_json_gpu(r)
-                    if gpu is not None:
-                        test["gpus"][gpu] = st
-                _dcgm_json_messages(r, test["messages"])
-            summary = t.get("test_summary") if isinstance(t.get("test_summary"), dict) else {}
-            _dcgm_json_messages(summary, test["messages"])
-            overall = _dcgm_json_status(summary.get("status"))
-            if overall is None and seen:
-                overall = max(seen, key=lambda s: _DCGM_STATUS_RANK.get(s, 0))
-            if overall is None:
-                continue  # a test without any result says nothing
-            if "Fail" in seen:
-                overall = "Fail"
-            test["status"] = overall
-            tests.append(test)
-    if not tests:
-        err = root.get("runtime_error") or doc.get("runtime_error")
-        if isinstance(err, str) and err.strip():
-            raise ValueError(f"dcgmi diag did not run: {' '.join(err.split())}")
-        raise ValueError("dcgmi diag JSON has no test results")
-    return {"version": version, "driver": driver, "metadata": meta, "tests": tests}
+        st = _dcgm_json_status(r.get("status"))
+        if st:
+            seen.append(st)
+            gpu = _dcgm_json_gpu(r)
+            if gpu is not None:
+                test["gpus"][gpu] = st
+        _dcgm_json_messages(r, test["messages"])
+    summary = t.get("test_summary") if isinstance(t.get("test_summary"), dict) else {}
+    _dcgm_json_messages(summary, test["messages"])
+    overall = _dcgm_json_status(summary.get("status"))
+    if overall is None and seen:
+        overall = max(seen, key=lambda s: _DCGM_STATUS_RANK.get(s, 0))
+    if overall is None:
+        return None
+    if "Fail" in seen:
+        overall = "Fail"
+    test["status"] = overall
+    return test

@@ -174,7 +174,8 @@ class _Runner:
 
     # -- the end
     def finalize(self, suite_error: str | None) -> int:
-        # Long: builds, writes and prints the result under one lock, in the order the contract needs (result, log, termination log, stdout).
+        """Build, write and print the result under one lock, in the order the contract needs: the
+        result file, the log, the termination log, stdout. Once only; later calls get the exit code."""
         with self._fin_lock:
             if self._finalized.is_set():
                 return self.exit_code if self.exit_code is not None else EXIT_ERROR
@@ -182,82 +183,97 @@ class _Runner:
             ctx = self.ctx
             if self.output_error:
                 suite_error = self.output_error
-            finished = utcnow()
             checks = list(ctx.checks)
-            status, reason = decide(checks, suite_error)
-            scode = (self.suite_code or "SUITE_ERROR") if suite_error else None
-            env = dict(ctx.environment)
-            for key in ("gpu_model", "gpu_count", "driver", "cuda", "torch", "nccl", "hostname"):
-                env.setdefault(key, None)  # required by the schema even when collection failed
-            result = {
-                "schema_version": SCHEMA_VERSION,
-                "suite": self.suite,
-                "node": self.args.node,
-                "started_at": iso(self.started),
-                "finished_at": iso(finished),
-                "duration_s": round(time.monotonic() - self.t0, 3),
-                "status": status,
-                "reason": reason,
-                "code": verdict_code(status, checks, scode),
-                "action": verdict_action(status, checks, scode),
-                "incomplete": is_incomplete(checks),
-                "checks": [c.to_dict() for c in checks],
-                "metrics": dict(ctx.metrics),
-                "environment": env,
-                "suite_version": ctx.environment.get("suite_version") or suite_version(),
-                "warnings": list(ctx.warnings),
-            }
-            result["environment"].pop("suite_version", None)
-            if ctx.peer:  # a peer test: the other node of the pair (optional field, schema_version 1)
-                result["peer"] = ctx.peer
+            result = self._result(checks, suite_error)
             have_files = self.log_fh is not None
-            result_path = log_path = None
-            if have_files:
-                try:
-                    atomic_write(
-                        self.result_path, (json.dumps(result, indent=2, default=str) + "\n").encode()
-                    )
-                    result_path = self.result_path
-                except OSError as exc:
-                    ctx.warnings.append(one_line(f"cannot write result file: {exc}"))
-                    result["warnings"] = list(ctx.warnings)
-                log_path = self.log_path
+            result_path = self._write_result(result) if have_files else None
+            log_path = self.log_path if have_files else None
             summary = build_summary(result, checks, ctx.summary_metric_keys, log_path, result_path)
             line = summary_line(summary)
-            ctx.log(f"verdict: {status.upper()} - {reason} ({fmt(result['duration_s'])} s)")
+            ctx.log(f"verdict: {result['status'].upper()} - {result['reason']} ({fmt(result['duration_s'])} s)")
             if have_files:
-                try:
-                    ctx._log_stream = None
-                    self.log_fh.write(line + "\n")
-                    self.log_fh.flush()
-                    os.fsync(self.log_fh.fileno())
-                    if self.standalone:
-                        faulthandler.disable()
-                    self.log_fh.close()
-                    os.replace(self.log_tmp, self.log_path)
-                except (OSError, ValueError) as exc:
-                    sys.stderr.write(f"cannot finish log file: {exc}\n")
-                    try:
-                        os.unlink(self.log_tmp)
-                    except OSError:
-                        pass
-            err = write_termination_log(
-                self.args.termination_log, json.dumps(summary, separators=(",", ":"), ensure_ascii=True)
-            )
-            if err:
-                sys.stderr.write(err + "\n")
-            try:
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-                if result_path:  # for people: where the files went (the summary line is for machines)
-                    sys.stderr.write(f"result: {result_path}\nlog: {log_path}\n")
-            except (OSError, ValueError):
-                pass
-            self.exit_code = EXIT_CODES[status]
+                self._close_log(line)
+            self._print(summary, line, result_path, log_path)
+            self.exit_code = EXIT_CODES[result["status"]]
             self.result = result
             self.summary = summary
             self._finalized.set()
             return self.exit_code
+
+    def _result(self, checks: list, suite_error: str | None) -> dict:
+        """The full result ($defs/result) of the checks so far and the suite-level error, if any."""
+        ctx = self.ctx
+        finished = utcnow()
+        status, reason = decide(checks, suite_error)
+        scode = (self.suite_code or "SUITE_ERROR") if suite_error else None
+        env = dict(ctx.environment)
+        for key in ("gpu_model", "gpu_count", "driver", "cuda", "torch", "nccl", "hostname"):
+            env.setdefault(key, None)  # required by the schema even when collection failed
+        result = {
+            "schema_version": SCHEMA_VERSION,
+            "suite": self.suite,
+            "node": self.args.node,
+            "started_at": iso(self.started),
+            "finished_at": iso(finished),
+            "duration_s": round(time.monotonic() - self.t0, 3),
+            "status": status,
+            "reason": reason,
+            "code": verdict_code(status, checks, scode),
+            "action": verdict_action(status, checks, scode),
+            "incomplete": is_incomplete(checks),
+            "checks": [c.to_dict() for c in checks],
+            "metrics": dict(ctx.metrics),
+            "environment": env,
+            "suite_version": ctx.environment.get("suite_version") or suite_version(),
+            "warnings": list(ctx.warnings),
+        }
+        result["environment"].pop("suite_version", None)
+        if ctx.peer:  # a peer test: the other node of the pair (optional field, schema_version 1)
+            result["peer"] = ctx.peer
+        return result
+
+    def _write_result(self, result: dict) -> str | None:
+        """The result file, atomically; None (and a warning in the result) when it cannot be written."""
+        try:
+            atomic_write(self.result_path, (json.dumps(result, indent=2, default=str) + "\n").encode())
+            return self.result_path
+        except OSError as exc:
+            self.ctx.warnings.append(one_line(f"cannot write result file: {exc}"))
+            result["warnings"] = list(self.ctx.warnings)
+            return None
+
+    def _close_log(self, line: str) -> None:
+        """End the streamed log with the summary line and rename it into place."""
+        try:
+            self.ctx._log_stream = None
+            self.log_fh.write(line + "\n")
+            self.log_fh.flush()
+            os.fsync(self.log_fh.fileno())
+            if self.standalone:
+                faulthandler.disable()
+            self.log_fh.close()
+            os.replace(self.log_tmp, self.log_path)
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"cannot finish log file: {exc}\n")
+            try:
+                os.unlink(self.log_tmp)
+            except OSError:
+                pass
+
+    def _print(self, summary: dict, line: str, result_path: str | None, log_path: str | None) -> None:
+        """The summary in the termination log, and as the last stdout line."""
+        err = write_termination_log(
+            self.args.termination_log, json.dumps(summary, separators=(",", ":"), ensure_ascii=True)
+        )
+        if err:
+            sys.stderr.write(err + "\n")
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+            if result_path:  # for people: where the files went (the summary line is for machines)
+                sys.stderr.write(f"result: {result_path}\nlog: {log_path}\n")
+        except (OSError, ValueError):
+            pass
 
 
 def run_suite(
