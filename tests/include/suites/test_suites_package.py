@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 
 import cluster_doctor_suites
 from jsonschema import Draft202012Validator
@@ -23,8 +24,11 @@ def test_configmap_sized_with_valid_keys(h):
         assert re.fullmatch(r"[-._a-zA-Z0-9]+", name.replace("/", "__")), name
     subfolders = {p.name for p in h.SUITES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert subfolders == {"harness", "checkers", "dl"}, "one level of subfolders, each a package"
+    # the wheel carries only the packages pyproject.toml lists: every subfolder is one of them
+    packages = tomllib.loads((h.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     for sub in subfolders:
         assert (h.SUITES_DIR / sub / "__init__.py").exists()
+        assert f"cluster_doctor_suites.{sub}" in packages, sub
         nested = [d.name for d in (h.SUITES_DIR / sub).iterdir() if d.is_dir() and d.name != "__pycache__"]
         assert not nested, (sub, nested)
 
