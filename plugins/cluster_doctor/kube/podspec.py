@@ -209,6 +209,9 @@ def build_pod(
     suite_files: list[str] | None = None,
     template: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The pod of one node-test pair: the template (``template``, else the setting's file) hydrated
+    field by field. Each step below sets its own part of the manifest; the order of the steps is the
+    order of the keys in the result."""
     validate_node_name(node_name)
     suite = suites.get(test_name)
     if isinstance(gpu_count, bool) or not isinstance(gpu_count, int) or gpu_count < 0:
@@ -216,7 +219,24 @@ def build_pod(
     pod = copy.deepcopy(dict(template)) if template is not None else load_template(pod_template_file(settings))
     refuse_host_access(pod.get("spec") or {}, settings.pod_allowed_host_fields,
                        "(given)" if template is not None else str(pod_template_file(settings)))
-    meta = pod.setdefault("metadata", {})
+    _set_metadata(pod.setdefault("metadata", {}), settings, node_name=node_name, test_name=test_name,
+                  run_id=run_id, suite_version=suite_version)
+    spec = pod.setdefault("spec", {})
+    _pin_to_node(spec, settings, node_name=node_name, test_name=test_name)
+    _point_volumes(spec, settings, configmap=configmap, suite_files=suite_files)
+    container = next(c for c in spec["containers"] if c.get("name") == "base")
+    own_dir = f"{settings.results_dir.rstrip('/')}/{results_subpath(node_name, test_name)}"
+    _set_suite_container(container, suite, settings, node_name=node_name, test_name=test_name, own_dir=own_dir)
+    _harden(spec, container, capabilities_for(test_name, settings), settings.pod_allowed_host_fields)
+    _set_resources(container, suite, settings, gpu_count=gpu_count)
+    _set_env(container, settings, test_name=test_name, gpu_count=gpu_count, gpu_model=gpu_model, run_id=run_id,
+             suite_version=suite_version, own_dir=own_dir)
+    return pod
+
+
+def _set_metadata(meta: dict[str, Any], settings: Settings, *, node_name: str, test_name: str, run_id: str,
+                  suite_version: str) -> None:
+    """Name, namespace, our labels (what the orphan reaper and the listings select on) and annotations."""
     meta["name"] = pod_name_prefix(node_name, test_name)
     meta["namespace"] = settings.namespace
     labels = meta.setdefault("labels", {})
@@ -234,7 +254,9 @@ def build_pod(
         f"{LABEL_PREFIX}/suite-version": suite_version,
     })
 
-    spec = pod.setdefault("spec", {})
+
+def _pin_to_node(spec: dict[str, Any], settings: Settings, *, node_name: str, test_name: str) -> None:
+    """Where and how the pod is scheduled: its node, tolerations, priority, scheduler and deadline."""
     # Required node affinity keeps the scheduler in the loop (taints, resources, preemption) while
     # pinning the pod to its node; spec.nodeName would bypass all of that.
     spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -249,6 +271,9 @@ def build_pod(
     if settings.service_account:
         spec["serviceAccountName"] = settings.service_account
 
+
+def _point_volumes(spec: dict[str, Any], settings: Settings, *, configmap: str, suite_files: list[str] | None) -> None:
+    """The results volume's claim and the suite code's ConfigMap (its files projected as a package)."""
     for volume in spec.get("volumes") or []:
         if "persistentVolumeClaim" in volume:
             volume["persistentVolumeClaim"]["claimName"] = settings.pvc
@@ -259,13 +284,15 @@ def build_pod(
                 volume["configMap"]["items"] = [{"key": suite_code.configmap_key(f), "path": f"cluster_doctor_suites/{f}"}
                                                 for f in sorted(suite_files)]
 
-    container = next(c for c in spec["containers"] if c.get("name") == "base")
+
+def _set_suite_container(container: dict[str, Any], suite: suites.Suite, settings: Settings, *, node_name: str,
+                         test_name: str, own_dir: str) -> None:
+    """The suite's image and command, and the results mount narrowed to the pod's own directory."""
     container["image"] = suite.image(settings)
     container["imagePullPolicy"] = settings.image_pull_policy
     container["command"] = suite.command(settings)
     container.pop("args", None)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    own_dir = f"{settings.results_dir.rstrip('/')}/{results_subpath(node_name, test_name)}"
     for mount in container.get("volumeMounts") or []:
         if mount.get("name") == "results":
             # Only this pod's <test>/<node>/ directory of the shared volume is visible, at the same
@@ -274,7 +301,10 @@ def build_pod(
             mount["subPath"] = results_subpath(node_name, test_name)
             mount.pop("subPathExpr", None)
             mount["readOnly"] = False
-    _harden(spec, container, capabilities_for(test_name, settings), settings.pod_allowed_host_fields)
+
+
+def _set_resources(container: dict[str, Any], suite: suites.Suite, settings: Settings, *, gpu_count: int) -> None:
+    """The suite's CPU and memory, and every GPU of the node (plus the deployment's extra resources)."""
     resources = container.setdefault("resources", {})
     requests, limits = resources.setdefault("requests", {}), resources.setdefault("limits", {})
     # The suite's own figures win over the template's generic ones.
@@ -289,6 +319,10 @@ def build_pod(
         requests[name] = str(amount)
         limits[name] = str(amount)
 
+
+def _set_env(container: dict[str, Any], settings: Settings, *, test_name: str, gpu_count: int,
+             gpu_model: str | None, run_id: str, suite_version: str, own_dir: str) -> None:
+    """The suite's environment (its contract), over the template's: the same name is set once."""
     env = {e["name"]: e for e in container.get("env") or []}
     values = {
         "CLUSTER_DOCTOR_TEST": test_name,
@@ -310,4 +344,3 @@ def build_pod(
     for name, value in values.items():
         env[name] = {"name": name, "value": value}
     container["env"] = list(env.values())
-    return pod
