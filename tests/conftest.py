@@ -15,6 +15,12 @@ import pytest
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore, RetryPolicy
 
+from tests import clock
+
+# A moved-clock run (tests/clock.py) moves the clock here, when the first conftest loads: before any
+# other conftest or test module reads it.
+MOVED = clock.move_from_env()
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LOCAL_URL = os.environ.get("CLUSTER_DOCTOR_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -177,7 +183,7 @@ def kubectl() -> str:
 # marked @pytest.mark.requires_tool("fio") is skipped when the program is missing, and pytest's first
 # and last lines say which tests could not run and why: never a wall of failures, never silence.
 SYSTEM_TOOLS = {"fio": "fio", "chromium": "chromium", "docker-compose": "docker-compose",
-                "redis-server": "redis-server"}
+                "redis-server": "redis-server", "faketime": "faketime"}
 _SKIP_PREFIX = "not installed here:"
 
 
@@ -208,7 +214,7 @@ def _tools_line() -> str | None:
 
 
 def pytest_report_header(config):
-    return _tools_line()
+    return [line for line in (_tools_line(), MOVED) if line]
 
 
 def pytest_terminal_summary(terminalreporter):

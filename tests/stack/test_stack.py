@@ -103,6 +103,9 @@ class Api:
     def runs(self) -> list[dict]:
         return self.get(f"/api/v2/dags/{DAG}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
 
+    def run(self, run_id: str) -> dict:
+        return self.get(f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id)}")
+
     def task_instances(self, run_id: str) -> list[dict]:
         return self.get(f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances?limit=500")[
             "task_instances"]
@@ -461,7 +464,6 @@ def test_the_default_trigger_form_submits_in_chromium(stack, scenario):
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    before = {r["dag_run_id"] for r in stack.api.runs()}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -483,11 +485,13 @@ def test_the_default_trigger_form_submits_in_chromium(stack, scenario):
                                       and r.request.method == "POST") as posted:
                 submit.click()
             assert posted.value.status == 200, posted.value.text()
+            # Our run by its id: the stack's hourly schedule may add a run beside it (the hour can turn now).
+            run_id = posted.value.json()["dag_run_id"]
             dialog.wait_for(state="hidden", timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "stack_trigger_submitted.png"))
         finally:
             browser.close()
-    [new] = [r for r in stack.api.runs() if r["dag_run_id"] not in before]
+    new = stack.api.run(run_id)
     assert new["run_type"] == "manual" and new["triggered_by"] == "ui" and new["triggering_user_name"] == "admin"
     assert new["conf"] == {"node_range": None, "tests": ["gpu_health"], "stale_before": None, "max_pairs": None,
                            "dry_run": False}

@@ -16,7 +16,11 @@ from cluster_doctor.domain import suites
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.store.history import ResultStore
 
-NOW = dt.datetime(2026, 11, 20, 12, 0, tzinfo=dt.UTC)
+from tests import clock
+
+# Relative to the clock (tests/clock.py), never a fixed date: the metrics exporter, the fleet page and the
+# CLI read the real clock, and a seed the calendar leaves behind goes stale under them.
+NOW = clock.now()
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 DAG_ID = "continuous_validation"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -19,11 +19,13 @@ import pytest
 from cluster_doctor.store import inventory
 from cluster_doctor.store.history import ResultStore
 
+from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.ui import fleet_seed as seed
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
-pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
+# clock: the api-server computes ages with the real clock (tests/test_clock.py moves it)
+pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium"), pytest.mark.clock]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
 NEVER_ATTEMPTED = "gpu-012"  # a GPU node discovery saw and nothing ever ran on (issue 21 §4)
@@ -34,7 +36,7 @@ ARTIFACTS = REPO / "artifacts"
 def results_db(pg_admin_dsn, template_db):
     with _fresh_database(pg_admin_dsn, template_db) as dsn:
         # relative to the real clock: the api-server computes ages with it
-        now = dt.datetime.now(dt.UTC)
+        now = clock.now()
         store = ResultStore(dsn)
         expected = seed.small_fleet(store, now=now)
         seed.plot_history(store, now=now)  # six weeks of older runs: plots and a coverage trend

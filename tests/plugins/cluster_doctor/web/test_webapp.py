@@ -134,7 +134,7 @@ def test_summary_and_matrix(client):
     assert "every GPU node discovery has seen" in html  # the definition is on the page
     assert rows(html) == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006", "gpu-010", "gpu-011"]
     assert re.search(r'class="cell" data-test="nccl_loopback" data-status="fail" title="nccl_loopback: fail since '
-                     r'2026-11-20 11:00 UTC \(1h\), before: pass', html)
+                     + _utc(seed.NOW - dt.timedelta(hours=1)) + r' \(1h\), before: pass', html)
     assert 'class="cell stale" data-test="gpu_health" data-status="pass"' in html  # gpu-005: 10 days old
     assert 'data-test="dl_unit" data-status="never"' in html
 
@@ -193,7 +193,8 @@ def test_node_page_history_metrics_and_task_instance_links(client):
     assert "nccl_busbw_gbps <b>12.50</b>" in html and "gemm_bf16_tflops_min <b>731.5</b>" in html
     assert "✗ nccl_loopback.check" in html
     # the task instance that produced the result, in the Airflow 3.3 UI's route
-    assert ('href="/dags/continuous_validation/runs/scheduled__2026-11-20T10%3A00%3A00%2B00%3A00/tasks/'
+    run_hour = (seed.NOW - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H")  # seed.attempt's run_id
+    assert (f'href="/dags/continuous_validation/runs/scheduled__{run_hour}%3A00%3A00%2B00%3A00/tasks/'
             'validate.nccl_loopback/mapped/7?try_number=1" target="_top"') in html
     history = re.findall(r'<tr data-test="([a-z_]+)" data-status="([a-z]+)">', html.split('id="history"')[1])
     assert history[0] == ("nccl_loopback", "fail") and len(history) == 5
@@ -208,6 +209,10 @@ def plots_db(pg_admin_dsn, template_db):
         seed.small_fleet(store)
         seed.plot_history(store)
         yield dsn
+
+
+def _utc(at: dt.datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _svgs(html: str) -> dict[str, str]:
@@ -231,7 +236,9 @@ def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots
     assert nccl.count('class="transition to-fail"') == 1 and 'class="transition to-pass"' not in nccl
     gemm = plots["dl_unit-gemm_bf16_tflops_min"]  # failed 20 days ago, passed again 17 days ago
     assert gemm.count('class="transition to-fail"') == 1 and gemm.count('class="transition to-pass"') == 1
-    assert "pass → fail, 2026-10-31 11:55 UTC" in gemm and "fail → pass, 2026-11-03 11:55 UTC" in gemm
+    changed = seed.NOW - dt.timedelta(minutes=5)  # dl_unit is the second test: 5 min before each run's first
+    assert (f"pass → fail, {_utc(changed - dt.timedelta(days=20))}" in gemm
+            and f"fail → pass, {_utc(changed - dt.timedelta(days=17))}" in gemm)
     assert "<script" not in "".join(plots.values())
     # one test only: its plots only; a node of a model without enough peers: plots without a band
     only = _svgs(c.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text)
