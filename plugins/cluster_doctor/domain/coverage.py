@@ -21,8 +21,8 @@ Definitions (shown on the fleet page and in docs/metrics.md):
   the mean of daily samples (each taken at the end of a UTC day). **Worst staleness**: the age of the
   oldest pair (+inf when a pair never executed).
 
-No Airflow imports and no connection handling: callers pass rows (``assess``) or an open cursor
-(``trend``).
+No Airflow imports, no connection, no SQL: callers pass rows (``assess``) or the counts the store read
+(``trend_samples``, from ``store.trend``).
 """
 
 from __future__ import annotations
@@ -200,16 +200,27 @@ def assess(
     Rows of other tests still make their node known and give it a GPU model; rows of nodes outside
     ``nodes`` are ignored. A missing pair is never executed."""
     tests = list(dict.fromkeys(tests))
-    enabled = set(tests)
     now_ts = now.timestamp()
     fresh_after_ts = now_ts - staleness.total_seconds()
     rows = rows if isinstance(rows, list) else list(rows)
     order = list(dict.fromkeys(nodes)) if nodes is not None else list(dict.fromkeys(r["node_name"] for r in rows))
     fleet = {name: NodeCoverage(name, len(tests)) for name in order}
+    by_pair = _tally(rows, fleet, set(tests), fresh_after_ts)
+    pairs = _pairs(fleet, tests, by_pair, now_ts, fresh_after_ts)
+    return Assessment(tests=tests, now=now, staleness=staleness, nodes=fleet, pairs=pairs)
+
+
+_Seen = tuple[Mapping[str, Any], str | None, float | None]  # a pair's row, executed status, time
+
+
+def _tally(rows: list[Mapping[str, Any]], fleet: dict[str, NodeCoverage], enabled: set[str],
+           fresh_after_ts: float) -> dict[tuple[str, str], _Seen]:
+    """Count each fleet node's executed, fresh, failing ... tests into ``fleet`` (its GPU model and
+    latest attempt too); returns the enabled pairs' rows with their executed status and time."""
     model_keys: dict[str, tuple[float, float]] = {}
     last_ts: dict[str, float] = {}
-    by_pair: dict[tuple[str, str], tuple[Mapping[str, Any], str | None, float | None]] = {}
-    for r in rows:
+    by_pair: dict[tuple[str, str], _Seen] = {}
+    for r in rows:  # one pass, no call per row: 20,000 rows per fleet page at 5,000 nodes
         name = r["node_name"]
         node = fleet.get(name)
         if node is None:
@@ -245,10 +256,16 @@ def assess(
             node.fail_tests += 1
         elif status == "error":
             node.error_tests += 1
+    return by_pair
+
+
+def _pairs(fleet: dict[str, NodeCoverage], tests: list[str], by_pair: Mapping[tuple[str, str], _Seen],
+           now_ts: float, fresh_after_ts: float) -> list[dict[str, Any]]:
+    """One row per fleet node × enabled test, in fleet order, with its state, freshness and age."""
     pairs = []
     append = pairs.append
-    for name in order:
-        model = fleet[name].gpu_model
+    for name, node in fleet.items():
+        model = node.gpu_model
         for test in tests:
             r, status, ts = by_pair.get((name, test), (None, None, None))
             fresh = status is not None and ts is not None and ts >= fresh_after_ts
@@ -267,7 +284,7 @@ def assess(
             if not pair.get("gpu_model"):
                 pair["gpu_model"] = model
             append(pair)
-    return Assessment(tests=tests, now=now, staleness=staleness, nodes=fleet, pairs=pairs)
+    return pairs
 
 
 def _seconds_or_none(value: dt.datetime | float | None) -> float | None:
@@ -275,34 +292,6 @@ def _seconds_or_none(value: dt.datetime | float | None) -> float | None:
 
 
 # ---------------------------------------------------------------------------- over time
-# A pair is fresh at moment T when it has an executed result finished in [T - staleness, T). Each
-# executed result of the window is turned into a bit mask of the moments it makes its pair fresh
-# (width_bucket counts the moments at or before a time), OR-ed per pair, AND-ed per node over the
-# enabled tests; then one bit test per moment. One range scan, no rows x moments join.
-TREND_SQL = """
-WITH pair AS MATERIALIZED (
-    SELECT h.node_name, h.test_name,
-           bit_or(((1::bigint << width_bucket(h.finished_at + %(staleness)s, %(moments)s::timestamptz[])) - 1)
-                  # ((1::bigint << width_bucket(h.finished_at, %(moments)s::timestamptz[])) - 1)) AS mask
-      FROM validation_history h
-      JOIN unnest(%(nodes)s::text[]) AS n(node_name) ON n.node_name = h.node_name
-     WHERE h.status = ANY(%(executed)s) AND h.test_name = ANY(%(tests)s)
-       AND h.finished_at >= %(since)s AND h.finished_at < %(until)s
-     GROUP BY h.node_name, h.test_name
-),
-node AS MATERIALIZED (
-    SELECT node_name, CASE WHEN count(*) >= %(n_tests)s THEN bit_and(mask) ELSE 0 END AS mask
-      FROM pair GROUP BY node_name
-)
-SELECT g.i,
-       (SELECT count(*) FROM node WHERE (node.mask >> g.i) & 1 = 1) AS covered_nodes,
-       (SELECT count(*) FROM pair WHERE (pair.mask >> g.i) & 1 = 1) AS fresh_pairs
-  FROM generate_series(0, %(n_moments)s - 1) AS g(i)
- ORDER BY g.i
-"""
-MAX_MOMENTS = 62  # bits of a bigint mask
-
-
 def day_ends(last: dt.datetime, days: int) -> list[dt.datetime]:
     """The ends of the ``days`` UTC days up to ``last`` (the last one is ``last`` itself)."""
     start = dt.datetime(last.year, last.month, last.day, tzinfo=dt.UTC)
@@ -310,31 +299,17 @@ def day_ends(last: dt.datetime, days: int) -> list[dt.datetime]:
     return [e for e in ends if e < last] + [last]
 
 
-def trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests: Sequence[str],
-          staleness: dt.timedelta) -> list[dict[str, Any]]:
-    """Coverage of a fixed fleet at each moment of ``ends`` (ascending, at most MAX_MOMENTS), from
-    validation_history."""
-    tests = list(dict.fromkeys(tests))
-    nodes = list(dict.fromkeys(nodes))
-    ends = list(ends)
-    if len(ends) > MAX_MOMENTS:
-        raise ValueError(f"at most {MAX_MOMENTS} coverage samples at once, got {len(ends)}")
-    n_pairs = len(nodes) * len(tests)
-    counts: dict[int, tuple[int, int]] = {}
-    if nodes and tests and ends:
-        cur.execute(TREND_SQL, {
-            "moments": ends, "staleness": staleness, "nodes": nodes, "executed": [str(s) for s in EXECUTED],
-            "tests": tests, "n_tests": len(tests), "since": ends[0] - staleness, "until": ends[-1],
-            "n_moments": len(ends)})
-        for row in cur.fetchall():
-            i, covered, fresh = (row["i"], row["covered_nodes"], row["fresh_pairs"]) if isinstance(row, Mapping) \
-                else row
-            counts[int(i)] = (int(covered), int(fresh))
+def trend_samples(ends: Sequence[dt.datetime], *, nodes: int, tests: int,
+                  counts: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
+    """Coverage of a fixed fleet of ``nodes`` nodes over ``tests`` enabled tests at each moment of
+    ``ends``, from ``counts``: {index of the moment: (covered nodes, fresh pairs)}, a moment left out
+    having none (what ``store.trend.counts`` reads)."""
+    n_pairs = nodes * tests
     out = []
     for i, end in enumerate(ends):
         covered, fresh = counts.get(i, (0, 0))
-        out.append({"as_of": end, "covered_nodes": covered, "nodes": len(nodes),
-                    "coverage": covered / len(nodes) if nodes else None,
+        out.append({"as_of": end, "covered_nodes": covered, "nodes": nodes,
+                    "coverage": covered / nodes if nodes else None,
                     "fresh_pairs": fresh, "pairs": n_pairs,
                     "pair_coverage": fresh / n_pairs if n_pairs else None})
     return out

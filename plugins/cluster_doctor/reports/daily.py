@@ -43,23 +43,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import hostlist
-import psycopg
-from psycopg.rows import dict_row
 
 from cluster_doctor.domain import coverage, suites
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
-from cluster_doctor.domain.peers import PEER_SUITE
 from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
-from cluster_doctor.store import files
-from cluster_doctor.store import inventory
-from cluster_doctor.store import peers
-from cluster_doctor.store.fleet import GPU_SECONDS
-from cluster_doctor.store.timestamps import lenient_timestamps
+from cluster_doctor.store import daily as daily_reads
+from cluster_doctor.store import files, inventory, peers, trend
 
 log = logging.getLogger(__name__)
 
@@ -94,107 +88,46 @@ def _start_of(day: dt.date) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
 
-# ---------------------------------------------------------------------------- queries
-# The state of every fleet pair as of a moment, from the history: the same semantics as validation_latest
-# (latest executed attempt, latest attempt of any status, status_since, previous_status), so that a
-# past day can be reported as it was. One index probe per pair: ~20,000 pairs at 5,000 nodes.
-FLEET_AS_OF_SQL = """
-WITH pairs AS (
-    SELECT n.node_name, t.test_name
-      FROM unnest(%(nodes)s::text[]) AS n(node_name) CROSS JOIN unnest(%(tests)s::text[]) AS t(test_name)
-)
-SELECT p.node_name, p.test_name, e.status, e.finished_at, e.reason, e.gpu_model, e.incomplete,
-       a.status AS last_attempt_status, a.finished_at AS last_attempt_at, a.reason AS last_attempt_reason,
-       s.status_since, s.previous_status
-  FROM pairs p
-  LEFT JOIN LATERAL (
-        SELECT h.id, h.status, h.finished_at, h.reason, h.gpu_model,
-               cluster_doctor_incomplete(h.status, h.incomplete, h.checks_not_run, h.checks) AS incomplete
-          FROM validation_history h
-         WHERE h.node_name = p.node_name AND h.test_name = p.test_name
-           AND h.status IN ('pass', 'fail', 'error') AND h.finished_at < %(as_of)s
-         ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) e ON true
-  LEFT JOIN LATERAL (
-        SELECT h.status, h.finished_at, h.reason
-          FROM validation_history h
-         WHERE h.node_name = p.node_name AND h.test_name = p.test_name AND h.finished_at < %(as_of)s
-         ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) a ON true
-  LEFT JOIN LATERAL (
-        -- only for failing pairs: when the failure streak began, and what came before it
-        SELECT (SELECT min(h.finished_at) FROM validation_history h
-                 WHERE h.node_name = p.node_name AND h.test_name = p.test_name AND h.status = e.status
-                   AND (h.finished_at, h.id) <= (e.finished_at, e.id)
-                   AND (d.finished_at IS NULL OR (h.finished_at, h.id) > (d.finished_at, d.id))
-               ) AS status_since,
-               d.status AS previous_status
-          FROM (SELECT 1) one
-          LEFT JOIN LATERAL (
-                SELECT h.id, h.status, h.finished_at
-                  FROM validation_history h
-                 WHERE h.node_name = p.node_name AND h.test_name = p.test_name
-                   AND h.status IN ('pass', 'fail', 'error') AND h.status <> e.status
-                   AND (h.finished_at, h.id) < (e.finished_at, e.id)
-                 ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) d ON true
-         WHERE e.status IN ('fail', 'error')) s ON true
-"""
-
-DAY_COUNTS_SQL = """
-SELECT test_name, status, count(*) AS attempts, count(DISTINCT node_name) AS nodes,
-       coalesce(sum({gpu_seconds}), 0) / 3600.0 AS gpu_hours,
-       count(*) FILTER (WHERE duration_s IS NOT NULL AND gpu_count IS NULL) AS without_gpu_count
-  FROM validation_history
- WHERE finished_at >= %(start)s AND finished_at < %(end)s
- GROUP BY test_name, status
-""".replace("{gpu_seconds}", GPU_SECONDS)
-
-FAILURES_SQL = """
-SELECT h.node_name, h.test_name, h.status, h.started_at, h.finished_at, h.duration_s, h.reason,
-       h.gpu_model, h.log_path, h.dag_id, h.run_id, h.map_index, h.try_number,
-       coalesce((SELECT jsonb_agg(c) FROM jsonb_array_elements(h.checks) c
-                  WHERE c->>'status' IN ('fail', 'error')), '[]'::jsonb) AS failing_checks,
-       prev.status AS previous_status, prev.finished_at AS previous_finished_at
-  FROM validation_history h
-  LEFT JOIN LATERAL (
-        SELECT p.status, p.finished_at FROM validation_history p
-         WHERE p.node_name = h.node_name AND p.test_name = h.test_name
-           AND p.status IN ('pass', 'fail', 'error') AND (p.finished_at, p.id) < (h.finished_at, h.id)
-         ORDER BY p.finished_at DESC, p.id DESC LIMIT 1) prev ON true
- WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status IN ('fail', 'error')
-   -- a failed peer test blames neither node: its suspects are the peer line's (triangulation)
-   AND h.test_name <> %(peer_suite)s
-"""
-
-MODEL_COUNTS_SQL = """
-SELECT coalesce(gpu_model, '') AS gpu_model, count(DISTINCT node_name) AS nodes, count(*) AS attempts,
-       count(*) FILTER (WHERE status = 'pass') AS pass, count(*) FILTER (WHERE status = 'fail') AS fail,
-       count(*) FILTER (WHERE status = 'error') AS error
-  FROM validation_history
- WHERE finished_at >= %(start)s AND finished_at < %(end)s AND status IN ('pass', 'fail', 'error')
- GROUP BY 1
-"""
-
-# A JSON number beyond float8 (1e400) would fail the whole query on the cast: such values are left
-# out of the figures and counted (skipped) instead.
-MODEL_METRICS_SQL = """
-SELECT coalesce(h.gpu_model, '') AS gpu_model, h.test_name, k.metric, count(v.x) AS n,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY v.x) AS median, min(v.x) AS min,
-       count(*) - count(v.x) AS skipped
-  FROM validation_history h
-  JOIN unnest(%(k_tests)s::text[], %(k_metrics)s::text[]) AS k(test_name, metric) ON k.test_name = h.test_name
-  CROSS JOIN LATERAL (SELECT CASE WHEN abs((h.metrics->k.metric)::numeric) < 1e300
-                                  THEN (h.metrics->k.metric)::numeric::float8 END AS x) v
- WHERE h.finished_at >= %(start)s AND h.finished_at < %(end)s AND h.status = 'pass'
-   AND jsonb_typeof(h.metrics->k.metric) = 'number'
- GROUP BY 1, 2, 3
-"""
-
-def _rows(cur, sql: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    cur.execute(sql, params)
-    return [dict(r) for r in cur.fetchall()]
-
-
+# ---------------------------------------------------------------------------- reading
 def _node_key(name: str):
     return hostlist.numeric_sort_key(name), name
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reads:
+    """What one report reads, all from one snapshot of the results database (``store.daily``)."""
+
+    counted: dict[str, Any]  # the inventory nodes the fleet counts, by name
+    fleet: list[str]  # their names in natural order
+    pairs: list[daily_reads.PairAsOf]
+    trend: list[dict[str, Any]]
+    day_counts: list[daily_reads.DayCount]
+    failures: list[daily_reads.FailedAttempt]
+    model_counts: list[daily_reads.ModelCount]
+    model_metrics: list[daily_reads.ModelMetric]
+    reservations: daily_reads.ReservationsOfDay
+    peers: dict[str, Any] | None
+
+
+def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
+          staleness: dt.timedelta, trend_ends: Sequence[dt.datetime], gone_grace_hours: float,
+          key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None) -> _Reads:
+    """Every section's rows, in one consistent, read-only snapshot."""
+    window = {"start": start, "end": as_of}
+    with daily_reads.snapshot(store) as cur:
+        counted = {n.node_name: n for n in inventory.counted(
+            cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
+        fleet = sorted(counted, key=_node_key)
+        return _Reads(
+            counted=counted, fleet=fleet,
+            pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
+            trend=trend.coverage_trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness),
+            day_counts=daily_reads.day_counts(cur, **window),
+            failures=daily_reads.failed_attempts(cur, **window),
+            model_counts=daily_reads.model_counts(cur, **window),
+            model_metrics=daily_reads.model_metrics(cur, **window, key_pairs=key_pairs),
+            reservations=daily_reads.reservations(cur, **window),
+            peers=_peers(cur, as_of, peer_window_days) if peer_window_days else None)
 
 
 # ---------------------------------------------------------------------------- building
@@ -220,54 +153,16 @@ def build(
     staleness = dt.timedelta(days=staleness_days)
     tests = list(dict.fromkeys(tests))
     trend_days = [day - dt.timedelta(days=i) for i in range(TREND_DAYS - 1, -1, -1)]
-    trend_ends = [min(_start_of(d) + dt.timedelta(days=1), as_of) for d in trend_days]
     # every catalog suite, enabled or not: a result of the day is a real measurement either way
     key_pairs = [(s.name, m) for s in suites.CATALOG.values() for m in s.key_metrics]
-    window = {"start": start, "end": as_of}
-
-    with store.connection() as conn:
-        lenient_timestamps(conn)  # a time past year 9999 reads as unknown (counted), not as a failed report
-        # one consistent snapshot for every section, read-only
-        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        conn.read_only = True
-        with conn.cursor(row_factory=dict_row) as cur:
-            counted = {n.node_name: n for n in inventory.counted(
-                cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
-            fleet = sorted(counted, key=_node_key)
-            source = (f"the GPU node inventory (every node discovery has seen; one that left counts for "
-                      f"{gone_grace_hours:g} h)")
-            pairs, trend = [], []
-            if fleet:
-                pairs = _rows(cur, FLEET_AS_OF_SQL, {"nodes": fleet, "tests": tests, "as_of": as_of})
-            trend = coverage.trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness)
-            day_counts = _rows(cur, DAY_COUNTS_SQL, window)
-            failures = _rows(cur, FAILURES_SQL, {**window, "peer_suite": PEER_SUITE})
-            model_counts = _rows(cur, MODEL_COUNTS_SQL, window)
-            model_metrics = _rows(cur, MODEL_METRICS_SQL, {
-                **window, "k_tests": [t for t, _ in key_pairs], "k_metrics": [m for _, m in key_pairs]})
-            reserved = _reservations(cur, window, counted.values())
-            peer_section = _peers(cur, as_of, peer_window_days) if peer_window_days else None
-        conn.rollback()
-
-    fleet_section = _fleet(pairs, fleet, tests, as_of, staleness, max_rows)
-    fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), counted)
-    coverage_trend = [{"day": d.isoformat(), "as_of": t["as_of"].isoformat(), "covered": t["covered_nodes"],
-                       "nodes": t["nodes"], "coverage": round(t["coverage"], 4) if t["coverage"] is not None else None,
-                       "pair_coverage": round(t["pair_coverage"], 4) if t["pair_coverage"] is not None else None}
-                      for d, t in zip(trend_days, trend, strict=True)]
-    counts = {s: 0 for s in Status}
-    per_test: dict[str, dict[str, int]] = {}
-    gpu_hours = {"total": 0.0, "executed": 0.0, "not_executed": 0.0, "attempts_without_gpu_count": 0}
-    for r in day_counts:
-        counts[r["status"]] = counts.get(r["status"], 0) + int(r["attempts"])
-        per_test.setdefault(r["test_name"], {s: 0 for s in Status})[r["status"]] = int(r["attempts"])
-        hours = float(r["gpu_hours"] or 0)
-        gpu_hours["total"] += hours
-        gpu_hours["executed" if r["status"] in EXECUTED else "not_executed"] += hours
-        gpu_hours["attempts_without_gpu_count"] += int(r["without_gpu_count"])
-    gpu_hours = {k: round(v, 3) if isinstance(v, float) else v for k, v in gpu_hours.items()}
-    failures.sort(key=lambda r: (_node_key(r["node_name"]), r["test_name"], r["finished_at"]))
-    failure_rows = [_failure(r) for r in failures[:max_rows]]
+    read = _read(store, start=start, as_of=as_of, tests=tests, staleness=staleness,
+                 trend_ends=[min(_start_of(d) + dt.timedelta(days=1), as_of) for d in trend_days],
+                 gone_grace_hours=gone_grace_hours, key_pairs=key_pairs, peer_window_days=peer_window_days)
+    fleet_section = _fleet(read.pairs, read.fleet, tests, as_of, staleness, max_rows)
+    fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), read.counted)
+    coverage_trend = _trend(trend_days, read.trend)
+    counts, per_test, gpu_hours = _day_figures(read.day_counts)
+    failures = sorted(read.failures, key=lambda r: (_node_key(r.node_name), r.test_name, r.finished_at))
     last = coverage_trend[-1]
     return {
         "day": day.isoformat(),
@@ -276,22 +171,50 @@ def build(
         "partial_day": as_of < start + dt.timedelta(days=1),
         "tests": tests,
         "staleness_days": staleness_days,
-        "fleet_source": source,
+        "fleet_source": (f"the GPU node inventory (every node discovery has seen; one that left counts for "
+                         f"{gone_grace_hours:g} h)"),
         "coverage": {"covered": last["covered"], "nodes": last["nodes"], "coverage": last["coverage"]},
         "day_counts": {"total": sum(counts.values()), **counts},
         "day_counts_per_test": dict(sorted(per_test.items())),
         "gpu_hours": gpu_hours,
-        "failures": failure_rows,
+        "failures": [_failure(r) for r in failures[:max_rows]],
         "failures_total": len(failures),
-        "failing_nodes_today": len({r["node_name"] for r in failures}),
-        "newly_failing_today": sum(1 for r in failures if r["previous_status"] in (None, Status.PASS)),
+        "failing_nodes_today": len({r.node_name for r in failures}),
+        "newly_failing_today": sum(1 for r in failures if r.previous_status in (None, Status.PASS)),
         "coverage_trend": coverage_trend,
-        "per_model": _per_model(model_counts, model_metrics, key_pairs),
+        "per_model": _per_model(read.model_counts, read.model_metrics, key_pairs),
         "fleet": fleet_section,
         "max_rows": max_rows,
-        "reservations": reserved,
-        "peers": peer_section,
+        "reservations": _reservations(read.reservations, start, as_of, read.counted.values()),
+        "peers": read.peers,
     }
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def _trend(days: Sequence[dt.date], samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The trend table's rows: one per day, the coverage at its end."""
+    return [{"day": d.isoformat(), "as_of": t["as_of"].isoformat(), "covered": t["covered_nodes"],
+             "nodes": t["nodes"], "coverage": _rounded(t["coverage"], 4),
+             "pair_coverage": _rounded(t["pair_coverage"], 4)}
+            for d, t in zip(days, samples, strict=True)]
+
+
+def _day_figures(rows: Sequence[daily_reads.DayCount]) -> tuple[dict[str, int], dict[str, dict[str, int]],
+                                                               dict[str, Any]]:
+    """Attempts of the day per status, per test and status, and the GPU-hours they held."""
+    counts = {s: 0 for s in Status}
+    per_test: dict[str, dict[str, int]] = {}
+    gpu_hours = {"total": 0.0, "executed": 0.0, "not_executed": 0.0, "attempts_without_gpu_count": 0}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + r.attempts
+        per_test.setdefault(r.test_name, {s: 0 for s in Status})[r.status] = r.attempts
+        gpu_hours["total"] += r.gpu_hours
+        gpu_hours["executed" if r.status in EXECUTED else "not_executed"] += r.gpu_hours
+        gpu_hours["attempts_without_gpu_count"] += r.without_gpu_count
+    return counts, per_test, {k: round(v, 3) if isinstance(v, float) else v for k, v in gpu_hours.items()}
 
 
 def _peers(cur, as_of: dt.datetime, window_days: float) -> dict[str, Any]:
@@ -315,29 +238,18 @@ def peer_line(p: Mapping[str, Any], limit: int = 10) -> str:
             f"{listed(p['suspect'])}")
 
 
-RESERVATIONS_SQL = """
-SELECT (SELECT count(*) FROM node_reservations WHERE reserved_at >= %(start)s AND reserved_at < %(end)s) AS applied,
-       (SELECT count(*) FROM node_reservations WHERE released_at IS NULL) AS open_now,
-       r.release_reason, count(r.id) AS released, COALESCE(sum(r.idle_gpu_hours), 0) AS idle
-  FROM (SELECT 1) one
-  LEFT JOIN node_reservations r ON r.released_at >= %(start)s AND r.released_at < %(end)s
- GROUP BY r.release_reason
-"""
-
-
-def _reservations(cur, window: Mapping[str, dt.datetime], nodes: Iterable[Any]) -> dict[str, Any] | None:
+def _reservations(found: daily_reads.ReservationsOfDay, start: dt.datetime, end: dt.datetime,
+                  nodes: Iterable[Any]) -> dict[str, Any] | None:
     """Reservations of overdue nodes of the day (setting reservation, issue 21 §2): taints applied and
     removed, and the idle GPU-hours they cost, also as a share of the fleet's GPU-hours of the day. None
     when nothing was reserved that day and nothing is reserved now (the feature is off or idle)."""
-    rows = _rows(cur, RESERVATIONS_SQL, window)
-    applied, open_now = (int(rows[0]["applied"]), int(rows[0]["open_now"])) if rows else (0, 0)
-    released = {r["release_reason"]: int(r["released"]) for r in rows if r["release_reason"]}
-    if not applied and not open_now and not released:
+    if not found.applied and not found.open_now and not found.released:
         return None
-    idle = round(sum(float(r["idle"]) for r in rows), 3)
-    hours = (window["end"] - window["start"]).total_seconds() / 3600
+    idle = round(found.idle_gpu_hours, 3)
+    hours = (end - start).total_seconds() / 3600
     fleet_gpu_hours = sum(int(getattr(n, "gpu_count", 0) or 0) for n in nodes) * hours
-    return {"applied": applied, "released": released, "open_now": open_now, "idle_gpu_hours": idle,
+    return {"applied": found.applied, "released": dict(found.released), "open_now": found.open_now,
+            "idle_gpu_hours": idle,
             "idle_share": round(idle / fleet_gpu_hours, 5) if fleet_gpu_hours else None}
 
 
@@ -353,25 +265,26 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _failure(r: Mapping[str, Any]) -> dict[str, Any]:
-    checks = [c for c in (r["failing_checks"] or []) if isinstance(c, Mapping)]
+def _failure(r: daily_reads.FailedAttempt) -> dict[str, Any]:
+    checks = [c for c in (r.failing_checks or []) if isinstance(c, Mapping)]
     return {
-        "node_name": r["node_name"], "test_name": r["test_name"], "status": r["status"],
-        "started_at": _iso(r["started_at"]), "finished_at": _iso(r["finished_at"]),
-        "duration_s": r["duration_s"], "reason": r["reason"], "gpu_model": r["gpu_model"],
-        "log_path": r["log_path"],
-        "dag_id": r["dag_id"], "run_id": r["run_id"], "map_index": r["map_index"],
-        "try_number": r["try_number"],
-        "previous_status": r["previous_status"], "previous_finished_at": _iso(r["previous_finished_at"]),
-        "new": r["previous_status"] in (None, "pass"),
+        "node_name": r.node_name, "test_name": r.test_name, "status": r.status,
+        "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
+        "duration_s": r.duration_s, "reason": r.reason, "gpu_model": r.gpu_model,
+        "log_path": r.log_path,
+        "dag_id": r.dag_id, "run_id": r.run_id, "map_index": r.map_index,
+        "try_number": r.try_number,
+        "previous_status": r.previous_status, "previous_finished_at": _iso(r.previous_finished_at),
+        "new": r.previous_status in (None, "pass"),
         "checks": [{k: c.get(k) for k in CHECK_FIELDS} for c in checks[:MAX_CHECKS_PER_FAILURE]],
         "checks_total": len(checks),
     }
 
 
-def _fleet(pairs: Sequence[Mapping[str, Any]], nodes: Sequence[str], tests: Sequence[str], as_of: dt.datetime,
-           staleness: dt.timedelta, max_rows: int) -> dict[str, Any]:
-    assessed = coverage.assess(pairs, tests=tests, now=as_of, staleness=staleness, nodes=nodes)
+def _fleet(pairs: Sequence[daily_reads.PairAsOf], nodes: Sequence[str], tests: Sequence[str],
+           as_of: dt.datetime, staleness: dt.timedelta, max_rows: int) -> dict[str, Any]:
+    assessed = coverage.assess([p.as_row() for p in pairs], tests=tests, now=as_of, staleness=staleness,
+                               nodes=nodes)
     counts = {s: 0 for s in STATES}
     per_test = {t: {s: 0 for s in STATES} for t in tests}
     failing: list[dict[str, Any]] = []
@@ -439,24 +352,24 @@ def _never_why(never: Sequence[str], counted: Mapping[str, Any]) -> list[dict[st
     return out
 
 
-def _per_model(model_counts: Sequence[Mapping[str, Any]], metrics: Sequence[Mapping[str, Any]],
+def _per_model(model_counts: Sequence[daily_reads.ModelCount], metrics: Sequence[daily_reads.ModelMetric],
                key_pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     order = {pair: i for i, pair in enumerate(key_pairs)}
     by_model: dict[str, dict[str, Any]] = {}
-    for r in model_counts:
-        by_model[r["gpu_model"]] = {"gpu_model": r["gpu_model"] or "unknown", "nodes": int(r["nodes"]),
-                                    "attempts": int(r["attempts"]), "pass": int(r["pass"]),
-                                    "fail": int(r["fail"]), "error": int(r["error"]), "metrics": []}
-    for r in metrics:
-        for _ in range(int(r.get("skipped") or 0)):
+    for c in model_counts:
+        by_model[c.gpu_model] = {"gpu_model": c.gpu_model or "unknown", "nodes": c.nodes,
+                                 "attempts": c.attempts, "pass": c.passed, "fail": c.failed,
+                                 "error": c.errored, "metrics": []}
+    for m in metrics:
+        for _ in range(m.skipped):
             skip("metric")
-    for r in sorted((r for r in metrics if r["n"]), key=lambda r: (r["gpu_model"],
-                                                                   order.get((r["test_name"], r["metric"]), 0))):
-        entry = by_model.setdefault(r["gpu_model"], {
-            "gpu_model": r["gpu_model"] or "unknown", "nodes": 0, "attempts": 0, "pass": 0, "fail": 0,
+    for m in sorted((m for m in metrics if m.n),
+                    key=lambda m: (m.gpu_model, order.get((m.test_name, m.metric), 0))):
+        entry = by_model.setdefault(m.gpu_model, {
+            "gpu_model": m.gpu_model or "unknown", "nodes": 0, "attempts": 0, "pass": 0, "fail": 0,
             "error": 0, "metrics": []})
-        entry["metrics"].append({"test_name": r["test_name"], "metric": r["metric"], "n": int(r["n"]),
-                                 "median": float(r["median"]), "min": float(r["min"])})
+        entry["metrics"].append({"test_name": m.test_name, "metric": m.metric, "n": m.n,
+                                 "median": float(m.median), "min": float(m.minimum)})
     return [by_model[k] for k in sorted(by_model, key=lambda m: (m == "", m))]
 
 
@@ -559,6 +472,14 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
 
 
 def blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """The report as blocks, section after section (both formats render these)."""
+    return [*_head_blocks(data), *_attempts_blocks(data), *_failures_blocks(data), *_trend_blocks(data),
+            *_model_blocks(data), *_fleet_blocks(data),
+            ("p", f"Generated {_when(data['generated_at'])} UTC by Cluster Doctor.", "meta")]
+
+
+def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """Title, what the report covers, the headline (cards in HTML, a list in markdown)."""
     fleet, counts, gh = data["fleet"], data["day_counts"], data["gpu_hours"]
     cov = data["coverage"]
     out: list[tuple] = [
@@ -578,7 +499,12 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
     spooled = data.get("spool") or {}
     if spooled.get("line"):  # results the database has not taken yet: not in any figure below
         out.append(("only", "html", [("p", f"Results waiting: {spooled['line']}", "")]))
-    out.append(("h2", "Attempts of the day"))
+    return out
+
+
+def _attempts_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    counts, gh = data["day_counts"], data["gpu_hours"]
+    out: list[tuple] = [("h2", "Attempts of the day")]
     if counts["total"]:
         rows = [[t, *(c[s] for s in Status), sum(c.values())]
                 for t, c in data["day_counts_per_test"].items()]
@@ -594,8 +520,11 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
         out.append(("p", reservation_line(data["reservations"]), ""))
     if data.get("peers"):
         out.append(("p", peer_line(data["peers"]), ""))
+    return out
 
-    out.append(("h2", "Failures of the day"))
+
+def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    out: list[tuple] = [("h2", "Failures of the day")]
     if not data["failures"]:
         out.append(("p", "No node failed a check and no suite errored on this day.", ""))
     for f in data["failures"]:
@@ -603,33 +532,49 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
     if data["failures_total"] > len(data["failures"]):
         out.append(("p", f"… and {data['failures_total'] - len(data['failures'])} more failed attempt(s) on "
                          "this day (query validation_history).", ""))
+    return out
 
-    out.append(("h2", f"Coverage trend (last {len(data['coverage_trend'])} days)"))
-    out.append(("table", ["day", "covered nodes", "fleet", "coverage", ""], [
-        [t["day"], t["covered"], t["nodes"], _pct(t["coverage"]), Bar(t["coverage"] or 0.0)]
-        for t in data["coverage_trend"]], [1, 2, 3]))
 
-    out.append(("h2", "Per GPU model"))
-    out.append(("p", "Executed attempts of the day; key metrics over the day's passes (min is the worst "
-                     "node: every key metric is higher-is-better).", "meta"))
-    if data["per_model"]:
-        out.append(("table", ["GPU model", "nodes", "attempts", "pass", "fail", "error"], [
-            [m["gpu_model"], m["nodes"], m["attempts"], m["pass"], m["fail"], m["error"]]
-            for m in data["per_model"]], [1, 2, 3, 4, 5]))
-        metric_rows = [[m["gpu_model"], x["test_name"], x["metric"], x["n"], _num(x["median"]),
-                        _num(x["min"])] for m in data["per_model"] for x in m["metrics"]]
-        if metric_rows:
-            out.append(("table", ["GPU model", "test", "metric", "passes", "median", "min"], metric_rows,
-                        [3, 4, 5]))
-    else:
-        out.append(("p", "No executed attempt on this day.", ""))
+def _trend_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    return [("h2", f"Coverage trend (last {len(data['coverage_trend'])} days)"),
+            ("table", ["day", "covered nodes", "fleet", "coverage", ""], [
+                [t["day"], t["covered"], t["nodes"], _pct(t["coverage"]), Bar(t["coverage"] or 0.0)]
+                for t in data["coverage_trend"]], [1, 2, 3])]
 
-    out.append(("h2", f"Fleet as of {_when(data['as_of'])} UTC"))
-    out.append(("table", ["test", *(STATE_TITLES[s] for s in STATES)],
-                [[t, *(c[s] for s in STATES)] for t, c in fleet["per_test"].items()]
-                + [[Cell("all pairs", "total"), *(fleet["counts"][s] for s in STATES)]],
-                range(1, len(STATES) + 1)))
-    out.append(("h3", f"Failing pairs ({fleet['failing_total']})"))
+
+def _model_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    out: list[tuple] = [
+        ("h2", "Per GPU model"),
+        ("p", "Executed attempts of the day; key metrics over the day's passes (min is the worst "
+              "node: every key metric is higher-is-better).", "meta")]
+    if not data["per_model"]:
+        return [*out, ("p", "No executed attempt on this day.", "")]
+    out.append(("table", ["GPU model", "nodes", "attempts", "pass", "fail", "error"], [
+        [m["gpu_model"], m["nodes"], m["attempts"], m["pass"], m["fail"], m["error"]]
+        for m in data["per_model"]], [1, 2, 3, 4, 5]))
+    metric_rows = [[m["gpu_model"], x["test_name"], x["metric"], x["n"], _num(x["median"]),
+                    _num(x["min"])] for m in data["per_model"] for x in m["metrics"]]
+    if metric_rows:
+        out.append(("table", ["GPU model", "test", "metric", "passes", "median", "min"], metric_rows,
+                    [3, 4, 5]))
+    return out
+
+
+# Shown to the reader, never run here: where the pairs past max_rows are (the README's query).
+MORE_FAILING_PAIRS_QUERY = "SELECT * FROM validation_latest WHERE status IN ('fail', 'error')"
+
+
+def _fleet_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """The fleet as of the end of the day: per test and state, then the failing, never-validated and
+    stale pairs."""
+    fleet = data["fleet"]
+    out: list[tuple] = [
+        ("h2", f"Fleet as of {_when(data['as_of'])} UTC"),
+        ("table", ["test", *(STATE_TITLES[s] for s in STATES)],
+         [[t, *(c[s] for s in STATES)] for t, c in fleet["per_test"].items()]
+         + [[Cell("all pairs", "total"), *(fleet["counts"][s] for s in STATES)]],
+         range(1, len(STATES) + 1)),
+        ("h3", f"Failing pairs ({fleet['failing_total']})")]
     if fleet["failing"]:
         out.append(("table", ["node", "test", "status", "since", "last result", "previous", "later attempt",
                               "reason"], [
@@ -639,27 +584,32 @@ def blocks(data: Mapping[str, Any]) -> list[tuple]:
              _later_attempt(r), r["reason"] or ""] for r in fleet["failing"]], []))
         if fleet["failing_total"] > len(fleet["failing"]):
             out.append(("p", f"… and {fleet['failing_total'] - len(fleet['failing'])} more failing pair(s) "
-                             "(SELECT * FROM validation_latest WHERE status IN ('fail', 'error')).", ""))
+                             f"({MORE_FAILING_PAIRS_QUERY}).", ""))
     else:
         out.append(("p", "None.", ""))
-    out.append(("h3", f"Never-validated nodes, and why ({sum(g['count'] for g in fleet['never_why'])})"))
-    if fleet["never_why"]:
-        out.append(("p", "As the last discovery saw them: free nodes are due and wait for a run; the others "
-                         "could not be validated.", "meta"))
-        out.append(("table", ["now", "nodes", "since", "for example", "node names"], [
-            [Cell(g["state"], "state"), g["count"], _when(g["since"]), g["example"] or "-", Cell(g["nodes"], "nodes")]
-            for g in fleet["never_why"]], [1]))
-    else:
-        out.append(("p", "None: every node has executed at least one enabled test.", ""))
-    out.append(("h3", "Stale and never-validated pairs"))
-    if fleet["stale_groups"]:
-        out.append(("table", ["test", "state", "pairs", "oldest result", "nodes"], [
-            [g["test_name"], Cell(STATE_TITLES[g["state"]], g["state"]), g["count"], g["oldest_age"] or "-",
-             Cell(g["nodes"], "nodes")] for g in fleet["stale_groups"]], [2]))
-    else:
-        out.append(("p", "None: every pair has an executed result within the staleness threshold.", ""))
-    out.append(("p", f"Generated {_when(data['generated_at'])} UTC by Cluster Doctor.", "meta"))
-    return out
+    return out + _never_blocks(fleet) + _stale_blocks(fleet)
+
+
+def _never_blocks(fleet: Mapping[str, Any]) -> list[tuple]:
+    out: list[tuple] = [
+        ("h3", f"Never-validated nodes, and why ({sum(g['count'] for g in fleet['never_why'])})")]
+    if not fleet["never_why"]:
+        return [*out, ("p", "None: every node has executed at least one enabled test.", "")]
+    return [*out,
+            ("p", "As the last discovery saw them: free nodes are due and wait for a run; the others "
+                  "could not be validated.", "meta"),
+            ("table", ["now", "nodes", "since", "for example", "node names"], [
+                [Cell(g["state"], "state"), g["count"], _when(g["since"]), g["example"] or "-",
+                 Cell(g["nodes"], "nodes")] for g in fleet["never_why"]], [1])]
+
+
+def _stale_blocks(fleet: Mapping[str, Any]) -> list[tuple]:
+    out: list[tuple] = [("h3", "Stale and never-validated pairs")]
+    if not fleet["stale_groups"]:
+        return [*out, ("p", "None: every pair has an executed result within the staleness threshold.", "")]
+    return [*out, ("table", ["test", "state", "pairs", "oldest result", "nodes"], [
+        [g["test_name"], Cell(STATE_TITLES[g["state"]], g["state"]), g["count"], g["oldest_age"] or "-",
+         Cell(g["nodes"], "nodes")] for g in fleet["stale_groups"]], [2])]
 
 
 # ---------------------------------------------------------------------------- markdown

@@ -37,7 +37,7 @@ from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite, skip
 from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.peers import PeerVerdict
-from cluster_doctor.store import database, inventory, peers, verdicts
+from cluster_doctor.store import database, inventory, peers, trend, verdicts
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -321,7 +321,8 @@ class FleetQueries:
         hit = _TREND_CACHE.get(key)
         if hit is None or time.monotonic() - hit[0] > TREND_CACHE_S:
             with self.conn.cursor() as cur:
-                samples = coverage.trend(cur, ends=past, nodes=nodes, tests=self.tests, staleness=self.staleness)
+                samples = trend.coverage_trend(cur, ends=past, nodes=nodes, tests=self.tests,
+                                               staleness=self.staleness)
             _TREND_CACHE.clear()  # one fleet per process in practice: keep the newest only
             _TREND_CACHE[key] = hit = (time.monotonic(), samples)
         return [*hit[1], coverage.now_sample(assessed)]
