@@ -6,6 +6,7 @@ Markup the templates embed as is.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
@@ -254,6 +255,25 @@ def _when(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Frame:
+    """A metric plot's axes: time over [start, end], values over [lo, hi]."""
+
+    start: dt.datetime
+    end: dt.datetime
+    lo: float
+    hi: float
+
+    def x(self, at: dt.datetime) -> float:
+        return time_x(at, self.start, self.end)
+
+    def y(self, v: float) -> float:
+        return value_y(v, self.lo, self.hi)
+
+
+_RIGHT, _BOTTOM = PLOT_W - P_RIGHT, PLOT_H - P_BOTTOM  # the plot area's right and bottom edges
+
+
 def metric_svg(
     points: Sequence[Mapping[str, Any]],
     *,
@@ -277,74 +297,97 @@ def metric_svg(
         return Markup(f'<p class="small muted metric-plot-empty" id="{_text(chart_id)}">'
                       f"{_text(label)}: no value recorded yet.</p>")
     times = [p["at"] for p in points]
-    start = min([start, *times]) if start else min(times)
-    end = max([end, *times]) if end else max(times)
     ys = [p["value"] for p in valued]
     if band:
         ys += [band[k] for k in ("p10", "p90", "median") if band.get(k) is not None]
-    lo, hi = value_range(ys)
-
-    def x(at: dt.datetime) -> float:
-        return time_x(at, start, end)
-
-    def y(v: float) -> float:
-        return value_y(v, lo, hi)
-
-    right, bottom = PLOT_W - P_RIGHT, PLOT_H - P_BOTTOM
+    frame = _Frame(min([start, *times]) if start else min(times), max([end, *times]) if end else max(times),
+                   *value_range(ys))
     unit_text = f" {unit}" if unit else ""
     parts = [f'<svg id="{_text(chart_id)}" class="metric-plot" data-metric="{_text(metric)}" role="img" '
              f'viewBox="0 0 {PLOT_W} {PLOT_H}" width="{PLOT_W}" height="{PLOT_H}" '
              'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="system-ui, sans-serif">',
              f"<title>{_text(f'{label} ({metric}){unit_text} over time')}</title>",
              f'<text x="4" y="12" font-size="12" font-weight="600" fill="currentColor">'
-             f'{_text(label)}<tspan font-weight="400" fill-opacity="0.7">{_text(unit_text)}</tspan></text>']
-    for tick in nice_ticks(lo, hi):
-        ty = y(tick)
-        parts.append(f'<line x1="{P_LEFT}" y1="{ty:.1f}" x2="{right}" y2="{ty:.1f}" stroke="currentColor" '
+             f'{_text(label)}<tspan font-weight="400" fill-opacity="0.7">{_text(unit_text)}</tspan></text>',
+             *_value_grid(frame)]
+    if band and band.get("p10") is not None and band.get("p90") is not None:
+        parts += _band(band, frame, unit_text)
+    parts += _transitions(points, frame)
+    parts += _series(valued, frame, unit_text)
+    parts += _time_grid(frame)
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _value_grid(frame: _Frame) -> list[str]:
+    parts = []
+    for tick in nice_ticks(frame.lo, frame.hi):
+        ty = frame.y(tick)
+        parts.append(f'<line x1="{P_LEFT}" y1="{ty:.1f}" x2="{_RIGHT}" y2="{ty:.1f}" stroke="currentColor" '
                      'stroke-opacity="0.12"/>')
         parts.append(f'<text x="{P_LEFT - 6}" y="{ty + 3:.1f}" text-anchor="end" fill="currentColor" '
                      f'fill-opacity="0.8">{_text(fmt_value(tick))}</text>')
-    if band and band.get("p10") is not None and band.get("p90") is not None:
-        since = band.get("since")
-        bx = x(max(since, start)) if isinstance(since, dt.datetime) else P_LEFT
-        top, low = y(band["p90"]), y(band["p10"])
-        model = f" of {band['gpu_model']}" if band.get("gpu_model") else ""
-        tip = (f"fleet{model} ({band.get('nodes')} nodes, since {_day(since) if since else '?'}): "
-               f"median {fmt_value(band['median'])}, p10 {fmt_value(band['p10'])}, p90 {fmt_value(band['p90'])}"
-               f"{unit_text}")
-        parts.append(f'<rect class="band" x="{bx:.1f}" y="{top:.1f}" width="{max(right - bx, 1.0):.1f}" '
-                     f'height="{max(low - top, 1.5):.1f}" fill="{BAND_COLOR}" fill-opacity="0.14">'
-                     f"<title>{_text(tip, 400)}</title></rect>")
-        my = y(band["median"])
-        parts.append(f'<line class="band-median" x1="{bx:.1f}" y1="{my:.1f}" x2="{right}" y2="{my:.1f}" '
-                     f'stroke="{BAND_COLOR}" stroke-width="1.5" stroke-dasharray="6 3"><title>{_text(tip, 400)}'
-                     "</title></line>")
-        legend = _text(f"fleet p10–p90, {band.get('nodes')} nodes")
-        parts.append(f'<text x="{right}" y="12" text-anchor="end" fill="{BAND_COLOR}">{legend}</text>')
+    return parts
+
+
+def _band(band: Mapping[str, Any], frame: _Frame, unit_text: str) -> list[str]:
+    """The fleet's p10–p90 band and median of the GPU model, from ``since`` on, and its legend."""
+    since = band.get("since")
+    bx = frame.x(max(since, frame.start)) if isinstance(since, dt.datetime) else P_LEFT
+    top, low = frame.y(band["p90"]), frame.y(band["p10"])
+    model = f" of {band['gpu_model']}" if band.get("gpu_model") else ""
+    tip = (f"fleet{model} ({band.get('nodes')} nodes, since {_day(since) if since else '?'}): "
+           f"median {fmt_value(band['median'])}, p10 {fmt_value(band['p10'])}, p90 {fmt_value(band['p90'])}"
+           f"{unit_text}")
+    my = frame.y(band["median"])
+    legend = _text(f"fleet p10–p90, {band.get('nodes')} nodes")
+    return [f'<rect class="band" x="{bx:.1f}" y="{top:.1f}" width="{max(_RIGHT - bx, 1.0):.1f}" '
+            f'height="{max(low - top, 1.5):.1f}" fill="{BAND_COLOR}" fill-opacity="0.14">'
+            f"<title>{_text(tip, 400)}</title></rect>",
+            f'<line class="band-median" x1="{bx:.1f}" y1="{my:.1f}" x2="{_RIGHT}" y2="{my:.1f}" '
+            f'stroke="{BAND_COLOR}" stroke-width="1.5" stroke-dasharray="6 3"><title>{_text(tip, 400)}'
+            "</title></line>",
+            f'<text x="{_RIGHT}" y="12" text-anchor="end" fill="{BAND_COLOR}">{legend}</text>']
+
+
+def _transitions(points: Sequence[Mapping[str, Any]], frame: _Frame) -> list[str]:
+    """A dashed line and a marker where the status changed: green to a pass, red to a failure."""
+    parts = []
     for p, before, after in transitions(points):
-        tx = x(p["at"])
+        tx = frame.x(p["at"])
         color = STATUS_COLORS["pass"] if after == "pass" else STATUS_COLORS["fail"]
         kind = "to-pass" if after == "pass" else "to-fail"
         tip = _text(f"{before} → {after}, {_when(p['at'])}")
         parts.append(f'<g class="transition {kind}"><title>{tip}</title>'
-                     f'<line x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{bottom}" stroke="{color}" '
+                     f'<line x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{_BOTTOM}" stroke="{color}" '
                      'stroke-width="1.5" stroke-dasharray="3 2"/>'
                      f'<path d="M{tx - 5:.1f},{P_TOP - 8} L{tx + 5:.1f},{P_TOP - 8} L{tx:.1f},{P_TOP - 1} Z" '
                      f'fill="{color}"/></g>')
+    return parts
+
+
+def _series(valued: Sequence[Mapping[str, Any]], frame: _Frame, unit_text: str) -> list[str]:
+    """The values: a line through them (two or more), a point per attempt coloured by its status."""
+    parts = []
     if len(valued) > 1:
-        coords = " ".join(f"{x(p['at']):.1f},{y(p['value']):.1f}" for p in valued)
+        coords = " ".join(f"{frame.x(p['at']):.1f},{frame.y(p['value']):.1f}" for p in valued)
         parts.append(f'<polyline class="series" fill="none" stroke="currentColor" stroke-opacity="0.55" '
                      f'stroke-width="1.5" points="{coords}"/>')
     for p in valued:
         status = p.get("status") if p.get("status") in STATUS_COLORS else "pass"
         tip = _text(f"{_when(p['at'])}: {fmt_value(p['value'])}{unit_text} ({status})")
-        parts.append(f'<circle class="point st-{status}" cx="{x(p["at"]):.1f}" cy="{y(p["value"]):.1f}" '
+        cx, cy = frame.x(p["at"]), frame.y(p["value"])
+        parts.append(f'<circle class="point st-{status}" cx="{cx:.1f}" cy="{cy:.1f}" '
                      f'r="{3.5 if status == "pass" else 4.5}" fill="{STATUS_COLORS[status]}"><title>{tip}</title>'
                      "</circle>")
-    for tx, anchor, label in time_ticks(start, end):
-        parts.append(f'<line class="time-grid" x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{bottom}" '
+    return parts
+
+
+def _time_grid(frame: _Frame) -> list[str]:
+    parts = []
+    for tx, anchor, label in time_ticks(frame.start, frame.end):
+        parts.append(f'<line class="time-grid" x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{_BOTTOM}" '
                      'stroke="currentColor" stroke-opacity="0.08"/>')
         parts.append(f'<text class="time-tick" x="{tx:.1f}" y="{PLOT_H - 6}" text-anchor="{anchor}" '
                      f'fill="currentColor" fill-opacity="0.8">{_text(label)}</text>')
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return parts

@@ -39,6 +39,7 @@ The file lands in ``<reports_dir>/<dag_id>/<run_id, made path-safe>/ctrf.json``,
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -183,24 +184,13 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
     """The CTRF test entry of one attempt (a dict as ``tasks.record`` returns them)."""
     status = attempt["status"]
     start, stop = _ms(attempt.get("started_at")), _ms(attempt.get("finished_at"))
-    duration_s = attempt.get("duration_s")
-    if isinstance(duration_s, (int, float)) and not isinstance(duration_s, bool):
-        duration = int(round(duration_s * 1000))
-    elif start is not None and stop is not None:
-        duration = max(0, stop - start)
-    else:
-        duration = 0  # never started (timeout, skipped): CTRF requires a duration
-    checks = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
-    failing = [_with_action(c) for c in checks if c.get("status") in ("fail", "error")]
-    warnings = [_with_action(c) for c in checks if c.get("status") == "warn"]
-    not_run = [_with_action(c) for c in checks if c.get("status") == "skip"]
-    codes = list(dict.fromkeys(c["code"] for c in failing + warnings if c.get("code")))
-    incomplete, count = _completeness(attempt, not_run)
+    checks = _Checks.of(attempt)
+    incomplete, count = _completeness(attempt, checks.not_run)
     test: dict[str, Any] = {
         "name": f"{attempt['node_name']} · {attempt['test_name']}",
         "status": STATUS_MAP[status],
         "rawStatus": status,
-        "duration": duration,
+        "duration": _duration(attempt.get("duration_s"), start, stop),
         "suite": [attempt["test_name"]],
         "labels": _labels(attempt),
     }
@@ -214,22 +204,67 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
     if partial:  # never a clean pass: the status text leads the message
         shown = actions.status_text(status, incomplete, count)
         test["message"] = f"{shown}: {attempt['reason']}" if attempt.get("reason") else shown
-    shown_checks = failing or (not_run if partial else [])
+    shown_checks = checks.failing or (checks.not_run if partial else [])
     if shown_checks:
-        lines = [_check_line(c) for c in shown_checks[:MAX_TRACE_CHECKS]]
-        if len(shown_checks) > MAX_TRACE_CHECKS:
-            lines.append(f"... and {len(shown_checks) - MAX_TRACE_CHECKS} more check(s)")
-        test["trace"] = "\n".join(lines)
+        test["trace"] = _trace(shown_checks)
     tags = (["newly-failing"] if newly_failing else []) + (["incomplete"] if partial else [])
     if tags:
         test["tags"] = tags
-    log_path = attempt.get("log_path")
-    if log_path:
-        test["attachments"] = [{"name": "log", "contentType": "text/plain", "path": log_path}]
-        if log_path.endswith(".log"):  # the suites write the result JSON next to the log
-            test["attachments"].append({"name": "result", "contentType": "application/json",
-                                        "path": log_path[: -len(".log")] + ".json"})
-    test["extra"] = {
+    if attempt.get("log_path"):
+        test["attachments"] = _attachments(attempt["log_path"])
+    test["extra"] = _extra(attempt, checks, newly_failing=newly_failing, incomplete=incomplete,
+                           not_run_count=count)
+    return test
+
+
+def _duration(duration_s: Any, start: int | None, stop: int | None) -> int:
+    """Milliseconds: as recorded, else from start and stop."""
+    if isinstance(duration_s, (int, float)) and not isinstance(duration_s, bool):
+        return int(round(duration_s * 1000))
+    if start is not None and stop is not None:
+        return max(0, stop - start)
+    return 0  # never started (timeout, skipped): CTRF requires a duration
+
+
+def _trace(checks: Sequence[Mapping[str, Any]]) -> str:
+    lines = [_check_line(c) for c in checks[:MAX_TRACE_CHECKS]]
+    if len(checks) > MAX_TRACE_CHECKS:
+        lines.append(f"... and {len(checks) - MAX_TRACE_CHECKS} more check(s)")
+    return "\n".join(lines)
+
+
+def _attachments(log_path: str) -> list[dict[str, str]]:
+    out = [{"name": "log", "contentType": "text/plain", "path": log_path}]
+    if log_path.endswith(".log"):  # the suites write the result JSON next to the log
+        out.append({"name": "result", "contentType": "application/json",
+                    "path": log_path[: -len(".log")] + ".json"})
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checks:
+    """An attempt's named checks, and its failing, warning and not-run ones with their actions."""
+
+    named: list[Mapping[str, Any]]
+    failing: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+    not_run: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, attempt: Mapping[str, Any]) -> _Checks:
+        named = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
+        return cls(named, failing=[_with_action(c) for c in named if c.get("status") in ("fail", "error")],
+                   warnings=[_with_action(c) for c in named if c.get("status") == "warn"],
+                   not_run=[_with_action(c) for c in named if c.get("status") == "skip"])
+
+
+def _extra(attempt: Mapping[str, Any], checks: _Checks, *, newly_failing: bool,
+           incomplete: bool | None, not_run_count: int | None) -> dict[str, Any]:
+    """The test's ``extra``: the attempt in our terms, its checks, codes and actions, where it ran."""
+    status = attempt["status"]
+    failing, warnings, not_run = checks.failing, checks.warnings, checks.not_run
+    codes = list(dict.fromkeys(c["code"] for c in failing + warnings if c.get("code")))
+    return {
         "node_name": attempt["node_name"],
         "test_name": attempt["test_name"],
         "status": status,
@@ -248,11 +283,11 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
         "recommended_actions": {code: recommended_action(code) for code in codes if recommended_action(code)},
         "advice": {code: advice(code) for code in codes if advice(code)},
         "incomplete": incomplete,
-        "checks_not_run": count,
+        "checks_not_run": not_run_count,
         "not_run_checks": not_run[:MAX_TRACE_CHECKS],
         "warnings": warnings[:MAX_TRACE_CHECKS],
-        "checks_total": len(checks),
-        "log_path": log_path,
+        "checks_total": len(checks.named),
+        "log_path": attempt.get("log_path"),
         "pod_name": attempt.get("pod_name"),
         "suite_version": attempt.get("suite_version"),
         "started_at": _iso(attempt.get("started_at")),
@@ -260,7 +295,6 @@ def ctrf_test(attempt: Mapping[str, Any], *, newly_failing: bool = False) -> dic
         "airflow": {"dag_id": attempt.get("dag_id"), "run_id": attempt.get("run_id"),
                     "map_index": attempt.get("map_index"), "try_number": attempt.get("try_number")},
     }
-    return test
 
 
 def _completeness(attempt: Mapping[str, Any], not_run: Sequence[Mapping[str, Any]]) -> tuple[bool | None, int | None]:

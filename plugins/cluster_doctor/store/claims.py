@@ -174,73 +174,99 @@ def claim(
     (it failed before releasing them). Asked before the lock is taken, never while holding it.
     ``keep_others``: this run's claims on other nodes stay (a second claimer of the same run, e.g. the
     peer tests beside the bundles, adds nodes without touching the ones already claimed)."""
-    dag_id, run_id = _identity(dag_id, run_id)
+    own = _identity(dag_id, run_id)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise InvalidClaim(f"claim limit: expected an integer >= 0, got {shown(limit)}")
     wanted: dict[str, tuple[str, float, int]] = {}
     for item in candidates:
         node, test, ttl, pairs = _candidate(item)
         wanted.setdefault(node, (test, ttl, pairs))
-    columns = ", ".join(COLUMNS)
-    ended = _ended_runs(connect, wanted, (dag_id, run_id), run_ended)
+    ended = _ended_runs(connect, wanted, own, run_ended)
     with _locked(connect, commit=not dry_run) as (conn, now):
         require_schema(conn, str(connect))
         with conn.cursor() as cur:
-            cur.execute(f"DELETE FROM {TABLE} WHERE expires_at <= %s RETURNING {columns}", (now,))
-            expired = _claims(cur.fetchall())
-            for ended_dag, ended_run in ended:  # an ended run claims nothing more: its rows are safe to drop
-                cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s AND node_name = ANY(%s) "
-                            f"RETURNING {columns}", (ended_dag, ended_run, list(wanted)))
-                expired += _claims(cur.fetchall())
-            cur.execute(f"SELECT {columns} FROM {TABLE} WHERE node_name = ANY(%s)", (list(wanted),))
-            holders = {c.node_name: c for c in _claims(cur.fetchall())}
-            chosen: list[tuple[str, str, float]] = []
-            held: list[Held] = []
-            taken = 0
-            for node, (test, ttl, pairs) in wanted.items():
-                if taken >= limit:
-                    break
-                holder = holders.get(node)
-                if holder is not None and (holder.dag_id, holder.run_id) != (dag_id, run_id):
-                    held.append(Held(node, test, holder))
-                else:
-                    chosen.append((node, test, ttl))
-                    taken += pairs
+            expired = _remove_dead(cur, now, ended, list(wanted))
+            chosen, held = _choose(wanted, _holders(cur, list(wanted)), own, limit)
             dropped = 0
             if not keep_others:
                 cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s "
-                            "AND NOT (node_name = ANY(%s))", (dag_id, run_id, [c[0] for c in chosen]))
+                            "AND NOT (node_name = ANY(%s))", (*own, [c[0] for c in chosen]))
                 dropped = cur.rowcount
-            granted: list[Claim] = []
-            if chosen:
-                rows = [(node, test, dag_id, run_id, now, now + dt.timedelta(seconds=ttl))
-                        for node, test, ttl in chosen]
-                # The lock already serializes claimers; the WHERE keeps another run's claim intact even
-                # for a writer that did not take it (its node is then reported held, not granted).
-                cur.execute(
-                    f"INSERT INTO {TABLE} ({columns}) "
-                    f"VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(rows))} "
-                    "ON CONFLICT (node_name) DO UPDATE SET test_name = EXCLUDED.test_name, "
-                    "claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at "
-                    f"WHERE {TABLE}.dag_id = EXCLUDED.dag_id AND {TABLE}.run_id = EXCLUDED.run_id "
-                    f"RETURNING {columns}",
-                    [v for row in rows for v in row])
-                got = {c.node_name: c for c in _claims(cur.fetchall())}
-                missing = [node for node, _, _ in chosen if node not in got]
-                if missing:
-                    cur.execute(f"SELECT {columns} FROM {TABLE} WHERE node_name = ANY(%s)", (missing,))
-                    holders = {c.node_name: c for c in _claims(cur.fetchall())}
-                    held += [Held(n, wanted[n][0], holders[n]) for n in missing if n in holders]
-                granted = [got[node] for node, _, _ in chosen if node in got]
+            granted, lost = _insert(cur, chosen, own, now)
+            held += [Held(c.node_name, wanted[c.node_name][0], c) for c in lost]
+    _log_expired(expired, ended, own)
+    return ClaimResult(granted=granted, held=held, expired=expired, dropped=dropped)
+
+
+def _remove_dead(cur: Any, now: dt.datetime, ended: Iterable[tuple[str, str]],
+                 nodes: list[str]) -> list[Claim]:
+    """Delete the expired claims (any node) and those of ended runs on ``nodes``; returns them."""
+    columns = ", ".join(COLUMNS)
+    cur.execute(f"DELETE FROM {TABLE} WHERE expires_at <= %s RETURNING {columns}", (now,))
+    expired = _claims(cur.fetchall())
+    for ended_dag, ended_run in ended:  # an ended run claims nothing more: its rows are safe to drop
+        cur.execute(f"DELETE FROM {TABLE} WHERE dag_id = %s AND run_id = %s AND node_name = ANY(%s) "
+                    f"RETURNING {columns}", (ended_dag, ended_run, nodes))
+        expired += _claims(cur.fetchall())
+    return expired
+
+
+def _holders(cur: Any, nodes: list[str]) -> dict[str, Claim]:
+    cur.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE} WHERE node_name = ANY(%s)", (nodes,))
+    return {c.node_name: c for c in _claims(cur.fetchall())}
+
+
+def _choose(wanted: dict[str, tuple[str, float, int]], holders: dict[str, Claim], own: tuple[str, str],
+            limit: int) -> tuple[list[tuple[str, str, float]], list[Held]]:
+    """The nodes to claim, in order, until ``limit`` pairs are taken; those another run holds, skipped."""
+    chosen: list[tuple[str, str, float]] = []
+    held: list[Held] = []
+    taken = 0
+    for node, (test, ttl, pairs) in wanted.items():
+        if taken >= limit:
+            break
+        holder = holders.get(node)
+        if holder is not None and (holder.dag_id, holder.run_id) != own:
+            held.append(Held(node, test, holder))
+        else:
+            chosen.append((node, test, ttl))
+            taken += pairs
+    return chosen, held
+
+
+def _insert(cur: Any, chosen: Sequence[tuple[str, str, float]], own: tuple[str, str],
+            now: dt.datetime) -> tuple[list[Claim], list[Claim]]:
+    """Claim ``chosen`` for this run: (the claims granted, in order; the other runs' claims that kept
+    a chosen node)."""
+    if not chosen:
+        return [], []
+    columns = ", ".join(COLUMNS)
+    rows = [(node, test, *own, now, now + dt.timedelta(seconds=ttl)) for node, test, ttl in chosen]
+    # The lock already serializes claimers; the WHERE keeps another run's claim intact even
+    # for a writer that did not take it (its node is then reported held, not granted).
+    cur.execute(
+        f"INSERT INTO {TABLE} ({columns}) "
+        f"VALUES {', '.join(['(%s, %s, %s, %s, %s, %s)'] * len(rows))} "
+        "ON CONFLICT (node_name) DO UPDATE SET test_name = EXCLUDED.test_name, "
+        "claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at "
+        f"WHERE {TABLE}.dag_id = EXCLUDED.dag_id AND {TABLE}.run_id = EXCLUDED.run_id "
+        f"RETURNING {columns}",
+        [v for row in rows for v in row])
+    got = {c.node_name: c for c in _claims(cur.fetchall())}
+    missing = [node for node, _, _ in chosen if node not in got]
+    holders = _holders(cur, missing) if missing else {}
+    return [got[node] for node, _, _ in chosen if node in got], [holders[n] for n in missing if n in holders]
+
+
+def _log_expired(expired: Iterable[Claim], ended: set[tuple[str, str]], own: tuple[str, str]) -> None:
     for old in expired:
         if (old.dag_id, old.run_id) in ended:
             log.warning("run %s ended without releasing its claim of %s (%s): the node is free to claim "
                         "again", old.run_id, old.node_name, old.test_name)
-        elif (old.dag_id, old.run_id) != (dag_id, run_id):
+        elif (old.dag_id, old.run_id) != own:
             log.warning("claim of %s (%s) by run %s expired at %s without being released: the run died or "
                         "overran; the node is free to claim again", old.node_name, old.test_name, old.run_id,
                         old.expires_at.isoformat())
-    return ClaimResult(granted=granted, held=held, expired=expired, dropped=dropped)
 
 
 def _ended_runs(connect: Any, nodes: Iterable[str], own: tuple[str, str],
