@@ -10,12 +10,11 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import psycopg
-
 from cluster_doctor.domain.config import VARIABLE_NAME, Settings
 from cluster_doctor.store.database import (
     CONN_ID,
     DEFAULT_CONNECT_TIMEOUT,
+    Connection,
     Connector,
     DatabaseUnavailable,
     InvalidDatabaseUrl,
@@ -77,7 +76,7 @@ def hook_connector(conn_id: str = CONN_ID) -> Connector:
         raise InvalidDatabaseUrl(f"connection {conn_id!r} has type {conn.conn_type!r}; the results database must be postgres")
     where = describe({"host": conn.host, "port": conn.port, "dbname": conn.schema})
 
-    def open_connection(application_name: str) -> psycopg.Connection:
+    def open_connection(application_name: str) -> Connection:
         # libpq reads these when the connection's extras do not set them: a dead database must
         # fail the connect within seconds, not hang a task until its execution_timeout.
         os.environ.setdefault("PGCONNECT_TIMEOUT", str(DEFAULT_CONNECT_TIMEOUT))

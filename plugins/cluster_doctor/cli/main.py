@@ -18,8 +18,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import psycopg
-
 from cluster_doctor.cli import connection, simulate
 from cluster_doctor.domain import results, run_plan, suites
 from cluster_doctor.domain.actions import shown as action_shown
@@ -82,7 +80,7 @@ BAD_INPUT = (UsageError, InvalidAttempt, InvalidNodeRange, InvalidNodeName, Inva
              database.InvalidDatabaseUrl, roles.InvalidRole)
 # the database refused a value the checks above let through: still the input's fault, and the
 # transaction was rolled back, so nothing was written
-REFUSED_BY_DATABASE = (psycopg.DataError, psycopg.IntegrityError)
+REFUSED_BY_DATABASE = (database.DataError, database.IntegrityError)
 UNAVAILABLE = (database.DatabaseUnavailable, SchemaMissing, migrations.MigrationError, ClusterUnavailable)
 
 
@@ -666,7 +664,7 @@ def main(argv: Sequence[str] | None = None, out=None) -> int:
     except UNAVAILABLE as exc:
         print(_error(exc), file=sys.stderr)
         return 1
-    except psycopg.Error as exc:
+    except database.Error as exc:
         print(f"cluster-doctor: error: database error: {clean(database.one_line_cause(exc))[:300]}", file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_origin
@@ -368,13 +367,13 @@ class Settings(BaseSettings):
         variable: str | Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> Settings:
-        """Defaults < environment ``env`` (``os.environ`` if None) < the Variable's JSON < ``overrides``.
+        """Defaults < environment ``env`` (the process's if None) < the Variable's JSON < ``overrides``.
 
         The layers replace each other's values whole, a dict setting included (pydantic-settings
         would deep-merge them): the images a Variable's ``suite_images`` names are the run's whole
         set, each checked against what the environment allows."""
         try:
-            deployed = EnvironmentSource(cls, os.environ if env is None else env)()
+            deployed = EnvironmentSource(cls, env)()
         except SettingsError as exc:  # pydantic-settings wraps what decode_complex_value raised
             cause = exc.__cause__
             raise (cause if isinstance(cause, InvalidSettings) else InvalidSettings(one_line(exc))) from None
@@ -439,14 +438,17 @@ PARSE_TIME = _flagged("parse_time")
 
 # ---------------------------------------------------------------------------- sources
 class EnvironmentSource(EnvSettingsSource):
-    """``CLUSTER_DOCTOR_<NAME>`` variables of a given mapping (``os.environ`` in production); lists
-    also comma-separated (``dl_unit,gpu_health``), objects as JSON."""
+    """``CLUSTER_DOCTOR_<NAME>`` variables of a given mapping, or of the process environment (None, in
+    production: read by pydantic-settings, as every BaseSettings reads it; the domain itself does no I/O);
+    lists also comma-separated (``dl_unit,gpu_health``), objects as JSON."""
 
-    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]):
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None):
         self._environ = environ
         super().__init__(settings_cls)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
+        if self._environ is None:  # empty values ignored (env_ignore_empty), names lower-cased
+            return super()._load_env_vars()
         # the names are matched case-insensitively (lower-cased), as pydantic-settings does for os.environ
         return {k.lower(): v for k, v in self._environ.items() if v != ""}
 

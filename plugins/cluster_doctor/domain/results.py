@@ -34,9 +34,9 @@ import datetime as dt
 import functools
 import json
 import math
-import pathlib
 import unicodedata
 from collections.abc import Mapping, Sequence
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from cluster_doctor.domain import actions, suites
@@ -260,8 +260,8 @@ def _summary_validator():
         import jsonschema
     except ImportError:  # the schema check is extra safety, the parser below already refuses garbage
         return None
-    path = suites.DEFAULT_SUITES_DIR / SCHEMA_FILE
-    if not path.exists():
+    path = suites.DEFAULT_SUITES_DIR / SCHEMA_FILE  # package data: the one file the domain reads
+    if not path.is_file():
         return None
     schema = json.loads(path.read_text())
     if "$defs" in schema and "summary" in schema["$defs"]:
@@ -573,5 +573,5 @@ def failing_checks(summary: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def schema_path() -> pathlib.Path:
+def schema_path() -> Traversable:
     return suites.DEFAULT_SUITES_DIR / SCHEMA_FILE

@@ -9,7 +9,6 @@ ships it to the pods as an immutable ConfigMap named after its content hash, whi
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 from importlib import resources
 
 from cluster_doctor.domain.config import Settings
@@ -17,8 +16,9 @@ from cluster_doctor.domain.peers import PEER_SUITE
 
 # Package data of the installed distribution (its result schema, codes and baselines are read from
 # here too). setuptools installs packages as plain directories (editable or not), so this is a real
-# path the ConfigMap builder (cluster_doctor.kube.suite_code) can list.
-DEFAULT_SUITES_DIR = pathlib.Path(str(resources.files("cluster_doctor_suites")))
+# pathlib.Path the ConfigMap builder (cluster_doctor.kube.suite_code) can list; resolving it reads
+# nothing.
+DEFAULT_SUITES_DIR = resources.files("cluster_doctor_suites")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,13 @@ CONN_ENV = "AIRFLOW_CONN_VALIDATION_DB"
 DEFAULT_CONNECT_TIMEOUT = 5
 APPLICATION_NAME = "cluster-doctor"
 
+# The driver's names the layers above need (a connection's type, the errors a command reports), so that
+# psycopg is imported in store/ only (the import contracts in pyproject.toml).
+Connection = psycopg.Connection
+Error = psycopg.Error  # anything the database or the driver raised
+DataError = psycopg.DataError  # a value the database refused (out of range, invalid text)
+IntegrityError = psycopg.IntegrityError  # a constraint the database enforced
+
 
 class DatabaseUnavailable(RuntimeError):
     """The results database cannot be reached; the message is one line naming where and why."""

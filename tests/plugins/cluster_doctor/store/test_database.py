@@ -45,3 +45,19 @@ def test_a_connector_opens_real_connections_with_client_side_binding(db_dsn):
         cur.execute("SELECT %s IS NULL, current_setting('application_name')", (None,))
         assert cur.fetchone() == (True, "cluster-doctor")
         assert conn.autocommit
+
+
+def test_the_layers_above_catch_what_the_driver_raises_through_the_stores_names(db_dsn):
+    """The CLI reports a refused value (exit 2) and any other database error (exit 1) without importing
+    psycopg: store.database's names are the driver's."""
+    conn = database.connector(db_dsn)()
+    try:
+        with pytest.raises(database.DataError) as refused:
+            conn.execute("SELECT 'not a number'::int")
+        assert isinstance(refused.value, database.Error)
+        conn.rollback()
+        with pytest.raises(database.IntegrityError):
+            conn.execute("INSERT INTO validation_history (node_name) VALUES (NULL)")
+    finally:
+        conn.close()
+    assert isinstance(conn, database.Connection)
