@@ -198,7 +198,9 @@ def _nvml_fabric(nv, h, state: dict) -> None:
     try:
         info = nv.c_nvmlGpuFabricInfo_t()
         nv.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
-    except Exception:
+    except Exception as exc:  # not supported here: no fabric; any other error: kept, the check says not run
+        if getattr(exc, "value", None) not in NVML_NOT_THERE:
+            state["fabric_error"] = f"nvmlDeviceGetGpuFabricInfo: {one_line(exc, 160)}"
         return
     st = FABRIC_STATES.get(int(info.state))
     if st is None:
