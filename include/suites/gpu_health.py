@@ -21,9 +21,9 @@ import shutil
 
 from . import gpu_state
 from .baselines import Baselines, expectations, model_for_node
-from .checkers import (clocks, dcgm, driver_log, ecc, fabric, kernel_log, nvlink, pcie, processes, recovery,
-                       retired_pages, row_remap, xid)
-from .harness.checks import SuiteError
+from .checkers import (clocks, dcgm, driver_log, ecc, fabric, kernel_log, log_evidence, nvlink, pcie, processes,
+                       recovery, retired_pages, row_remap, xid)
+from .harness.checks import Check, SuiteError
 from .harness.context import Context
 from .harness.inventory import NvmlUnavailable, nvml_init
 from .harness.runner import main_entry, run_suite
@@ -34,6 +34,7 @@ SUITE = "gpu_health"
 GPU_CHECKS = ("ecc_uncorrected_volatile", "row_remap", "recovery_action", "clock_throttle", "pcie_width",
               "pcie_gen", "nvlink")
 NODE_CHECKS = ("gpu_count", "xid", "driver_log", "gpu_fallen_off_bus", "dcgm_diag")
+LOG_CHECKS = ("xid", "driver_log", "gpu_fallen_off_bus")  # what the kernel log proves
 # names that stand for an expected check (row_remap_pending satisfies row_remap, ...)
 SATISFIES = {"row_remap": ("row_remap", "row_remap_pending", "row_remap_failure", "retired_pages",
                            "retired_pages_pending"), "xid": ("xid",)}
@@ -100,7 +101,7 @@ def run(ctx: Context) -> None:
         expect, model, ok = _inventory(ctx, a, baselines, state, source, why_none)
         if ok and gpus:
             ctx.set_phase(f"judge {len(gpus)} GPU(s) from {source}")
-            _judge_gpus(ctx, gpus, model, expect, settings)
+            _judge_gpus(ctx, gpus, model, expect, settings, (state or {}).get("nvlink_unmapped") or [])
         _judge_driver_log(ctx, a, gpus, settings, nv)
         _judge_dcgm(ctx, a, gpus)
         _ensure_expected(ctx, gpus, None if state is not None else "no GPU state: " + "; ".join(why_none))
@@ -164,7 +165,8 @@ def _inventory(ctx: Context, a, baselines: Baselines, state, source, why_none) -
         ctx.check("gpu_count", "error", code="GPU_COUNT_UNKNOWN", message="cannot count GPUs: " + "; ".join(why_none))
         ok = False
     else:
-        ok = ctx.check_gpu_count(len(gpus), source=source or "neither NVML nor nvidia-smi")
+        ok = ctx.check_gpu_count(len(gpus), source=source or "neither NVML nor nvidia-smi",
+                                 models=[g.get("name") for g in gpus])
     key, name = model_for_node(ctx, baselines, [g.get("name") for g in gpus])
     ctx.environment.update(gpu_model=name if (not ctx.cpu or gpus) else a.gpu_model,
                            baseline=key if not ctx.cpu else None)
@@ -178,7 +180,8 @@ def _inventory(ctx: Context, a, baselines: Baselines, state, source, why_none) -
     return expect, (baselines.model(key) if not ctx.cpu else {}), ok
 
 
-def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: dict) -> None:
+def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: dict,
+                unmapped_nvlinks: list[dict]) -> None:
     live = []
     for g in gpus:
         if g.get("lost"):
@@ -205,7 +208,7 @@ def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: d
         if g.get("pcie_replays") is not None:
             ctx.metric(f"pcie_replays_cuda{g['index']}", g["pcie_replays"])
     statuses = [nvlink.observe(g) for g in live]
-    for c in nvlink.to_checks(statuses, expect):
+    for c in nvlink.to_checks(statuses + nvlink.unmapped(unmapped_nvlinks), expect):
         ctx.record(c)
     for s in statuses:
         ctx.metric(f"nvlinks_active_cuda{s.gpu_index}", s.active)
@@ -230,15 +233,21 @@ def _judge_driver_log(ctx: Context, a, gpus: list[dict], settings: dict, nv) -> 
         text, what = kernel_log.read(ctx)
     if text is None:
         # never a silent pass: the driver's history was not checked, and the verdict says so
-        for name in ("xid", "driver_log", "gpu_fallen_off_bus"):
+        for name in LOG_CHECKS:
             ctx.check(name, "skip", code="KERNEL_LOG_UNREADABLE", message=f"kernel log not readable: {what}")
     else:
-        events, reviewed = driver_log.classify(kernel_log.split(text))
+        messages = kernel_log.split(text)
+        events, reviewed = driver_log.classify(messages)
         now = kernel_log.uptime_seconds()
+        # the GPUs found, by bus id: an event on a GPU that is not there stays a failure
+        hist = log_evidence.history(messages, set(by_pci))
         ctx.metric("xid_events", sum(e.kind == "xid" for e in events), summary=any(e.kind == "xid" for e in events))
         ctx.metric("driver_error_messages", sum(e.kind != "xid" for e in events))
-        for c in xid.to_checks(events, device_of, critical, window_h, now, what) + driver_log.to_checks(
-                events, device_of, window_h, now, what, reviewed):
+        found = xid.to_checks(events, device_of, critical, window_h, now, what, hist) + driver_log.to_checks(
+            events, device_of, window_h, now, what, reviewed, hist)
+        cover = log_evidence.coverage(messages, float(settings.get("kernel_log_boot_window_s",
+                                                                   log_evidence.BOOT_WINDOW_S)))
+        for c in _unless_covered(found, cover, what):
             ctx.record(c)
     listen_s = a.xid_listen_seconds if a.xid_listen_seconds is not None else (0 if ctx.cpu else 2.0)
     if nv is not None and gpus and listen_s > 0:
@@ -247,6 +256,24 @@ def _judge_driver_log(ctx: Context, a, gpus: list[dict], settings: dict, nv) -> 
             for c in xid.to_checks(xid.live_events(live), device_of, critical, window_h, None,
                                    f"live NVML event stream ({fmt(listen_s)} s)"):
                 ctx.record(c)
+
+
+def _unless_covered(found: list[Check], cover: log_evidence.Coverage, what: str) -> list[Check]:
+    """The log's findings as they are; but a clean log proves nothing unless it reaches back to the
+    boot: then each of the three checks that found no failure is a visible not-run with the reason."""
+    if cover.covered:
+        return [c if c.status != "pass" else _with_coverage(c, cover) for c in found]
+    out = [c for c in found if c.status != "pass"]
+    for name in LOG_CHECKS:
+        if not any(c.name == name and c.status == "fail" for c in out):
+            out.append(Check(name, "skip", code="KERNEL_LOG_INCOMPLETE",
+                             message=f"{what} not proven complete: {cover.why}"))
+    return out
+
+
+def _with_coverage(c: Check, cover: log_evidence.Coverage) -> Check:
+    c.message = f"{c.message} ({cover.why})"
+    return c
 
 
 def _judge_dcgm(ctx: Context, a, gpus: list[dict]) -> None:
@@ -267,7 +294,7 @@ def _judge_dcgm(ctx: Context, a, gpus: list[dict]) -> None:
         ctx.environment["dcgm"] = r.parsed.get("version")
     if r.not_run and "nv-hostengine" in r.not_run:
         ctx.warn("dcgmi found but no DCGM host engine: start nv-hostengine or use the DCGM exporter's engine")
-    for c in dcgm.to_checks(r):
+    for c in dcgm.to_checks(r, [g["index"] for g in gpus if not g.get("lost")]):
         ctx.record(c)
 
 

@@ -265,8 +265,10 @@ def collect_smi(ctx, smi: str) -> SmiQuery:
 
 def _smi_nvlinks(ctx, smi: str, state: dict) -> None:
     """`nvidia-smi nvlink -s` into each GPU's `nvlink` ({links {n: active}, all_inactive, unparsed});
-    a run that fails leaves `nvlink` None with `nvlink_why` (the check says it could not run)."""
-    why = None
+    a run that fails leaves `nvlink` None with `nvlink_why` (the check says it could not run). A block
+    is matched to its GPU by UUID, else by index; a block no GPU of `-q -x` takes is kept in
+    `state["nvlink_unmapped"]` (reported, never dropped)."""
+    why, per_gpu = None, {}
     try:
         rc, out, err = ctx.run_tool([smi, "nvlink", "-s"], timeout=60)
         if rc != 0:
@@ -275,15 +277,25 @@ def _smi_nvlinks(ctx, smi: str, state: dict) -> None:
             per_gpu = parsers.parse_nvlink_status(out) if out.strip() else {}
     except (ValueError, SuiteError, OSError) as exc:
         why = f"nvidia-smi nvlink -s unusable: {one_line(str(exc), 150)}"
+    by_uuid = {nv["uuid"]: i for i, nv in per_gpu.items() if nv.get("uuid")}
+    claimed = {by_uuid[g["uuid"]] for g in state["gpus"] if g.get("uuid") in by_uuid}
+    taken: set[int] = set()
     for g in state["gpus"]:
+        # the block with the GPU's UUID, else the block of its index unless another GPU's UUID claims it
+        i = by_uuid[g["uuid"]] if g.get("uuid") in by_uuid else (g["index"] if g["index"] not in claimed else None)
         if why:
             g["nvlink"], g["nvlink_why"] = None, why
-        elif g["index"] in per_gpu:
-            nv = per_gpu[g["index"]]
+        elif i in per_gpu and i not in taken:
+            taken.add(i)
+            nv = per_gpu[i]
             g["nvlink"] = {"links": {k: v is not None for k, v in nv["links"].items()},
                            "all_inactive": nv["all_inactive"], "unparsed": nv["unparsed"]}
         else:
             g["nvlink"] = {"links": {}, "all_inactive": False, "unparsed": []}  # no line for this GPU
+    state["nvlink_unmapped"] = [
+        {"index": i, "uuid": nv.get("uuid"), "links": {k: v is not None for k, v in nv["links"].items()},
+         "all_inactive": nv["all_inactive"], "unparsed": nv["unparsed"]}
+        for i, nv in sorted(per_gpu.items()) if i not in taken]
 
 
 def listen_xids(nv, seconds: float) -> list[dict] | None:

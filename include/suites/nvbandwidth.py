@@ -17,6 +17,7 @@ import statistics
 
 from .baselines import Baselines, expectations, model_for_node
 from .checkers import nvbandwidth as nvbw
+from .harness import gpu_expectation
 from .harness.checks import SuiteError
 from .harness.context import Context
 from .harness.runner import main_entry, run_suite
@@ -77,12 +78,15 @@ def run(ctx: Context) -> None:
 
 def _judge(ctx: Context, a, baselines: Baselines, wanted: list[nvbw.Testcase], out: nvbw.Output, rc: int | None,
            err: str = "") -> None:
-    gpus = len(out.devices) or max((len(m.columns) for k, m in out.matrices.items()
-                                    if nvbw.TESTCASES.get(k) and nvbw.TESTCASES[k].kind == "host"), default=0)
+    # nvbandwidth v0.10 lists no `Device N:` lines: then the GPUs are the ones its matrices name
+    gpus = len(out.devices) or nvbw.gpus_named(out)
     ctx.environment.update(nvbandwidth=out.version, driver=out.driver, gpu_count=gpus,
                            gpus=[{"index": i, "name": n} for i, n in sorted(out.devices.items())])
-    ctx.check_gpu_count(gpus, source="nvbandwidth")
     names = [n.rsplit(" (", 1)[0] for n in out.devices.values()]
+    ctx.check_gpu_count(gpus, source="nvbandwidth" if out.devices else "nvbandwidth's result matrices (no device "
+                        "list printed)", models=names)
+    # every ordered pair (every GPU, for the host link) of the GPUs the node should have is measured
+    expected = gpu_expectation.resolve(a, ctx.cpu, names).count or gpus
     key, model_name = model_for_node(ctx, baselines, names)
     ctx.environment.update(gpu_model=model_name, baseline=key)
     expect = expectations(baselines, key, a)
@@ -92,13 +96,13 @@ def _judge(ctx: Context, a, baselines: Baselines, wanted: list[nvbw.Testcase], o
     rel = float(baselines.section("nvbandwidth").get("relative_tolerance", 0.15))
     for tc in wanted:
         j = nvbw.Judging(*_floor(baselines, key, tc, a), rel, nvlink)
-        missing = nvbw.not_run(tc, out, j, gpus)
+        missing = nvbw.not_run(tc, out, j, expected)
         if missing is not None and stopped and missing.status == "error" and tc.key not in out.errors:
             ctx.check(tc.check, "skip", code="NVBW_NOT_RUN", message=f"{tc.key} not run: {stopped}")
         elif missing is not None:
             ctx.record(missing)
         else:
-            for c in nvbw.to_checks(tc, out.matrices[tc.key], j):
+            for c in nvbw.to_checks(tc, out.matrices[tc.key], j, expected):
                 ctx.record(c)
             _metrics(ctx, tc, out.matrices[tc.key])
 

@@ -420,7 +420,7 @@ _NVLINK_ALL_INACTIVE = re.compile(r"Unable to retrieve NVLink information as all
 
 def parse_nvlink_status(text: str) -> dict[int, dict]:
     """`nvidia-smi nvlink -s`: {gpu: {"links": {link: GB/s, or None when inactive}, "all_inactive":
-    bool, "unparsed": [lines]}}.
+    bool, "unparsed": [lines], "uuid": the GPU's UUID when printed}}.
 
     Drivers print `Link 3: <inactive>` (V100, Azure/azhpc-diagnostics#73) and, when no link of a GPU
     is up, no Link lines but `NVML: Unable to retrieve NVLink information as all links are inActive`
@@ -434,7 +434,8 @@ def parse_nvlink_status(text: str) -> dict[int, dict]:
         m = re.match(r"\s*GPU (\d+):", line)
         if m:
             cur = int(m.group(1))
-            out[cur] = {"links": {}, "all_inactive": False, "unparsed": []}
+            uuid = re.search(r"\(UUID: (GPU-[0-9a-fA-F-]+)\)", line)
+            out[cur] = {"links": {}, "all_inactive": False, "unparsed": [], **({"uuid": uuid.group(1)} if uuid else {})}
             continue
         if cur is None:
             continue  # a preamble (e.g. a warning) before the first GPU block

@@ -2,7 +2,10 @@
 (dcgmReturn_t in dcgmlib/dcgm_structs.h, returned by dcgmi's main: -30 DCGM_ST_NVVS_ERROR = 226 "a
 test reported an error", -51 DCGM_ST_NVVS_ISOLATE_ERROR = 205 "the error needs the GPU isolated",
 -21 DCGM_ST_CONNECTION_NOT_VALID = 235, ...) and its per-test results (JSON with -j, DCGM 3 and 4
-layouts, else the table). The `dcgm_diag` check always appears: pass, fail, or not run with why."""
+layouts, else the table). The `dcgm_diag` check always appears: pass, fail, or not run with why. The
+per-GPU results are matched against the GPUs the suite found (`dcgm_gpu_coverage`): a GPU without a
+result in a test that reports per GPU was not diagnosed (not run), a GPU dcgmi names that the suite
+does not have is reported."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from ..harness.checks import Check, SuiteError
 from ..harness.text import one_line
 
 CODES = ("DCGM_DIAG_FAIL", "DCGM_DIAG_ISOLATE", "DCGM_DIAG_WARN", "DCGM_UNAVAILABLE", "GPU_LOST",
-         "GPU_RESET_REQUIRED", "TOOL_OUTPUT_UNPARSEABLE")
+         "GPU_RESET_REQUIRED", "TOOL_OUTPUT_UNPARSEABLE", "DCGM_GPU_NOT_COVERED", "DCGM_GPU_UNMATCHED")
 # dcgmReturn_t values dcgmi exits with (as an unsigned byte: 256 + the negative value)
 DCGM_ST = {
     0: "DCGM_ST_OK",
@@ -109,8 +112,9 @@ def _has_json_object(text: str) -> bool:
     return True
 
 
-def to_checks(r: DcgmRun) -> list[Check]:
-    """The per-test checks (`dcgm_<test>`) and the overall `dcgm_diag` check."""
+def to_checks(r: DcgmRun, gpus: list[int] | None = None) -> list[Check]:
+    """The per-test checks (`dcgm_<test>`), the match of its per-GPU results against `gpus` (the
+    indices of the GPUs the suite found; None: not matched) and the overall `dcgm_diag` check."""
     level = f"dcgmi diag -r {r.level}"
     if r.not_run:
         return [Check("dcgm_diag", "skip", device=None, code="DCGM_UNAVAILABLE", message=f"{level} did not run: {r.not_run}")]
@@ -120,6 +124,7 @@ def to_checks(r: DcgmRun) -> list[Check]:
     st = dcgm_status(r.rc or 0)
     isolate = st == -51
     out = [c for t in r.parsed["tests"] for c in _test_checks(t, isolate)]
+    out += coverage(r.parsed, gpus)
     failing = [c for c in out if c.status == "fail"]
     if st in NODE_FAULT and not failing:
         # dcgmi says the diagnostic found an error, but no test result names it: not a pass
@@ -137,6 +142,30 @@ def to_checks(r: DcgmRun) -> list[Check]:
     else:
         out.append(Check("dcgm_diag", "pass", r.rc, message=f"{level}: {len(out)} test(s) passed, exit 0"))
     return out
+
+
+def coverage(parsed: dict, gpus: list[int] | None) -> list[Check]:
+    """`dcgm_gpu_coverage`: every GPU the suite found has a result in every test that reports per GPU
+    (else it was not diagnosed: not run), and dcgmi names no GPU the suite does not have (reported:
+    its results cannot be tied to a GPU of this node). Nothing when no test reports per GPU."""
+    per_gpu = [t for t in parsed["tests"] if t["gpus"]]
+    if gpus is None or not per_gpu:
+        return []
+    want = set(gpus)
+    missing = {t["name"]: sorted(want - set(t["gpus"])) for t in per_gpu if want - set(t["gpus"])}
+    extra = sorted(set().union(*(set(t["gpus"]) for t in per_gpu)) - want)
+    if missing:
+        gone = sorted(set().union(*map(set, missing.values())))
+        return [Check("dcgm_gpu_coverage", "skip", len(gone), "GPUs", device=f"cuda:{g}", code="DCGM_GPU_NOT_COVERED",
+                      message=f"dcgmi diag has no result for GPU {g} in " + ", ".join(
+                          n for n, m in missing.items() if g in m) + f" ({len(want)} GPU(s) found by the suite)")
+                for g in gone]
+    if extra:
+        return [Check("dcgm_gpu_coverage", "warn", len(extra), "GPUs", code="DCGM_GPU_UNMATCHED",
+                      message=f"dcgmi diag reports GPU(s) {', '.join(map(str, extra))} that the suite does not "
+                      f"have (it found {len(want)}): a host engine that sees other GPUs than the pod")]
+    return [Check("dcgm_gpu_coverage", "pass", len(want), "GPUs",
+                  message=f"every one of the {len(want)} GPU(s) has a result in the {len(per_gpu)} per-GPU test(s)")]
 
 
 def _test_checks(t: dict, isolate: bool) -> list[Check]:
@@ -157,3 +186,4 @@ def _test_checks(t: dict, isolate: bool) -> list[Check]:
         return [Check(name, "skip", status, code="DCGM_UNAVAILABLE", message=f"dcgmi diag {t['name']}: {status}")]
     return [Check(name, "error", status, code="TOOL_OUTPUT_UNPARSEABLE",
                   message=f"dcgmi diag {t['name']}: status {status!r} the suite does not know")]
+

@@ -15,6 +15,7 @@ from .. import codes
 from ..harness.checks import Check
 from ..harness.text import fmt, one_line
 from .kernel_log import KernelMessage
+from .log_evidence import History
 
 CODES = ("GPU_FALLEN_OFF_BUS", "NVSWITCH_SXID", "GSP_TIMEOUT", "GPU_INIT_FAILED", "NVLINK_TRAINING_FAILED",
          "GPU_MEMORY_ERROR", "DRIVER_ERROR_UNRECOGNISED")
@@ -40,6 +41,7 @@ class DriverEvent:
     xid: int | None = None
     rule: dict | None = None  # the driver_messages.yaml entry of a known error
     detail: list[str] = field(default_factory=list)  # the report's further lines
+    index: int = -1  # the message's position in the log (what came after it: log_evidence.History)
 
     @property
     def text(self) -> str:
@@ -69,13 +71,14 @@ def classify(messages: list[KernelMessage]) -> tuple[list[DriverEvent], int]:
         reviewed += 1
         ev = _event(m, messages, i, skip, data)
         if ev is not None:
+            ev.index = i
             events.append(ev)
         elif _benign(m, data):
             continue
         elif events and _same_report(events[-1].message, m):
             events[-1].detail.append(m.text)
         else:
-            events.append(DriverEvent("unrecognised", m, m.pci))
+            events.append(DriverEvent("unrecognised", m, m.pci, index=i))
     return events, reviewed
 
 
@@ -136,13 +139,35 @@ class Finding:
     label: str
     device: str
     age_h: float | None
+    note: str = ""  # why an old event still fails, or the reset that cleared it
 
 
-def judge(ev: DriverEvent, device: str, window_h: float, uptime_now: float | None) -> Finding:
-    """A non-Xid driver event: fail when recent (or of unknown age), a warning once older than the window."""
+def past_window(ev: DriverEvent, until_reset: bool, history: History | None) -> tuple[str, str]:
+    """(status, note) of a failing event older than the window. An event that breaks the GPU until
+    it is reset (a GPU that fell off the bus, a failed init, a GSP timeout, a fatal NVLink error)
+    stays a failure until the log shows a reset of that GPU after it (the kernel log is this boot's:
+    no reboot since) and while its GPU is missing; any other old event is a warning."""
+    if not until_reset:
+        return "warn", ""
+    if history is None:
+        return "fail", "; no reset of the GPU since can be shown"
+    if history.missing(ev.pci):
+        return "fail", f"; its GPU ({ev.pci}) is not among the GPUs found: still broken"
+    reset = history.reset_after(ev.index, ev.message.uptime_s, ev.pci)
+    if reset:
+        return "warn", f"; reset since: {reset}"
+    return "fail", "; no GPU reset or driver reload since in this boot's log: still broken"
+
+
+def judge(ev: DriverEvent, device: str, window_h: float, uptime_now: float | None,
+          history: History | None = None) -> Finding:
+    """A non-Xid driver event: fail when recent (or of unknown age); once older than the window a
+    warning, unless it keeps the GPU broken until a reset (past_window)."""
     age = age_h(ev.message, uptime_now)
+    until_reset = False
     if ev.kind == "fallen_off_bus":
         name, code, action, label = "gpu_fallen_off_bus", "GPU_FALLEN_OFF_BUS", "reboot", "GPU has fallen off the bus"
+        until_reset = True
     elif ev.kind == "sxid":
         fatal = re.search(r"\bFatal\b", ev.text) and not re.search(r"Non-?fatal", ev.text, re.I)
         name, code = "nvswitch_sxid", "NVSWITCH_SXID"
@@ -150,21 +175,25 @@ def judge(ev: DriverEvent, device: str, window_h: float, uptime_now: float | Non
         label = f"NVSwitch SXid {ev.xid}"
     elif ev.kind == "known":
         name, code, action, label = "driver_log", ev.rule["code"], ev.rule["action"], ev.rule["id"].replace("_", " ")
+        until_reset = bool(ev.rule.get("until_reset"))
     else:
         name, code, action, label = "driver_log", "DRIVER_ERROR_UNRECOGNISED", "drain_and_service", "unrecognised driver"
-    recent = age is None or age <= window_h
-    return Finding(name, "fail" if recent else "warn", code, action, label, device, age)
+    if age is None or age <= window_h:
+        return Finding(name, "fail", code, action, label, device, age)
+    status, note = past_window(ev, until_reset, history)
+    return Finding(name, status, code, action, label, device, age, note)
 
 
 def to_checks(events: list[DriverEvent], device_of, window_h: float, uptime_now: float | None, source: str,
-              reviewed: int) -> list[Check]:
+              reviewed: int, history: History | None = None) -> list[Check]:
     """One check per (check name, device, code) over the non-Xid events; the `driver_log` and
-    `gpu_fallen_off_bus` checks pass only when the log was read and holds no such event."""
+    `gpu_fallen_off_bus` checks pass only when the log was read and holds no such event (the caller
+    turns those passes into not-runs when the log does not reach back to the boot)."""
     groups: dict[tuple, list[tuple[Finding, DriverEvent]]] = {}
     for ev in events:
         if ev.kind == "xid":
             continue
-        f = judge(ev, device_of(ev.pci), window_h, uptime_now)
+        f = judge(ev, device_of(ev.pci), window_h, uptime_now, history)
         groups.setdefault((f.name, f.device, f.code), []).append((f, ev))
     out = []
     # the most specific findings first: an unrecognised line never hides a named one in the reason
@@ -173,6 +202,7 @@ def to_checks(events: list[DriverEvent], device_of, window_h: float, uptime_now:
         worst = "fail" if any(f.status == "fail" for f, _ in items) else "warn"
         ages = [f.age_h for f, _ in items if f.age_h is not None]
         when = f", latest {fmt(min(ages))} h ago" if ages else ""
+        when += next((f.note for f, _ in items if f.status == worst and f.note), "")
         first = items[0][1]
         out.append(Check(name, worst, len(items), "messages", f"none within {fmt(window_h)} h",
                          f"{len(items)} {items[-1][0].label} message(s) in the {source}{when}: "

@@ -25,7 +25,7 @@ from ..harness.text import fmt, one_line
 
 CODES = ("NVBW_D2D_LOW", "NVBW_HOST_LOW", "NVBW_SLOW_VS_PEERS", "NVBW_NO_PEER_ACCESS", "NVBW_DATA_MISMATCH",
          "NVBW_TESTCASE_ERROR", "NVBW_NOT_RUN", "NVBW_NOT_APPLICABLE", "NVBW_FAILED", "BASELINE_MISSING",
-         "GPU_HW_ERROR")
+         "GPU_HW_ERROR", "NVBW_NOT_MEASURED")
 
 
 @dataclass(frozen=True)
@@ -179,16 +179,37 @@ def pairs(tc: Testcase, m: Matrix) -> tuple[dict[tuple[int, int], float], list[t
     return values, missing
 
 
+def absent(tc: Testcase, m: Matrix, expected: int | None) -> list[tuple[int, int]]:
+    """The pairs (GPUs, for the host link) of the `expected` GPUs that the matrix does not hold at all:
+    not N/A, simply not there (a GPU the tool did not see)."""
+    if not expected:
+        return []
+    values, missing = pairs(tc, m)
+    seen = set(values) | set(missing)
+    want = [(-1, g) for g in range(expected)] if tc.kind == "host" else \
+        [(i, j) for i in range(expected) for j in range(expected) if i != j]
+    return [k for k in want if k not in seen]
+
+
+def gpus_named(out: Output) -> int:
+    """How many GPUs the matrices name (GPU N counts as N+1), for an output without a device list."""
+    named = [int(x) for k, m in out.matrices.items() if k in TESTCASES
+             for x in [*m.columns, *(m.rows if TESTCASES[k].kind == "d2d" else [])] if x.isdigit()]
+    return max(named) + 1 if named else 0
+
+
 def name(key: tuple[int, int]) -> str:
     """The device a finding is about: `cuda:3,cuda:5` for a GPU pair, `cuda:3` for a host link."""
     return f"cuda:{key[1]}" if key[0] < 0 else f"cuda:{key[0]},cuda:{key[1]}"
 
 
-def to_checks(tc: Testcase, m: Matrix, j: Judging) -> list[Check]:
-    """The findings of one matrix: pairs without peer access, pairs below the floor, pairs clearly
-    slower than the node's median; one passing check (the slowest pair) when there is none."""
+def to_checks(tc: Testcase, m: Matrix, j: Judging, expected: int | None = None) -> list[Check]:
+    """The findings of one matrix: pairs of the `expected` GPUs it does not hold, pairs without peer
+    access, pairs below the floor, pairs clearly slower than the node's median; one passing check (the
+    slowest pair) when there is none."""
     values, missing = pairs(tc, m)
-    out = [_no_peer(tc, key, j) for key in missing]
+    out = _not_measured(tc, m, absent(tc, m, expected), expected)
+    out += [_no_peer(tc, key, j) for key in missing]
     if not values:
         out.append(Check(tc.check, "skip", code="NVBW_NOT_APPLICABLE", message=f"{tc.key}: no "
                          f"{'GPU pair' if tc.kind == 'd2d' else 'GPU'} measured ({len(m.columns)} column(s))"))
@@ -208,6 +229,21 @@ def to_checks(tc: Testcase, m: Matrix, j: Judging) -> list[Check]:
     if any(c.status == "fail" for c in out):
         return out
     return out + [_pass(tc, values, j, median)]
+
+
+def _not_measured(tc: Testcase, m: Matrix, keys: list[tuple[int, int]], expected: int | None) -> list[Check]:
+    """A GPU none of whose pairs (or whose host link) the matrix holds is one finding, named by the
+    GPU; any other absent pair is named by its two GPUs."""
+    whole = sorted({g for k in keys for g in k if g >= 0 and all(
+        (a, b) in keys for a, b in ([(-1, g)] if tc.kind == "host" else
+                                    [(g, o) for o in range(expected or 0) if o != g]
+                                    + [(o, g) for o in range(expected or 0) if o != g]))})
+    rest = [k for k in keys if not any(g in whole for g in k if g >= 0)]
+    why = f"although the node should have {expected} GPU(s) ({len(m.columns)} column(s) measured)"
+    out = [Check(tc.check, "fail", device=f"cuda:{g}", code="NVBW_NOT_MEASURED",
+                 message=f"GPU {g}: not in nvbandwidth's {tc.key} result {why}") for g in whole]
+    return out + [Check(tc.check, "fail", device=name(k), code="NVBW_NOT_MEASURED",
+                        message=f"{_what(tc, k)}: not in nvbandwidth's {tc.key} result {why}") for k in rest]
 
 
 def _pass(tc: Testcase, values: dict[tuple[int, int], float], j: Judging, median: float) -> Check:

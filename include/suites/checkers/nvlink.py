@@ -1,5 +1,7 @@
 """NVLink links of each GPU against what its model should have (expect.nvlinks_per_gpu): inactive
-links, fewer active links than expected, or a driver that says all links are inactive fail."""
+links, fewer active links than expected, or a driver that says all links are inactive fail. A block
+of `nvidia-smi nvlink -s` that no GPU of the suite takes is judged all the same and named by what the
+tool printed: never dropped."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from dataclasses import dataclass, field
 from ..harness.checks import Check
 from . import device, where
 
-CODES = ("NVLINK_DOWN", "NVLINK_STATE_UNAVAILABLE", "TOOL_OUTPUT_UNPARSEABLE")
+CODES = ("NVLINK_DOWN", "NVLINK_STATE_UNAVAILABLE", "TOOL_OUTPUT_UNPARSEABLE", "NVLINK_GPU_UNMAPPED")
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,11 @@ class NvlinkStatus:
     all_inactive: bool = False  # the driver said so instead of listing links
     unparsed: tuple[str, ...] = field(default_factory=tuple)
     why_unavailable: str = ""
+    unmapped: str | None = None  # a block no GPU of the suite takes: how the tool named it
+
+    @property
+    def device(self) -> str:
+        return self.unmapped or device(self.gpu_index)
 
     @property
     def active(self) -> int:
@@ -33,19 +40,36 @@ def observe(g: dict) -> NvlinkStatus:
                         tuple(nv.get("unparsed") or ()))
 
 
+def unmapped(blocks: list[dict]) -> list[NvlinkStatus]:
+    """The blocks of `nvidia-smi nvlink -s` that no GPU took (gpu_state: `nvlink_unmapped`)."""
+    return [NvlinkStatus(b["index"], None, dict(b.get("links") or {}), bool(b.get("all_inactive")),
+                         tuple(b.get("unparsed") or ()),
+                         unmapped=f"nvidia-smi GPU {b['index']}" + (f" ({b['uuid']})" if b.get("uuid") else ""))
+            for b in blocks]
+
+
 def to_checks(statuses: list[NvlinkStatus], expect) -> list[Check]:
     """One check per GPU. Without an expectation the best GPU of the node is the bar (said so)."""
     want = expect.get("nvlinks_per_gpu")
     if want == 0:
         return [Check("nvlink", "pass", s.active, "links", "== 0", f"no NVLink expected ({expect.basis('nvlinks_per_gpu')})",
-                      device(s.gpu_index)) for s in statuses]
+                      s.device) for s in statuses]
     readable = [s for s in statuses if s.links is not None and not s.unparsed]
     best = max((s.active for s in readable), default=0)
-    return [_one(s, want, best, expect) for s in statuses]
+    return [_unmapped(_one(s, want, best, expect), s) for s in statuses]
+
+
+def _unmapped(c: Check, s: NvlinkStatus) -> Check:
+    """A block of a GPU the suite cannot map: its own finding stands; a pass or not-run is a warning
+    (the tool and the suite's GPU list disagree: which GPU it is cannot be proven)."""
+    if s.unmapped is None or c.status == "fail":
+        return c
+    return Check("nvlink", "warn", c.value, c.unit, c.threshold, f"{s.unmapped} of nvidia-smi nvlink -s is not among "
+                 f"the GPUs of nvidia-smi -q (by UUID or index): {c.message}", s.device, "NVLINK_GPU_UNMAPPED")
 
 
 def _one(s: NvlinkStatus, want: int | None, best: int, expect) -> Check:
-    dev, at = device(s.gpu_index), where(s.pci_bus_id)
+    dev, at = s.device, where(s.pci_bus_id)
     if s.unparsed:
         return Check("nvlink", "error", device=dev, code="TOOL_OUTPUT_UNPARSEABLE",
                      message=f"nvidia-smi nvlink -s printed line(s) the suite does not understand: "

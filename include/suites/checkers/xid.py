@@ -1,7 +1,7 @@
 """Xid events (kernel log and the live NVML event stream) judged against NVIDIA's Xid catalog
 (xid_catalog.yaml: each Xid with NVIDIA's recovery action). Fail closed: an Xid the catalog does not
 know is a finding with its number; a failing Xid older than the window is still reported, as a
-warning."""
+warning, unless it keeps its GPU broken until a reset that the log does not show."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from .. import codes
 from ..harness.checks import Check
 from ..harness.text import fmt, one_line
 from . import recovery
-from .driver_log import DriverEvent, age_h
+from .driver_log import DriverEvent, age_h, past_window
+from .log_evidence import History
 
 CODES = ("XID_CRITICAL", "XID_MEMORY_ERROR", "XID_NVLINK_ERROR", "XID_GSP_ERROR", "GPU_FALLEN_OFF_BUS",
          "GPU_RECOVERY_ACTION", "XID_APPLICATION", "XID_INFORMATIONAL", "XID_HISTORICAL", "XID_UNKNOWN")
@@ -63,6 +64,7 @@ class XidVerdict:
     code: str
     action: str
     label: str  # "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM)"
+    until_reset: bool = False  # a failure that keeps the GPU broken until it is reset (xid_catalog.yaml)
 
 
 def judge(xid: int, text: str, critical: set[int]) -> XidVerdict:
@@ -87,36 +89,40 @@ def judge(xid: int, text: str, critical: set[int]) -> XidVerdict:
     if xid in critical and status != "fail":
         status, action = "fail", action if action in ("reset_gpu", "reboot", "drain_and_service") else "reset_gpu"
         code = "XID_CRITICAL" if code in ("XID_APPLICATION", "XID_INFORMATIONAL") else code
-    return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, NVIDIA: {imm or 'no action given'})")
+    return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, NVIDIA: {imm or 'no action given'})",
+                      status == "fail" and bool(entry.get("until_reset")))
 
 
 def to_checks(events: list[DriverEvent], device_of, critical: set[int], window_h: float, uptime_now: float | None,
-              source: str) -> list[Check]:
-    """One `xid` check per (device, code); a pass when the source holds no Xid at all."""
+              source: str, history: History | None = None) -> list[Check]:
+    """One `xid` check per (device, code); a pass when the source holds no Xid at all. A failing Xid
+    older than the window is a warning (XID_HISTORICAL) unless it keeps its GPU broken until a reset
+    and no reset after it is shown (driver_log.past_window)."""
     groups: dict[tuple[str, str], list] = {}
     for ev in events:
         if ev.kind != "xid":
             continue
         v = judge(ev.xid, ev.text, critical)
         age = age_h(ev.message, uptime_now)
-        status, code = v.status, v.code
+        status, code, note = v.status, v.code, ""
         if status == "fail" and age is not None and age > window_h:
-            status, code = "warn", "XID_HISTORICAL"
-        groups.setdefault((device_of(ev.pci), code), []).append((status, v, age, ev))
+            status, note = past_window(ev, v.until_reset, history)
+            code = code if status == "fail" else "XID_HISTORICAL"
+        groups.setdefault((device_of(ev.pci), code), []).append((status, v, age, ev, note))
     if not groups:
         return [Check("xid", "pass", 0, "events", "== 0", f"no Xid events in the {source}")]
     out = []
     for (dev, code), items in sorted(groups.items()):
         worst = "fail" if any(s == "fail" for s, *_ in items) else "warn"
         desc = []
-        for _, v, age, ev in items[-4:]:
-            when = f", {fmt(age)} h ago" if age is not None else ""
+        for _, v, age, ev, note in items[-4:]:
+            when = f", {fmt(age)} h ago{note}" if age is not None else ""
             desc.append(f"{v.label}{when}: {one_line(_after_number(ev.text), 70)}")
-        shown = max((v for _, v, _, _ in items), key=lambda v: v.status == "fail")
+        shown = max((v for _, v, *_ in items), key=lambda v: v.status == "fail")
         out.append(Check("xid", worst, shown.xid, "xid", f"no failing Xid within {fmt(window_h)} h",
                          f"{len(items)} Xid event(s) in the {source}; " + "; ".join(desc),
                          dev if dev != "node" else None, code,
-                         action=codes.most_severe(v.action for _, v, _, _ in items)))
+                         action=codes.most_severe(v.action for _, v, *_ in items)))
     return out
 
 

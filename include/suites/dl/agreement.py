@@ -1,7 +1,7 @@
 """Agreement: the same deterministic computation on the same inputs must give bit-identical results
-run twice on one device (determinism) and on every device of one model (cross-device agreement); a
-device that disagrees is a silent-data-corruption suspect (the majority wins with >= 3 devices; with 2
-that disagree both are named). The votes and checks are pure; `run` and `judge_outputs` measure how
+run twice on one device (determinism; on a single device any change is its fault) and on every device
+of one model (cross-device agreement); a device that disagrees is a silent-data-corruption suspect
+(the majority wins with >= 3 devices; with 2 that disagree both are named). The votes and checks are pure; `run` and `judge_outputs` measure how
 far a suspect is off (on host copies, with torch)."""
 
 from __future__ import annotations
@@ -50,9 +50,12 @@ class Determinism:
 
 
 def determinism(runs: list[DeviceOutputs]) -> Determinism:
+    """What changed between two identical runs, per device. Only an output that changes on every one
+    of two or more devices is put down to the library's kernel: with a single device nothing tells
+    the library from the GPU, and bits that flip on one GPU are a finding."""
     nondet = {r.device: {k for k, v in r.first.items() if r.second.get(k) != v} for r in runs}
     all_keys = set().union(*(set(r.first) for r in runs)) if runs else set()
-    everywhere = {k for k in all_keys if runs and all(k in nondet[r.device] for r in runs)}
+    everywhere = {k for k in all_keys if len(runs) >= 2 and all(k in nondet[r.device] for r in runs)}
     return Determinism(nondet, everywhere)
 
 

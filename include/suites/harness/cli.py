@@ -87,7 +87,16 @@ def make_parser(suite: str, description: str) -> argparse.ArgumentParser:
         "--expected-gpus",
         type=int,
         default=_env("CLUSTER_DOCTOR_EXPECTED_GPUS"),
-        help="GPUs the node must show (the node's allocatable count) [CLUSTER_DOCTOR_EXPECTED_GPUS]",
+        help="GPUs the node must show; under Kubernetes the GPUs the pod was given (the node's allocatable "
+        "count), judged against --node-gpus when that is set [CLUSTER_DOCTOR_EXPECTED_GPUS]",
+    )
+    g.add_argument(
+        "--node-gpus",
+        type=int,
+        default=_env("CLUSTER_DOCTOR_NODE_GPUS"),
+        help="GPUs the node has: its nvidia.com/gpu capacity or GPU Feature Discovery's nvidia.com/gpu.count "
+        "label (set by the orchestrator; does not drop when a GPU is marked unhealthy); the bar of the GPU "
+        "count when set [CLUSTER_DOCTOR_NODE_GPUS]",
     )
     g.add_argument(
         "--expect",
@@ -121,6 +130,7 @@ def _fallback_args(suite: str) -> argparse.Namespace:
         termination_log=_env("CLUSTER_DOCTOR_TERMINATION_LOG", DEFAULT_TERMINATION_LOG),
         baselines=None,
         expected_gpus=None,
+        node_gpus=None,
         expect={},
         gpu_model=_env("CLUSTER_DOCTOR_GPU_MODEL"),
         timeout=None,

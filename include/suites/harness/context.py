@@ -10,9 +10,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from . import checks
+from . import checks, gpu_expectation
 from .checks import Check
 from .text import one_line, utcnow
 from .tools import _terminate, _wait_dead, run_tool
@@ -42,8 +43,9 @@ class Context:
 
     @property
     def expected_gpus(self) -> int | None:
-        """The GPUs this node must show: a node pool's --expect gpus=N, else --expected-gpus."""
-        return (getattr(self.args, "expect", None) or {}).get("gpus") or self.args.expected_gpus
+        """The GPUs this node must show (gpu_expectation): a node pool's --expect gpus=N, else the node's
+        own count (--node-gpus), else --expected-gpus, else the SKU's count by the --gpu-model label."""
+        return gpu_expectation.resolve(self.args, self.cpu).count
 
     @property
     def cpu(self) -> bool:
@@ -149,57 +151,38 @@ class Context:
         return self.record(checks.at_most(name, value, maximum, unit=unit, device=device, basis=basis,
                                           fail_status=fail_status, code=code))
 
-    def check_gpu_count(self, found: int, *, source: str) -> bool:
-        """Visible GPUs vs expectation. Returns False when the suite cannot continue on GPUs."""
-        expected = self.expected_gpus
+    def check_gpu_count(self, found: int, *, source: str, models: Iterable[str | None] = ()) -> bool:
+        """Visible GPUs vs what the node should have (gpu_expectation: `models` are the GPU names the
+        suite detected, for the SKU's count). Returns False when the suite cannot continue on GPUs."""
+        exp = gpu_expectation.resolve(self.args, self.cpu, models)
+        expected = exp.count
+        # where the bar comes from, when it is not simply the count this run was given
+        basis = "" if exp.basis.startswith("--expected-gpus") or not expected else \
+            f"; expected from {exp.basis}" + (f", this run was given {exp.given}" if exp.given else "")
         if self.cpu and not expected:
             # CPU mode expects no GPU unless --expected-gpus says otherwise: zero is a met expectation
-            self.check(
-                "gpu_count",
-                "pass",
-                value=found,
-                unit="GPUs",
-                threshold=">= 0",
-                message=f"CPU mode: no GPU required; {found} visible via {source}",
-            )
+            self.check("gpu_count", "pass", value=found, unit="GPUs", threshold=">= 0",
+                       message=f"CPU mode: no GPU required; {found} visible via {source}")
             return True
         want = expected if expected else 1
         thr = f"== {expected}" if expected else ">= 1"
         if found < want:
             what = f"expected {expected} GPUs" if expected else "expected at least 1 GPU"
-            self.check(
-                "gpu_count",
-                "fail",
-                value=found,
-                unit="GPUs",
-                threshold=thr,
-                message=f"{what}, found {found} (via {source})",
-            )
+            self.check("gpu_count", "fail", value=found, unit="GPUs", threshold=thr,
+                       message=f"{what}, found {found} (via {source}{basis})")
             return found > 0
         if expected and found > expected:
-            self.check(
-                "gpu_count",
-                "warn",
-                value=found,
-                unit="GPUs",
-                threshold=thr,
-                message=f"expected {expected} GPUs, found {found} (via {source}): more than allocatable",
-            )
+            self.check("gpu_count", "warn", value=found, unit="GPUs", threshold=thr,
+                       message=f"expected {expected} GPUs, found {found} (via {source}{basis}): more than allocatable")
             return True
         if not expected:
             # at least one GPU, but nothing says how many this node should have: not proven complete
             self.check("gpu_count", "skip", value=found, unit="GPUs", threshold=thr, code="GPU_COUNT_UNVERIFIED",
                        message=f"{found} GPU(s) visible via {source}; no expected count "
-                       "(--expected-gpus, --expect gpus=N)")
+                       "(--expected-gpus, --node-gpus, --expect gpus=N, or the model's expect.gpus)")
             return True
-        self.check(
-            "gpu_count",
-            "pass",
-            value=found,
-            unit="GPUs",
-            threshold=thr,
-            message=f"{found} of {expected} expected GPU(s) visible via {source}",
-        )
+        self.check("gpu_count", "pass", value=found, unit="GPUs", threshold=thr,
+                   message=f"{found} of {expected} expected GPU(s) visible via {source}{basis}")
         return True
 
     # ---- things to clean up on exit, SIGTERM or timeout

@@ -35,6 +35,7 @@ def base_environment(args: argparse.Namespace) -> dict:
         "cpu_count": os.cpu_count(),
         "gpu_model_label": args.gpu_model,
         "expected_gpus": args.expected_gpus,
+        "node_gpus": getattr(args, "node_gpus", None),
         "expect_overrides": dict(getattr(args, "expect", None) or {}),
     }
     for key, var in (

@@ -187,14 +187,17 @@ def test_xids_from_the_kernel_log(run_inproc, tools, h, monkeypatch, window, sta
         assert bus["status"] == "fail" and bus["action"] == "reboot"
         assert "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM), 1 h ago" in bus["message"]
         assert xids[("cuda:1", "XID_MEMORY_ERROR")]["status"] == "fail"  # Xid 94, on AzureHPC NHC's list
-    else:  # older than the window: still reported, as a warning
+    else:  # older than the window: still reported, as a warning; but a GPU that fell off the bus stays
+        # failing until the log shows it reset (issue 29): this boot's log shows no reset
         old = xids[("cuda:1", "XID_HISTORICAL")]
-        assert old["status"] == "warn" and "Xid 79" in old["message"] and "Xid 94" in old["message"]
+        assert old["status"] == "warn" and "Xid 94" in old["message"]
+        bus = xids[("cuda:1", "GPU_FALLEN_OFF_BUS")]
+        assert bus["status"] == "fail" and "1 h ago; no GPU reset or driver reload since" in bus["message"]
     app = xids[("cuda:0", "XID_APPLICATION")]
     assert app["status"] == "warn" and "Xid 13 (ROBUST_CHANNEL_GR_EXCEPTION" in app["message"]
     # Xid 109 (context-switch timeout, NVIDIA: RESET_GPU) 24.1 h before: past both windows
     assert "Xid 109 (ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR" in xids[("cuda:0", "XID_HISTORICAL")]["message"]
-    h.check_artifacts(ns, status=status79 if status79 == "fail" else "pass", suite="gpu_health")
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
     assert ns.result["metrics"]["xid_events"] == 5
 
 
@@ -238,10 +241,13 @@ def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, f
     args = tools(dmesg="dmesg_restricted.stderr", dmesg_rc=1)
     ns = run_cli("gpu_health", "--expected-gpus", "2", *args, "--journal-dir", str(jdir), "--journalctl", str(jctl))
     h.check_artifacts(ns, status="pass", suite="gpu_health")
-    xid = [c for c in ns.result["checks"] if c["name"] == "xid"]
+    xid = [c for c in ns.result["checks"] if c["name"] == "xid" and c["status"] != "skip"]
     assert {c["status"] for c in xid} == {"warn"} and all("Xid 45 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL" in c["message"] for c in xid)
     assert {c["code"] for c in xid} == {"XID_APPLICATION"} and "node journal" in xid[0]["message"]
-    assert {c["name"] for c in ns.result["checks"] if c["status"] == "skip"} == {"ecc_uncorrected_volatile", "dcgm_diag"}
+    # the excerpt does not reach back to the boot: what it does not hold is not proven absent (issue 29)
+    skipped = {(c["name"], c["code"]) for c in ns.result["checks"] if c["status"] == "skip"}
+    assert skipped == {("ecc_uncorrected_volatile", "ECC_COUNTERS_UNAVAILABLE"), ("dcgm_diag", "DCGM_UNAVAILABLE")} | {
+        (n, "KERNEL_LOG_INCOMPLETE") for n in ("xid", "driver_log", "gpu_fallen_off_bus")}
 
 
 def test_genuine_a100_mig_output_passes_but_says_what_it_could_not_check(run_cli, tools, h):

@@ -4,7 +4,7 @@ into messages and classified fail-closed (fixtures/SOURCES.md)."""
 from __future__ import annotations
 
 import pytest
-from cluster_doctor_suites.checkers import driver_log, kernel_log
+from cluster_doctor_suites.checkers import driver_log, kernel_log, log_evidence
 
 
 def classify(h, name):
@@ -84,12 +84,21 @@ def test_notice_and_info_level_lines_are_not_errors():
     assert reviewed == 1 and [e.text for e in events] == ["<3>[   11.000000] NVRM: something broke"]
 
 
-def test_old_driver_error_only_warns(h):
+def test_old_driver_error_warns_unless_it_leaves_the_gpu_broken_until_a_reset(h):
+    """An error older than the window warns (memory poison); a failed init does not: it
+    keeps failing until the log shows a reset of its GPU after it (issue 29, log_evidence)."""
     events, _ = classify(h, "syslog_rminitadapter_failed_gpu-operator1146.txt")
     recent = driver_log.judge(events[0], "cuda:0", 24, 1000.0)
     old = driver_log.judge(events[0], "cuda:0", 24, 885.0 + 25 * 3600)
     assert (recent.status, recent.code, recent.action) == ("fail", "GPU_INIT_FAILED", "reboot")
-    assert old.status == "warn" and old.age_h == pytest.approx(25, abs=0.01)
+    assert old.status == "fail" and old.age_h == pytest.approx(25, abs=0.01) and "no reset" in old.note
+    reloaded = log_evidence.History([log_evidence.Reset(99, 5000.0, None, "the NVIDIA driver was loaded again")],
+                                    present={"0000:0a:00"})
+    cleared = driver_log.judge(events[0], "cuda:0", 24, 885.0 + 25 * 3600, reloaded)
+    assert cleared.status == "warn" and "loaded again" in cleared.note
+    poison, _ = classify(h, "dmesg_fbhub_poison_bad_register_read_550.90.07_ogkm688.txt")
+    assert poison[0].rule["id"] == "memory_poison"
+    assert driver_log.judge(poison[0], "node", 24, 134.55 + 25 * 3600).status == "warn"
 
 
 def test_short_pci():

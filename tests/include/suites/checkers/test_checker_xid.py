@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cluster_doctor_suites.checkers import driver_log, kernel_log, xid
+from cluster_doctor_suites.checkers import driver_log, kernel_log, log_evidence, xid
 
 NHC = {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120, 140}
 
@@ -40,10 +40,12 @@ def test_judge(n, text, status, code, action):
     assert (v.status, v.code, v.action) == (status, code, action)
 
 
-def _checks(h, fixture, by_pci=None, now=None, window=24.0):
-    events, _ = driver_log.classify(kernel_log.split(h.fx("kernel", fixture)))
+def _checks(h, fixture, by_pci=None, now=None, window=24.0, text=None):
+    messages = kernel_log.split(text if text is not None else h.fx("kernel", fixture))
+    events, _ = driver_log.classify(messages)
     by_pci = by_pci or {}
-    return xid.to_checks(events, lambda p: by_pci.get(p, f"pci:{p}" if p else "node"), NHC, window, now, "log")
+    hist = log_evidence.history(messages, set(by_pci))
+    return xid.to_checks(events, lambda p: by_pci.get(p, f"pci:{p}" if p else "node"), NHC, window, now, "log", hist)
 
 
 def test_gb200_nvlink_and_recovery_action_xids(h):
@@ -63,9 +65,22 @@ def test_nonfatal_and_fatal_nvlink_xids_from_their_lines(h):
 
 
 def test_old_failing_xid_is_reported_as_historical(h):
+    """Xid 94 30 h ago: a warning. Xid 79 (fallen off the bus) stays a failure until the log shows a
+    reset after it (issue 29): here none, then the driver loaded again an hour later."""
     checks = _checks(h, "dmesg_xids_derived.txt", {"0000:c1:00": "cuda:1"}, now=86400.0 + 30 * 3600)
+    old = {c.code: c for c in checks if c.device == "cuda:1"}
+    assert old["XID_HISTORICAL"].status == "warn" and "Xid 94" in old["XID_HISTORICAL"].message
+    assert old["GPU_FALLEN_OFF_BUS"].status == "fail" and "no GPU reset or driver reload since" in old["GPU_FALLEN_OFF_BUS"].message
+    reloaded = h.fx("kernel", "dmesg_xids_derived.txt") + (
+        "[90000.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 UTC 2024\n")
+    checks = _checks(h, None, {"0000:c1:00": "cuda:1"}, now=86400.0 + 30 * 3600, text=reloaded)
     old = [c for c in checks if c.device == "cuda:1"]
     assert {c.code for c in old} == {"XID_HISTORICAL"} and {c.status for c in old} == {"warn"}
+    assert "reset since: the NVIDIA driver was loaded again at 90000 s" in old[0].message
+    # the same reload does not bring back a GPU that is not there
+    checks = _checks(h, None, {}, now=86400.0 + 30 * 3600, text=reloaded)
+    gone = {c.code: c for c in checks if c.device == "pci:0000:c1:00"}
+    assert gone["GPU_FALLEN_OFF_BUS"].status == "fail" and "not among the GPUs found" in gone["GPU_FALLEN_OFF_BUS"].message
 
 
 def test_no_xid_is_a_pass_with_evidence(h):
