@@ -7,7 +7,9 @@ every path (``on_finish_action="delete_pod"``, ``on_kill``). This class adds wha
 through the provider's extension points: ``build_pod_request_obj`` (the pod spec), ``log_formatter``
 (the log tail), a ``KubernetesPodOperatorCallback`` (pod started, pod completed) and two small
 overrides that call ``super()`` (``await_pod_start``: the availability watch; ``cleanup``: the final
-pod state). What an exception out of the provider means is decided in ``provider_errors``:
+pod state). The phases it adds are the ones every validation pod goes through, peer tests' included
+(``kube.pod_lifecycle``: the free-node check, the node watch, the verdict from the final state, the
+``Ended`` exception). What an exception out of the provider means is decided in ``provider_errors``:
 
 * as a step of a node's bundle (the validate task group: the node's suites one after another): a
   step the bundle does not plan is skipped without a row; a step after a failed health check, or
@@ -41,7 +43,7 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException, PodPhase
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -54,29 +56,14 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import Bundle, RunConfig, Validation
-from cluster_doctor.domain.status import EXECUTED
-from cluster_doctor.kube import guards, podspec, retry
+from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.kube import pod_lifecycle, podspec, retry
+from cluster_doctor.kube.pod_lifecycle import Ended
 from cluster_doctor.store.history import RetryPolicy
 
-LOG_TAIL_LINES = 200
 POOL_WAIT_NOTE_S = 30  # a bundle step that waited this long for a pool slot says so in its log
-# While our pod is Pending, its node is read this often (capped by availability_check_s): a node
-# that turns NotReady, is cordoned or gains a taint we do not tolerate ends the wait within seconds.
-NODE_CHECK_S = 5
 # A short budget inside the pool slot; the record task retries longer.
 DIRECT_WRITE_RETRY = RetryPolicy(attempts=2, initial_delay_s=1.0)
-
-
-class NodeClaimed(Exception):
-    """A user pod claimed the node while ours was Pending."""
-
-
-class _Ended(Exception):
-    """Internal: the attempt ended with ``status`` before (or instead of) a suite result."""
-
-    def __init__(self, status: str, reason: str):
-        super().__init__(reason)
-        self.status, self.reason = status, reason
 
 
 class _Observer(KubernetesPodOperatorCallback):
@@ -94,14 +81,9 @@ class _Observer(KubernetesPodOperatorCallback):
 
 class _PendingWatch(threading.Thread):
     """Runs beside the provider's wait for the pod to start, and ends that wait (deletes our pod) as
-    soon as the pod cannot or should not start:
-
-    - the node can no longer take it — not ready, cordoned, an untolerated NoSchedule/NoExecute taint,
-      deleted — read every ``NODE_CHECK_S`` (one GET of the node: the scheduler would keep our pod
-      Pending there for the whole pending window, holding a pool slot);
-    - a user pod claimed the node (every availability interval: one list of that node's pods);
-    - it stayed Pending for the whole pending window (the provider's schedule and startup timeouts
-      restart when the pod is bound; this one counts from creation).
+    soon as the pod cannot or should not start: the re-checks of ``pod_lifecycle.NodeWatch`` (the node
+    can no longer take it, a user pod claimed it) or the pending window passed (the provider's schedule
+    and startup timeouts restart when the pod is bound; this one counts from creation).
 
     The cause, and the scheduler's last word, are fixed before the deletion: what our own deletion
     causes afterwards (events, the pod vanishing) never replaces them."""
@@ -110,33 +92,18 @@ class _PendingWatch(threading.Thread):
         super().__init__(name=f"pending-watch-{pod.metadata.name}", daemon=True)
         self.operator, self.pod = operator, pod
         self.stopped = threading.Event()
-        self.claimed_by: str | None = None
-        self.node_problem: guards.NodeProblem | None = None
+        self.watched: pod_lifecycle.Watched | None = None
         self.timed_out = False
 
     def run(self) -> None:
-        s, op = self.operator.cd_settings, self.operator
-        node_every = min(NODE_CHECK_S, s.availability_check_s)
-        start = time.monotonic()
-        next_node, next_claim = start + node_every, start + s.availability_check_s
-        while not self.stopped.wait(min(1.0, node_every)):
+        op, ours = self.operator, {self.operator.node_name: self.pod.metadata.name}
+        watch = pod_lifecycle.NodeWatch(op.guard_client, op.cd_settings, start=time.monotonic(), logger=op.log)
+        while not self.stopped.wait(watch.tick_s):
             now = time.monotonic()
             try:
-                if now >= next_node:
-                    self.node_problem = guards.node_problem(op.guard_client, op.node_name, s.tolerations)
-                    next_node = now + node_every
-                if not self.node_problem and now >= next_claim:
-                    holders = guards.gpu_holders(op.guard_client, op.node_name, s.gpu_resource,
-                                                 exclude_pod=self.pod.metadata.name)
-                    if holders:
-                        self.claimed_by = holders[0]
-                    else:
-                        op.log.info("Still Pending after %.0f s; %s is still free of other GPU pods",
-                                    now - start, op.node_name)
-                    next_claim = now + s.availability_check_s
-                if not (self.node_problem or self.claimed_by) and now - start >= s.pending_timeout_s:
-                    self.timed_out = True
-                if self.node_problem or self.claimed_by or self.timed_out:
+                self.watched = self.watched or watch.poll(now, waiting=ours, live=ours)
+                self.timed_out = self.timed_out or (self.watched is None and watch.pending_expired(now))
+                if self.watched or self.timed_out:
                     op._keep_pending_events()  # before our deletion adds events of its own
                     op.pod_manager.delete_pod(self.pod)  # ends the provider's wait
                     return
@@ -217,7 +184,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
     def _fresh_state(self) -> None:
         """What one try learns about its pod. Set again when a try starts: a task of a mapped group is one
         operator, shallow-copied per instance, so mutable state must never be shared between instances."""
-        self._log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._log_tail: collections.deque[str] = collections.deque(maxlen=pod_lifecycle.LOG_TAIL_LINES)
         self._final_pod: dict[str, Any] | None = None
         self._pod_vanished = False
         self._reached_running = False
@@ -269,7 +236,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             previous = [_attempt_or_none(item) for item in (pulled if isinstance(pulled, list) else [pulled])]
         cause = bundles.stop_cause(previous)
         if cause:
-            raise _Ended("skipped", f"{cause}; no pod created")
+            raise Ended(Status.SKIPPED, f"{cause}; no pod created")
         # The max queue time guards a stale decision while waiting for a pool slot; the steps before
         # this one were the node's own work, so the wait counts from when the last of them ended.
         self.planned_at = bundles.ready_at(self._bundle.planned_at, previous)
@@ -325,28 +292,21 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             if timeout is not None:
                 # Recorded before Airflow's timeout handling calls on_kill and fails the task.
                 reason = "the validation task hit its execution_timeout; pod deleted"
-                self._record(context, results.PodOutcome("error" if self._reached_running else "timeout", reason))
+                status = Status.ERROR if self._reached_running else Status.TIMEOUT
+                self._record(context, results.PodOutcome(status, reason))
                 raise timeout from None
             outcome = self._outcome_of(exc)
         return self._finish(context, outcome)
 
     def _judge(self) -> results.PodOutcome:
-        return results.classify(
-            self._final_pod if not self._pod_vanished else None,
-            node_name=self.node_name,
-            test_name=self.test_name,
-            log_tail=list(self._log_tail),
-            run_budget_s=self.cd_settings.suite_timeout(self.test_name),
-        )
+        return pod_lifecycle.collect(self._final_pod if not self._pod_vanished else None, self.cd_settings,
+                                     node_name=self.node_name, test_name=self.test_name, log_tail=self._log_tail)
 
     def _outcome_of(self, exc: BaseException) -> results.PodOutcome:
         """What an exception out of the provider's lifecycle (or our additions to it) means."""
-        ended = provider_errors.find(exc, _Ended)
+        ended = provider_errors.find(exc, Ended)
         if ended is not None:
             return results.PodOutcome(ended.status, ended.reason)
-        claimed = provider_errors.find(exc, NodeClaimed)
-        if claimed is not None:
-            return results.PodOutcome("preempted", f"a user pod claimed the node while ours was Pending: {claimed}")
         explained = provider_errors.explain(exc)
         kind = explained.kind
         if kind in (provider_errors.API_ERROR, provider_errors.OTHER) and self._pod_ended():
@@ -359,33 +319,28 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             return outcome
         if kind == provider_errors.LAUNCH_TIMEOUT:
             return results.PodOutcome(
-                "timeout", f"the pod was still Pending after {self.cd_settings.pending_timeout_s} s; pod deleted"
+                Status.TIMEOUT, f"the pod was still Pending after {self.cd_settings.pending_timeout_s} s; pod deleted"
                 + self._last_scheduling_message())
         if kind == provider_errors.LAUNCH_FAILED:
-            return results.PodOutcome("timeout", f"the pod could not start: {explained.message}")
+            return results.PodOutcome(Status.TIMEOUT, f"the pod could not start: {explained.message}")
         if kind == provider_errors.POD_GONE and self._reached_running:
-            return results.PodOutcome("preempted", "the pod disappeared while running (deleted or preempted)")
+            return pod_lifecycle.vanished(reached_running=True)
         if kind == provider_errors.POD_GONE and self.pod is not None:
             # Removed while Pending: the scheduler preempted it for a higher-priority pod (before
             # Kubernetes 1.26 only a Preempted event says so) or someone deleted it. The suite never ran.
-            return results.PodOutcome("preempted", "the pod was removed while Pending"
-                                      + (self._last_event_message("Preempted") or " (no preemption event)"))
+            return pod_lifecycle.vanished(reached_running=False, while_pending=(
+                self._last_event_message("Preempted") or " (no preemption event)"))
         # An orchestration failure says nothing about the node: unless the suite was already running,
         # record it as skipped so the pair stays due.
-        status = "error" if self._reached_running else "skipped"
+        status = Status.ERROR if self._reached_running else Status.SKIPPED
         return results.PodOutcome(status, f"orchestration error: {explained.message}")
 
     def _precheck(self, started: dt.datetime) -> None:
         waited = (started - self.planned_at).total_seconds()
         if waited > self.cd_settings.max_queue_s:
-            raise _Ended("skipped", f"the decision is {_duration(waited)} old, over the max queue time of "
-                                    f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
-        problem = guards.node_problem(self.guard_client, self.node_name, self.cd_settings.tolerations)
-        if problem:
-            raise _Ended("skipped", f"{problem.describe()} since planning; no pod created")
-        holders = guards.gpu_holders(self.guard_client, self.node_name, self.cd_settings.gpu_resource)
-        if holders:
-            raise _Ended("skipped", f"the node is no longer free ({holders[0]}); no pod created")
+            raise Ended(Status.SKIPPED, f"the decision is {_duration(waited)} old, over the max queue time of "
+                                        f"{_duration(self.cd_settings.max_queue_s)}; no pod created")
+        pod_lifecycle.ensure_free(self.guard_client, self.node_name, self.cd_settings)
 
     # ------------------------------------------------------------------ while Pending
     def await_pod_start(self, pod) -> None:
@@ -407,11 +362,13 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._reached_running = True
 
     def _raise_if_watched(self, watch: _PendingWatch, cause: BaseException | None) -> None:
-        if watch.node_problem:
-            raise _Ended("skipped", f"{watch.node_problem.describe()}: the wait for our Pending pod ended "
-                                    "at once; pod deleted") from cause
-        if watch.claimed_by:
-            raise NodeClaimed(watch.claimed_by) from cause
+        watched = watch.watched
+        if watched is not None and watched.problem is not None:
+            raise Ended(Status.SKIPPED, f"{watched.problem.describe()}: the wait for our Pending pod ended "
+                                        "at once; pod deleted") from cause
+        if watched is not None:
+            raise Ended(Status.PREEMPTED, "a user pod claimed the node while ours was Pending: "
+                                          f"{watched.claimed_by}") from cause
         if watch.timed_out:
             raise PodLaunchTimeoutException(f"still Pending after {self.cd_settings.pending_timeout_s} s") from cause
 
@@ -428,8 +385,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         except Exception:
             return
         disrupted = results.classify(final, node_name=self.node_name, test_name=self.test_name)
-        if disrupted.status == "preempted":
-            raise _Ended("preempted", disrupted.reason) from cause
+        if disrupted.status == Status.PREEMPTED:
+            raise Ended(Status.PREEMPTED, disrupted.reason) from cause
 
     def _last_scheduling_message(self) -> str:
         return self._pending_events if self._pending_events is not None else self._last_event_message()
@@ -450,8 +407,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         return f" (last event {last.reason}: {results.clean_text(last.message or '', results.MAX_REASON)})"
 
     def _pod_ended(self) -> bool:
-        status = (self._final_pod or {}).get("status") or {}
-        return not self._pod_vanished and status.get("phase") in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+        return not self._pod_vanished and pod_lifecycle.phase(self._final_pod) in pod_lifecycle.TERMINAL
 
     # ------------------------------------------------------------------ after the run
     def cleanup(self, pod, remote_pod, xcom_result=None, context=None) -> None:
@@ -459,7 +415,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         exception), given the pod's final state: on a failure path the provider still holds the pod as
         read at creation. The final state is kept for the verdict."""
         if not self._killed and remote_pod is not None:
-            terminal = getattr(remote_pod.status, "phase", None) in (PodPhase.SUCCEEDED, PodPhase.FAILED)
+            terminal = getattr(remote_pod.status, "phase", None) in pod_lifecycle.TERMINAL
             if not terminal:
                 try:
                     remote_pod = self.pod_manager.read_pod(remote_pod)
@@ -470,7 +426,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
                         self.log.warning("could not read the pod's final state: %s", one_line(exc))
             if not self._pod_vanished:
                 self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
-                if getattr(remote_pod.status, "phase", None) not in (PodPhase.PENDING, "Unknown", None):
+                if getattr(remote_pod.status, "phase", None) not in (pod_lifecycle.PENDING, "Unknown", None):
                     self._reached_running = True
         super().cleanup(pod, remote_pod, xcom_result, context)
 
@@ -478,7 +434,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         super().on_kill()  # deletes the pod
         if not self._recorded and self._context is not None:
             outcome = results.PodOutcome(
-                "skipped", "the validation task was killed before the suite finished (DagRun timeout or a "
+                Status.SKIPPED, "the validation task was killed before the suite finished (DagRun timeout or a "
                            "manual stop); pod deleted")
             try:
                 self._record(self._context, outcome)
@@ -525,7 +481,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         headline = f"{self.node_name} · {self.test_name}: {str(status).upper()}"
         if attempt.reason:
             headline += f" — {attempt.reason}"
-        if status == "pass":
+        if status == Status.PASS:
             self.log.info(headline)
             return attempt.to_dict()
         if status in EXECUTED:
@@ -533,7 +489,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
                 self.log.error("  %s", line)
             self.log.error(headline)
             raise AirflowFailException(headline)
-        if status == "timeout" and (attempt.reason or "").startswith("the pod could not start"):
+        if status == Status.TIMEOUT and (attempt.reason or "").startswith("the pod could not start"):
             # An image or configuration problem, not the node: make it red so someone fixes it.
             self.log.error(headline)
             raise AirflowFailException(headline)

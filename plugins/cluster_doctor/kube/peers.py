@@ -14,11 +14,16 @@ pod is created first; once its kubelet has started the sandbox (``status.podIP``
 is created with that address. Both pods are pod-network pods like any other (NCCL and the RDMA tests
 use the node's HCAs through the device plugin's resources, as the single-node suites do).
 
+Each pod goes through the same lifecycle as a single-node validation's (``kube.pod_lifecycle``: the
+free-node check, the node watch while it waits, the verdict from its final state, deletion).
+
 **Both run or neither does.** Without gang scheduling the launcher enforces it itself:
 
-* before any pod, both nodes must still be free (``kube.guards``), else both ``skipped``, no pod;
+* before any pod, both nodes must still be free (``pod_lifecycle.ensure_free``), else both
+  ``skipped``, no pod;
 * both pods must be Running within the pending timeout (counted from the server's creation), else
-  both are deleted and both recorded ``timeout`` with the cause (the stuck side's scheduler message);
+  both are deleted and both recorded ``timeout`` with the cause (the stuck side's scheduler message,
+  or its container's waiting reason once bound);
 * while either pod exists, every availability interval, both nodes' pods are listed: a user pod
   claiming either node stops both, recorded ``preempted`` naming the claiming pod; a node that turns
   not ready / cordoned / tainted while a pod waits stops both (``skipped``);
@@ -39,7 +44,6 @@ lowest-priority pod, preemptible, for at most the pending timeout).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -49,7 +53,9 @@ from cluster_doctor.domain import results
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.kube import guards, podspec, retry
+from cluster_doctor.domain.status import Status
+from cluster_doctor.kube import pod_lifecycle as lifecycle
+from cluster_doctor.kube import podspec, retry
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +63,7 @@ TEST = "fabric_peer"
 SERVER, CLIENT = "server", "client"
 DEFAULT_PORT = 29500
 POLL_S = 1.0
-NODE_CHECK_S = 5  # a waiting pod's node is read this often (capped by availability_check_s)
 PEER_GRACE_S = 30  # after one side ended, how long the other may take to end on its own
-LOG_TAIL_LINES = 200
 PEER_LABEL = f"{podspec.LABEL_PREFIX}/peer"
 ROLE_LABEL = f"{podspec.LABEL_PREFIX}/peer-role"
 COSCHEDULING = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
@@ -163,17 +167,12 @@ def build_peer_pod(settings: Settings, side: Side, *, run_id: str, configmap: st
     return pod
 
 
-class _Stop(Exception):
-    """Internal: the peer test ends now; every side not yet ended gets ``status`` and ``reason``."""
-
-    def __init__(self, status: str, reason: str):
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
 class PeerLauncher:
     """Runs one peer test to its end, synchronously: ``run()`` returns both sides' outcomes and never
-    leaves a pod behind. ``core_v1``: a kubernetes CoreV1Api (retried: ``kube.retry``)."""
+    leaves a pod behind. Each side's pod goes through ``kube.pod_lifecycle`` (a ``PodRun``: submit,
+    observe until it ends, collect its result), both nodes on one ``NodeWatch``; a rule of the module
+    doc that stops the test raises ``pod_lifecycle.Ended``. ``core_v1``: a kubernetes CoreV1Api (retried:
+    ``kube.retry``)."""
 
     def __init__(self, core_v1: Any, settings: Settings, server: Side, client: Side, *, run_id: str,
                  configmap: str, suite_version: str, suite_files: list[str] | None = None,
@@ -186,10 +185,24 @@ class PeerLauncher:
         self.pod_args = dict(configmap=configmap, suite_version=suite_version, suite_files=suite_files, port=port)
         self.clock, self.sleep, self.poll_s = clock, sleep, poll_s
         self.log = logger or log
-        self.pods: dict[str, str] = {}  # role -> pod name
-        self.last: dict[str, dict[str, Any]] = {}  # role -> the pod as last read
+        self.runs = {role: lifecycle.PodRun(core_v1, settings, node_name=side.node_name, test_name=TEST,
+                                            logger=self.log) for role, side in self.by_role.items()}
         self.ended: dict[str, SideResult] = {}
-        self.running: set[str] = set()
+
+    @property
+    def pods(self) -> dict[str, str]:
+        """role -> the name of its pod, for the sides whose pod was created."""
+        return {role: run.name for role, run in self.runs.items() if run.name is not None}
+
+    @property
+    def last(self) -> dict[str, dict[str, Any]]:
+        """role -> its pod as last read."""
+        return {role: run.last for role, run in self.runs.items() if run.last is not None}
+
+    @property
+    def running(self) -> set[str]:
+        """The roles whose pod reached Running (or ended)."""
+        return {role for role, run in self.runs.items() if run.reached_running}
 
     # ------------------------------------------------------------------ the whole test
     def run(self) -> PeerResult:
@@ -198,10 +211,11 @@ class PeerLauncher:
             self.log.info("the cluster serves %s gang scheduling; not used by peer tests (the IP rendezvous "
                           "needs the server scheduled first): both-or-neither is enforced here", gang)
         try:
-            self._precheck()
+            for side in self.by_role.values():
+                lifecycle.ensure_free(self.core_v1, side.node_name, self.s, name_node=True)
             self._create(SERVER, address=None)
             self._watch()
-        except _Stop as stop:
+        except lifecycle.Ended as stop:
             self._end_all(stop.status, stop.reason)
         except Exception as exc:  # noqa: BLE001 - recorded for both sides; the pods go in the finally
             self.log.error("peer test %s ↔ %s: orchestration error: %s", self.by_role[SERVER].node_name,
@@ -209,186 +223,119 @@ class PeerLauncher:
             # an orchestration failure says nothing about the nodes: unless both sides were running (the test
             # was under way), the peer test did not happen
             both = self.running >= {SERVER, CLIENT}
-            self._end_all("error" if both else "skipped", f"orchestration error: {one_line(exc)}")
+            self._end_all(Status.ERROR if both else Status.SKIPPED, f"orchestration error: {one_line(exc)}")
         finally:
             self.stop()
         return PeerResult(server=self.ended[SERVER], client=self.ended[CLIENT], gang=gang)
 
     def stop(self) -> None:
-        """Delete both pods (every path ends here; safe to call twice, from another thread too), then wait
-        a little for them to go."""
-        for name in list(self.pods.values()):
-            self._delete(name)
-        end = self.clock() + 30
-        try:
-            while any(self._read(name) is not None for name in self.pods.values()) and self.clock() < end:
-                self.sleep(min(self.poll_s, 0.5))
-        except Exception as exc:  # noqa: BLE001 - deleted already; only the wait for it to go failed
-            self.log.warning("could not confirm the peer pods are gone: %s", one_line(exc))
+        """Delete both pods and wait a little for them to go (every path ends here; safe to call twice,
+        from another thread too; never raises)."""
+        lifecycle.delete_and_wait(self.core_v1, self.s.namespace, self.pods.values(), clock=self.clock,
+                                  sleep=self.sleep, poll_s=self.poll_s, logger=self.log)
 
     # ------------------------------------------------------------------ steps
-    def _precheck(self) -> None:
-        for side in self.by_role.values():
-            problem = guards.node_problem(self.core_v1, side.node_name, self.s.tolerations)
-            if problem:
-                raise _Stop("skipped", f"{side.node_name}: {problem.describe()} since planning; no pod created")
-            holders = guards.gpu_holders(self.core_v1, side.node_name, self.s.gpu_resource)
-            if holders:
-                raise _Stop("skipped", f"{side.node_name} is no longer free ({holders[0]}); no pod created")
-
     def _create(self, role: str, *, address: str | None) -> None:
         side = self.by_role[role]
         pod = build_peer_pod(self.s, side, run_id=self.run_id, address=address, **self.pod_args)
-        created = self.core_v1.create_namespaced_pod(self.s.namespace, pod)
-        self.pods[role] = created.metadata.name
-        self.log.info("%s pod %s created on %s%s", role, created.metadata.name, side.node_name,
+        name = self.runs[role].submit(pod)
+        self.log.info("%s pod %s created on %s%s", role, name, side.node_name,
                       f" (server at {address})" if address else "")
 
-    def _watch(self) -> None:  # Long: one loop keeps every rule of the module doc in one place, in order
-        s = self.s
+    def _watch(self) -> None:
+        """Until both sides ended: observe both pods, create the client once the server pod has an IP,
+        and stop both by the rules of the module doc (each raises ``Ended``)."""
         start = self.clock()
-        pending_deadline = start + s.pending_timeout_s
-        run_deadline = start + s.pod_deadline_s(TEST) + s.task_margin_s
-        next_claim = start + s.availability_check_s
-        node_every = min(NODE_CHECK_S, s.availability_check_s)
-        next_node = start + node_every
+        watch = lifecycle.NodeWatch(self.core_v1, self.s, start=start, logger=self.log)
+        run_deadline = start + self.s.pod_deadline_s(TEST) + self.s.task_margin_s
         first_end: float | None = None
         while True:
             now = self.clock()
-            for role in [r for r in self.pods if r not in self.ended]:
-                self._observe(role)
+            self._observe()
             if set(self.ended) == {SERVER, CLIENT}:
                 return
-            server = self.last.get(SERVER)
-            if CLIENT not in self.pods and SERVER not in self.ended and server is not None:
-                ip = (server.get("status") or {}).get("podIP")
-                if ip:
-                    self._create(CLIENT, address=ip)
-                    continue
+            if self._start_client():
+                continue
             if self.ended:
                 first_end = first_end if first_end is not None else now
-                gone = next(iter(self.ended.values()))
-                said = f"{gone.side.node_name}'s side ended first ({gone.outcome.status}: {gone.outcome.reason})"
-                if gone.outcome.status == "preempted":
-                    raise _Stop("preempted", f"its peer {said}; both pods deleted")
-                waiting = [r for r in (SERVER, CLIENT) if r not in self.ended and r not in self.running]
-                if waiting or CLIENT not in self.pods:
-                    raise _Stop("skipped", f"its peer {said} before this side started; pod deleted")
-                if now - first_end >= PEER_GRACE_S:
-                    raise _Stop("error", f"stopped {PEER_GRACE_S} s after its peer {said}; pod deleted")
+                self._stop_after_first_end(now - first_end)
             both_running = self.running >= {SERVER, CLIENT}
-            if not both_running and not self.ended and now >= pending_deadline:
-                raise _Stop("timeout", self._pending_reason())
+            if not both_running and not self.ended and watch.pending_expired(now):
+                raise lifecycle.Ended(Status.TIMEOUT, self._pending_reason())
             if now >= run_deadline:
-                raise _Stop("error", f"the peer test outlived its budget of {s.pod_deadline_s(TEST)} s; pods deleted")
-            if now >= next_node and not both_running:
-                next_node = now + node_every
-                for role in self._live_roles():
-                    side = self.by_role[role]
-                    if role not in self.running:
-                        problem = guards.node_problem(self.core_v1, side.node_name, s.tolerations)
-                        if problem:
-                            raise _Stop("skipped", f"{side.node_name}: {problem.describe()} while the peer test "
-                                                   "waited; both pods deleted")
-            if now >= next_claim:
-                next_claim = now + s.availability_check_s
-                for role in self._live_roles():
-                    side = self.by_role[role]
-                    holders = guards.gpu_holders(self.core_v1, side.node_name, s.gpu_resource,
-                                                 exclude_pod=self.pods[role])
-                    if holders:
-                        raise _Stop("preempted", f"a user pod claimed {side.node_name} ({holders[0]}): both sides "
-                                                 "of the peer test stopped; pods deleted")
+                budget = self.s.pod_deadline_s(TEST)
+                raise lifecycle.Ended(Status.ERROR, f"the peer test outlived its budget of {budget} s; pods deleted")
+            self._check_nodes(watch, now)
             self.sleep(self.poll_s)
 
-    def _live_roles(self) -> list[str]:
-        return [r for r in (SERVER, CLIENT) if r in self.pods and r not in self.ended]
+    def _observe(self) -> None:
+        """Read each live side's pod once; a side that ended (judged from its final state) or vanished
+        is ended."""
+        for role, run in self.runs.items():
+            if run.name is None or role in self.ended:
+                continue
+            outcome = run.observe()
+            if outcome is not None:
+                self.ended[role] = SideResult(self.by_role[role], outcome, run.name)
+                self.log.info("%s side on %s ended: %s%s", role, run.node_name, outcome.status,
+                              f" — {outcome.reason}" if outcome.reason else "")
 
-    def _observe(self, role: str) -> None:
-        """Read one side's pod: Running, ended (judged now, before any deletion), or vanished."""
-        name = self.pods[role]
-        pod = self._read(name)
-        side = self.by_role[role]
-        if pod is None:
-            reached = role in self.running
-            reason = ("the pod disappeared while running (deleted or preempted)" if reached
-                      else "the pod was removed while Pending (preempted or deleted)")
-            self.ended[role] = SideResult(side, results.PodOutcome("preempted", reason), name)
-            return
-        self.last[role] = pod
-        phase = (pod.get("status") or {}).get("phase")
-        if phase == "Running":
-            self.running.add(role)
-        elif phase in ("Succeeded", "Failed"):
-            self.running.add(role)
-            outcome = results.classify(pod, node_name=side.node_name, test_name=TEST, log_tail=self._log_tail(name),
-                                       run_budget_s=self.s.suite_timeout(TEST))
-            self.ended[role] = SideResult(side, outcome, name)
-            self.log.info("%s side on %s ended: %s%s", role, side.node_name, outcome.status,
-                          f" — {outcome.reason}" if outcome.reason else "")
+    def _start_client(self) -> bool:
+        """The rendezvous: the client pod is created once the server pod has an IP."""
+        server = self.runs[SERVER]
+        if self.runs[CLIENT].name is not None or SERVER in self.ended or server.last is None:
+            return False
+        ip = (server.last.get("status") or {}).get("podIP")
+        if ip:
+            self._create(CLIENT, address=ip)
+        return bool(ip)
+
+    def _stop_after_first_end(self, since_first_end: float) -> None:
+        """One side ended (or vanished): the other stops, at once unless both were running (then it gets
+        ``PEER_GRACE_S`` to end on its own)."""
+        gone = next(iter(self.ended.values()))
+        said = f"{gone.side.node_name}'s side ended first ({gone.outcome.status}: {gone.outcome.reason})"
+        if gone.outcome.status == Status.PREEMPTED:
+            raise lifecycle.Ended(Status.PREEMPTED, f"its peer {said}; both pods deleted")
+        if self.runs[CLIENT].name is None or any(r not in self.ended and not run.reached_running
+                                                 for r, run in self.runs.items()):
+            raise lifecycle.Ended(Status.SKIPPED, f"its peer {said} before this side started; pod deleted")
+        if since_first_end >= PEER_GRACE_S:
+            raise lifecycle.Ended(Status.ERROR, f"stopped {PEER_GRACE_S} s after its peer {said}; pod deleted")
+
+    def _check_nodes(self, watch: lifecycle.NodeWatch, now: float) -> None:
+        """The node re-checks due now (``NodeWatch``): a waiting side's node going away stops both
+        (``skipped``), a user pod claiming either node stops both (``preempted``)."""
+        live = {role: run for role, run in self.runs.items() if run.name is not None and role not in self.ended}
+        watched = watch.poll(now, waiting={run.node_name: run.name for run in live.values() if not run.reached_running},
+                             live={run.node_name: run.name for run in live.values()})
+        if watched is not None and watched.problem is not None:
+            raise lifecycle.Ended(Status.SKIPPED, f"{watched.node_name}: {watched.problem.describe()} while the peer "
+                                                  "test waited; both pods deleted")
+        if watched is not None:
+            raise lifecycle.Ended(Status.PREEMPTED, f"a user pod claimed {watched.node_name} ({watched.claimed_by}): "
+                                                    "both sides of the peer test stopped; pods deleted")
 
     def _pending_reason(self) -> str:
-        stuck = [r for r in (SERVER, CLIENT) if r not in self.running]
         parts = []
-        for role in stuck:
-            side = self.by_role[role]
-            if role not in self.pods:
-                parts.append(f"the {role} pod on {side.node_name} was never created (the server pod had no IP yet)")
+        for role, run in self.runs.items():
+            if run.reached_running:
                 continue
-            message = _scheduling_message(self.last.get(role))
-            waiting = _waiting_message(self.last.get(role))
-            parts.append(f"the {role} pod on {side.node_name} was still Pending"
+            if run.name is None:
+                parts.append(f"the {role} pod on {run.node_name} was never created (the server pod had no IP yet)")
+                continue
+            message = lifecycle.scheduling_message(run.last)
+            waiting = lifecycle.waiting_message(run.last)
+            parts.append(f"the {role} pod on {run.node_name} was still Pending"
                          + (f" (last scheduler message: {message})" if message else "")
                          + (f" (container waiting: {waiting})" if waiting and not message else ""))
         return (f"both pods of a peer test must be Running within {self.s.pending_timeout_s} s: "
                 + "; ".join(parts) + "; both pods deleted")
 
-    def _end_all(self, status: str, reason: str) -> None:
+    def _end_all(self, status: Status, reason: str) -> None:
         for role, side in self.by_role.items():
             if role not in self.ended:
-                self.ended[role] = SideResult(side, results.PodOutcome(status, reason), self.pods.get(role))
-
-    # ------------------------------------------------------------------ API calls
-    def _read(self, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = self.core_v1.read_namespaced_pod(name, self.s.namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return json.loads(response.data)
-
-    def _delete(self, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.core_v1.delete_namespaced_pod(name, self.s.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                self.log.warning("could not delete peer pod %s: %s", name, one_line(exc))
-        except Exception as exc:  # noqa: BLE001 - best effort: the orphan reaper deletes it later
-            self.log.warning("could not delete peer pod %s: %s", name, one_line(exc))
-
-    def _log_tail(self, name: str) -> list[str]:
-        try:
-            response = self.core_v1.read_namespaced_pod_log(name, self.s.namespace, container="base",
-                                                            tail_lines=LOG_TAIL_LINES, _preload_content=False)
-            text = response.data.decode("utf-8", "replace")
-        except Exception as exc:  # noqa: BLE001 - the termination message is the result; the log is a help
-            self.log.warning("could not read the log of %s: %s", name, one_line(exc))
-            return []
-        for line in text.splitlines():
-            self.log.info("[%s] %s", name, line)
-        return text.splitlines()
-
-
-def _scheduling_message(pod: Mapping[str, Any] | None) -> str:
-    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return results.clean_text(condition.get("message") or condition.get("reason") or "", results.MAX_REASON)
-    return ""
+                self.ended[role] = SideResult(side, results.PodOutcome(status, reason), self.runs[role].name)
 
 
 def topology_labels(core_v1: Any, settings: Settings, names: list[str]) -> dict[str, dict[str, str]]:
@@ -407,15 +354,3 @@ def topology_labels(core_v1: Any, settings: Settings, names: list[str]) -> dict[
         if node.name in wanted:
             out[node.name] = {k: str(v) for k in settings.peer_topology_labels if (v := node.label(k)) is not None}
     return out
-
-
-def _waiting_message(pod: Mapping[str, Any] | None) -> str:
-    """Why a bound pod's container has not started (ContainerCreating, ErrImagePull: its message)."""
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        waiting = (status.get("state") or {}).get("waiting") or {}
-        if waiting:
-            text = waiting.get("reason") or ""
-            if waiting.get("message"):
-                text += f": {waiting['message']}"
-            return results.clean_text(text, results.MAX_REASON)
-    return ""

@@ -3,9 +3,10 @@
 import datetime as dt
 
 import pytest
-from cluster_doctor.airflow.operator import NodeValidationPodOperator, _Ended
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName
+from cluster_doctor.kube.pod_lifecycle import Ended
 
 
 def operator(planned_at, **settings):
@@ -18,7 +19,7 @@ def operator(planned_at, **settings):
 def test_a_decision_older_than_the_max_queue_time_creates_no_pod():
     now = dt.datetime.now(dt.UTC)
     op = operator(now - dt.timedelta(minutes=31))
-    with pytest.raises(_Ended) as ended:
+    with pytest.raises(Ended) as ended:
         op._precheck(now)  # raises before any call to the cluster
     assert ended.value.status == "skipped"
     assert "31 min old, over the max queue time of 30 min; no pod created" in ended.value.reason

@@ -11,9 +11,9 @@ import types
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from cluster_doctor.airflow import operator as op_module
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import pod_lifecycle
 from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 
@@ -39,7 +39,7 @@ def cluster(emulator, monkeypatch):
         "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
         {"conn_type": "kubernetes", "extra": {"kube_config_path": emulator.kubeconfig_path}}))
-    monkeypatch.setattr(op_module, "NODE_CHECK_S", 1)
+    monkeypatch.setattr(pod_lifecycle, "NODE_CHECK_S", 1)
     emulator.add_gpu_node("gpu-001")
     # our pod stays Pending (unbound) until the test changes the node
     emulator.set_script("gpu-001", "never_schedule", message=SCHEDULER_SAYS)
