@@ -29,7 +29,7 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Discovered, Plan, RunConfig
 from cluster_doctor.domain.peers import PEER_SUITE, PeerCandidate, PeerMatch, match_peers
-from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.kube import peers as launcher
 from cluster_doctor.kube import suite_code
 from cluster_doctor.store import claims
@@ -169,7 +169,7 @@ def run_peer_test(peer_test: PeerTest, core_v1: Any, store: Any | None, *, dag_i
     if waited > settings.max_queue_s:
         reason = (f"the decision is {waited:.0f} s old, over the max queue time of {settings.max_queue_s} s; "
                   "no pod created")
-        outcomes = [launcher.SideResult(side, results.PodOutcome("skipped", reason)) for side in (server, client)]
+        outcomes = [launcher.SideResult(side, results.PodOutcome(Status.SKIPPED, reason)) for side in (server, client)]
     else:
         run = launcher.PeerLauncher(core_v1, settings, server, client, run_id=run_id, configmap=config.configmap,
                                     suite_version=config.suite_version, suite_files=config.suite_files,
@@ -195,11 +195,11 @@ def conclude(attempts: Sequence[Attempt]) -> str:
 
     line = "; ".join(f"{a.node_name} (peer {a.peer}): {str(a.status).upper()}"
                      + (f" — {a.reason}" if a.reason else "") for a in attempts)
-    statuses = {str(a.status) for a in attempts}
-    if statuses == {"pass"}:
+    statuses = {a.status for a in attempts}
+    if statuses == {Status.PASS}:
         log.info("%s", line)
         return line
-    if statuses & (set(map(str, EXECUTED)) - {"pass"}):
+    if statuses & set(FAILING):
         for a in attempts:
             for check in results.failing_checks({"checks": a.checks}):
                 log.error("  %s: %s", a.node_name, check)
@@ -245,7 +245,7 @@ def reported(pulled: Any, planned: PeerTests | None, *, dag_id: str, run_id: str
             if node not in seen:
                 count, model = t.gpus.get(node, (None, None))
                 peer = t.match.client if node == t.match.server else t.match.server
-                out.append(Attempt(node_name=node, test_name=PEER_SUITE, status="skipped", finished_at=now,
+                out.append(Attempt(node_name=node, test_name=PEER_SUITE, status=Status.SKIPPED, finished_at=now,
                                    reason=UNREPORTED, gpu_model=model, gpu_count=count, dag_id=dag_id,
                                    run_id=run_id, map_index=i, try_number=0, peer=peer).to_dict())
     return out

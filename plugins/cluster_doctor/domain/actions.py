@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cluster_doctor.domain.status import FAILING, Status
+
 # Least to most severe, as the suites order them (a test keeps the two copies equal).
 ACTIONS = ("none", "retest", "check_storage", "check_fabric", "reset_gpu", "reboot", "drain_and_service")
 UNKNOWN = "unknown"  # how an attempt without a recorded action is shown and filtered
@@ -51,18 +53,19 @@ def of_checks(checks: Iterable[Any], statuses: Iterable[str]) -> str | None:
 
 def for_attempt(status: str, summary: Mapping[str, Any] | None = None, checks: Iterable[Any] = ()) -> str | None:
     """An attempt's recommended action (see the module doc); None when nothing says (unknown)."""
-    if status == "pass":
+    if status == Status.PASS:
         return "none"
-    if status not in ("fail", "error"):
+    if status not in FAILING:
         return NOT_EXECUTED_ACTION
     summary = summary or {}
     if summary.get("status") == status and valid(summary.get("action")):
         return summary["action"]
-    found = of_checks(checks or summary.get("checks") or [], ("fail",) if status == "fail" else ("fail", "error"))
+    # the checks' own statuses (pass, fail, error, skip, warn) of the same names
+    found = of_checks(checks or summary.get("checks") or [], ("fail",) if status == Status.FAIL else ("fail", "error"))
     if found:
         return found
     # an error the suite did not report itself (OOM, deadline, malformed result): run it again
-    return NOT_EXECUTED_ACTION if status == "error" else None
+    return NOT_EXECUTED_ACTION if status == Status.ERROR else None
 
 
 def shown(action: str | None) -> str:
@@ -85,7 +88,7 @@ def status_text(status: str | None, incomplete: bool | None = None, not_run: int
     pass that did not check everything, the status itself otherwise (``never`` for none)."""
     if not status:
         return "never"
-    if status == "pass" and (incomplete or (not_run or 0) > 0):
+    if status == Status.PASS and (incomplete or (not_run or 0) > 0):
         if not_run:
             return f"pass (incomplete: {not_run} check{'s' if not_run != 1 else ''} not run)"
         return "pass (incomplete)"

@@ -16,7 +16,7 @@ from typing import Any
 
 from cluster_doctor.domain import actions
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.status import EXECUTED, Status
 
 _TEST_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _MAX_TEXT = 10_000  # reasons and paths are one-liners; anything longer is a bug upstream
@@ -288,7 +288,7 @@ def from_suite_result(result: Mapping[str, Any], **identity: Any) -> Attempt:
         raise InvalidAttempt(f"a suite result must be a JSON object, got {type(result).__name__}")
     environment = result.get("environment") if isinstance(result.get("environment"), Mapping) else {}
     status = result.get("status")
-    if status not in ("pass", "fail", "error") or not Status(status).executed:
+    if status not in EXECUTED:
         raise InvalidAttempt(f"suite result status must be pass, fail or error, got {status!r}")
     log_path = result.get("log_path")
     if log_path is None and isinstance(result.get("result_path"), str):

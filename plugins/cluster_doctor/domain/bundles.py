@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.priority import HEALTH_FIRST
-from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.domain.status import EXECUTED, Status
 
 STOPPED_BY = "stopped by"  # how a skipped step's reason starts when an earlier step stopped the bundle
 NODE_TAKEN = "the node is no longer free"  # the pre-submit check's reason when a user pod holds the node
@@ -30,7 +30,7 @@ def stop_cause(previous: Iterable[Attempt | None]) -> str | None:
     for attempt in previous:
         if attempt is None:
             continue
-        if attempt.status == "fail" and attempt.test_name == HEALTH_FIRST:
+        if attempt.status == Status.FAIL and attempt.test_name == HEALTH_FIRST:
             return f"{STOPPED_BY} {HEALTH_FIRST} failing on this node ({attempt.reason or 'no reason given'})"
         if attempt.status not in EXECUTED:
             reason = attempt.reason or attempt.status
@@ -57,10 +57,10 @@ def done_with_node(planned: Sequence[str], attempts: Iterable[Attempt | None]) -
         attempt = by_test.get(test)
         if attempt is None:
             return False
-        if attempt.status == "fail" and test == HEALTH_FIRST:
+        if attempt.status == Status.FAIL and test == HEALTH_FIRST:
             return True
         if attempt.status in EXECUTED:
             continue
         # the first step that did not run says why: a user won the node, or time ran out
-        return attempt.status == "preempted" or (attempt.reason or "").startswith(NODE_TAKEN)
+        return attempt.status == Status.PREEMPTED or (attempt.reason or "").startswith(NODE_TAKEN)
     return True

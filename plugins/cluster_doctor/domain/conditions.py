@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import actions
+from cluster_doctor.domain.status import Status
 
 CONDITION_TYPE = "ClusterDoctorHealthy"
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -119,7 +120,7 @@ def condition(latest: Iterable[Latest], tests: Sequence[str], now: dt.datetime, 
     """The node's condition from the latest result of each enabled test (see the module doc)."""
     by_test = {x.test_name: x for x in latest if x.test_name in tests}
     fresh = {t: x for t, x in by_test.items() if x.status and x.finished_at and now - x.finished_at <= stale_after}
-    failed = [(x, *_failing(x)) for t in tests if (x := fresh.get(t)) and x.status == "fail"]
+    failed = [(x, *_failing(x)) for t in tests if (x := fresh.get(t)) and x.status == Status.FAIL]
     if failed:
         x, code, act = max(failed, key=lambda f: (actions.SEVERITY.get(f[2], len(actions.ACTIONS)), -tests.index(f[0].test_name)))
         others = [f"{y.test_name}: {c}" for y, c, _ in failed if y is not x]
@@ -128,7 +129,7 @@ def condition(latest: Iterable[Latest], tests: Sequence[str], now: dt.datetime, 
                                            + (f"; {x.reason}" if x.reason else "")))
     never = [t for t in tests if t not in by_test or not by_test[t].status]
     stale = [t for t in tests if t in by_test and t not in fresh and t not in never]
-    errors = [fresh[t] for t in tests if t in fresh and fresh[t].status == "error"]
+    errors = [fresh[t] for t in tests if t in fresh and fresh[t].status == Status.ERROR]
     if never or stale or errors:
         reason = REASON_NEVER if never else (REASON_STALE if stale else _error_code(errors[0]))
         parts = ([f"never validated: {', '.join(never)}"] if never else []) + [

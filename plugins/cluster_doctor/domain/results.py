@@ -45,8 +45,8 @@ from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import EXECUTED, Status
 
 RESULT_PREFIX = "CLUSTER_DOCTOR_RESULT "
-EXIT_STATUS = {0: "pass", 1: "fail", 2: "error"}
-SEVERITY = {"pass": 0, "error": 1, "fail": 2}
+EXIT_STATUS = {0: Status.PASS, 1: Status.FAIL, 2: Status.ERROR}
+SEVERITY = {Status.PASS: 0, Status.ERROR: 1, Status.FAIL: 2}
 SCHEMA_FILE = "result.schema.json"
 
 MAX_REASON = 2000
@@ -79,7 +79,7 @@ class Notes(list):
 
 @dataclasses.dataclass
 class PodOutcome:
-    status: str  # pass | fail | error | preempted (timeout, skipped from the operator)
+    status: Status | str  # pass | fail | error | preempted (timeout, skipped from the launchers)
     reason: str | None
     summary: dict[str, Any] | None = None
     started_at: dt.datetime | None = None
@@ -379,6 +379,30 @@ def _with_notes(outcome: PodOutcome, numbers: Sequence[str] = ()) -> PodOutcome:
     return outcome
 
 
+def _disruption(status: Mapping[str, Any]) -> PodOutcome | None:
+    """``preempted`` when the pod's status says it was disrupted (a DisruptionTarget condition:
+    preemption, eviction, a drain) or evicted, else None."""
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, Mapping):
+            continue
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            why = clean_text(condition.get("reason") or "DisruptionTarget", MAX_TEXT)
+            message = clean_text(condition.get("message") or "", MAX_REASON)
+            return PodOutcome(Status.PREEMPTED, clean_text(f"{why}: {message}".strip(": "), MAX_REASON))
+    if status.get("reason") == "Evicted":
+        return PodOutcome(Status.PREEMPTED, clean_text(f"evicted: {status.get('message') or 'no message'}", MAX_REASON))
+    return None
+
+
+def _base_terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The suite's container's terminated state (the last one, when it restarted), or None."""
+    terminated = None
+    for cs in status.get("containerStatuses") or []:
+        if isinstance(cs, Mapping) and cs.get("name") == "base":
+            terminated = _get(cs, "state", "terminated") or _get(cs, "lastState", "terminated")
+    return terminated if isinstance(terminated, Mapping) else None
+
+
 def classify(
     pod: Mapping[str, Any] | None,
     *,
@@ -391,28 +415,18 @@ def classify(
     """How a validation pod that reached Running ended. Never raises on anything the pod reported."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     if not isinstance(pod, Mapping):
-        return PodOutcome("preempted", "the pod was deleted while running (scheduler preemption, eviction or a user)")
+        return PodOutcome(Status.PREEMPTED,
+                          "the pod was deleted while running (scheduler preemption, eviction or a user)")
     status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
-    for condition in status.get("conditions") or []:
-        if not isinstance(condition, Mapping):
-            continue
-        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
-            why = clean_text(condition.get("reason") or "DisruptionTarget", MAX_TEXT)
-            message = clean_text(condition.get("message") or "", MAX_REASON)
-            return PodOutcome("preempted", clean_text(f"{why}: {message}".strip(": "), MAX_REASON))
-    if status.get("reason") == "Evicted":
-        return PodOutcome("preempted", clean_text(f"evicted: {status.get('message') or 'no message'}", MAX_REASON))
-    terminated = None
-    for cs in status.get("containerStatuses") or []:
-        if isinstance(cs, Mapping) and cs.get("name") == "base":
-            terminated = _get(cs, "state", "terminated") or _get(cs, "lastState", "terminated")
-    if not isinstance(terminated, Mapping):
-        terminated = None
+    disrupted = _disruption(status)
+    if disrupted is not None:
+        return disrupted
+    terminated = _base_terminated(status)
     if status.get("reason") == "DeadlineExceeded" and terminated is None:
         budget = f" of {run_budget_s} s" if run_budget_s else ""
-        return PodOutcome("error", f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
+        return PodOutcome(Status.ERROR, f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
     if terminated is None:
-        return PodOutcome("error", clean_text(
+        return PodOutcome(Status.ERROR, clean_text(
             f"the pod ended in phase {status.get('phase')!r} without a container result", MAX_REASON))
 
     notes: list[str] = []
@@ -430,37 +444,37 @@ def classify(
         numbers = list(getattr(summary_notes, "numbers", []))
 
     def outcome(state: str, reason: str | None) -> PodOutcome:
-        if numbers and state in ("pass", "error"):  # judged on a value nobody can check: never a pass
-            said = f"; the suite said: {reason}" if state == "pass" and reason else f"; {reason}" if reason else ""
-            state, reason = "error", (f"{VALUE_INVALID}: the result holds {len(numbers)} number(s) that are not "
-                                      f"finite or out of range ({numbers[0]}){said}")
+        if numbers and state in (Status.PASS, Status.ERROR):  # judged on a value nobody can check: never a pass
+            said = f"; the suite said: {reason}" if state == Status.PASS and reason else f"; {reason}" if reason else ""
+            state, reason = Status.ERROR, (f"{VALUE_INVALID}: the result holds {len(numbers)} number(s) that are not "
+                                             f"finite or out of range ({numbers[0]}){said}")
         return _with_notes(PodOutcome(state, reason, summary, started, finished, exit_code, notes), numbers)
 
     if terminated.get("reason") == "OOMKilled":
-        return outcome("error", f"the container was OOMKilled (exit {shown_exit}): raise the suite's memory")
+        return outcome(Status.ERROR, f"the container was OOMKilled (exit {shown_exit}): raise the suite's memory")
     if status.get("reason") == "DeadlineExceeded":
         budget = f" of {run_budget_s} s" if run_budget_s else ""
-        return outcome("error", f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
+        return outcome(Status.ERROR, f"the suite exceeded its run-time budget{budget} (activeDeadlineSeconds)")
     if _get(pod, "metadata", "deletionTimestamp") and exit_code in (137, 143):
-        return outcome("preempted", f"the pod was deleted while running (exit {exit_code})")
+        return outcome(Status.PREEMPTED, f"the pod was deleted while running (exit {exit_code})")
     if raw is None:
         last = _last_line(message) or _last_line(tail)
         if exit_code == 0:
-            return outcome("error", "the suite exited 0 without a result; never counted as a pass"
+            return outcome(Status.ERROR, "the suite exited 0 without a result; never counted as a pass"
                            + (f"; last output: {last}" if last else ""))
-        return outcome("error", f"the suite exited {shown_exit} without a result" + (f": {last}" if last else ""))
+        return outcome(Status.ERROR, f"the suite exited {shown_exit} without a result" + (f": {last}" if last else ""))
     problem = validate_summary(raw)
     if problem:
-        return outcome("error", f"malformed suite result ({problem})")
+        return outcome(Status.ERROR, f"malformed suite result ({problem})")
     if raw.get("node") != node_name:
-        return outcome("error", f"the result names node {_show(raw.get('node'))}, expected {node_name!r}")
+        return outcome(Status.ERROR, f"the result names node {_show(raw.get('node'))}, expected {node_name!r}")
     if raw.get("suite") != test_name:
-        return outcome("error", f"the result is for suite {_show(raw.get('suite'))}, expected {test_name!r}")
+        return outcome(Status.ERROR, f"the result is for suite {_show(raw.get('suite'))}, expected {test_name!r}")
     reported = raw["status"]
     by_exit = EXIT_STATUS.get(exit_code) if exit_code is not None else None
     reason = summary.get("reason")
     if by_exit is None:
-        return outcome("error", f"the suite was killed (exit {shown_exit}) after reporting {reported}")
+        return outcome(Status.ERROR, f"the suite was killed (exit {shown_exit}) after reporting {reported}")
     if by_exit != reported:
         worse = max(by_exit, reported, key=SEVERITY.get)
         return outcome(worse, f"exit code {exit_code} ({by_exit}) disagrees with the reported {reported}"
@@ -523,7 +537,7 @@ def to_attempt(
     except InvalidAttempt as exc:
         if not isinstance(node_name, str) or not isinstance(test_name, str):
             raise
-        status = "error" if executed else outcome.status
+        status = Status.ERROR if executed else outcome.status
         reason = clean_text(f"the pod's report could not be recorded as given ({exc}); "
                             f"it said: {outcome.status}: {outcome.reason or ''}", MAX_REASON)
         safe = {k: identity[k] for k in ("node_name", "test_name")}

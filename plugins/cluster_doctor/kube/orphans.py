@@ -43,6 +43,7 @@ from cluster_doctor.domain.attempts import UNREPORTED, Attempt, validate_test_na
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import OrphanReport
+from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import api_errors, discovery, podspec, retry
 from cluster_doctor.store import verdicts
 
@@ -243,7 +244,7 @@ def attempt_of(orphan: Orphan, settings: Settings, *, log_tail: list[str] | None
                                         **identity)
     reason = (f"orphaned: the validation task died and its pod was {orphan.decision.why}; pod deleted, "
               "no result")
-    return results.to_attempt(results.PodOutcome("skipped", reason), now=now, **identity)
+    return results.to_attempt(results.PodOutcome(Status.SKIPPED, reason), now=now, **identity)
 
 
 # ---------------------------------------------------------------------------- the cluster

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cluster_doctor.domain.quarantine import Failure
+from cluster_doctor.domain.status import Status
 from cluster_doctor.store import database
 
 # ---------------------------------------------------------------------------- what the results say
@@ -63,4 +64,4 @@ def healthy(connect: Any, nodes: Iterable[str], tests: Sequence[str]) -> set[str
             flagged = {r[0] for r in cur.fetchall()}
     finally:
         conn.close()
-    return {n for n in nodes if n not in flagged and all(status.get((n, t)) == "pass" for t in tests)}
+    return {n for n in nodes if n not in flagged and all(status.get((n, t)) == Status.PASS for t in tests)}

@@ -23,12 +23,13 @@ from cluster_doctor.domain.fleet_verdicts import (
     judge_attempt,
     node_value,
 )
+from cluster_doctor.domain.status import Status
 
 log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- database
-_JUDGED_STATUSES = ("pass", "fail")  # an errored suite's numbers are not trusted
+_JUDGED_STATUSES = (Status.PASS.value, Status.FAIL.value)  # an errored suite's numbers are not trusted
 
 
 def _connect(connect: Any):
@@ -230,7 +231,7 @@ def mark_suspects(connect: Any, latest_rows: Sequence[Sequence[Any]]) -> list[li
     out = []
     for row in latest_rows:
         row = list(row)
-        if row[2] == "pass" and (row[0], row[1]) in flagged:
-            row[2] = "fail"
+        if row[2] == Status.PASS and (row[0], row[1]) in flagged:
+            row[2] = Status.FAIL
         out.append(row)
     return out
