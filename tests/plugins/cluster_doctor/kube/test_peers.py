@@ -153,6 +153,46 @@ def test_a_side_that_never_schedules_gives_up_on_both_after_the_pending_timeout(
     assert reason.endswith("; both pods deleted") and result.client.outcome.reason == reason
 
 
+def test_a_bound_side_whose_container_never_starts_times_out_naming_its_waiting_reason(cluster):
+    cluster.set_script("gpu-001", "run")
+    cluster.set_script("gpu-002", "never_start")  # bound: the scheduler has nothing to say any more
+
+    _, result = launch(cluster, settings=Settings(pending_timeout_s=3, availability_check_s=1, suite_device="cpu"))
+
+    assert [s.outcome.status for s in result.sides] == ["timeout", "timeout"]
+    assert result.server.outcome.reason == (
+        "both pods of a peer test must be Running within 3 s: the client pod on gpu-002 was still Pending "
+        "(container waiting: ContainerCreating); both pods deleted")
+
+
+class FailingReadsOnceDeleted(Recorder):
+    """The apiserver stops answering reads once the launcher starts deleting (its final wait)."""
+
+    deleting = False
+
+    def delete_namespaced_pod(self, name, namespace, **kw):
+        self.deleting = True
+        return self.api.delete_namespaced_pod(name, namespace, **kw)
+
+    def read_namespaced_pod(self, name, namespace, **kw):
+        if self.deleting:
+            raise ApiException(status=500, reason="Internal Server Error")
+        return self.api.read_namespaced_pod(name, namespace, **kw)
+
+
+def test_the_final_wait_for_the_pods_to_go_never_raises(cluster):
+    passing(cluster, "gpu-001", "gpu-002")
+    passing(cluster, "gpu-002", "gpu-001")
+    api = FailingReadsOnceDeleted(retry.wrap(cluster.core_v1(), retry.RetryPolicy(attempts=1)))
+
+    launcher, result = launch(cluster, api=api)  # the wait's failed read is logged, not raised
+
+    assert [s.outcome.status for s in result.sides] == ["pass", "pass"]
+    assert api.deleting
+    cluster.wait_for(lambda: not cluster.live_pods("app.kubernetes.io/name=cluster-doctor"), timeout=10,
+                     message="both pods gone")
+
+
 def test_one_side_ending_stops_the_other(cluster, monkeypatch):
     monkeypatch.setattr(peers, "PEER_GRACE_S", 1)
     cluster.set_script("gpu-001", "crash", run_seconds=2)  # after the client started
