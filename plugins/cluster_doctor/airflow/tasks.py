@@ -35,6 +35,7 @@ from cluster_doctor.domain.payloads import (
 )
 from cluster_doctor.domain.quarantine import QuarantineReport
 from cluster_doctor.domain.reservation import ReservationPolicy
+from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims, plan_inputs, spool, verdicts
@@ -292,7 +293,7 @@ def record(
             key = (pair.node_name, pair.test_name)
             if key not in attempts:
                 attempts[key] = Attempt(
-                    node_name=key[0], test_name=key[1], status="skipped", finished_at=now,
+                    node_name=key[0], test_name=key[1], status=Status.SKIPPED, finished_at=now,
                     reason=UNREPORTED, gpu_model=pair.gpu_model, gpu_count=pair.gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=group_index[pair.node_name], try_number=0)
     # Whatever any run on any worker spooled first (quiet runs too); if writing this run's attempts

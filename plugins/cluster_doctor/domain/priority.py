@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import hostlist
 
-from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.domain.status import EXECUTED, Status
 
 NEVER = "never executed"
 STALE = "stale"
@@ -108,7 +108,7 @@ def why_due(state: PairState | None, now: dt.datetime, policy: Policy) -> str | 
         return OLDER_THAN_STALE_BEFORE
     if now - finished >= policy.staleness:
         return STALE
-    if state.status != "pass" and policy.failed_retest > dt.timedelta(0) and now - finished >= policy.failed_retest:
+    if state.status != Status.PASS and policy.failed_retest > dt.timedelta(0) and now - finished >= policy.failed_retest:
         return RETEST
     return None
 

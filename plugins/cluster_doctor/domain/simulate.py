@@ -43,6 +43,7 @@ from cluster_doctor.domain import peers, planning, priority, reservation, run_pl
 from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import GpuNode
 from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.status import Status
 
 DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -279,21 +280,21 @@ def _run_bundle(bundle: priority.Bundle, start: float, hour: int, n: int, cfg: S
             return (start if i == 0 else t), False
         if claimed <= t or claimed < t + duration:
             # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
-            what = "skipped" if claimed <= t else "preempted"
-            counts.preempted += what == "preempted"
-            counts.skipped += len(pairs) - i - (what == "preempted")
+            what = Status.SKIPPED if claimed <= t else Status.PREEMPTED
+            counts.preempted += what == Status.PREEMPTED
+            counts.skipped += len(pairs) - i - (what == Status.PREEMPTED)
             at = now + dt.timedelta(minutes=min(claimed, t + duration))
             states[key] = priority.PairState(prev.status if prev else None, prev.finished_at if prev else None,
                                              at, what)
             return max(t, min(claimed, t + duration)), True
         t += duration
-        status = "fail" if outcomes.random() < cfg.failure_rate else "pass"
-        counts.failed += status == "fail"
+        status = Status.FAIL if outcomes.random() < cfg.failure_rate else Status.PASS
+        counts.failed += status == Status.FAIL
         counts.executed += 1
         at = now + dt.timedelta(minutes=t)
         states[key] = priority.PairState(status, at, at, status)
         last[key] = hour + t / 60
-        if status == "fail" and pair.test_name == priority.HEALTH_FIRST:
+        if status == Status.FAIL and pair.test_name == priority.HEALTH_FIRST:
             # The rest is not worth running on a failing node: skipped, they stay due for the planner;
             # the node is judged (known bad) now, which is what the staleness figures measure.
             for rest in pairs[i + 1:]:
@@ -333,7 +334,7 @@ class _Peers:
             rnd.shuffle(order)
             for a, b in zip(order[::2], order[1::2]):
                 at = -rnd.random() * cfg.peer_cadence_days * 24
-                self._record(a, b, "pass", at)
+                self._record(a, b, Status.PASS, at)
 
     def _record(self, a: str, b: str, status: str, at_h: float) -> None:
         when = T0 + dt.timedelta(hours=at_h)
@@ -369,7 +370,7 @@ class _Peers:
             else:
                 end = start + duration
                 self.executed += 1
-                self._record(*match.nodes, "fail" if self.outcomes.random() < cfg.failure_rate else "pass", hour + end / 60)
+                self._record(*match.nodes, Status.FAIL if self.outcomes.random() < cfg.failure_rate else Status.PASS, hour + end / 60)
             heapq.heappush(slots, end)
             heapq.heappush(slots, end)
 
@@ -430,7 +431,7 @@ class _Simulation:
                     at = -rnd.random() * self.z_h
                     self.last[(name, test)] = at
                     when = T0 + dt.timedelta(hours=at)
-                    self.states[(name, test)] = priority.PairState("pass", when, when, "pass")
+                    self.states[(name, test)] = priority.PairState(Status.PASS, when, when, Status.PASS)
         self.total_pairs = cfg.nodes * len(cfg.tests)
         self.coverage: list[tuple[float, float]] = []
         self.worst, self.within, self.samples = 0.0, 0, 0

@@ -15,6 +15,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from cluster_doctor.domain import fleet_verdicts
+from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.templating import _CONTROL  # the control characters no page shows
 
 WIDTH, HEIGHT = 640, 150
@@ -71,7 +72,7 @@ def coverage_svg(samples: Sequence[Mapping[str, Any]], *, target: float | None =
 # ---------------------------------------------------------------------------- node page: metric history
 PLOT_W, PLOT_H = 440, 170
 P_LEFT, P_RIGHT, P_TOP, P_BOTTOM = 46, 12, 30, 22
-STATUS_COLORS = {"pass": "#1f8a3b", "fail": "#c62828", "error": "#e07b00"}
+STATUS_COLORS = {Status.PASS: "#1f8a3b", Status.FAIL: "#c62828", Status.ERROR: "#e07b00"}
 BAND_COLOR = "#2f6fdf"
 
 # What the node page plots per test: the judged metrics (cluster_doctor.domain.fleet_verdicts
@@ -355,8 +356,8 @@ def _transitions(points: Sequence[Mapping[str, Any]], frame: _Frame) -> list[str
     parts = []
     for p, before, after in transitions(points):
         tx = frame.x(p["at"])
-        color = STATUS_COLORS["pass"] if after == "pass" else STATUS_COLORS["fail"]
-        kind = "to-pass" if after == "pass" else "to-fail"
+        color = STATUS_COLORS[Status.PASS] if after == Status.PASS else STATUS_COLORS[Status.FAIL]
+        kind = "to-pass" if after == Status.PASS else "to-fail"
         tip = _text(f"{before} → {after}, {_when(p['at'])}")
         parts.append(f'<g class="transition {kind}"><title>{tip}</title>'
                      f'<line x1="{tx:.1f}" y1="{P_TOP}" x2="{tx:.1f}" y2="{_BOTTOM}" stroke="{color}" '
@@ -374,11 +375,11 @@ def _series(valued: Sequence[Mapping[str, Any]], frame: _Frame, unit_text: str) 
         parts.append(f'<polyline class="series" fill="none" stroke="currentColor" stroke-opacity="0.55" '
                      f'stroke-width="1.5" points="{coords}"/>')
     for p in valued:
-        status = p.get("status") if p.get("status") in STATUS_COLORS else "pass"
+        status = p.get("status") if p.get("status") in STATUS_COLORS else Status.PASS
         tip = _text(f"{_when(p['at'])}: {fmt_value(p['value'])}{unit_text} ({status})")
         cx, cy = frame.x(p["at"]), frame.y(p["value"])
         parts.append(f'<circle class="point st-{status}" cx="{cx:.1f}" cy="{cy:.1f}" '
-                     f'r="{3.5 if status == "pass" else 4.5}" fill="{STATUS_COLORS[status]}"><title>{tip}</title>'
+                     f'r="{3.5 if status == Status.PASS else 4.5}" fill="{STATUS_COLORS[status]}"><title>{tip}</title>'
                      "</circle>")
     return parts
 

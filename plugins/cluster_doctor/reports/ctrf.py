@@ -58,7 +58,7 @@ from cluster_doctor.domain.attempts import parse_timestamp
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import RunSummary
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.store import files
 from cluster_doctor.store.files import write_atomic
 
@@ -268,7 +268,7 @@ def _extra(attempt: Mapping[str, Any], checks: _Checks, *, newly_failing: bool,
         "node_name": attempt["node_name"],
         "test_name": attempt["test_name"],
         "status": status,
-        "executed": status in ("pass", "fail", "error"),
+        "executed": status in EXECUTED,
         "newly_failing": newly_failing,
         "gpu_model": attempt.get("gpu_model"),
         "gpu_count": attempt.get("gpu_count"),
@@ -333,7 +333,7 @@ def build_report(
     newly = {(n.node_name, n.test_name) for n in summary.newly_failing}
     ordered = sorted(attempts, key=lambda a: (a["node_name"], a["test_name"], a.get("try_number") or 0))
     tests = [ctrf_test(a, newly_failing=(a["node_name"], a["test_name"]) in newly
-                       and a["status"] in ("fail", "error")) for a in ordered]
+                       and a["status"] in FAILING) for a in ordered]
     counts = {s: 0 for s in CTRF_STATUSES}
     raw_counts: dict[str, int] = {}
     for test in tests:
