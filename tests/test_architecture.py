@@ -132,3 +132,30 @@ def test_the_file_scan_finds_open_and_path_reads(tmp_path):
         "def schema(p):\n    return p.read_text()\n")
     (tmp_path / "results.py").write_text("def _summary_validator(p):\n    return p.read_text()\n")
     assert file_calls(tmp_path) == ["config.py:2 load: open()", "config.py:6 schema: read_text()"]
+
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(root: pathlib.Path) -> list[str]:
+    """Every function under ``root`` longer than MAX_FUNCTION_LINES, from ``def`` to its last line."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_over_80_lines_in_the_library_the_suites_or_the_dags():
+    """Functions short enough to read at once (issue 27 §5): a long one is split into named steps."""
+    assert [f for root in ("plugins", "include", "dags") for f in long_functions(REPO / root)] == []
+
+
+def test_the_length_scan_finds_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "mod.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
+    assert long_functions(tmp_path) == ["mod.py:5 long (81 lines)"]
