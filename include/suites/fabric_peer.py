@@ -6,14 +6,16 @@ have, and then:
 
 * `ib_write_bw` (perftest) per rail: the server runs one `ib_write_bw -d <hca> -p <base+1+i>` per
   HCA at once, the client drives them one after the other; the BW average of each rail is judged
-  against the floor of the rate the node's HCAs should run (baselines.yaml fabric_peer), the slow
-  rail named by its HCA; every expected rail appears (a missing HCA fails, never skipped);
+  against the floor of its link type (baselines.yaml fabric_peer: the port's link layer, the rate
+  the node's HCAs should run and the NIC), the slow rail named by its HCA; every expected rail
+  appears (a missing HCA fails, never skipped);
 * a two-rank all-reduce forced onto the network (torch.distributed: nccl with NCCL_NET=IB and
   NCCL_DEBUG=INFO, the transport proven from NCCL's own lines; gloo over TCP in CPU mode), the
   values checked bit for bit on both sides, the bus bandwidth against the per-rail floor times the
   rails the run can drive, from the node's EXPECTED HCA count (never the count found).
 
-A peer that never shows up is an `error` (PEER_UNREACHABLE) with every check visibly not run.
+A peer that never shows up, or one that goes silent in a phase, is an `error` (PEER_UNREACHABLE)
+with every check that phase and the later ones would have recorded visibly not run.
 
     python -m cluster_doctor_suites.fabric_peer --role server|client --peer-address HOST [--device cpu]
 """
@@ -32,7 +34,7 @@ import time
 
 from . import parsers
 from .baselines import Baselines, Expectation, expectations, model_for_node
-from .checkers import ib_ports, ib_write_bw
+from .checkers import ib_hcas, ib_ports, ib_write_bw
 from .harness.checks import Check, SuiteError
 from .harness.context import Context
 from .harness.runner import main_entry, run_suite
@@ -127,15 +129,14 @@ def not_run(ctx: Context, checks, why: str, code: str) -> None:
 # --------------------------------------------------------------------------------------------------
 # ib_write_bw per rail
 # --------------------------------------------------------------------------------------------------
-def ib_floor(baselines: Baselines, expect) -> tuple[float | None, str]:
-    """The per-rail floor (Gb/s) of the rate the node's HCAs should run, never the rate they run."""
-    rate = expect.get("ib_rate_gbps")
-    spec = ((baselines.section(SUITE).get("ib_write_bw_gbps") or {}).get(rate)) if rate else None
-    if not spec:
-        return None, (f"no fabric_peer.ib_write_bw_gbps for {rate} Gb/s" if rate else
-                      "no expected port rate (expect.ib_rate_gbps, --expect ib_rate_gbps=N)")
-    e = Expectation("ib_write_bw_gbps", float(spec["value"]), float(spec["tolerance"]), str(spec["source"]))
-    return e.floor, f"{rate} Gb/s ports: {e.basis()}"
+def ib_floor(baselines: Baselines, expect, port: ib_ports.IbPort | None) -> tuple[float | None, str]:
+    """The rail's floor (Gb/s): by its port's link layer and NIC and the rate the node's HCAs should
+    run, never the rate they run."""
+    table = ib_write_bw.floors(baselines.section(SUITE).get("ib_write_bw_gbps"))
+    if port is None:
+        return None, "no port"
+    return ib_write_bw.floor_for(table, port.link_layer, expect.get("ib_rate_gbps"),
+                                 f"{port.device} {port.hca_type or ''}".strip())
 
 
 def rail_plan(local: list[str], peer: list[str], expected: int | None) -> list[tuple[int, str | None, str | None]]:
@@ -214,11 +215,11 @@ def _client_rail(ctx: Context, argv: list[str]) -> tuple[int | None, str]:
 
 
 def ib_phase(ctx: Context, store, role: str, rails, peer_rails: list[str], expect, baselines, peer_name: str) -> None:
-    """The HCA count, then one ib_write_bw check per expected rail. Both sides always go through
+    """The expected HCAs, then one ib_write_bw check per expected rail. Both sides always go through
     run_rails (possibly with nothing to run), so neither waits for a step the other skipped."""
-    selected, how = rails
+    selected, how, ports, exp = rails
     expected = expect.get("hcas")
-    ctx.record(ib_ports.count_check(selected, expect, how, ctx.cpu))
+    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu))
     if ctx.cpu:  # both sides are in CPU mode (a mixed pair is warned about): no rail phase at all
         ctx.check("ib_write_bw", "skip", code="IB_NOT_APPLICABLE",
                   message=f"CPU mode: no InfiniBand HCA; ib_write_bw not run ({len(selected)} port(s) present)")
@@ -228,11 +229,12 @@ def ib_phase(ctx: Context, store, role: str, rails, peer_rails: list[str], expec
     runnable = [(i, h if have_tool else None, p) for i, h, p in plan]
     ctx.set_phase(f"ib_write_bw over {sum(1 for _, h, p in runnable if h and p)} rail(s) with {peer_name}")
     results = run_rails(ctx, store, role, runnable, {p.device: p.port for p in selected}, peer_name)
-    floor, basis = ib_floor(baselines, expect)
+    by_device = {p.device: p for p in selected}
     if not plan:
         ctx.check("ib_write_bw", "skip", code="EXPECTATION_MISSING",
                   message=f"no rail to test: no HCA port here ({how}) and no expected count (expect.hcas)")
     for i, hca, peer_hca in plan:
+        floor, basis = ib_floor(baselines, expect, by_device.get(hca))
         ctx.record(_rail_check(ctx, i, hca, peer_hca, results, have_tool, floor, basis, peer_name, expect,
                                len(selected)))
     values = [c.value for c in ctx.checks if c.name == "ib_write_bw" and isinstance(c.value, float)]
@@ -455,6 +457,7 @@ def run(ctx: Context) -> None:
     expect = expectations(baselines, key if not ctx.cpu else None, a)
     ports = ib_ports.scan(a.sysfs_root)
     selected, how = ib_ports.select(ports, a.ib_hca)
+    exp = ib_hcas.expected_set(a.ib_hca, baselines.model(key).get("expect", {}).get("hca_ports"), expect)
     ctx.environment.update(gpu_model=model, gpu_count=len(gpus), baseline=key, expectations=expect.as_environment(),
                            peer_role=a.role, peer_address=a.peer_address, peer_port=a.peer_port,
                            ib_rails=[p.name for p in selected], ib_selection=how)
@@ -476,9 +479,20 @@ def run(ctx: Context) -> None:
     if peer.get("device") != a.device:
         ctx.warn(f"the peer runs in {peer.get('device')} mode, this side in {a.device} mode")
     ctx.environment["peer_reported"] = {k: peer.get(k) for k in ("node", "rails", "gpu_model", "device")}
-    ib_phase(ctx, store, a.role, (selected, how), list(peer.get("rails") or []), expect, baselines, peer_name)
+    try:
+        ib_phase(ctx, store, a.role, (selected, how, ports, exp), list(peer.get("rails") or []), expect, baselines,
+                 peer_name)
+    except SuiteError as exc:  # the peer went silent during the rails: what was not judged stays visible
+        rails = [(n, d) for n, d in [("ib_hca_count", None)] + expected_rails if not _recorded(ctx, n, d)]
+        not_run(ctx, rails + [(n, None) for n in ALLREDUCE_CHECKS], str(exc), exc.code or "PEER_UNREACHABLE")
+        raise
     allreduce_phase(ctx, store, rank, baselines, key, expect, peer_name)
     _goodbye(store, a.role)
+
+
+def _recorded(ctx: Context, name: str, device: str | None) -> bool:  # noqa: ARG001 - a rail's HCA is not known here
+    """A check of that name is already in (rails: any, they are recorded together after the runs)."""
+    return any(c.name == name for c in ctx.checks)
 
 
 def _gpu_count(ctx: Context) -> list[str]:

@@ -1,13 +1,16 @@
-"""ib_health: seconds, no load. Every HCA port the node's model should have is present, Active /
-LinkUp at the expected rate and width, and its error counters (symbol errors, link downed, link
-error recovery, receive errors, buffer overruns, ...) have not grown since the previous run; RoCE
-ports through the mlx5 ethtool statistics. Read from sysfs, no privilege needed.
+"""ib_health: seconds, no load. Every compute HCA the node should have is present (the expected set by
+name, else by count), Active / LinkUp at the expected rate and width, and its error counters
+(symbol errors, link downed, link error recovery, receive errors, buffer overruns, ...) below their
+thresholds on a first sample and not growing since the previous run after that, with a link flap
+failing for a window of hours; RoCE ports through the mlx5 ethtool statistics. Read from sysfs, no
+privilege needed.
 
     python -m cluster_doctor_suites.ib_health [--gpu-model NVIDIA-H100-80GB-HBM3] [--expect hcas=8]
 
-The previous counter values come from the last ib_health result of this node in the output
-directory (`<output-dir>/ib_health/<node>/`, the shared results volume in pods), or --previous.
-CPU mode (--device cpu) has no fabric to judge: the ports are a visible not-run.
+The previous counter values (and flaps still inside their window) come from the last ib_health
+result of this node in the output directory (`<output-dir>/ib_health/<node>/`: in pods the shared
+results volume, the same on any executor), or --previous. CPU mode (--device cpu) has no fabric to
+judge: the ports are a visible not-run.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import os
 import shutil
 
 from .baselines import Baselines, expectations, model_for_node
-from .checkers import ib_counters, ib_ports, roce_counters
+from .checkers import ib_counters, ib_hcas, ib_ports, roce_counters
 from .harness.context import Context
 from .harness.files import safe_name
+from .harness.mounts import MOUNTINFO, mount_of
 from .harness.inventory import gpu_inventory
+from .harness.checks import SuiteError
 from .harness.runner import main_entry, run_suite
 from .harness.text import iso, one_line, utcnow
 
@@ -39,8 +44,13 @@ def add_arguments(p) -> None:
     g.add_argument("--previous", default=os.environ.get("CLUSTER_DOCTOR_IB_PREVIOUS") or None,
                    help="a previous ib_health result JSON to judge counter growth against (default: the newest in "
                    "<output-dir>/ib_health/<node>/) [CLUSTER_DOCTOR_IB_PREVIOUS]")
+    g.add_argument("--flap-window-hours", type=float,
+                   default=os.environ.get("CLUSTER_DOCTOR_IB_FLAP_WINDOW_HOURS") or None,
+                   help="a link flap fails every run for this long (default: baselines.yaml "
+                   "ib_health.flap_window_hours, 6 as AzureHPC NHC) [CLUSTER_DOCTOR_IB_FLAP_WINDOW_HOURS]")
     g.add_argument("--ethtool", default="ethtool", help="ethtool binary (RoCE port statistics)")
     g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
+    g.add_argument("--mountinfo", default=MOUNTINFO, help="the mount table read (tests)")
 
 
 def default_timeout(args) -> float:
@@ -51,7 +61,11 @@ def default_timeout(args) -> float:
 def run(ctx: Context) -> None:
     a = ctx.args
     baselines = Baselines.load(a.baselines)
-    policy = baselines.section("ib_health").get("counters") or {}
+    section = baselines.section("ib_health")
+    try:
+        rules = ib_counters.rules(section.get("counters"))
+    except ValueError as exc:
+        raise SuiteError(f"baselines {baselines.path}: {exc}") from None
     names = [] if ctx.cpu else [g.get("name") for g in gpu_inventory()[0]]
     key, model = model_for_node(ctx, baselines, names)
     expect = expectations(baselines, key if not ctx.cpu else None, a)
@@ -60,18 +74,30 @@ def run(ctx: Context) -> None:
     ctx.set_phase(f"scan {a.sysfs_root}")
     ports = ib_ports.scan(a.sysfs_root)
     selected, how = ib_ports.select(ports, a.ib_hca)
+    exp = ib_hcas.expected_set(a.ib_hca, baselines.model(key).get("expect", {}).get("hca_ports") if not ctx.cpu
+                               else None, expect)
     ctx.environment.update(ib_ports=[{"port": p.name, "link_layer": p.link_layer, "state": p.state,
                                       "rate": p.rate_gbps, "hca_type": p.hca_type, "fw": p.fw_ver,
-                                      "judged": p in selected} for p in ports], ib_selection=how)
+                                      "judged": p in selected, "unreadable": p.device_error or None} for p in ports],
+                           ib_selection=how, ib_expected_hcas={"names": list(exp.names), "count": exp.count,
+                                                               "basis": exp.basis})
     roce = [p for p in ports if p.link_layer == "Ethernet"] if not a.ib_hca and not selected else []
-    ctx.record(ib_ports.count_check(selected, expect, how, ctx.cpu, roce))
+    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce))
     ctx.metric("ib_ports_present", len(selected), summary=True)
     if ctx.cpu:  # nothing to prove without the node's fabric: visibly not run, never a fail
         ctx.check("ib_ports", "skip", value=len(selected), unit="ports", code="IB_NOT_APPLICABLE",
                   message=f"CPU mode: {len(selected)} port(s) present, state, rate and counters not judged")
         return
-    _judge_ports(ctx, selected, expect)
-    _judge_counters(ctx, a, selected, policy)
+    _judge_ports(ctx, selected + _unreadable(ports, a.ib_hca), expect)
+    window = a.flap_window_hours if a.flap_window_hours is not None else float(section.get("flap_window_hours", 6))
+    _judge_counters(ctx, a, selected, rules, window)
+
+
+def _unreadable(ports: list[ib_ports.IbPort], spec: str | None) -> list[ib_ports.IbPort]:
+    """Entries sysfs lists but cannot read that belong to the fabric: named by the selection, or any
+    when nothing names it (their link layer cannot be read either)."""
+    bad = [p for p in ports if p.device_error]
+    return [p for p in bad if ib_ports._matches(spec, p)] if spec else bad
 
 
 def _judge_ports(ctx: Context, selected: list[ib_ports.IbPort], expect) -> None:
@@ -84,29 +110,45 @@ def _judge_ports(ctx: Context, selected: list[ib_ports.IbPort], expect) -> None:
     ctx.metric("ib_ports_active", len(up), summary=True)
 
 
-def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], policy: dict) -> None:
-    """Sample every port's counters, judge their growth against the previous run's sample, and keep
-    this sample in the result for the next run."""
+def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dict, window_h: float) -> None:
+    """Sample every port's counters, judge them (first sample: thresholds; later: growth; flaps: a
+    window), and keep this sample and the flaps in the window in the result for the next run."""
     ctx.set_phase("error counters")
     boot = _read(a.boot_id_file)
     previous, why = _previous(ctx, a)
     if previous is not None and boot and previous.get("boot_id") and previous["boot_id"] != boot:
-        previous, why = None, f"the node rebooted since the previous sample of {previous.get('taken_at', '?')}"
+        why = f"the node rebooted since the previous sample of {previous.get('taken_at', '?')}"
     ethtool = shutil.which(a.ethtool)
-    sample = {"boot_id": boot, "taken_at": iso(utcnow()), "ports": {}}
-    grown_total = 0
+    at = utcnow()
+    sample = {"boot_id": boot, "taken_at": iso(at), "ports": {}, "flaps": {}, "flap_window_hours": window_h}
+    found_total = 0
     for p in selected:
         if p.link_layer == "Ethernet":
-            now = roce_counters.read(ctx, ethtool, a.sysfs_root, p.device, p.port, policy)
+            now = roce_counters.read(ctx, ethtool, a.sysfs_root, p.device, p.port, rules)
         else:
-            now = ib_counters.read_sysfs(a.sysfs_root, p.device, p.port, policy)
+            now = ib_counters.read_sysfs(a.sysfs_root, p.device, p.port, rules)
         if not now.unavailable:
             sample["ports"][now.port] = now.to_json()
-        c = ctx.record(ib_counters.judge(now, previous, why, policy))
-        if c.status in ("fail", "warn") and isinstance(c.value, int):
-            grown_total += c.value
+        v = ib_counters.judge(now, previous, why, rules, window_h, at)
+        ctx.record(v.check)
+        if v.flap:
+            sample["flaps"][now.port] = v.flap
+        found_total += v.found
     ctx.environment["ib_counters"] = sample
-    ctx.metric("ib_counter_growth", grown_total, summary=True)
+    ctx.metric("ib_counter_growth", found_total, summary=True)
+    _state_kept(ctx, a)
+
+
+def _state_kept(ctx: Context, a) -> None:
+    """The next run reads this sample back from the output directory: on a container's own root
+    filesystem (an overlay) it is lost with the pod, and growth and the flap window go unjudged.
+    Said in the result, not failed: the node is not at fault."""
+    where = os.path.join(a.output_dir, SUITE, safe_name(a.node))
+    m = mount_of(where, a.mountinfo)
+    if not a.previous and m is not None and m.mount_point == "/" and m.fstype == "overlay":
+        ctx.warn(f"{where} is on the container's own root filesystem ({m.fstype}), not a volume: the next run will "
+                 "not find this sample (counter growth and the flap window need the shared results volume, or "
+                 "--previous)")
 
 
 def _previous(ctx: Context, a) -> tuple[dict | None, str]:

@@ -165,8 +165,9 @@ def judge_transport(ctx: Context, info: dict, transport: str, expect_net: str, n
     ctx.metric("nccl_gdr_channels", info["gdr_channels"])
     ctx.metric("nccl_ib_devices", len(info["ib_devices"]), summary=transport == "ib")
     if n < 2:
-        ctx.check("transport", "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
-                  message="single GPU: no inter-GPU transport to prove")
+        for name in ("transport", "transport_isolation") if transport == "ib" else ("transport",):
+            ctx.check(name, "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
+                      message="single GPU: no inter-GPU transport to prove")
         return
     summary = ", ".join(f"{f} x{c}" for f, c in sorted(families.items())) or "none"
     if transport == "ib":
@@ -185,6 +186,10 @@ def _judge_isolation(ctx: Context, families: dict, summary: str) -> None:
     elif families:
         ctx.check("transport_isolation", "pass", value="NET only", threshold="NET only",
                   message=f"no P2P/SHM/NVLS channel: every channel left the node ({summary})")
+    else:  # no channel line: nothing shows the traffic left the node, nor that it did not
+        ctx.check("transport_isolation", "skip", threshold="NET only", code="NCCL_TRANSPORT_UNKNOWN",
+                  message="NCCL printed no 'Channel ... via ...' line: whether P2P/SHM/NVLS stayed off cannot be "
+                  "proven (NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,NET reaching the suite?)")
 
 
 def _judge_network(ctx: Context, info: dict, expect_net: str, summary: str) -> None:
@@ -573,8 +578,9 @@ def run(ctx: Context) -> None:
     if not rows:
         raise SuiteError("the all-reduce produced no results")
     if ctx.cpu:
-        ctx.check("transport", "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
-                  message="CPU mode: gloo over TCP loopback has no NCCL transport to prove")
+        for name in ("transport", "transport_isolation") if ctx.args.transport == "ib" else ("transport",):
+            ctx.check(name, "skip", code="NCCL_TRANSPORT_NOT_APPLICABLE",
+                      message="CPU mode: gloo over TCP loopback has no NCCL transport to prove")
     else:
         _judge_nccl_said(ctx, plan, info)
     expectation = baselines.expectation(plan.key, plan.metric, plan.n, hcas=plan.hcas) if plan.key else None

@@ -5,6 +5,13 @@ I/O where the filesystem allows it (probed; buffered with end_fsync and a warnin
 bounded size and runtime, in a per-node scratch directory that is removed afterwards, also on
 failure, SIGTERM or timeout. Reports bandwidth (MiB/s), IOPS and p99 completion latency (ms).
 
+The target must be on the storage it is meant to measure (`--mount`): by default (GPU mode) a
+mounted volume, not the container's own root filesystem. The harness creates `<output>/storage_fio/
+<node>` before any suite code runs, so without the results volume in the pod that directory exists
+on the image's overlay and fio would happily benchmark it: found by the device id (st_dev against
+`/`) and /proc/self/mountinfo, it is an `error` (STORAGE_NOT_MOUNTED: a deployment problem, the node
+is not proven bad), every pattern a visible not-run.
+
     python -m cluster_doctor_suites.storage_fio [--dir /data/continuous_validation] [--profile default] ...
 """
 
@@ -20,7 +27,9 @@ from . import parsers
 from .baselines import Baselines
 from .harness.checks import SuiteError
 from .harness.context import Context
+from .harness.checks import Check
 from .harness.files import safe_name
+from .harness.mounts import MOUNTINFO, mount_of, same_device_as_root
 from .harness.inventory import gpu_inventory
 from .harness.runner import main_entry, run_suite
 from .harness.text import fmt, one_line
@@ -47,6 +56,14 @@ def add_arguments(p) -> None:
     g.add_argument(
         "--fio", default=os.environ.get("CLUSTER_DOCTOR_FIO", "fio"), help="fio binary [CLUSTER_DOCTOR_FIO]"
     )
+    g.add_argument(
+        "--mount",
+        default=os.environ.get("CLUSTER_DOCTOR_FIO_MOUNT") or None,
+        help="where the target must live: 'volume' (a mount other than the root filesystem; default in GPU "
+        "mode), a mount point (the target's mount is it or below it), or 'any' (default in CPU mode) "
+        "[CLUSTER_DOCTOR_FIO_MOUNT]",
+    )
+    g.add_argument("--mountinfo", default=MOUNTINFO, help="the mount table read (tests)")
     g.add_argument(
         "--profile",
         default=None,
@@ -210,6 +227,58 @@ def write_failure(ctx: Context, target: str, exc: OSError, what: str) -> None:
     )
 
 
+def _target_ready(ctx: Context, target: str, patterns: list[str]) -> bool:
+    """The target exists and is on the storage to measure; else the finding, and every pattern not run."""
+    if not os.path.isdir(target):
+        ctx.check("storage_writable", "fail", value="ENOENT", device=target, code="STORAGE_MISSING",
+                  message=f"target directory {target} does not exist on this node (volume not mounted?)")
+        not_run(ctx, patterns, target, "the target directory does not exist")
+        return False
+    a = ctx.args
+    mount = ctx.record(judge_mount(target, a.mount or ("any" if ctx.cpu else "volume"), a.mountinfo, ctx.cpu))
+    if mount.status != "pass":
+        not_run(ctx, patterns, target, "the target is not on the storage to measure")
+        return False
+    return True
+
+
+def judge_mount(target: str, want: str, mountinfo: str = MOUNTINFO, cpu: bool = False) -> Check:
+    """`storage_mount`: the target is on the storage the run is meant to measure. `want`: 'volume'
+    (any mount but the root filesystem), 'any', or the mount point it must be on (or below)."""
+    m = mount_of(target, mountinfo)
+    on_root = same_device_as_root(target)
+    where = (f"{m.mount_point} ({m.fstype} {m.source}" + (f", subtree {m.root}" if m.root != "/" else "")
+             + f", device {m.device})") if m else f"an unknown mount ({mountinfo} unreadable)"
+    if want == "any":
+        return Check("storage_mount", "pass", m.mount_point if m else None, threshold="any", device=target,
+                     message=f"any filesystem accepted ({'CPU mode default' if cpu else '--mount any'}): on {where}")
+    if want == "volume":
+        if on_root or (m is not None and m.mount_point == "/"):
+            return Check("storage_mount", "error", "/", threshold="a mounted volume", device=target,
+                         code="STORAGE_NOT_MOUNTED",
+                         message=f"{target} is on the container's root filesystem ({where}, the device of /), not on "
+                         "a mounted volume: fio would measure the image's own disk. The pod has no volume there "
+                         "(the template's `results` volume, or --dir / CLUSTER_DOCTOR_FIO_DIR)")
+        if m is None and on_root is None:
+            return Check("storage_mount", "error", threshold="a mounted volume", device=target, code="STORAGE_NOT_MOUNTED",
+                         message=f"cannot tell which filesystem {target} is on ({mountinfo} and stat unreadable)")
+        return Check("storage_mount", "pass", m.mount_point if m else None, threshold="a mounted volume", device=target,
+                     message=f"on {where}, a volume: not the root filesystem's device")
+    mp = (m.mount_point.rstrip("/") or "/") if m else None
+    want_mp = want.rstrip("/") or "/"
+    if mp and (mp == want_mp or want_mp == "/" or mp.startswith(want_mp + "/")):
+        return Check("storage_mount", "pass", mp, threshold=f"mounted at {want_mp}", device=target,
+                     message=f"on {where}, the expected mount {want_mp}")
+    return Check("storage_mount", "error", mp, threshold=f"mounted at {want_mp}", device=target, code="STORAGE_NOT_MOUNTED",
+                 message=f"{target} is on {where}, not on the expected mount {want_mp} (--mount / CLUSTER_DOCTOR_FIO_MOUNT)")
+
+
+def not_run(ctx: Context, patterns: list[str], target: str, why: str) -> None:
+    """Every pattern a visible not-run when fio could not measure the target."""
+    for name in patterns:
+        ctx.check(f"{name}_result", "skip", device=target, code="STORAGE_NOT_RUN", message=f"{name} not run: {why}")
+
+
 def _cleanup_stale(parent: str, node: str) -> None:
     """Scratch directories of this node left by a run that was SIGKILLed (OOM killer, node reboot)."""
     try:
@@ -262,15 +331,7 @@ def run(ctx: Context) -> None:
     if rc != 0 or not version.startswith("fio"):
         raise SuiteError(f"{fio} --version failed (rc {rc}): {one_line(err or out, 120)}")
 
-    if not os.path.isdir(target):
-        ctx.check(
-            "storage_writable",
-            "fail",
-            value="ENOENT",
-            device=target,
-            message=f"target directory {target} does not exist on this node (volume not mounted?)",
-            code="STORAGE_MISSING",
-        )
+    if not _target_ready(ctx, target, patterns):
         return
     parent = os.path.join(target, SCRATCH_PARENT)
     scratch = os.path.join(parent, f"{safe_name(ctx.node)}.{os.getpid()}.{int(time.time())}")
@@ -280,6 +341,7 @@ def run(ctx: Context) -> None:
         os.mkdir(scratch, 0o700)
     except OSError as exc:
         write_failure(ctx, target, exc, "create the scratch directory")
+        not_run(ctx, patterns, target, "the scratch directory could not be created")
         return
     ctx.register_scratch(scratch)
     try:
@@ -322,9 +384,11 @@ def _run_in_scratch(
     iodepth: int,
 ) -> None:
     if not _enough_space(ctx, scratch, target, _size_bytes(size) * numjobs + (64 << 20)):
+        not_run(ctx, patterns, target, "not enough free space")
         return
     direct = _direct_io(ctx, scratch, target)
     if direct is None:
+        not_run(ctx, patterns, target, "the probe write failed")
         return  # the probe write failed: a storage_writable finding says why
     ioengine = _ioengine(ctx, fio, direct)
     jf = os.path.join(scratch, "cluster-doctor.fio")

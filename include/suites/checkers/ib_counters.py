@@ -1,31 +1,42 @@
-"""Error counters of each fabric port, judged by their growth since the previous ib_health run on
-the node: a counter that grew is a finding, a constant old value is not.
+"""Error counters of each fabric port: a first sample judged against absolute thresholds, every
+later one by its growth since the previous ib_health run on the node, and a link flap failing for a
+window of hours, not only in the run that saw it.
 
 InfiniBand ports: /sys/class/infiniband/<dev>/ports/<n>/counters/ (the PMA PortCounters the kernel
 reads, drivers/infiniband/core/sysfs.c, which also fixes each counter's width: symbol_error 16 bits,
 link_downed 8, local_link_integrity_errors 4, ...; IBTA counters stop at their maximum, so a
 saturated one can no longer show growth; "N/A (no PMA)" when the HCA answers no PMA query). RoCE
-ports: the mlx5 physical-port statistics of `ethtool -S` (roce_counters.py). What a growing counter
-means comes from baselines.yaml `ib_health.counters` (class flap, link_error or congestion, with
-sources); counters not listed there are recorded but not judged.
+ports: the mlx5 physical-port statistics of `ethtool -S` (roce_counters.py). What a counter means
+comes from baselines.yaml `ib_health.counters` (class flap, link_error or congestion, and the
+threshold a first sample is judged against, with sources); counters not listed there are recorded
+but not judged.
+
+* No comparable previous sample (the first run, a reboot, another HCA or source): the values are
+  all the errors since the counters were last cleared, judged against the thresholds (those of
+  infiniband-diags' ibcheckerrs: a port with millions of CRC errors fails on its first run).
+* A previous sample: a counter that grew is a finding (its class says how bad); a counter lower than
+  last time was cleared (perfquery -R, a firmware reset) and what it shows now is all new: judged
+  as growth from 0.
+* A flap (link_downed / link_down_events_phy grew, or at its threshold on a first sample) is
+  remembered with its time in the sample and fails every run for `flap_window_hours` (AzureHPC
+  NHC's check_ib_link_flapping: no flap within 6 h), across reboots, for the same port GUID.
 
 The previous values travel with the result: every run stores its sample in the result's
-environment (`ib_counters`: boot id, time, and per port the port GUID, where the values came from
-and the values), and the next run reads it back (ib_health.py finds it). A previous sample of
-another boot, of another HCA (port GUID) or of another source is no baseline: recorded, judged next
-time.
+environment (`ib_counters`: boot id, time, per port the port GUID, where the values came from and
+the values, and the flaps still inside the window), and the next run reads it back from the shared
+results volume (ib_health.py finds it).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 from dataclasses import dataclass, field
 
 from ..harness.checks import Check
 from ..harness.text import one_line
 
-CODES = ("IB_LINK_FLAPPED", "IB_LINK_ERRORS", "IB_DISCARDS_GROWING", "IB_COUNTER_SATURATED", "IB_COUNTERS_NO_BASELINE",
-         "IB_COUNTERS_UNAVAILABLE")
+CODES = ("IB_LINK_FLAPPED", "IB_LINK_ERRORS", "IB_DISCARDS_GROWING", "IB_COUNTER_SATURATED", "IB_COUNTERS_UNAVAILABLE")
 # PortCounters widths in bits (drivers/infiniband/core/sysfs.c, PORT_PMA_ATTR); the 64-bit data and
 # packet counters of PortCountersExtended are not error counters
 WIDTH = {
@@ -37,6 +48,38 @@ WIDTH = {
 # the class of a growing counter -> (status, code), most severe first
 CLASSES = {"flap": ("fail", "IB_LINK_FLAPPED"), "link_error": ("fail", "IB_LINK_ERRORS"),
            "congestion": ("warn", "IB_DISCARDS_GROWING")}
+
+
+@dataclass(frozen=True)
+class CounterRule:
+    """How one counter is judged: its class, and the value a first sample must stay below."""
+
+    name: str
+    cls: str  # flap, link_error or congestion
+    threshold: int | None
+
+
+def rules(counters: dict) -> dict[str, CounterRule]:
+    """baselines.yaml `ib_health.counters` as rules: {name: {class, threshold}}."""
+    out = {}
+    for name, spec in (counters or {}).items():
+        spec = spec or {}
+        cls = str(spec.get("class", ""))
+        if cls not in CLASSES:
+            raise ValueError(f"ib_health.counters.{name}: class {cls!r} is not one of {', '.join(CLASSES)}")
+        t = spec.get("threshold")
+        out[str(name)] = CounterRule(str(name), cls, int(t) if isinstance(t, int) and not isinstance(t, bool) else None)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An `ib_counters` check, the flap this port carries forward (None: none in the window) and how
+    many errors and events this sample found (a flap carried from an earlier run adds none)."""
+
+    check: Check
+    flap: dict | None
+    found: int = 0
 
 
 @dataclass
@@ -85,31 +128,80 @@ def _guid(path: str) -> str | None:
         return None
 
 
-def judge(now: PortSample, previous: dict | None, why_no_previous: str, policy: dict[str, dict]) -> Check:
-    """One `ib_counters` check for the port: the most severe class of the counters that grew since
-    the previous sample; not run (with why) when there is no comparable previous sample or a counter
-    that matters is saturated; a pass names the window it covers."""
-    if now.unavailable:
-        return Check("ib_counters", "skip", device=now.port, code="IB_COUNTERS_UNAVAILABLE", message=now.unavailable)
-    judged = {k: v for k, v in now.values.items() if k in policy}
-    if not judged:
-        return Check("ib_counters", "skip", device=now.port, code="IB_COUNTERS_UNAVAILABLE",
-                     message=f"none of the judged counters present ({now.source}: {', '.join(sorted(now.values)[:5])})")
+def judge(now: PortSample, previous: dict | None, why_no_previous: str, rules: dict[str, CounterRule],
+          window_h: float, at: _dt.datetime) -> Verdict:
+    """One `ib_counters` check for the port, and its flap record for the next run."""
+    flap = _flap_in_window(now, previous, window_h, at)
+    if now.unavailable or not any(k in rules for k in now.values):
+        why = now.unavailable or (f"none of the judged counters present ({now.source}: "
+                                  f"{', '.join(sorted(now.values)[:5])})")
+        if flap:  # the counters cannot be read now, but the flap seen earlier is still inside its window
+            return Verdict(_flap_check(now.port, flap, window_h, f"; counters not readable now: {why}"), flap, 0)
+        return Verdict(Check("ib_counters", "skip", device=now.port, code="IB_COUNTERS_UNAVAILABLE", message=why), None)
     base, why = _comparable(now, previous, why_no_previous)
     if base is None:
-        return Check("ib_counters", "skip", len(judged), "counters", device=now.port, code="IB_COUNTERS_NO_BASELINE",
-                     message=f"{why}: {len(judged)} counter(s) recorded ({now.source}), growth is judged from the next run")
-    grown, reset = {}, []
-    for k, v in judged.items():
-        if k in base and v > base[k]:
-            grown[k] = (base[k], v)
-        elif k in base and v < base[k]:
-            reset.append(k)  # cleared (perfquery -R) or wrapped: a new baseline for it, not a finding
-    return _verdict(now, grown, reset, policy, previous.get("taken_at") if previous else None)
+        found, note = _absolute(now, rules), f"since the counters were last cleared (first sample: {why})"
+    else:
+        found, note = _growth(now, base, rules), f"since {(previous or {}).get('taken_at') or 'the previous sample'}"
+    first = base is None
+    flaps = {k: d for k, d in found.items() if rules[k].cls == "flap"}
+    if flaps:
+        flap = {"at": _iso(at), "what": f"{_list(flaps, now, rules, first)} {note}", "guid": now.guid,
+                "count": _total(flaps)}
+    if flap:
+        rest = {k: d for k, d in found.items() if k not in flaps}
+        return Verdict(_flap_check(now.port, flap, window_h, f"; {_list(rest, now, rules, first)} {note}" if rest else ""),
+                       flap, _total(found))
+    return Verdict(_verdict(now, found, rules, note, first), None, _total(found))
+
+
+def _absolute(now: PortSample, rules: dict[str, CounterRule]) -> dict[str, tuple[int | None, int]]:
+    """{counter: (0, value)} for the counters at or above their threshold."""
+    return {k: (0, v) for k, v in now.values.items()
+            if k in rules and rules[k].threshold is not None and v >= rules[k].threshold}
+
+
+def _growth(now: PortSample, base: dict[str, int], rules: dict[str, CounterRule]) -> dict[str, tuple[int | None, int]]:
+    """{counter: (before, now)} for the counters that grew; a counter lower than before was cleared
+    and everything it shows is new: (None, now)."""
+    out = {}
+    for k, v in now.values.items():
+        if k not in rules or k not in base:
+            continue
+        if v > base[k]:
+            out[k] = (base[k], v)
+        elif 0 < v < base[k]:
+            out[k] = (None, v)
+    return out
+
+
+def _flap_in_window(now: PortSample, previous: dict | None, window_h: float, at: _dt.datetime) -> dict | None:
+    """The flap the previous sample carried for this port, if it is still inside the window and the
+    port is the same HCA (GUID)."""
+    rec = ((previous or {}).get("flaps") or {}).get(now.port)
+    if not isinstance(rec, dict) or not rec.get("at"):
+        return None
+    if rec.get("guid") and now.guid and rec["guid"] != now.guid:
+        return None  # another HCA: a replaced part does not inherit the old one's flaps
+    try:
+        seen = _dt.datetime.fromisoformat(str(rec["at"]))
+    except ValueError:
+        return None
+    return rec if _dt.timedelta(0) <= at - seen < _dt.timedelta(hours=window_h) else None
+
+
+def _flap_check(port: str, flap: dict, window_h: float, tail: str) -> Check:
+    return Check("ib_counters", "fail", flap.get("count"), "flaps", f"no flap within {window_h:g} h", device=port,
+                 code="IB_LINK_FLAPPED", message=f"the link went down and came back: {flap.get('what')}, seen at "
+                 f"{flap.get('at')}, inside the {window_h:g} h flap window (AzureHPC NHC check_ib_link_flapping){tail}")
+
+
+def _iso(ts: _dt.datetime) -> str:
+    return ts.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _comparable(now: PortSample, previous: dict | None, why_none: str) -> tuple[dict | None, str]:
-    if previous is None:
+    if previous is None or why_none:  # why_none: a previous sample that is no baseline (another boot)
         return None, why_none or "no previous ib_health result on this node"
     prev = (previous.get("ports") or {}).get(now.port)
     if not isinstance(prev, dict):
@@ -124,28 +216,45 @@ def _comparable(now: PortSample, previous: dict | None, why_none: str) -> tuple[
     return {k: int(v) for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool)}, ""
 
 
-def _verdict(now: PortSample, grown: dict, reset: list, policy: dict, since: str | None) -> Check:
-    window = f"since {since}" if since else "since the previous sample"
-    saturated = sorted(k for k, v in now.values.items() if k in policy and k in now.widths
-                       and v >= (1 << now.widths[k]) - 1 and k not in grown)
-    for cls, (status, code) in CLASSES.items():
-        hits = {k: d for k, d in grown.items() if (policy.get(k) or {}).get("class") == cls}
-        if hits and status == "fail":
-            return Check("ib_counters", status, sum(b - a for a, b in hits.values()), "errors", "== 0 growth",
-                         f"{_list(grown)} {window} ({now.source})", now.port, code)
-    if saturated:
+def _verdict(now: PortSample, found: dict, rules: dict[str, CounterRule], note: str, first: bool) -> Check:
+    """link_error findings fail, a saturated counter that cannot show growth is not run, congestion
+    warns, else a pass that says what it covered."""
+    bad = {k: d for k, d in found.items() if rules[k].cls == "link_error"}
+    threshold = "< threshold" if first else "== 0 growth"
+    if bad:
+        return Check("ib_counters", "fail", _total(bad), "errors", threshold,
+                     f"{_list(bad, now, rules, first)} {note} ({now.source})", now.port, CLASSES["link_error"][1])
+    saturated = sorted(k for k, v in now.values.items() if k in rules and k in now.widths
+                       and v >= (1 << now.widths[k]) - 1 and k not in found)
+    if saturated and not first:
         return Check("ib_counters", "skip", len(saturated), "counters", device=now.port, code="IB_COUNTER_SATURATED",
                      message=f"{', '.join(f'{k}={now.values[k]}' for k in saturated)} at the maximum of the counter: "
-                     f"growth cannot be seen until it is cleared" + (f"; {_list(grown)} {window}" if grown else ""))
-    if grown:
-        code = CLASSES["congestion"][1]
-        return Check("ib_counters", "warn", sum(b - a for a, b in grown.values()), "events", "== 0 growth",
-                     f"{_list(grown)} {window} ({now.source})", now.port, code)
-    note = f"; reset since: {', '.join(reset)}" if reset else ""
-    return Check("ib_counters", "pass", 0, "errors", "== 0 growth",
-                 f"no error counter grew {window} ({len([k for k in now.values if k in policy])} judged, "
-                 f"{now.source}){note}", now.port)
+                     f"growth cannot be seen until it is cleared" + (f"; {_list(found, now, rules)} {note}" if found else ""))
+    if found:
+        return Check("ib_counters", "warn", _total(found), "events", threshold,
+                     f"{_list(found, now, rules, first)} {note} ({now.source})", now.port, CLASSES["congestion"][1])
+    judged = len([k for k in now.values if k in rules])
+    what = "at or above its threshold" if first else "grew"
+    return Check("ib_counters", "pass", 0, "errors", threshold,
+                 f"no error counter {what} {note} ({judged} judged, {now.source})"
+                 + ("; growth is judged from the next run" if first else ""), now.port)
 
 
-def _list(grown: dict) -> str:
-    return ", ".join(f"{k} +{b - a} ({a} -> {b})" for k, (a, b) in sorted(grown.items(), key=lambda kv: kv[0]))
+def _total(found: dict) -> int:
+    return sum(b - (a or 0) for a, b in found.values())
+
+
+def _list(found: dict, now: PortSample, rules: dict[str, CounterRule], first: bool = False) -> str:
+    """`symbol_error +40 (0 -> 40)`, a cleared one `port_rcv_errors 3 new (cleared since)`, a first
+    sample's `symbol_error=13115284 (threshold 10)` (a saturated one says it is at least that)."""
+    out = []
+    for k, (a, b) in sorted(found.items()):
+        if first:
+            top = k in now.widths and b >= (1 << now.widths[k]) - 1
+            out.append(f"{k}={b} (threshold {rules[k].threshold}" + ("; the counter's maximum: at least that" if top
+                                                                   else "") + ")")
+        elif a is None:
+            out.append(f"{k} {b} new (cleared since, now {b})")
+        else:
+            out.append(f"{k} +{b - a} ({a} -> {b})")
+    return ", ".join(out)

@@ -7,7 +7,11 @@ The files are the kernel's (drivers/infiniband/core/sysfs.c): `state` "4: ACTIVE
 fabric is the HCAs NCCL is told to use (--ib-hca, else NCCL_IB_HCA, same syntax: prefixes, `=` for
 exact names, `^` to exclude, `:port`), else every InfiniBand port: front-end Ethernet NICs (a
 BlueField bond, a 100 GbE management port) are listed but not judged. A RoCE fabric is named with
---ib-hca / NCCL_IB_HCA.
+--ib-hca / NCCL_IB_HCA. Whether the expected HCAs are all there is ib_hcas.py's to judge.
+
+A device that the directory lists but whose entries cannot be read (a dangling link to a PCI
+function that went away: what makes `ibstat` panic with `stat of IB device 'mlx5_8' failed`), or a
+port whose state cannot be read, is kept as an unreadable entry (`device_error`), never dropped.
 """
 
 from __future__ import annotations
@@ -19,8 +23,7 @@ from dataclasses import dataclass
 from ..harness.checks import Check
 from ..harness.text import fmt
 
-CODES = ("IB_HCAS_NOT_PRESENT", "IB_PORT_DOWN", "IB_PORT_RATE_LOW", "IB_PORT_WIDTH_DEGRADED", "IB_PORT_UNREADABLE",
-         "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
+CODES = ("IB_PORT_DOWN", "IB_PORT_RATE_LOW", "IB_PORT_WIDTH_DEGRADED", "IB_PORT_UNREADABLE", "IB_DEVICE_UNREADABLE")
 SYSFS_ROOT = "/sys/class/infiniband"
 _RATE = re.compile(r"^([\d.]+) Gb/sec \((\d+)X(?: ?(\w+))?\)")
 _STATE = re.compile(r"^(\d+): (.+)$")
@@ -39,10 +42,11 @@ class IbPort:
     hca_type: str | None = None
     fw_ver: str | None = None
     unreadable: str = ""  # the attributes that could not be read, and why
+    device_error: str = ""  # the device (port 0) or the port's state could not be read at all: a failure
 
     @property
     def name(self) -> str:
-        return f"{self.device}:{self.port}"
+        return f"{self.device}:{self.port}" if self.port else self.device
 
     @property
     def up(self) -> bool:
@@ -50,11 +54,16 @@ class IbPort:
 
 
 def _read(path: str) -> str | None:
+    return _read_err(path)[0]
+
+
+def _read_err(path: str) -> tuple[str | None, str]:
+    """(text, why not): a file that cannot be read says why (ENOENT, EINVAL from the driver, EIO)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
+            return fh.read().strip(), ""
+    except OSError as exc:
+        return None, exc.strerror or type(exc).__name__
 
 
 def _state(text: str | None) -> str | None:
@@ -63,7 +72,8 @@ def _state(text: str | None) -> str | None:
 
 
 def scan(root: str = SYSFS_ROOT) -> list[IbPort]:
-    """Every port of every RDMA device under `root`, in name order; [] when there is none."""
+    """Every port of every RDMA device under `root`, in name order; [] when there is none. A listed
+    device whose ports cannot be listed is one entry with port 0 and `device_error`."""
     try:
         devices = sorted(os.listdir(root))
     except OSError:
@@ -73,8 +83,12 @@ def scan(root: str = SYSFS_ROOT) -> list[IbPort]:
         base = os.path.join(root, dev)
         try:
             numbers = sorted(int(p) for p in os.listdir(os.path.join(base, "ports")) if p.isdigit())
-        except OSError:
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            ports.append(IbPort(dev, 0, None, None, None, None, None, None, device_error=f"{base}/ports: {why}"))
             continue
+        if not numbers:
+            ports.append(IbPort(dev, 0, None, None, None, None, None, None, device_error=f"{base}/ports: no port"))
         for n in numbers:
             ports.append(_port(base, dev, n))
     return ports
@@ -82,17 +96,22 @@ def scan(root: str = SYSFS_ROOT) -> list[IbPort]:
 
 def _port(base: str, dev: str, n: int) -> IbPort:
     p = os.path.join(base, "ports", str(n))
-    raw = {k: _read(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+    read = {k: _read_err(os.path.join(p, k)) for k in ("state", "phys_state", "rate", "link_layer")}
+    raw = {k: text for k, (text, _) in read.items()}
     rate = _RATE.match(raw["rate"] or "")
-    missing = [k for k, v in raw.items() if v is None]
+    missing = [f"{k} ({why})" for k, (text, why) in read.items() if text is None]
+    # ib_core always has a port's state: one that cannot be read is a device in trouble, not a format
+    dead = [f"{k}: {why}" for k, (text, why) in read.items() if text is None and k in ("state", "phys_state")]
     return IbPort(dev, n, _state(raw["state"]), _state(raw["phys_state"]),
                   float(rate.group(1)) if rate else None, int(rate.group(2)) if rate else None,
                   (rate.group(3) if rate else None), raw["link_layer"], _read(os.path.join(base, "hca_type")),
-                  _read(os.path.join(base, "fw_ver")), f"unreadable: {', '.join(missing)}" if missing else "")
+                  _read(os.path.join(base, "fw_ver")), f"unreadable: {', '.join(missing)}" if missing else "",
+                  f"{p}/{'; '.join(dead)}" if dead else "")
 
 
 def select(ports: list[IbPort], hca: str | None) -> tuple[list[IbPort], str]:
     """The compute-fabric ports and how they were chosen."""
+    ports = [p for p in ports if not p.device_error]  # unreadable entries are judged on their own (ib_hcas)
     if hca:
         return [p for p in ports if _matches(hca, p)], f"--ib-hca / NCCL_IB_HCA {hca!r}"
     ib = [p for p in ports if p.link_layer == "InfiniBand"]
@@ -108,45 +127,34 @@ def _matches(spec: str, p: IbPort) -> bool:
     hit = False
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         name, _, port = item.partition(":")
-        if (p.device == name if exact else p.device.startswith(name)) and (not port or port == str(p.port)):
+        # an unreadable device (port 0) matches by name whatever port the item names
+        if (p.device == name if exact else p.device.startswith(name)) and (not port or not p.port
+                                                                            or port == str(p.port)):
             hit = True
     return hit != exclude
 
 
-def count_check(selected: list[IbPort], expect, how: str, cpu: bool, roce: list[IbPort] = ()) -> Check:
-    """Every expected HCA port present: the count from the SKU (expect.hcas) or the node pool's --expect.
-    `roce`: the node's Ethernet RDMA ports when nothing names the fabric and none is InfiniBand."""
-    want = expect.get("hcas")
-    names = ", ".join(p.name for p in selected) or "none"
-    if cpu and not want:
-        return Check("ib_hca_count", "pass", len(selected), "ports", ">= 0",
-                     f"CPU mode: no HCA required; {len(selected)} present ({names})")
-    if not selected and roce:  # a RoCE node whose fabric nobody named: not judged, never a false fail
-        return Check("ib_hca_count", "skip", 0, "ports", code="IB_FABRIC_UNNAMED",
-                     message=f"every RDMA port is Ethernet ({', '.join(p.name for p in roce)}) and nothing names the "
-                     "compute fabric's HCAs: set NCCL_IB_HCA (pod_env) or --ib-hca / CLUSTER_DOCTOR_IB_HCA")
-    if not want:
-        return Check("ib_hca_count", "skip", len(selected), "ports", code="EXPECTATION_MISSING",
-                     message=f"{len(selected)} HCA port(s) present ({names}; {how}); nothing says how many the node "
-                     "should have (expect.hcas, --expect hcas=N)")
-    if len(selected) < want:
-        return Check("ib_hca_count", "fail", len(selected), "ports", f">= {want}", f"{len(selected)} of {want} "
-                     f"expected HCA port(s) present: {names} ({expect.basis('hcas')}; {how})", code="IB_HCAS_NOT_PRESENT")
-    return Check("ib_hca_count", "pass", len(selected), "ports", f">= {want}",
-                 f"{len(selected)} HCA port(s) present, {want} expected ({expect.basis('hcas')}): {names}")
-
-
 def port_checks(p: IbPort, expect, best_rate: float | None, best_width: int | None) -> list[Check]:
     """State, then rate and width of a port that is up (a down port's rate means nothing)."""
+    if p.device_error:
+        return [unreadable_check(p)]
     if p.state is None or p.phys_state is None:
         return [Check("ib_port_state", "skip", device=p.name, code="IB_PORT_UNREADABLE",
-                      message=f"port state could not be read ({p.unreadable or 'unrecognised format'})")]
+                      message=f"port state in a format not recognised ({p.unreadable or 'state, phys_state'})")]
     if not p.up:
         return [Check("ib_port_state", "fail", f"{p.state}/{p.phys_state}", device=p.name, code="IB_PORT_DOWN",
                       threshold="ACTIVE/LinkUp", message=f"port {p.state} / {p.phys_state}, expected ACTIVE / LinkUp "
                       f"({p.link_layer or '?'} link layer, {p.hca_type or '?'} fw {p.fw_ver or '?'})")]
     out = [Check("ib_port_state", "pass", "ACTIVE/LinkUp", device=p.name, message="port ACTIVE / LinkUp")]
     return out + [_rate(p, expect, best_rate), _width(p, expect, best_width)]
+
+
+def unreadable_check(p: IbPort) -> Check:
+    """A device or port sysfs lists but cannot be read: the HCA is there and not answering."""
+    what = "device" if not p.port else "port"
+    return Check("ib_port_state", "fail", "unreadable", device=p.name, threshold="readable", code="IB_DEVICE_UNREADABLE",
+                 message=f"{what} listed in sysfs but unreadable ({p.device_error}): the HCA or its driver is not "
+                 "answering (what makes ibstat panic with `stat of IB device ... failed`)")
 
 
 def _rate(p: IbPort, expect, best: float | None) -> Check:

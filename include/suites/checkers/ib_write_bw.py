@@ -1,6 +1,8 @@
 """perftest's ib_write_bw between two nodes, one HCA (rail) at a time: its result table and its exit
-code, read as perftest's source defines them, judged against the floor of the rate the node's HCAs
-should run (baselines.yaml fabric_peer.ib_write_bw_gbps, keyed by expect.ib_rate_gbps).
+code, read as perftest's source defines them, judged against the floor of the rail's link type
+(baselines.yaml fabric_peer.ib_write_bw_gbps: by the port's link layer, the rate the node's HCAs
+should run, expect.ib_rate_gbps, and the NIC; each floor with its source: 400 Gb/s RoCE on a
+Broadcom NIC is not InfiniBand NDR with GPUDirect).
 
 The table (src/perftest_parameters.h, `--report_gbits`: RESULT_FMT_G and REPORT_FMT):
 
@@ -17,6 +19,7 @@ bandwidth limit), with its message on stderr.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..harness.checks import Check
 from ..harness.text import fmt, one_line
@@ -31,6 +34,51 @@ _SOCKET = re.compile(r"Couldn't connect to \S+|Unable to init the socket connect
 _FAILURE = re.compile(r"Couldn't connect to|Unable to|Couldn't|Failed to|Completion with error|"
                       r"Parser function exited with Error|Error: BW result is below bw limit|status=\d+|"
                       r"ethernet_read_keys|did not finish within")
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One entry of fabric_peer.ib_write_bw_gbps: what link it is for and its floor (Gb/s)."""
+
+    link_layer: str
+    rate_gbps: int
+    nic: str | None  # a regex searched in "<device> <hca_type>"; None: any NIC
+    value: float
+    tolerance: float
+    source: str
+
+    @property
+    def floor(self) -> float:
+        return self.value * (1.0 - self.tolerance)
+
+    def describe(self) -> str:
+        nic = f", NIC /{self.nic}/" if self.nic else ""
+        return (f"{self.link_layer} {self.rate_gbps} Gb/s{nic}: baseline {fmt(self.value)} -{self.tolerance:.0%}; "
+                f"{self.source}")
+
+
+def floors(spec) -> list[Floor]:
+    """baselines.yaml fabric_peer.ib_write_bw_gbps, in file order; a malformed entry is an error of
+    the baselines, never a silently missing floor."""
+    out = []
+    for i, e in enumerate(spec or []):
+        try:
+            out.append(Floor(str(e["link_layer"]), int(e["rate_gbps"]), e.get("nic") or None, float(e["value"]),
+                             float(e["tolerance"]), str(e["source"])))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"fabric_peer.ib_write_bw_gbps[{i}] needs link_layer, rate_gbps, value, tolerance "
+                             f"and source ({exc})") from None
+    return out
+
+
+def floor_for(table: list[Floor], link_layer: str | None, rate: int | None, nic: str) -> tuple[float | None, str]:
+    """(floor, basis) of the first entry for this link layer, expected rate and NIC; (None, why not)."""
+    if not rate:
+        return None, "no expected port rate (expect.ib_rate_gbps, --expect ib_rate_gbps=N)"
+    for f in table:
+        if f.link_layer == link_layer and f.rate_gbps == rate and (not f.nic or re.search(f.nic, nic)):
+            return f.floor, f.describe()
+    return None, f"no fabric_peer.ib_write_bw_gbps floor for {link_layer or 'unknown link layer'} {rate} Gb/s ({nic})"
 
 
 def parse(text: str) -> dict:

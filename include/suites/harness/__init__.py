@@ -5,6 +5,7 @@ or the suites (they import it):
   checks     Check (one result line), SuiteError
   verdict    the suite's status, reason, code, action and the < 4 KiB summary
   files      atomic writes, the termination log, safe file names
+  mounts     which mount a path lives on, and whether it is the root filesystem
   tools      running an external tool in its own process group; stopping children
   inventory  the environment block and the GPU inventory (NVML, else nvidia-smi)
   context    Context: what a suite's run() records checks, metrics and logs through

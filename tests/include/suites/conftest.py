@@ -193,17 +193,17 @@ _IB_RATE = {"400": "400 Gb/sec (4X NDR)", "200": "200 Gb/sec (4X HDR)", "100": "
 
 
 def h100_ib_tree(tmp_path: Path, *, cleared: bool = False) -> Path:
-    """leptonai/gpud's /sys/class/infiniband of an HGX H100 node, copied; `cleared`: its saturated
-    counters (every excessive_buffer_overrun_errors 15, mlx5_1's link_downed 255) as they read after
-    `perfquery -x -R`."""
+    """leptonai/gpud's /sys/class/infiniband of an HGX H100 node, copied; `cleared`: every counter as
+    it reads after `perfquery -x -R` (the published ones carry port_rcv_errors 14, every
+    excessive_buffer_overrun_errors at its 4-bit maximum 15 and mlx5_1's link_downed at its 8-bit 255:
+    above infiniband-diags' thresholds on a first sample)."""
     import shutil
 
     root = tmp_path / "sys-class-infiniband"
     shutil.copytree(FIXTURES / "ib" / "sys-class-infiniband-h100_gpud", root)
     if cleared:
-        for dev in root.iterdir():
-            for name in ("excessive_buffer_overrun_errors", "link_downed"):
-                (dev / "ports" / "1" / "counters" / name).write_text("0\n")
+        for counter in root.glob("*/ports/1/counters/*"):
+            counter.write_text("0\n")
     return root
 
 

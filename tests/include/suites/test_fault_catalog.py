@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -399,6 +400,9 @@ NCCL_FAULTS = [
           action="retest"),
     Fault("nccl_nvlink_unavailable", "nccl_loopback", "fail", "transport", "NCCL_NVLINK_UNAVAILABLE", None, "NVLink mode",
           action="reset_gpu", args=("--transport", "nvlink")),
+    # NCCL chose IB (nv_peer_memory#78's head) but printed no channel line: isolation not proven, said so
+    Fault("nccl_isolation_unproven", "nccl_loopback", "pass", "transport_isolation", "NCCL_TRANSPORT_UNKNOWN", None,
+          "could not run", "skip", "retest"),
 ]
 
 
@@ -436,12 +440,16 @@ def _run_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault):
         "nccl_p2p_shm_used": ("nccl_ibext_sharp_and_p2p_cumem_2x8xH100_nccl1357.txt", 0),
         # every channel via NET/IB/GDRDMA (nccl#707), in a run that asked for NVLink
         "nccl_nvlink_unavailable": ("nccl_channels_net_ib_gdrdma_nccl707.txt", 0),
+        # NCCL 2.7.8 on 9 RoCE HCAs up to its threadThresholds line, no channel line (nv_peer_memory#78)
+        "nccl_isolation_unproven": ("all_reduce_perf_2xA100_p2p_shm_disabled_roce_nccl2.7.8_head.txt", 0),
     }[fid]
     inv = [{"index": i, "name": H100, "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"} for i in range(8)]
     monkeypatch.setattr(nccl_loopback, "visible_gpus", lambda ctx: (8, inv, "CUDA"))
     binary = "all_reduce_perf-not-installed"
     if fixture:
-        table = "" if "all_reduce_perf" in fixture else f'; cat "{FIXTURES / "nccl" / "all_reduce_perf_ok_nccl-tests252.txt"}"'
+        # channel lines alone, or a head that stops before the table: nccl-tests#252's table follows
+        needs_table = "all_reduce_perf" not in fixture or fid == "nccl_isolation_unproven"
+        table = f'; cat "{FIXTURES / "nccl" / "all_reduce_perf_ok_nccl-tests252.txt"}"' if needs_table else ""
         binary = _tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"{table}; exit {rc}')
     return run_inproc(nccl_loopback, "--device", "cuda", "--expected-gpus", "8", "--impl", "nccl-tests",
                       "--all-reduce-perf", binary, *fault.args)
@@ -457,6 +465,10 @@ STORAGE_FAULTS = [
     Fault("fio_missing", "storage_fio", "error", "", "TOOL_MISSING", None, "fio not found"),
     # fio exits with the number of jobs that failed: an exit no job error explains is no pass
     Fault("fio_exit_unexplained", "storage_fio", "error", "fio_exit", "FIO_EXIT_UNEXPLAINED", "TARGET", "fio exited 2"),
+    # the real fio and this machine's mount table: the output directory the harness created is on the
+    # root filesystem (a pod without the results volume): not benchmarked, a deployment error
+    Fault("storage_not_mounted", "storage_fio", "error", "storage_mount", "STORAGE_NOT_MOUNTED", "TARGET",
+          "root filesystem", action="check_storage", args=("--mount", "volume")),
 ]
 
 
@@ -470,6 +482,7 @@ def _run_storage(run_inproc, tmp_path, fault: Fault):
         "storage_fsync_error": (None, None, 1),
         "fio_missing": (None, None, 0),
         "fio_exit_unexplained": (F / "fio-3.33_4patterns_buffered_ok.json", None, 2),
+        "storage_not_mounted": (None, None, 0),
     }[fault.id]
     if fault.id == "storage_fsync_error":
         # derived from the real ENOSPC run: errno 28 -> 5 (EIO), what fio reports when fsync fails
@@ -478,7 +491,9 @@ def _run_storage(run_inproc, tmp_path, fault: Fault):
         stdout.write_text(text)
     body = f'cat "{stdout}"' + (f'; cat "{stderr}" >&2' if stderr else "") + f"; exit {rc}"
     fio = _tool(tmp_path / "bin", "fio", f'case "$1" in --version) echo fio-3.33 ;; --enghelp) echo psync ;; *) {body} ;; esac')
-    args = ["--device", "cpu", "--fio", "fio-not-installed" if fault.id == "fio_missing" else fio]
+    if fault.id == "storage_not_mounted":
+        fio = shutil.which("fio") or "fio"  # the real one: the mount is judged after `fio --version`
+    args = ["--device", "cpu", "--fio", "fio-not-installed" if fault.id == "fio_missing" else fio, *fault.args]
     if fault.id == "storage_slow":
         args += ["--profile", "default"]
     if fault.id == "storage_missing":
@@ -550,15 +565,36 @@ IB_FAULTS = [
     Fault("ib_discards_growing", "ib_health", "pass", "ib_counters", "IB_DISCARDS_GROWING", "mlx5_6:1", "", "warn", "none"),
     Fault("ib_counter_saturated", "ib_health", "pass", "ib_counters", "IB_COUNTER_SATURATED", "mlx5_1:1", "could not run",
           "skip", "none"),
+    # issue 29: a first sample is judged (13 million CRC / symbol errors on a ConnectX-6 Dx port; ucx#9590's
+    # LinkDownedCounter 25), a cleared counter's new errors count, a flap fails for its window
+    Fault("ib_first_sample_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_0:1", "",
+          action="check_fabric"),
+    Fault("ib_first_sample_flapped", "ib_health", "fail", "ib_counters", "IB_LINK_FLAPPED", "mlx5_6:1", "link_downed=25",
+          action="check_fabric"),
+    Fault("ib_counter_cleared_new_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_0:1",
+          "3 new (cleared since", action="check_fabric"),
+    Fault("ib_flap_window", "ib_health", "fail", "ib_counters", "IB_LINK_FLAPPED", "mlx5_6:1", "flap window",
+          action="check_fabric"),
+    # issue 29: the expected set by name (a fleet's baselines naming the SKU's HCAs, as NHC's check_hw_ib
+    # lines do): a storage HCA in InfiniBand mode no longer hides a missing compute HCA
+    Fault("ib_hcas_named_storage_hides_missing", "ib_health", "fail", "ib_hca_count", "IB_HCAS_NOT_PRESENT", None,
+          "missing: mlx5_6:1 (not in sysfs)", action="drain_and_service"),
+    # gpud#752: ibstat panics on mlx5_8 (`stat of IB device 'mlx5_8' failed`): listed, unreadable, never dropped
+    Fault("ib_device_unreadable", "ib_health", "fail", "ib_port_state", "IB_DEVICE_UNREADABLE", "mlx5_8",
+          "unreadable", action="drain_and_service"),
 ]
+H100_IB_PORTS = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
 ROCE_400G = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
 
 
 def _run_ib(run_inproc, tmp_path, h, fault: Fault):
-    """Two runs, as in production: the first records the counters, the fault happens, the second judges."""
+    """Two runs, as in production: the first records the counters, the fault happens, the second judges
+    (issue 29's cases: one run, or three, as each says)."""
     boot = tmp_path / "boot_id"
     boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
     args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3"]
+    if fault.id in ISSUE29_IB:
+        return ISSUE29_IB[fault.id](run_inproc, tmp_path, h, args)
     if fault.id.startswith("roce") or fault.id == "ib_port_down_polling":
         root = h.roce_ib_tree(tmp_path)
         stats = tmp_path / "ethtool.txt"
@@ -567,7 +603,9 @@ def _run_ib(run_inproc, tmp_path, h, fault: Fault):
         run_inproc(ib_health, "--sysfs-root", str(root), *args)
         stats.write_text(stats.read_text().replace("symbol_err: 0", "symbol_err: 3"))
         return run_inproc(ib_health, "--sysfs-root", str(root), *args)
-    root = h.h100_ib_tree(tmp_path, cleared=fault.id != "ib_counter_saturated")
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    if fault.id == "ib_counter_saturated":  # the published 4-bit maximum, on a first sample already
+        h.ib_counter(root, "mlx5_1", "excessive_buffer_overrun_errors", 15)
     run_inproc(ib_health, "--sysfs-root", str(root), *args)
     port = root / {"ib_port_rate_low": "mlx5_5", "ib_port_width_degraded": "mlx5_4"}.get(fault.id, "mlx5_6") / "ports" / "1"
     change = {"ib_link_flapped": ("link_downed", 2), "ib_link_errors": ("symbol_error", 40),
@@ -575,14 +613,80 @@ def _run_ib(run_inproc, tmp_path, h, fault: Fault):
     if change:
         h.ib_counter(root, "mlx5_6", *change)
     elif fault.id == "ib_hca_missing":
-        import shutil
-
         shutil.rmtree(root / "mlx5_9")
     elif fault.id == "ib_port_rate_low":
         (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
     elif fault.id == "ib_port_width_degraded":
         (port / "rate").write_text("200 Gb/sec (2X NDR)\n")
     return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+def _ib_first_sample_errors(run_inproc, tmp_path, h, args):
+    """The RoCE node's first sample: every named port's `ethtool -S` shows the 13 million CRC / symbol
+    errors of a ConnectX-6 Dx port with an optic it would not drive."""
+    root = h.roce_ib_tree(tmp_path)
+    stats = FIXTURES / "ib" / "ethtool-S_grep_err_cx6dx_100g_crc_symbol_13M_excerpt.txt"
+    tool = _tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args, "--ib-hca", ROCE_400G, "--ethtool", tool)
+
+
+def _ib_first_sample_flapped(run_inproc, tmp_path, h, args):
+    """ucx#9590's HCA port (LinkDownedCounter 25, PortRcvErrors 26, PortXmitDiscards 2846) as mlx5_6's
+    sysfs counters, on the first run."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    for name, value in (("link_downed", 25), ("port_rcv_errors", 26), ("port_xmit_discards", 2846)):
+        h.ib_counter(root, "mlx5_6", name, value)
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+def _ib_counter_cleared_new_errors(run_inproc, tmp_path, h, args):
+    """mlx5_0's published port_rcv_errors (14), then `perfquery -R` and 3 new ones: lower than last time."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.ib_counter(root, "mlx5_0", "port_rcv_errors", 14)
+    run_inproc(ib_health, "--sysfs-root", str(root), *args)
+    h.ib_counter(root, "mlx5_0", "port_rcv_errors", 3)
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+def _ib_flap_window(run_inproc, tmp_path, h, args):
+    """link_downed 0 -> 1 seen by the second run; the third sees no growth, the flap is inside 6 h."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    run_inproc(ib_health, "--sysfs-root", str(root), *args)
+    h.ib_counter(root, "mlx5_6", "link_downed", 1)
+    run_inproc(ib_health, "--sysfs-root", str(root), *args)
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+def _h100_with_storage_hca(tmp_path, h):
+    """gpud's HGX H100 tree and a storage HCA in InfiniBand mode (mlx5_2, a copy of mlx5_0's files)."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    shutil.copytree(root / "mlx5_0", root / "mlx5_2")
+    return root
+
+
+def _ib_hcas_named_storage_hides_missing(run_inproc, tmp_path, h, args):
+    import yaml
+
+    root = _h100_with_storage_hca(tmp_path, h)
+    shutil.rmtree(root / "mlx5_6")  # 8 InfiniBand ports still: 7 compute + 1 storage
+    data = yaml.safe_load((h.SUITES_DIR / "baselines.yaml").read_text())
+    data["models"]["h100-sxm"]["expect"]["hca_ports"] = [f"{d}:1" for d in H100_IB_PORTS]
+    fleet = tmp_path / "fleet-baselines.yaml"
+    fleet.write_text(yaml.safe_dump(data))
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args, "--baselines", str(fleet))
+
+
+def _ib_device_unreadable(run_inproc, tmp_path, h, args):
+    root = _h100_with_storage_hca(tmp_path, h)  # 8 readable InfiniBand ports with mlx5_8 gone
+    shutil.rmtree(root / "mlx5_8")
+    (root / "mlx5_8").symlink_to(tmp_path / "devices" / "pci0000:d0" / "0000:d1:00.0" / "infiniband" / "mlx5_8")
+    return run_inproc(ib_health, "--sysfs-root", str(root), *args)
+
+
+ISSUE29_IB = {"ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sample_flapped": _ib_first_sample_flapped,
+              "ib_counter_cleared_new_errors": _ib_counter_cleared_new_errors, "ib_flap_window": _ib_flap_window,
+              "ib_hcas_named_storage_hides_missing": _ib_hcas_named_storage_hides_missing,
+              "ib_device_unreadable": _ib_device_unreadable}
 
 
 ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS
@@ -654,6 +758,15 @@ CLASSES = {
     "each code one condition, the most specific": [
         "nccl_p2p_shm_used", "nccl_nvlink_unavailable", "nccl_socket_fallback", "xid_74", "fallen_off_bus_xid79"],
     "an action with every finding": ["recovery_action", "xid_154_recovery_action", "dcgm_isolate_205", "storage_full"],
+    # issue 29, fabric and storage
+    "HCAs: the expected set by name (a storage HCA no longer hides a missing compute one); a listed HCA that cannot "
+    "be read fails (issue 29)": ["ib_hcas_named_storage_hides_missing", "ib_device_unreadable"],
+    "IB counters: a first sample against absolute thresholds, a cleared counter's new errors, a flap failing for its "
+    "window (issue 29)": ["ib_first_sample_errors", "ib_first_sample_flapped", "ib_counter_cleared_new_errors",
+                          "ib_flap_window"],
+    "storage: fio measures the volume, never the container's own disk (issue 29)": ["storage_not_mounted"],
+    "a check that could not prove its point is not run, always present (issue 29)": ["nccl_isolation_unproven"],
+    "floors per link type: link layer, rate and NIC, each with its source (issue 29)": [],
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from cluster_doctor_suites import fabric_peer, parsers
+from cluster_doctor_suites.checkers import ib_write_bw
 from cluster_doctor_suites.baselines import Baselines
 
 PERFTEST = Path(__file__).resolve().parent / "fixtures" / "perftest"
@@ -212,6 +213,67 @@ def test_allreduce_below_the_per_rail_floor_fails_on_the_expected_rate(tmp_path,
         assert (bw["status"], bw["code"], bw["threshold"]) == ("fail", "PEER_NCCL_BW_LOW", ">= 41.4")
         assert "nccl-tests#290" in bw["message"] and "expected HCAs 8" in bw["message"]
         assert {c["code"] for c in _by(r, "ib_write_bw")} == {"PEER_IB_BW_LOW"}  # 92 Gb/s < 380 on NDR
+
+
+BROADCOM = "ib_write_bw_D10_q3_report_gbits_400g_roce_bnxt_re0_scc24.txt"
+
+
+def _broadcom_roce_tree(root: Path) -> Path:
+    """One Broadcom 400 Gb/s RoCE rail as the kernel shows it (the SCC24 nodes' `bnxt_re0`, `Link
+    type : Ethernet`; drivers/infiniband/core/sysfs.c formats)."""
+    port = root / "bnxt_re0" / "ports" / "1"
+    port.mkdir(parents=True)
+    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "400 Gb/sec (4X NDR)"),
+                        ("link_layer", "Ethernet")):
+        (port / name).write_text(value + "\n")
+    return root
+
+
+def test_a_400g_roce_rail_is_judged_by_roce_floor_never_infiniband_ndr(tmp_path, gpu_nodes, h):
+    """SCC24's Broadcom 400 Gb/s RoCE rail at 363.47 Gb/s (91 % of line rate, healthy per its
+    source) failed InfiniBand NDR's GPUDirect floor (380); its own link type's floor passes it."""
+    for role in ("server", "client"):
+        gpu_nodes.replay(role, "bnxt_re0", BROADCOM, 0)
+    exp = ["--ib-hca", "=bnxt_re0", "--expect", "hcas=1,ib_rate_gbps=400"]
+    a, b = _broadcom_roce_tree(tmp_path / "ra"), _broadcom_roce_tree(tmp_path / "rb")
+    results = _pair(tmp_path, gpu_nodes.args(a, *exp), gpu_nodes.args(b, *exp))
+    for r in results.values():
+        (rail,) = _by(r, "ib_write_bw")
+        assert (rail["status"], rail["value"], rail["threshold"]) == ("pass", 363.47, ">= 340"), rail
+        assert "Ethernet 400 Gb/s, NIC /^bnxt_re/" in rail["message"] and "SuperCompUCSD" in rail["message"]
+    nic = ib_write_bw.floor_for(ib_write_bw.floors(_floors()), "InfiniBand", 400, "mlx5_0 MT4129")
+    assert nic[0] == pytest.approx(380)  # InfiniBand NDR keeps NHC's GPUDirect floor
+
+
+def test_a_peer_gone_silent_during_the_rails_leaves_every_later_check_visibly_not_run(tmp_path, gpu_nodes, h,
+                                                                                    monkeypatch):
+    def silent(*args, **kwargs):
+        raise fabric_peer.SuiteError("the server never started its ib_write_bw rails: timeout", code="PEER_UNREACHABLE")
+
+    monkeypatch.setattr(fabric_peer, "run_rails", silent)
+    results = _pair(tmp_path, gpu_nodes.args(gpu_nodes.a), gpu_nodes.args(gpu_nodes.b))
+    for r in results.values():
+        h.result_validator().validate(r)
+        assert r["status"] == "error" and r["code"] == "PEER_UNREACHABLE"
+        rails = _by(r, "ib_write_bw")
+        assert len(rails) == 8 and {(c["status"], c["code"]) for c in rails} == {("skip", "PEER_UNREACHABLE")}
+        for name in fabric_peer.ALLREDUCE_CHECKS:
+            assert [c["status"] for c in _by(r, name)] == ["skip"], name
+
+
+def _floors():
+    return Baselines.load(str(Path(fabric_peer.__file__).with_name("baselines.yaml"))).section(
+        "fabric_peer")["ib_write_bw_gbps"]
+
+
+def test_every_floor_has_a_source_and_a_link_without_one_is_not_run():
+    table = ib_write_bw.floors(_floors())
+    assert table and all(f.source for f in table)
+    assert {(f.link_layer, f.rate_gbps) for f in table} >= {("InfiniBand", 400), ("Ethernet", 400), ("Ethernet", 100)}
+    assert ib_write_bw.floor_for(table, "Ethernet", 800, "bnxt_re0")[0] is None  # no floor: BASELINE_MISSING
+    assert ib_write_bw.floor_for(table, "Ethernet", 400, "mlx5_3 MT4129")[1].startswith("Ethernet 400 Gb/s: ")
+    with pytest.raises(ValueError):
+        ib_write_bw.floors([{"link_layer": "Ethernet", "rate_gbps": 400}])
 
 
 # ------------------------------------------------------------------------- pure judging, no network

@@ -30,41 +30,61 @@ def by(ns, name: str) -> dict:
     return {c["device"]: c for c in ns.result["checks"] if c["name"] == name}
 
 
-def test_h100_node_first_run_records_counters_and_says_growth_is_judged_next(run_cli, tmp_path, boot, h):
+def test_h100_node_first_run_judges_the_counters_against_the_thresholds(run_cli, tmp_path, boot, h):
+    """gpud's tree as published: every port's port_rcv_errors 14 and excessive_buffer_overrun_errors 15
+    (>= infiniband-diags' 10), mlx5_1's link_downed 255 (>= 10): a first sample is judged, never waved
+    through to the next run."""
     ns = ib(run_cli, h.h100_ib_tree(tmp_path), boot)
-    h.check_artifacts(ns, status="pass", suite="ib_health")
+    h.check_artifacts(ns, status="fail", suite="ib_health")
     count = by(ns, "ib_hca_count")[None]
     assert count["status"] == "pass" and count["value"] == 8 and "mlx5_bond_0" not in count["message"]
     assert set(by(ns, "ib_port_state")) == {f"{d}:1" for d in IB_PORTS}
     assert {c["status"] for c in by(ns, "ib_port_rate").values()} == {"pass"}
     assert {c["value"] for c in by(ns, "ib_port_width").values()} == {4}
-    assert {c["code"] for c in by(ns, "ib_counters").values()} == {"IB_COUNTERS_NO_BASELINE"}
+    counters = by(ns, "ib_counters")
+    assert counters["mlx5_1:1"]["code"] == "IB_LINK_FLAPPED" and "link_downed=255 (threshold 10" in counters["mlx5_1:1"]["message"]
+    assert {c["code"] for d, c in counters.items() if d != "mlx5_1:1"} == {"IB_LINK_ERRORS"}
+    assert "port_rcv_errors=14 (threshold 10)" in counters["mlx5_0:1"]["message"]
+    assert "excessive_buffer_overrun_errors=15 (threshold 10; the counter's maximum" in counters["mlx5_0:1"]["message"]
     sample = ns.result["environment"]["ib_counters"]
     assert sample["boot_id"].startswith("8a1f5a0e") and sample["ports"]["mlx5_1:1"]["values"]["link_downed"] == 255
+    assert set(sample["flaps"]) == {"mlx5_1:1"} and sample["flap_window_hours"] == 6
     judged = [p for p in ns.result["environment"]["ib_ports"] if p["judged"]]
-    assert len(judged) == 8 and ns.summary["incomplete"] is True
+    assert len(judged) == 8
+
+
+def test_a_clean_first_sample_passes_complete_and_says_growth_is_judged_next(run_cli, tmp_path, boot, h):
+    ns = ib(run_cli, h.h100_ib_tree(tmp_path, cleared=True), boot)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    assert ns.result["incomplete"] is False
+    c = by(ns, "ib_counters")["mlx5_0:1"]
+    assert c["status"] == "pass" and "since the counters were last cleared" in c["message"]
+    assert "growth is judged from the next run" in c["message"]
 
 
 def test_saturated_counters_cannot_show_growth_and_say_so(run_cli, tmp_path, boot, h):
     root = h.h100_ib_tree(tmp_path)
     ib(run_cli, root, boot)
     ns = ib(run_cli, root, boot)
-    h.check_artifacts(ns, status="pass", suite="ib_health")
+    h.check_artifacts(ns, status="fail", suite="ib_health")
     counters = by(ns, "ib_counters")
-    assert {c["code"] for c in counters.values()} == {"IB_COUNTER_SATURATED"}
-    assert "link_downed=255" in counters["mlx5_1:1"]["message"]
+    assert {c["code"] for d, c in counters.items() if d != "mlx5_1:1"} == {"IB_COUNTER_SATURATED"}
     assert "excessive_buffer_overrun_errors=15" in counters["mlx5_0:1"]["message"]
+    # mlx5_1's link_downed (255) was a flap on the first run: it stays failing inside the window
+    assert counters["mlx5_1:1"]["code"] == "IB_LINK_FLAPPED" and "inside the 6 h flap window" in counters["mlx5_1:1"]["message"]
 
 
-def test_cleared_counters_that_did_not_grow_pass_complete(run_cli, tmp_path, boot, h):
+def test_a_counter_lower_than_before_was_cleared_and_what_it_shows_is_new(run_cli, tmp_path, boot, h):
     root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.ib_counter(root, "mlx5_0", "port_rcv_errors", 9)  # below the threshold: a clean first sample
     first = ib(run_cli, root, boot)
-    h.ib_counter(root, "mlx5_0", "port_rcv_errors", 3)  # lower than before (14): cleared, a new baseline
+    h.check_artifacts(first, status="pass", suite="ib_health")
+    h.ib_counter(root, "mlx5_0", "port_rcv_errors", 3)  # cleared (perfquery -R) since, and 3 new errors
     ns = ib(run_cli, root, boot)
-    h.check_artifacts(ns, status="pass", suite="ib_health")
-    assert ns.result["incomplete"] is False
+    h.check_artifacts(ns, status="fail", suite="ib_health")
     c = by(ns, "ib_counters")["mlx5_0:1"]
-    assert c["status"] == "pass" and "reset since: port_rcv_errors" in c["message"]
+    assert (c["status"], c["code"], c["value"]) == ("fail", "IB_LINK_ERRORS", 3)
+    assert "port_rcv_errors 3 new (cleared since, now 3)" in c["message"]
     assert ns.result["environment"]["ib_counters_previous"] == first.summary["result_path"]
 
 
@@ -88,12 +108,48 @@ def test_a_counter_that_grew_since_the_previous_run_is_a_finding(run_cli, tmp_pa
 def test_a_reboot_is_a_new_baseline_not_a_finding(run_cli, tmp_path, boot, h):
     root = h.h100_ib_tree(tmp_path, cleared=True)
     ib(run_cli, root, boot)
-    h.ib_counter(root, "mlx5_6", "link_downed", 1)
+    h.ib_counter(root, "mlx5_6", "link_downed", 1)  # the link came up once more during the boot
     boot.write_text("0d1e2f3a-0000-4000-8000-000000000001\n")
     ns = ib(run_cli, root, boot)
     h.check_artifacts(ns, status="pass", suite="ib_health")
-    assert {c["code"] for c in by(ns, "ib_counters").values()} == {"IB_COUNTERS_NO_BASELINE"}
-    assert "rebooted" in by(ns, "ib_counters")["mlx5_6:1"]["message"]
+    c = by(ns, "ib_counters")["mlx5_6:1"]
+    assert c["status"] == "pass" and "rebooted" in c["message"] and "at or above its threshold" in c["message"]
+
+
+def test_a_flap_fails_for_the_window_not_only_the_run_that_saw_it(run_cli, tmp_path, boot, h):
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    ib(run_cli, root, boot)
+    h.ib_counter(root, "mlx5_6", "link_downed", 1)
+    saw = ib(run_cli, root, boot)
+    h.check_artifacts(saw, status="fail", suite="ib_health")
+    later = ib(run_cli, root, boot)  # no growth since: the flap is 0 h old, inside the 6 h window
+    h.check_artifacts(later, status="fail", suite="ib_health")
+    c = by(later, "ib_counters")["mlx5_6:1"]
+    assert c["code"] == "IB_LINK_FLAPPED" and "link_downed +1 (0 -> 1)" in c["message"]
+    assert {d for d, x in by(later, "ib_counters").items() if x["status"] != "pass"} == {"mlx5_6:1"}
+    assert later.result["metrics"]["ib_counter_growth"] == 0  # nothing new, the old flap still counts
+    # the window is a setting: at 0 h the same history no longer fails
+    gone = ib(run_cli, root, boot, "--flap-window-hours", "0")
+    h.check_artifacts(gone, status="pass", suite="ib_health")
+    assert gone.result["environment"]["ib_counters"]["flaps"] == {}
+
+
+def test_a_flap_older_than_the_window_passes_and_survives_a_reboot_while_inside(run_cli, tmp_path, boot, h):
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    ib(run_cli, root, boot)
+    h.ib_counter(root, "mlx5_6", "link_downed", 2)
+    saw = ib(run_cli, root, boot)
+    boot.write_text("0d1e2f3a-0000-4000-8000-000000000001\n")  # a reboot does not repair a cable
+    h.ib_counter(root, "mlx5_6", "link_downed", 0)
+    rebooted = ib(run_cli, root, boot)
+    assert by(rebooted, "ib_counters")["mlx5_6:1"]["code"] == "IB_LINK_FLAPPED"
+    path = Path(rebooted.summary["result_path"])
+    data = json.loads(path.read_text())
+    data["environment"]["ib_counters"]["flaps"]["mlx5_6:1"]["at"] = "2020-01-01T00:00:00Z"  # long ago
+    path.write_text(json.dumps(data))
+    ns = ib(run_cli, root, boot)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    assert saw.summary["code"] == "IB_LINK_FLAPPED"
 
 
 def test_previous_given_explicitly(run_cli, tmp_path, boot, h):
@@ -195,3 +251,77 @@ def test_a_roce_node_whose_fabric_nobody_named_is_not_judged_never_failed(run_cl
     h.check_artifacts(ns, status="error", suite="ib_health")
     c = by(ns, "ib_hca_count")[None]
     assert (c["status"], c["code"]) == ("skip", "IB_FABRIC_UNNAMED") and "NCCL_IB_HCA" in c["message"]
+
+
+# ------------------------------------------------------------------------ the expected set of HCAs
+def _storage_hca_instead_of(root: Path, missing: str, storage: str = "mlx5_2") -> None:
+    """A storage HCA in InfiniBand mode (a copy of mlx5_0's files: ConnectX-7 at NDR) on a node whose
+    compute HCA `missing` is gone: still 8 InfiniBand ports."""
+    shutil.copytree(root / "mlx5_0", root / storage)
+    shutil.rmtree(root / missing)
+
+
+def test_by_count_a_storage_hca_hides_a_missing_compute_one_only_until_they_are_named(run_cli, tmp_path, boot, h):
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    _storage_hca_instead_of(root, "mlx5_6")
+    by_count = ib(run_cli, root, boot)  # 8 InfiniBand ports, 8 expected: a count cannot see it
+    assert by(by_count, "ib_hca_count")[None]["status"] == "pass"
+    named = "=mlx5_0,mlx5_1,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9"  # the node pool's NCCL_IB_HCA
+    ns = ib(run_cli, root, boot, "--ib-hca", named)
+    h.check_artifacts(ns, status="fail", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"], c["value"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7)
+    assert "missing: mlx5_6 (not in sysfs)" in c["message"] and "mlx5_2" not in c["message"]
+
+
+def test_more_ports_than_expected_by_count_is_a_warning_asking_for_names(run_cli, tmp_path, boot, h):
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    shutil.copytree(root / "mlx5_0", root / "mlx5_2")
+    ns = ib(run_cli, root, boot)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"], c["value"]) == ("warn", "IB_HCAS_EXTRA", 9) and "name the compute HCAs" in c["message"]
+
+
+def test_a_listed_device_that_cannot_be_read_fails_and_is_never_dropped(run_cli, tmp_path, boot, h):
+    """gpud#752: ibstat panics with `stat of IB device 'mlx5_8' failed: No such file or directory`:
+    /sys/class/infiniband lists mlx5_8, its link leads nowhere (the PCI function went away)."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    shutil.rmtree(root / "mlx5_8")
+    (root / "mlx5_8").symlink_to(tmp_path / "devices" / "pci0000:00" / "0000:e1:00.0" / "infiniband" / "mlx5_8")
+    ns = ib(run_cli, root, boot)
+    h.check_artifacts(ns, status="fail", suite="ib_health")
+    dead = by(ns, "ib_port_state")["mlx5_8"]
+    assert (dead["status"], dead["code"], dead["action"]) == ("fail", "IB_DEVICE_UNREADABLE", "drain_and_service")
+    assert "No such file or directory" in dead["message"]
+    count = by(ns, "ib_hca_count")[None]
+    assert count["code"] == "IB_HCAS_NOT_PRESENT" and "mlx5_8 (listed, unreadable)" in count["message"]
+    assert [p["unreadable"] for p in ns.result["environment"]["ib_ports"] if p["port"] == "mlx5_8"][0]
+
+
+def test_a_port_whose_state_cannot_be_read_fails(tmp_path, h):
+    from cluster_doctor_suites.checkers import ib_ports
+
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    state = root / "mlx5_4" / "ports" / "1" / "state"
+    state.unlink()
+    state.mkdir()  # reading it fails (EISDIR), as a driver answering an error would
+    (p,) = [x for x in ib_ports.scan(str(root)) if x.device == "mlx5_4"]
+    assert p.device_error and ib_ports.port_checks(p, None, None, None)[0].code == "IB_DEVICE_UNREADABLE"
+
+
+def test_the_model_can_name_its_hcas_like_nhc_check_hw_ib(tmp_path, h):
+    from cluster_doctor_suites.baselines import Expectations
+    from cluster_doctor_suites.checkers import ib_hcas, ib_ports
+
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    ports = ib_ports.scan(str(root))
+    selected, how = ib_ports.select(ports, None)
+    exp = ib_hcas.expected_set(None, [f"mlx5_ib{i}:1" for i in range(8)], Expectations({"hcas": 8}, {}))
+    c = ib_hcas.judge(ports, selected, exp, how, False)
+    assert (c.status, c.code, c.value) == ("fail", "IB_HCAS_NOT_PRESENT", 0) and "expect.hca_ports" in c.message
+    prefix = ib_hcas.expected_set("mlx5_1", None, Expectations({}, {}))  # NCCL's prefix takes mlx5_1x too
+    roce = ib_ports.scan(str(h.roce_ib_tree(tmp_path)))
+    sel, how = ib_ports.select(roce, "mlx5_1")
+    assert [p.name for p in sel] == ["mlx5_1:1", "mlx5_10:1", "mlx5_11:1"]
+    assert ib_hcas.judge(roce, sel, prefix, how, False).code == "IB_HCAS_EXTRA"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -257,3 +259,58 @@ def test_probe_direct_io_on_a_real_directory(tmp_path):
     ok, why = storage_fio.probe_direct_io(str(tmp_path))
     assert isinstance(ok, bool) and why
     assert not os.path.exists(tmp_path / ".direct-probe")
+
+
+# ------------------------------------------------------------------ the target is on the volume
+CPU_SMALL = ["--size", "4M", "--runtime", "1", "--ramp", "0", "--numjobs", "1", "--iodepth", "2", "--profile", "cpu"]
+
+
+def test_a_pod_without_the_results_volume_is_not_benchmarked_and_says_why(run_cli, h):
+    """GPU mode, the real fio: the harness created <output>/storage_fio/<node> on the container's
+    root filesystem (here this machine's ext4 /), which is what fio would have measured."""
+    ns = run_cli("storage_fio", "--device", "cuda", *CPU_SMALL)
+    h.check_artifacts(ns, status="error", suite="storage_fio")
+    (m,) = [c for c in ns.result["checks"] if c["name"] == "storage_mount"]
+    assert (m["status"], m["code"], m["action"], m["value"]) == ("error", "STORAGE_NOT_MOUNTED", "check_storage", "/")
+    assert "root filesystem" in m["message"] and ns.summary["code"] == "STORAGE_NOT_MOUNTED"
+    skipped = {c["name"]: c["code"] for c in ns.result["checks"] if c["status"] == "skip"}
+    assert skipped == {f"{p}_result": "STORAGE_NOT_RUN" for p in storage_fio.PATTERNS}
+    assert "fio_seq_read_mibps" not in ns.result["metrics"]  # nothing was measured
+
+
+def test_a_target_on_a_mounted_volume_is_measured(run_cli, h, tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.path.ismount(shm):
+        pytest.skip("no /dev/shm mount on this machine")
+    target = tempfile.mkdtemp(prefix="cd-fio-", dir=shm)
+    try:
+        ns = run_cli("storage_fio", "--device", "cpu", "--mount", "volume", "--dir", target, *CPU_SMALL)
+        h.check_artifacts(ns, status="pass", suite="storage_fio")
+        (m,) = [c for c in ns.result["checks"] if c["name"] == "storage_mount"]
+        assert m["status"] == "pass" and m["value"] == "/dev/shm" and "tmpfs" in m["message"]
+        assert ns.result["metrics"]["fio_seq_read_mibps"] > 0
+        wrong = run_cli("storage_fio", "--device", "cpu", "--mount", "/data", "--dir", target, *CPU_SMALL)
+        h.check_artifacts(wrong, status="error", suite="storage_fio")
+        assert "not on the expected mount /data" in wrong.summary["reason"]
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def test_cpu_mode_accepts_any_filesystem_and_records_where(run_cli, h):
+    ns = run_cli("storage_fio", "--device", "cpu", *CPU_SMALL)
+    h.check_artifacts(ns, status="pass", suite="storage_fio")
+    (m,) = [c for c in ns.result["checks"] if c["name"] == "storage_mount"]
+    assert m["status"] == "pass" and m["threshold"] == "any" and "CPU mode default" in m["message"]
+
+
+def test_mountinfo_is_read_as_proc5_defines_it(h):
+    from cluster_doctor_suites.harness import mounts
+
+    # proc(5)'s example line, and this CI machine's own table (recorded, fixtures/SOURCES.md)
+    (ex,) = mounts.parse_mountinfo("36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue")
+    assert (ex.mount_point, ex.root, ex.fstype, ex.source, ex.device) == ("/mnt2", "/mnt1", "ext3", "/dev/root", "98:0")
+    table = mounts.parse_mountinfo(h.fx("mounts", "mountinfo_ci_ext4_root_recorded.txt"))
+    root = [m for m in table if m.mount_point == "/"]
+    assert root and root[0].fstype == "ext4"
+    (spaced,) = mounts.parse_mountinfo("40 27 0:50 /pvc/storage_fio/n1 /data/with\\040space rw - nfs4 srv:/x rw")
+    assert spaced.mount_point == "/data/with space" and spaced.root == "/pvc/storage_fio/n1"

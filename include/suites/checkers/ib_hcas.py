@@ -1,0 +1,110 @@
+"""The compute-fabric HCAs a node should have and whether they are all there (`ib_hca_count`): the
+expected set by name where something names it, else by count, never "at least N of whatever is up".
+
+Where the set comes from, most specific first: an inclusive --ib-hca / NCCL_IB_HCA (the node pool
+names the HCAs NCCL must use: each listed name must be present); a baselines model's
+`expect.hca_ports` (a fleet's own file naming every HCA of a SKU, as AzureHPC NHC's
+`check_hw_ib 400 mlx5_ib0:1` lines do); else the count `expect.hcas` (model or --expect hcas=N).
+By count, ports beyond the expected number are a warning: a storage HCA in InfiniBand mode cannot be
+told from a compute one, and would hide a missing compute HCA, so the set should be named. An entry
+sysfs lists but cannot read counts as missing, never as present and never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..harness.checks import Check
+from .ib_ports import IbPort
+
+CODES = ("IB_HCAS_NOT_PRESENT", "IB_HCAS_EXTRA", "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
+
+
+@dataclass(frozen=True)
+class ExpectedHcas:
+    """The HCA ports the node must have: `names` ("mlx5_0" any port, "mlx5_0:1" that port) when
+    something names them, else only `count`; `basis` says where from."""
+
+    names: tuple[str, ...]
+    count: int | None
+    basis: str
+
+    def matches(self, name: str, p: IbPort) -> bool:
+        dev, _, port = name.partition(":")
+        return p.device == dev and (not port or not p.port or port == str(p.port))
+
+
+def expected_set(spec: str | None, model_ports, expect) -> ExpectedHcas:
+    """The expected set from an inclusive --ib-hca / NCCL_IB_HCA, else the model's `hca_ports`, else
+    the count (expect.hcas)."""
+    count = expect.get("hcas")
+    if spec and not spec.startswith("^"):
+        names = tuple(x.strip() for x in spec.lstrip("=").split(",") if x.strip())
+        if names:
+            return ExpectedHcas(names, count, f"--ib-hca / NCCL_IB_HCA {spec!r} names {len(names)}")
+    if model_ports:
+        names = tuple(str(x) for x in model_ports)
+        return ExpectedHcas(names, count, f"baselines.yaml expect.hca_ports names {len(names)}")
+    return ExpectedHcas((), count, expect.basis("hcas"))
+
+
+def judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
+          roce: list[IbPort] = ()) -> Check:
+    """One `ib_hca_count` check. `ports`: everything sysfs lists (unreadable entries included);
+    `selected`: the readable compute-fabric ports; `roce`: the node's Ethernet RDMA ports when nothing
+    names the fabric and none is InfiniBand."""
+    listed = ", ".join(p.name for p in selected) or "none"
+    if cpu and not exp.count and not exp.names:
+        return Check("ib_hca_count", "pass", len(selected), "ports", ">= 0",
+                     f"CPU mode: no HCA required; {len(selected)} present ({listed})")
+    if exp.names:
+        return _by_name(ports, selected, exp)
+    if not selected and roce:  # a RoCE node whose fabric nobody named: not judged, never a false fail
+        return Check("ib_hca_count", "skip", 0, "ports", code="IB_FABRIC_UNNAMED",
+                     message=f"every RDMA port is Ethernet ({', '.join(p.name for p in roce)}) and nothing names the "
+                     "compute fabric's HCAs: set NCCL_IB_HCA (pod_env) or --ib-hca / CLUSTER_DOCTOR_IB_HCA")
+    if not exp.count:
+        return Check("ib_hca_count", "skip", len(selected), "ports", code="EXPECTATION_MISSING",
+                     message=f"{len(selected)} HCA port(s) present ({listed}; {how}); nothing says which or how many "
+                     "the node should have (NCCL_IB_HCA naming them, expect.hca_ports, expect.hcas, --expect hcas=N)")
+    return _by_count(ports, selected, exp, how)
+
+
+def _by_name(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas) -> Check:
+    readable = [p for p in ports if not p.device_error]
+    missing = []
+    for name in exp.names:
+        if any(exp.matches(name, p) for p in readable):
+            continue
+        dead = [p for p in ports if p.device_error and exp.matches(name, p)]
+        missing.append(f"{name} (listed, unreadable: {dead[0].device_error})" if dead else f"{name} (not in sysfs)")
+    n = len(exp.names)
+    note = (f"; the model's count is {exp.count}, the node pool's names win" if exp.count and exp.count != n else "")
+    if missing:
+        return Check("ib_hca_count", "fail", n - len(missing), "ports", f"== {n} named",
+                     f"{n - len(missing)} of {n} expected HCA port(s) present; missing: {', '.join(missing)} "
+                     f"({exp.basis}{note})", code="IB_HCAS_NOT_PRESENT")
+    extra = [p.name for p in selected if not any(exp.matches(name, p) for name in exp.names)]
+    if extra:  # NCCL_IB_HCA prefixes (`mlx5_1` matches mlx5_10) pick up ports nobody named
+        return Check("ib_hca_count", "warn", len(selected), "ports", f"== {n} named", code="IB_HCAS_EXTRA",
+                     message=f"all {n} named HCA port(s) present; the selection also takes {', '.join(extra)} "
+                     f"(NCCL_IB_HCA prefix matching): name them exactly with '=' ({exp.basis})")
+    return Check("ib_hca_count", "pass", n, "ports", f"== {n} named",
+                 f"all {n} expected HCA port(s) present: {', '.join(exp.names)} ({exp.basis}{note})")
+
+
+def _by_count(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str) -> Check:
+    want, have = exp.count, len(selected)
+    listed = ", ".join(p.name for p in selected) or "none"
+    dead = [f"{p.name} (listed, unreadable)" for p in ports if p.device_error]
+    if have < want:
+        return Check("ib_hca_count", "fail", have, "ports", f"== {want}", f"{have} of {want} expected HCA port(s) "
+                     f"present: {listed}" + (f"; {', '.join(dead)}" if dead else "") + f" ({exp.basis}; {how})",
+                     code="IB_HCAS_NOT_PRESENT")
+    if have > want:
+        return Check("ib_hca_count", "warn", have, "ports", f"== {want}", code="IB_HCAS_EXTRA",
+                     message=f"{have} HCA ports ({listed}), {want} expected ({exp.basis}; {how}): a storage HCA cannot "
+                     "be told from a compute one by count, so a missing compute HCA would hide; name the compute "
+                     "HCAs (NCCL_IB_HCA '=mlx5_0,...', or expect.hca_ports)")
+    return Check("ib_hca_count", "pass", have, "ports", f"== {want}",
+                 f"{have} HCA port(s) present, {want} expected ({exp.basis}): {listed}")
