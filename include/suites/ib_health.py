@@ -97,7 +97,7 @@ def _unreadable(ports: list[ib_ports.IbPort], spec: str | None) -> list[ib_ports
     """Entries sysfs lists but cannot read that belong to the fabric: named by the selection, or any
     when nothing names it (their link layer cannot be read either)."""
     bad = [p for p in ports if p.device_error]
-    return [p for p in bad if ib_ports._matches(spec, p)] if spec else bad
+    return [p for p in bad if ib_ports.matches(spec, p)] if spec else bad
 
 
 def _judge_ports(ctx: Context, selected: list[ib_ports.IbPort], expect) -> None:

@@ -113,12 +113,12 @@ def select(ports: list[IbPort], hca: str | None) -> tuple[list[IbPort], str]:
     """The compute-fabric ports and how they were chosen."""
     ports = [p for p in ports if not p.device_error]  # unreadable entries are judged on their own (ib_hcas)
     if hca:
-        return [p for p in ports if _matches(hca, p)], f"--ib-hca / NCCL_IB_HCA {hca!r}"
+        return [p for p in ports if matches(hca, p)], f"--ib-hca / NCCL_IB_HCA {hca!r}"
     ib = [p for p in ports if p.link_layer == "InfiniBand"]
     return ib, "the InfiniBand ports (Ethernet ones are front-end NICs unless --ib-hca / NCCL_IB_HCA names them)"
 
 
-def _matches(spec: str, p: IbPort) -> bool:
+def matches(spec: str, p: IbPort) -> bool:
     """NCCL_IB_HCA semantics: `mlx5` prefix, `=mlx5_0` exact, `^...` exclusion, `name:port`."""
     exclude = spec.startswith("^")
     spec = spec[1:] if exclude else spec
