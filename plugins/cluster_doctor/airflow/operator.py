@@ -131,6 +131,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         node_name: str | None = None,
         gpu_count: int | None = None,
         gpu_model: str | None = None,
+        node_gpus: int | None = None,
         planned_at: str | dt.datetime | None = None,
         why: str | None = None,
         run_config: Mapping[str, Any] | RunConfig | None = None,
@@ -148,8 +149,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             validate_node_name(node_name)
             # the kwargs ship_suites built (payloads.Validation.to_xcom), read back typed
             target = Validation.from_xcom({"node_name": node_name, "test_name": test_name, "gpu_count": gpu_count,
-                                           "gpu_model": gpu_model, "planned_at": planned_at, "why": why,
-                                           "run_config": run_config})
+                                           "gpu_model": gpu_model, "node_gpus": node_gpus,
+                                           "planned_at": planned_at, "why": why, "run_config": run_config})
         s = target.run_config.settings if target is not None else (settings or Settings())
         self.test_name = test_name
         self.bundle = bundle
@@ -200,6 +201,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self.test_name = target.test_name
         self.gpu_count = target.gpu_count
         self.gpu_model = target.gpu_model
+        self.node_gpus = target.node_gpus
         self.planned_at = target.planned_at
         self.why = target.why
         self.run_config = target.run_config
@@ -261,6 +263,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             test_name=self.test_name,
             gpu_count=self.gpu_count,
             gpu_model=self.gpu_model,
+            node_gpus=self.node_gpus,
             run_id=ti_run_id,
             configmap=self.run_config.configmap,
             suite_version=self.run_config.suite_version,

@@ -77,6 +77,10 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         by_reason.setdefault(node.reason, []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         log.info("not eligible (%s): %s", reason, compress(names))
+    if found.short:  # validated all the same: their suites expect the node's count, and fail short of it
+        warnings.append(f"{len(found.short)} GPU node(s) offer fewer GPUs than they have (the device plugin "
+                        f"marked some unhealthy): " + "; ".join(n.line() for n in found.short[:20]))
+        log.warning("%s", warnings[-1])
     inventory_at = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
     # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
@@ -86,7 +90,8 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     valid = [n for n in found.ineligible if n.reason != discovery.INVALID_NAME]  # never a real node name
     return Discovered.of(
         settings=settings, params=Params.of(run), started_at=now, inventory_at=inventory_at,
-        free=[(n.name, n.gpu_count, n.gpu_model) for n in found.free], ineligible=[(n.name, n.reason) for n in valid],
+        free=[(n.name, n.gpu_count, n.gpu_model, n.node_gpus) for n in found.free],
+        ineligible=[(n.name, n.reason) for n in valid],
         api_calls=found.api_calls, nodes_seen=found.nodes_seen, pods_seen=found.pods_seen,
         decode_seconds=round(found.decode_seconds, 3), read_mode=found.read_mode, volumes=mounts.to_dict(),
         warnings=warnings)
@@ -217,7 +222,8 @@ def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bun
     for node in planned.nodes():
         pairs = [p for p in planned.pairs if p.node_name == node]
         bundles.append(Bundle(node_name=node, gpu_count=pairs[0].gpu_count, gpu_model=pairs[0].gpu_model,
-                              planned_at=planned.planned_at, reserved=node in planned.reserved,
+                              node_gpus=pairs[0].node_gpus, planned_at=planned.planned_at,
+                              reserved=node in planned.reserved,
                               steps=[BundleStep(test_name=p.test_name, why=p.why) for p in pairs],
                               run_config=run_config))
     return bundles

@@ -126,6 +126,7 @@ class GpuNode(Part):
     name: str
     gpu_count: int
     gpu_model: str | None = None
+    node_gpus: int | None = None  # the GPUs the node has (capacity / GFD label): what its suites expect
 
 
 class IneligibleNode(Part):
@@ -161,14 +162,17 @@ class NodeGroup(Part):
     nodes: str
     gpu_count: int = Field(ge=0)
     gpu_model: str | None = None
+    node_gpus: int | None = None
 
 
-def _grouped(nodes: Iterable[tuple[str, int, str | None]]) -> list[NodeGroup]:
-    by_kind: dict[tuple[int, str | None], list[str]] = {}
-    for name, count, model in nodes:
-        by_kind.setdefault((count, model), []).append(name)
-    return [NodeGroup(nodes=compress(names), gpu_count=count, gpu_model=model)
-            for (count, model), names in sorted(by_kind.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))]
+def _grouped(nodes: Iterable[tuple]) -> list[NodeGroup]:
+    """(name, GPU count, model[, the GPUs the node has]) per node, grouped by everything but the name."""
+    by_kind: dict[tuple[int, str | None, int | None], list[str]] = {}
+    for name, count, model, *has in nodes:
+        by_kind.setdefault((count, model, has[0] if has else None), []).append(name)
+    order = sorted(by_kind.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2] or 0))
+    return [NodeGroup(nodes=compress(names), gpu_count=count, gpu_model=model, node_gpus=has)
+            for (count, model, has), names in order]
 
 
 class Discovered(Payload):
@@ -197,9 +201,9 @@ class Discovered(Payload):
     warnings: list[str] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, *, free: Iterable[tuple[str, int, str | None]], ineligible: Iterable[tuple[str, str]],
-           **fields: Any) -> Discovered:
-        """From per-node facts: ``free`` (name, GPU count, model), ``ineligible`` (name, reason)."""
+    def of(cls, *, free: Iterable[tuple], ineligible: Iterable[tuple[str, str]], **fields: Any) -> Discovered:
+        """From per-node facts: ``free`` (name, GPU count, model[, the GPUs the node has]),
+        ``ineligible`` (name, reason)."""
         by_reason: dict[str, list[str]] = {}
         for name, reason in ineligible:
             by_reason.setdefault(reason, []).append(name)
@@ -209,7 +213,7 @@ class Discovered(Payload):
     @property
     def free(self) -> list[GpuNode]:
         """The free GPU nodes, in natural order."""
-        nodes = [GpuNode(name=name, gpu_count=g.gpu_count, gpu_model=g.gpu_model)
+        nodes = [GpuNode(name=name, gpu_count=g.gpu_count, gpu_model=g.gpu_model, node_gpus=g.node_gpus)
                  for g in self.free_groups for name in expand(g.nodes)]
         return sorted(nodes, key=lambda n: natural(n.name))
 
@@ -279,6 +283,7 @@ class PlannedPair(Part):
     last_attempt_status: str | None = None
     gpu_count: int
     gpu_model: str | None = None
+    node_gpus: int | None = None
 
 
 class HeldPair(Part):
@@ -348,12 +353,14 @@ class Validation(Part):
     test_name: str
     gpu_count: int = Field(ge=0)
     gpu_model: str | None = None
+    node_gpus: int | None = Field(default=None, ge=0)  # the GPUs the node has (the suites' bar)
     planned_at: Timestamp
     why: str | None = None
     run_config: RunConfig
 
     def to_xcom(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        # the operator's keyword arguments: node_gpus only when known (the kwargs of earlier releases)
+        return self.model_dump(mode="json", exclude=None if self.node_gpus is not None else {"node_gpus"})
 
     @classmethod
     def from_xcom(cls, data: Mapping[str, Any]) -> Validation:
@@ -381,6 +388,7 @@ class Bundle(Payload):
     node_name: str
     gpu_count: int = Field(ge=0)
     gpu_model: str | None = None
+    node_gpus: int | None = None
     planned_at: Timestamp
     reserved: bool = False
     steps: list[BundleStep] = Field(min_length=1)
@@ -397,8 +405,8 @@ class Bundle(Payload):
         """The step's operator arguments, as a single pair's."""
         step = self.step(test)
         return Validation(node_name=self.node_name, test_name=test, gpu_count=self.gpu_count,
-                          gpu_model=self.gpu_model, planned_at=self.planned_at, why=step.why if step else None,
-                          run_config=self.run_config)
+                          gpu_model=self.gpu_model, node_gpus=self.node_gpus, planned_at=self.planned_at,
+                          why=step.why if step else None, run_config=self.run_config)
 
 
 # ---------------------------------------------------------------------------- record

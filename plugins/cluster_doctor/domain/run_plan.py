@@ -111,7 +111,7 @@ def plan(given: PlanInput, *, now: dt.datetime, claim: Claimer | None = None) ->
     planned = [PlannedPair(node_name=p.node_name, test_name=p.test_name, why=p.why, last_status=p.last_status,
                            last_finished_at=p.last_finished_at, last_attempt_at=p.last_attempt_at,
                            last_attempt_status=p.last_attempt_status, gpu_count=free[p.node_name].gpu_count,
-                           gpu_model=free[p.node_name].gpu_model)
+                           gpu_model=free[p.node_name].gpu_model, node_gpus=free[p.node_name].node_gpus)
                for b in chosen for p in b.pairs]
     chosen_nodes = {b.node_name for b in chosen}
     result = Plan(planned_at=now, dry_run=run.dry_run, pairs=planned, held_by_other_runs=held,

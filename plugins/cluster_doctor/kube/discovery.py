@@ -55,11 +55,29 @@ NOT_READY, CORDONED, TAINTED, BUSY, VALIDATING, NOMINATED, INVALID_NAME = (
 @dataclasses.dataclass(frozen=True)
 class GpuNode:
     name: str
-    gpu_count: int
+    gpu_count: int  # allocatable: what a pod can request (the validation pods request all of it)
     gpu_model: str | None
+    # the GPUs the node has: its capacity or GPU Feature Discovery's count label, which do not drop
+    # when the device plugin marks a GPU unhealthy; what its suites expect (None: neither is known)
+    node_gpus: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuShortfall:
+    """A GPU node that offers fewer GPUs than it has: allocatable below its capacity or GPU Feature
+    Discovery's count (after an Xid 79 the device plugin marks the GPU unhealthy). It is still
+    validated — its pods request what is allocatable — and its suites expect the node's count."""
+
+    name: str
+    allocatable: int
+    node_gpus: int
+    source: str  # "capacity", "label nvidia.com/gpu.count", ...
+
+    def line(self) -> str:
+        return f"{self.name}: {self.allocatable} of its {self.node_gpus} GPUs allocatable ({self.source})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +101,14 @@ class Discovery:
     pods_seen: int
     decode_seconds: float = 0.0  # of the wall time, spent decoding list responses
     read_mode: str = "watch-cache"  # or "paged" when the server refused resourceVersion=0 lists
+    # the nodes offering fewer GPUs than they have (still validated; their suites expect their count)
+    short: list[GpuShortfall] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "free": [n.to_dict() for n in self.free],
             "ineligible": [n.to_dict() for n in self.ineligible],
+            "short": [dataclasses.asdict(n) for n in self.short],
             "api_calls": self.api_calls,
             "nodes_seen": self.nodes_seen,
             "pods_seen": self.pods_seen,
@@ -250,6 +271,8 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
     """The nodes read and judged, then the pods folded in (see ``discover``)."""
     resource = settings.gpu_resource
     gpu_nodes: dict[str, tuple[int, str | None]] = {}  # name -> (GPUs, model)
+    has: dict[str, int] = {}  # name -> the GPUs the node has, where known
+    short: list[GpuShortfall] = []
     ineligible: dict[str, Ineligible] = {}
 
     def exclude(name: str, reason: str, detail: str) -> None:
@@ -271,6 +294,10 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
             continue
         model = node.label(settings.gpu_product_label)
         gpu_nodes[name] = (gpus, str(model) if model is not None else None)
+        if (counted := node_gpus(node, resource)) is not None:
+            has[name] = counted[0]
+            if counted[0] > gpus:
+                short.append(GpuShortfall(name, gpus, *counted))
         try:
             validate_node_name(name)
         except InvalidNodeName:
@@ -302,7 +329,8 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
         exclude(name, NOMINATED, f"pending {ref} is nominated to the node (preemption)")
 
     order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
-    free = [GpuNode(name, gpus, model) for name, (gpus, model) in gpu_nodes.items() if name not in ineligible]
+    free = [GpuNode(name, gpus, model, has.get(name)) for name, (gpus, model) in gpu_nodes.items()
+            if name not in ineligible]
     free.sort(key=lambda n: order(n.name))
     return Discovery(
         free=free,
@@ -312,7 +340,23 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
         pods_seen=pods_seen,
         decode_seconds=calls.decode_seconds,
         read_mode=mode[0],
+        short=sorted(short, key=lambda n: order(n.name)),
     )
+
+
+def node_gpus(node: listing.LazyNode, resource: str) -> tuple[int, str] | None:
+    """(the GPUs the node has, from where): the larger of its capacity and GPU Feature Discovery's
+    ``<resource>.count`` label; None when neither says. Unreadable values count as unknown."""
+    found: list[tuple[int, str]] = []
+    for read, source in ((lambda: node.capacity(resource), "capacity"),
+                         (lambda: node.label(f"{resource}.count"), f"label {resource}.count")):
+        try:
+            value = int(parse_quantity(read()))
+        except (ValueError, TypeError, ArithmeticError):
+            continue
+        if value > 0:
+            found.append((value, source))
+    return max(found, key=lambda f: f[0]) if found else None
 
 
 def gpu_holder(pod: Mapping[str, Any], resource: str) -> tuple[str, str] | None:

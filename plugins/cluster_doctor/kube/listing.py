@@ -191,6 +191,7 @@ class _NodeSpec(msgspec.Struct, gc=False):
 
 class _NodeStatus(msgspec.Struct, gc=False):
     allocatable: msgspec.Raw = _NULL
+    capacity: msgspec.Raw = _NULL
     conditions: msgspec.Raw = _NULL
 
 
@@ -208,6 +209,9 @@ class LazyNode(msgspec.Struct, gc=False):
 
     def allocatable(self, resource: str) -> Any:
         return value_of(self.status.allocatable, resource) if self.status else None
+
+    def capacity(self, resource: str) -> Any:
+        return value_of(self.status.capacity, resource) if self.status else None
 
 
 @functools.lru_cache(maxsize=32)

@@ -208,6 +208,7 @@ def build_pod(
     suite_version: str,
     suite_files: list[str] | None = None,
     template: Mapping[str, Any] | None = None,
+    node_gpus: int | None = None,
 ) -> dict[str, Any]:
     """The pod of one node-test pair: the template (``template``, else the setting's file) hydrated
     field by field. Each step below sets its own part of the manifest; the order of the steps is the
@@ -230,7 +231,7 @@ def build_pod(
     _harden(spec, container, capabilities_for(test_name, settings), settings.pod_allowed_host_fields)
     _set_resources(container, suite, settings, gpu_count=gpu_count)
     _set_env(container, settings, test_name=test_name, gpu_count=gpu_count, gpu_model=gpu_model, run_id=run_id,
-             suite_version=suite_version, own_dir=own_dir)
+             suite_version=suite_version, own_dir=own_dir, node_gpus=node_gpus)
     return pod
 
 
@@ -321,7 +322,8 @@ def _set_resources(container: dict[str, Any], suite: suites.Suite, settings: Set
 
 
 def _set_env(container: dict[str, Any], settings: Settings, *, test_name: str, gpu_count: int,
-             gpu_model: str | None, run_id: str, suite_version: str, own_dir: str) -> None:
+             gpu_model: str | None, run_id: str, suite_version: str, own_dir: str,
+             node_gpus: int | None = None) -> None:
     """The suite's environment (its contract), over the template's: the same name is set once."""
     env = {e["name"]: e for e in container.get("env") or []}
     values = {
@@ -329,6 +331,9 @@ def _set_env(container: dict[str, Any], settings: Settings, *, test_name: str, g
         "CLUSTER_DOCTOR_DEVICE": settings.suite_device,
         # CPU mode (demo, tests) exercises the plumbing: the suites see no GPU and must not expect one.
         "CLUSTER_DOCTOR_EXPECTED_GPUS": str(gpu_count if settings.suite_device == "cuda" else 0),
+        # the GPUs the node has (capacity / GFD label): the suites' bar, never what is left allocatable
+        **({"CLUSTER_DOCTOR_NODE_GPUS": str(node_gpus)} if node_gpus and settings.suite_device == "cuda"
+           else {}),
         "CLUSTER_DOCTOR_SUITE_VERSION": suite_version,
         "CLUSTER_DOCTOR_OUTPUT_DIR": settings.results_dir,
         "CLUSTER_DOCTOR_RUN_ID": run_id,
