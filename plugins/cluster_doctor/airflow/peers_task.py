@@ -44,7 +44,8 @@ class PeerTest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     match: PeerMatch
-    gpus: dict[str, tuple[int, str | None]]  # node -> (gpu_count, gpu_model)
+    # node -> (gpu_count, gpu_model[, the GPUs the node has])
+    gpus: dict[str, tuple[int, str | None] | tuple[int, str | None, int | None]]
     planned_at: dt.datetime
     run_config: RunConfig
     label: str = ""  # the grid's label: "server ↔ client"
@@ -134,7 +135,7 @@ def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any
         code = suite_code.ship(core_v1, settings)
         run_config = RunConfig(settings=settings, configmap=code.configmap, suite_version=code.version,
                                suite_files=list(code.files))
-    gpus = {n.name: (n.gpu_count, n.gpu_model) for n in free}
+    gpus = {n.name: (n.gpu_count, n.gpu_model, n.node_gpus) for n in free}
     return PeerTests(tests=[PeerTest(match=m, gpus={n: gpus[n] for n in m.nodes}, planned_at=now,
                                      run_config=run_config, label=f"{m.server} ↔ {m.client}") for m in matches])
 

@@ -79,6 +79,7 @@ class Side:
     gpu_model: str | None
     role: str  # SERVER or CLIENT
     peer: str  # the other node
+    node_gpus: int | None = None  # the GPUs the node has (capacity / GFD label): the suite's bar
 
     def __post_init__(self) -> None:
         validate_node_name(self.node_name)
@@ -109,10 +110,13 @@ class PeerResult:
         return [self.server, self.client]
 
 
-def sides(server: str, client: str, gpus: Mapping[str, tuple[int, str | None]]) -> tuple[Side, Side]:
-    """The two sides of a match; ``gpus``: node -> (gpu_count, gpu_model)."""
-    return (Side(server, *gpus[server], role=SERVER, peer=client),
-            Side(client, *gpus[client], role=CLIENT, peer=server))
+def sides(server: str, client: str, gpus: Mapping[str, tuple]) -> tuple[Side, Side]:
+    """The two sides of a match; ``gpus``: node -> (gpu_count, gpu_model[, the GPUs the node has])."""
+    def side(node: str, role: str, peer: str) -> Side:
+        count, model, *has = gpus[node]
+        return Side(node, count, model, role=role, peer=peer, node_gpus=has[0] if has else None)
+
+    return side(server, SERVER, client), side(client, CLIENT, server)
 
 
 def gang_scheduler(core_v1: Any) -> str | None:
@@ -153,7 +157,7 @@ def build_peer_pod(settings: Settings, side: Side, *, run_id: str, configmap: st
     generated name (``cv-fabric-peer-<node>-<random>``)."""
     pod = podspec.build_pod(settings, node_name=side.node_name, test_name=TEST, gpu_count=side.gpu_count,
                             gpu_model=side.gpu_model, run_id=run_id, configmap=configmap,
-                            suite_version=suite_version, suite_files=suite_files)
+                            suite_version=suite_version, suite_files=suite_files, node_gpus=side.node_gpus)
     meta = pod["metadata"]
     meta["generateName"] = meta.pop("name")[:57] + "-"
     meta["labels"].update({PEER_LABEL: podspec.label_value(side.peer), ROLE_LABEL: side.role})

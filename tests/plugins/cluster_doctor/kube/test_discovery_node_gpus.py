@@ -73,3 +73,10 @@ def test_the_nodes_count_reaches_the_pod_beside_what_it_requests():
                             gpu_model="H100", node_gpus=8, run_id="r", configmap="cm", suite_version="sha256:0")
     assert "CLUSTER_DOCTOR_NODE_GPUS" not in {e["name"] for e in next(
         c for c in cpu["spec"]["containers"] if c["name"] == "base")["env"]}  # CPU mode expects no GPU
+
+
+def test_a_peer_tests_pods_carry_their_nodes_count_too():
+    from cluster_doctor.kube import peers
+
+    a, b = peers.sides("gpu-002", "gpu-001", {"gpu-002": (7, "H100", 8), "gpu-001": (8, "H100")})
+    assert (a.gpu_count, a.node_gpus, b.node_gpus) == (7, 8, None)  # a count of an earlier plan: unknown
