@@ -16,6 +16,7 @@ import pytest
 import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 from cluster_doctor_suites.dl.devices import current_device
+from tests.include.suites import catalog_gpu_cases as gpu29
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -689,14 +690,18 @@ ISSUE29_IB = {"ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sampl
               "ib_device_unreadable": _ib_device_unreadable}
 
 
-ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS
+# issue 29's GPU classes, run by catalog_gpu_cases.py
+GPU29_FAULTS = [Fault(**case) for case in gpu29.CASES]
+ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS + GPU29_FAULTS
 
 
 @pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
 def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
     # the node booted an hour ago: the kernel-log lines (uptime stamps 120 s .. 1 h) are recent
-    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: 3600.0)
-    if fault.suite == "gpu_health":
+    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: gpu29.UPTIME.get(fault.id, 3600.0))
+    if fault.id in gpu29.IDS:
+        ns = gpu29.run(fault, run_inproc, monkeypatch, tmp_path)
+    elif fault.suite == "gpu_health":
         ns = _run_gpu_health(run_inproc, tmp_path, fault)
     elif fault.suite == "dl_unit":
         ns = _run_dl_unit(run_inproc, monkeypatch, fault)
@@ -758,6 +763,15 @@ CLASSES = {
     "each code one condition, the most specific": [
         "nccl_p2p_shm_used", "nccl_nvlink_unavailable", "nccl_socket_fallback", "xid_74", "fallen_off_bus_xid79"],
     "an action with every finding": ["recovery_action", "xid_154_recovery_action", "dcgm_isolate_205", "storage_full"],
+    "the GPU count from what the node should have (its capacity, label or SKU), never from what is left of it": [
+        "gpu_count_below_node_count"],
+    "per-GPU results of every tool matched against the GPUs the node should have": [
+        "nvlink_block_unmapped", "dcgm_gpu_not_covered", "nvbw_gpu_missing_from_matrix"],
+    "fatal events stay fatal until a reset is shown": [
+        "xid79_three_days_no_reset", "rm_init_adapter_three_days_gpu_missing"],
+    "a kernel log that does not reach back to the boot is not clean": [
+        "kernel_log_empty_journal", "kernel_log_wrapped"],
+    "bits that flip between two identical runs on a single GPU are a finding": ["determinism_single_device"],
     # issue 29, fabric and storage
     "HCAs: the expected set by name (a storage HCA no longer hides a missing compute one); a listed HCA that cannot "
     "be read fails (issue 29)": ["ib_hcas_named_storage_hides_missing", "ib_device_unreadable"],

@@ -653,3 +653,22 @@ def test_nvml_recovery_action_is_read_and_judged(run_inproc, h, monkeypatch, too
     rec = by_name(ns, "recovery_action")
     assert rec["cuda:0"]["status"] == "fail" and rec["cuda:0"]["value"] == "GPU Reset"
     assert rec["cuda:0"]["code"] == "GPU_RECOVERY_ACTION" and rec["cuda:1"]["status"] == "pass"
+
+
+def test_a_node_short_of_its_gpus_fails_seven_of_eight(run_inproc, tools, h):
+    """The device plugin offers 1 of the node's 2 GPUs (its capacity says 2): the pod was given 1, sees
+    1, and fails against the node's 2 — where it used to pass "1 of 1"."""
+    xml = "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"
+    ns = run_inproc(gpu_health, "--expected-gpus", "1", "--node-gpus", "2", *tools(xml=xml))
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    c = next(c for c in ns.result["checks"] if c["name"] == "gpu_count")
+    assert c["status"] == "fail" and c["code"] == "GPU_COUNT_LOW" and c["threshold"] == "== 2"
+    assert "expected 2 GPUs, found 1" in c["message"] and "this run was given 1" in c["message"]
+    assert ns.result["environment"]["node_gpus"] == 2
+
+
+def test_the_sku_is_the_bar_when_nothing_else_says(run_inproc, tools, h):
+    """Bare metal without --expected-gpus under an H100 label: the SKU's 8, not a skip."""
+    ns = run_inproc(gpu_health, "--gpu-model", "NVIDIA-H100-80GB-HBM3", *tools())
+    c = next(c for c in ns.result["checks"] if c["name"] == "gpu_count")
+    assert c["status"] == "fail" and "expected 8 GPUs, found 2" in c["message"] and "h100-sxm" in c["message"]

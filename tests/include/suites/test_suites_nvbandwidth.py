@@ -153,3 +153,27 @@ def test_the_image_builds_nvbandwidth_at_a_pinned_release(h):
     assert "AS nvbandwidth" in text and "github.com/NVIDIA/nvbandwidth.git" in text
     assert "CMAKE_CUDA_ARCHITECTURES" in text  # the builder has no GPU to detect them from
     assert "COPY --from=nvbandwidth /out/bin/nvbandwidth /usr/local/bin/nvbandwidth" in text
+
+
+def test_a_device_to_device_only_run_without_a_device_list_counts_the_gpus_of_its_matrix(run_cli, fake_tool, h):
+    """nvbandwidth v0.10 lists no `Device N:` lines; a device-to-device-only run (the README's write
+    matrix, printed without them) is a healthy 8-GPU run, never "found 0" (issue 29)."""
+    tool = _tool(fake_tool, h, f'cat "{h.FIXTURES / "nvbandwidth" / "readme_v0.8_d2d_write_ce_8gpu.txt"}"')
+    ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", WRITE, "--gpu-model", A100, "--expected-gpus", "8")
+    h.check_artifacts(ns, status="pass", suite="nvbandwidth")
+    checks = {c["name"]: c for c in ns.result["checks"]}
+    assert checks["gpu_count"]["status"] == "pass" and "result matrices" in checks["gpu_count"]["message"]
+    assert "56 pair(s)" in checks["nvbw_d2d_write_ce"]["message"] and ns.result["incomplete"] is False
+
+
+def test_every_ordered_pair_of_the_expected_gpus_must_be_measured(h):
+    """A matrix that lacks a GPU is not a smaller node: each GPU none of whose pairs it holds is named,
+    and any other missing pair by its two GPUs."""
+    m = nvbw.parse(_fx(h, "readme_v0.8_d2d_write_ce_8gpu.txt"), [WRITE]).matrices[WRITE]
+    j = nvbw.Judging(None, "no floor", 0.15, True)
+    assert nvbw.absent(nvbw.TESTCASES[WRITE], m, 8) == []
+    got = [(c.device, c.code) for c in nvbw.to_checks(nvbw.TESTCASES[WRITE], m, j, 9) if c.status == "fail"]
+    assert got == [("cuda:8", "NVBW_NOT_MEASURED")]
+    del m.rows["3"]  # one row missing: its seven pairs, each named
+    got = [c.device for c in nvbw.to_checks(nvbw.TESTCASES[WRITE], m, j, 8) if c.code == "NVBW_NOT_MEASURED"]
+    assert got == [f"cuda:3,cuda:{o}" for o in (0, 1, 2, 4, 5, 6, 7)]

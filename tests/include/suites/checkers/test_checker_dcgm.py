@@ -45,3 +45,24 @@ def test_unknown_test_status_is_never_a_pass():
 def test_missing_dcgmi_is_a_visible_not_run():
     [c] = dcgm.to_checks(dcgm.DcgmRun(1, not_run="dcgmi not installed"))
     assert (c.name, c.status, c.code) == ("dcgm_diag", "skip", "DCGM_UNAVAILABLE")
+
+
+def test_per_gpu_results_are_matched_against_the_gpus_found(h):
+    """DCGM#253's table (GPUs 0-3, DCGM 4.2.3): on a node whose suite found GPUs 0-3 every GPU is
+    covered; with GPU 0's row left out GPU 0 was not diagnosed (not run, and so is dcgm_diag); on a
+    node that has only GPUs 0-1, dcgmi's GPUs 2 and 3 are reported, not silently taken as this pod's."""
+    table = h.fx("dcgm", "dcgmi-diag-r1_4.2.3_570.148.08_head.txt")
+    parsed = parsers.parse_dcgmi_diag(table)
+    whole = {(c.name, c.device): c for c in dcgm.to_checks(dcgm.DcgmRun(1, rc=0, parsed=parsed), [0, 1, 2, 3])}
+    assert whole[("dcgm_gpu_coverage", None)].status == "pass" and whole[("dcgm_diag", None)].status == "pass"
+    row = next(line for line in table.splitlines(keepends=True) if "GPU0: Pass" in line)
+    partial = parsers.parse_dcgmi_diag(table.replace(row, ""))
+    got = {(c.name, c.device): c for c in dcgm.to_checks(dcgm.DcgmRun(1, rc=0, parsed=partial), [0, 1, 2, 3])}
+    assert got[("dcgm_gpu_coverage", "cuda:0")].code == "DCGM_GPU_NOT_COVERED"
+    assert got[("dcgm_diag", None)].status == "skip"
+    fewer = {(c.name, c.device): c for c in dcgm.to_checks(dcgm.DcgmRun(1, rc=0, parsed=parsed), [0, 1])}
+    unmatched = fewer[("dcgm_gpu_coverage", None)]
+    assert unmatched.status == "warn" and unmatched.code == "DCGM_GPU_UNMATCHED" and "2, 3" in unmatched.message
+    # a table without per-GPU rows (DCGM 3 Deployment tests are run-wide): nothing to match
+    flat = parsers.parse_dcgmi_diag(h.fx("dcgm", "dcgmi-diag-r3_3.0.4_deployment_pass.txt"))
+    assert not [c for c in dcgm.to_checks(dcgm.DcgmRun(3, rc=0, parsed=flat), [0]) if c.name == "dcgm_gpu_coverage"]

@@ -94,3 +94,20 @@ def test_a_field_the_driver_answers_with_an_error_is_reported(h):
     assert old in xml
     g = parsers.parse_smi_xml(xml.replace(old, "<current_link_width>Unknown Error</current_link_width>", 1))["gpus"][0]
     assert g["field_errors"] == ["current_link_width"] and g["pcie_width"] is None
+
+
+def test_nvlink_blocks_are_matched_by_uuid_and_a_block_no_gpu_takes_is_kept(h):
+    """nccl-tests#228's two blocks: matched to the GPUs of `-q` by UUID first (whatever the index),
+    and a block of a GPU `-q` does not list kept for the report, never dropped (issue 29)."""
+    from types import SimpleNamespace
+
+    from cluster_doctor_suites import gpu_state
+
+    text = h.fx("smi", "nvidia-smi-nvlink-s_2xA100-SXM4-80GB.txt")
+    ctx = SimpleNamespace(run_tool=lambda argv, timeout: (0, text, ""))
+    state = {"gpus": [{"index": 0, "uuid": "GPU-0c512562-871f-8257-6187-b5ae1b986d5e"}]}  # the second block's GPU
+    gpu_state._smi_nvlinks(ctx, "nvidia-smi", state)
+    assert state["gpus"][0]["nvlink"]["links"] == {i: True for i in range(12)}
+    assert [(b["index"], b["uuid"]) for b in state["nvlink_unmapped"]] == [(0, "GPU-ff8a40d4-abc6-08d1-f939-15848b5d4e05")]
+    [c] = nvlink.to_checks(nvlink.unmapped(state["nvlink_unmapped"]), Expectations({}, {}))
+    assert c.status == "warn" and c.code == "NVLINK_GPU_UNMAPPED" and c.device.startswith("nvidia-smi GPU 0 (GPU-ff8a")

@@ -99,3 +99,17 @@ def test_a_benchmark_output_is_compared_only_on_one_model():
     assert {(c.status, c.code) for c in checks} == {("skip", "AGREEMENT_NOT_APPLICABLE")}
     v3 = agreement.output_vote({"cuda:0": "x", "cuda:1": "x", "cuda:2": "z"}, {("H100", 132)})
     assert v3.odd_ones() == {"cuda:2": "cuda:0"}
+
+
+def test_on_a_single_device_a_change_between_two_runs_is_its_fault():
+    """With one device nothing tells the library's kernel from the GPU: what changed is a finding
+    (issue 29); with two devices that both change, it is the library's (a warning, excluded)."""
+    from cluster_doctor_suites.dl.agreement import DeviceOutputs, determinism, determinism_checks
+
+    one = [DeviceOutputs("cuda:0", "H100", "", first={"a.out": "1", "b.out": "2"}, second={"a.out": "1", "b.out": "3"})]
+    det = determinism(one)
+    assert det.everywhere == set() and det.own("cuda:0") == {"b.out"}
+    assert [(c.name, c.status) for c in determinism_checks(one, det).checks] == [("determinism", "fail")]
+    two = one + [DeviceOutputs("cuda:1", "H100", "", first={"a.out": "1", "b.out": "2"}, second={"a.out": "1", "b.out": "4"})]
+    det = determinism(two)
+    assert det.everywhere == {"b.out"} and not det.own("cuda:0") and not det.own("cuda:1")
