@@ -2,7 +2,8 @@
 
 * results DB: a real embedded PostgreSQL (pgserver) in .demo/pgdata — never SQLite;
 * cluster: the Kubernetes API emulator with 8 simulated GPU nodes — two busy with user jobs, one
-  carrying an injected fault (the emulator plays a GPU with uncorrected ECC errors), the rest healthy;
+  with an injected fault (an uncorrectable ECC error in its kernel log, which the real gpu_health suite
+  finds: ``gpu_fault``), the rest healthy;
 * Airflow: the real DAG through ``dag.test()`` on a SQLite metadata DB in .demo/airflow, with the
   pool gpu_validation created by ``airflow pools set``; the validation pods run the real suites in
   CPU mode (the emulator's kubelet executes the pod's command);
@@ -27,6 +28,7 @@ import sys
 import time
 
 import dag_runner
+import gpu_fault
 import psycopg
 from cluster_doctor.cli import main as cli
 from cluster_doctor.domain import suites
@@ -136,19 +138,6 @@ def seed_history(url: str, now: dt.datetime | None = None) -> None:
     print(f"seeded {result.inserted} earlier attempt(s) of {len(latest)} node-test pairs")
 
 
-def fault_summary(node: str) -> str:
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    check = {"name": "ecc_uncorrected_volatile", "status": "fail", "device": "GPU 3", "value": 2,
-             "unit": "errors", "threshold": "== 0", "message": "GPU 3 (00000000:9D:00.0): 2 uncorrected ECC errors"}
-    return json.dumps({
-        "schema_version": "1", "suite": "gpu_health", "node": node, "status": "fail",
-        "reason": "ecc_uncorrected_volatile on GPU 3: 2 errors (threshold == 0)",
-        "started_at": now, "finished_at": now, "duration_s": 2.1, "suite_version": "sha256:0000000000000000",
-        "gpu_model": "NVIDIA-H100-80GB-HBM3", "gpu_count": 8, "metrics": {"gpus_visible": 8},
-        "checks": [check], "check_counts": {"pass": 14, "fail": 1, "warn": 0, "error": 0, "skip": 0},
-        "truncated": False, "log_path": None, "result_path": None})
-
-
 def cluster(emu: EmulatorProcess) -> None:
     from kubernetes import client
 
@@ -164,11 +153,10 @@ def cluster(emu: EmulatorProcess) -> None:
     for node, ref in BUSY.items():
         ns, name = ref.split("/")
         emu.add_user_pod(node, gpus=8, namespace=ns, name=name)
-    summary = fault_summary(FAULTY)
-    # only gpu_health pods play the ECC fault; another suite on this node runs for real
-    emu.set_script(FAULTY, "exit", labels={"cluster-doctor.io/test": "gpu_health"}, exit_code=1, run_seconds=1.0,
-                   termination_message=summary, log=f"gpu_health on {FAULTY}\nCLUSTER_DOCTOR_RESULT {summary}\n")
-    print(f"{len(NODES)} GPU nodes + 1 CPU node; busy: {', '.join(BUSY)}; injected fault: {FAULTY} (GPU 3 ECC)")
+    # the real gpu_health suite finds the fault in the node's kernel log; its other suites run as anywhere
+    gpu_fault.inject(emu, FAULTY, DEMO / "faults", once=False)
+    print(f"{len(NODES)} GPU nodes + 1 CPU node; busy: {', '.join(BUSY)}; injected fault: {FAULTY} "
+          f"({gpu_fault.WHAT})")
 
 
 def main() -> int:

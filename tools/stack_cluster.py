@@ -3,10 +3,10 @@
 ``python tools/stack_cluster.py --state-dir DIR [--nodes 24] [--interval 20] [--seed N]`` runs in the
 foreground until SIGTERM (``tools/stack.py`` starts it in its own session): it starts the emulator,
 applies the parts of ``include/k8s`` the emulator serves (namespace, PriorityClass, the results PVC,
-bound to a stand-in NFS volume), adds GPU nodes (a few busy with user jobs, one with a GPU that has
-uncorrected ECC errors), writes ``DIR/ready.json``, then every ``interval`` seconds one churn step:
-user jobs arrive (and preempt a validation pod in their way) and leave when done, nodes get cordoned
-and uncordoned, and now and then a node's next gpu_health run fails (an injected fault). What the
+bound to a stand-in NFS volume), adds GPU nodes (a few busy with user jobs, one whose kernel log
+holds an uncorrectable ECC error: ``gpu_fault``), writes ``DIR/ready.json``, then every ``interval``
+seconds one churn step: user jobs arrive (and preempt a validation pod in their way) and leave when done, nodes get cordoned
+and uncordoned, and now and then a node's next gpu_health run finds that fault too. What the
 churn did goes to ``DIR/churn.jsonl``, one JSON object per action.
 
 ``plan()`` is the churn's pure decision (tested alone); ``observe()`` and ``apply()`` talk to the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import os
 import pathlib
@@ -27,6 +26,7 @@ import sys
 import threading
 import time
 
+import gpu_fault
 import yaml
 from k8s_emulator import EmulatorProcess
 
@@ -36,7 +36,7 @@ PVC = "cluster-doctor-results"
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
 USER_NAMESPACES = ("ml-research", "inference")
 CHURN_LABEL = "stack.cluster-doctor.io/churn"  # marks the user jobs the churn created
-FAULTY = "gpu-004"  # a GPU with uncorrected ECC errors from the start, as in `make demo`
+FAULTY = "gpu-004"  # an uncorrectable ECC error in its kernel log from the start, as in `make demo`
 
 
 def node_names(count: int) -> list[str]:
@@ -94,26 +94,9 @@ def observe(v1, nodes: list[str]) -> View:
     return View(tuple(nodes), frozenset(cordoned & set(nodes)), frozenset(busy), tuple(sorted(finished)))
 
 
-def ecc_fault(node: str) -> str:
-    """A gpu_health result as the suite writes it when a GPU reports uncorrected ECC errors."""
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    check = {"name": "ecc_uncorrected_volatile", "status": "fail", "device": "GPU 3", "value": 2,
-             "unit": "errors", "threshold": "== 0", "message": "GPU 3 (00000000:9D:00.0): 2 uncorrected ECC errors"}
-    return json.dumps({
-        "schema_version": "1", "suite": "gpu_health", "node": node, "status": "fail",
-        "reason": "ecc_uncorrected_volatile on GPU 3: 2 errors (threshold == 0)",
-        "started_at": now, "finished_at": now, "duration_s": 1.0, "suite_version": "sha256:0000000000000000",
-        "gpu_model": PRODUCT, "gpu_count": 8, "metrics": {"gpus_visible": 8},
-        "checks": [check], "check_counts": {"pass": 14, "fail": 1, "warn": 0, "error": 0, "skip": 0},
-        "truncated": False, "log_path": None, "result_path": None})
-
-
 def inject_fault(emu: EmulatorProcess, node: str, *, once: bool) -> None:
-    # only gpu_health pods play the fault; the node's other suites run for real
-    summary = ecc_fault(node)
-    emu.set_script(node, "exit", labels={"cluster-doctor.io/test": "gpu_health"}, once=once, exit_code=1,
-                   run_seconds=1.0, termination_message=summary,
-                   log=f"gpu_health on {node}\nCLUSTER_DOCTOR_RESULT {summary}\n")
+    # only the node's gpu_health pods see the fault (in its kernel log); its other suites run as anywhere
+    gpu_fault.inject(emu, node, pathlib.Path(emu.state_dir) / "faults", once=once)
 
 
 def apply(emu: EmulatorProcess, v1, actions: list[dict]) -> None:

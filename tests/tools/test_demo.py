@@ -1,5 +1,5 @@
 """make demo stops what it starts: the embedded PostgreSQL does not outlive the demo; its results stay
-where the CLI's embedded default finds them (CLUSTER_DOCTOR_HOME=.demo)."""
+where the CLI's embedded default finds them (CLUSTER_DOCTOR_HOME=.demo). Its one failure is a real one."""
 
 import datetime as dt
 import pathlib
@@ -12,7 +12,10 @@ import pytest
 from cluster_doctor.cli import connection
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore
+from k8s_emulator import EmulatorProcess
 from leftovers import processes_mentioning
+
+from tests.tools.suite_pods import run_suite_pod
 
 
 @pytest.fixture
@@ -81,3 +84,15 @@ def test_a_node_failing_a_check_is_not_a_broken_run_but_a_failed_summary_is():
     assert demo.run_broke(run("validate.gpu_health", "summarize")) == ["summarize"]
     assert demo.run_broke({"task_instances": [{"task_id": "load_latest", "state": "upstream_failed"}]}) == \
         ["load_latest"]
+
+
+def test_the_demos_failure_is_the_suites_own_with_its_code_and_action(tmp_path, monkeypatch):
+    """The demo's one failure is what the real gpu_health suite reports for the fault of gpu-004 (an
+    uncorrectable ECC error in its kernel log): its code and recommended action, never `unknown`."""
+    monkeypatch.setattr(demo, "DEMO", tmp_path)
+    with EmulatorProcess(state_dir=str(tmp_path / "emu")) as emu:
+        demo.cluster(emu)
+        summary = run_suite_pod(emu, demo.FAULTY, "gpu_health", tmp_path / "out")
+        assert summary["status"] == "fail" and summary["node"] == demo.FAULTY
+        assert (summary["code"], summary["action"]) == ("XID_MEMORY_ERROR", "reset_gpu"), summary
+        assert run_suite_pod(emu, "gpu-001", "gpu_health", tmp_path / "out")["status"] == "pass"

@@ -9,6 +9,8 @@ import pytest
 import stack_cluster as sc
 from k8s_emulator import EmulatorProcess
 
+from tests.tools.suite_pods import run_suite_pod
+
 NODES = tuple(sc.node_names(10))
 
 
@@ -81,3 +83,24 @@ def test_setup_builds_the_cluster_of_include_k8s_and_the_churn_moves_it(emu, tmp
     emu.wait_for(lambda: not v1.list_namespaced_pod("inference", label_selector=f"{sc.CHURN_LABEL}={idle[0]}").items,
                  timeout=30, message="the cleanup")
     assert sc.observe(v1, nodes).cordoned == frozenset()
+
+
+def test_the_injected_fault_is_the_suites_own_failure_with_its_code_and_action(emu, tmp_path):
+    """gpu-004's gpu_health pods run the real suite, which finds the fault in the node's kernel log: the
+    summary the operator records carries the suite's code and recommended action (never a hand-written
+    summary without them); another node's gpu_health, and gpu-004's other suites, are not touched."""
+    nodes = sc.node_names(6)
+    sc.setup(emu, nodes, tmp_path / "pvc", random.Random(5))
+    faulty = run_suite_pod(emu, sc.FAULTY, "gpu_health", tmp_path / "out")
+    assert faulty["node"] == sc.FAULTY and faulty["status"] == "fail"
+    assert faulty["code"] == "XID_MEMORY_ERROR" and faulty["action"] == "reset_gpu", faulty
+    [xid] = [c for c in faulty["checks"] if c["status"] == "fail"]
+    assert xid["name"] == "xid" and xid["code"] == "XID_MEMORY_ERROR" and xid["action"] == "reset_gpu"
+    assert "Xid 94" in faulty["reason"] and "Contained ECC error" in faulty["reason"]
+    assert faulty["gpu_model"] is None or "A100" not in faulty["gpu_model"]  # no other node's GPU state
+    healthy = run_suite_pod(emu, "gpu-001", "gpu_health", tmp_path / "out")
+    assert healthy["status"] == "pass" and "Xid" not in healthy["reason"]
+    # a churn fault: the node's next gpu_health run only
+    sc.apply(emu, emu.core_v1(), [{"action": "fault", "node": "gpu-002"}])
+    assert run_suite_pod(emu, "gpu-002", "gpu_health", tmp_path / "out")["code"] == "XID_MEMORY_ERROR"
+    assert run_suite_pod(emu, "gpu-002", "gpu_health", tmp_path / "out")["status"] == "pass"

@@ -8,7 +8,8 @@ A script is a dict: {"node": "gpu-3" | "gpu-*" | "*", "labels": {...} (optional)
   run                {run_seconds=None}: a simulated container that runs (forever when None), then exits 0
   never_schedule     {message="Insufficient nvidia.com/gpu"}: the scheduler never picks this node for the pod
   never_start        bound, the container stays Waiting/ContainerCreating
-  exec               run the container command locally even where a wildcard script matches
+  exec               {env={}}: run the container command locally even where a wildcard script matches,
+                     with these variables added to its environment (e.g. PATH to a node's own tools)
 A "once" script binds to the first pod it matches and from then on applies to that pod only.
 The most specific wins: claimed, then with labels, then the exact node, then a glob, then "*"; then the newest.
 """
