@@ -22,6 +22,7 @@ import psycopg
 from psycopg import conninfo
 
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.store import diagnosis
 
 CONN_ID = "validation_db"
 CONN_ENV = "AIRFLOW_CONN_VALIDATION_DB"
@@ -69,17 +70,22 @@ class Connector:
     """A connection factory: ``connector()`` opens a new connection, ``str(connector)`` says where."""
 
     def __init__(self, open_connection: Callable[[str], psycopg.Connection], description: str,
-                 on_first_connect: Callable[[], None] | None = None):
+                 on_first_connect: Callable[[], None] | None = None,
+                 likely_cause: Callable[[str], str | None] | None = None):
         self._open = open_connection
         self.description = description
         self._on_first_connect = on_first_connect
+        self._likely_cause = likely_cause  # from the driver's message: what the user can act on
 
     def __call__(self, *, autocommit: bool = False, application_name: str = APPLICATION_NAME) -> psycopg.Connection:
         try:
             conn = self._open(application_name)
         except psycopg.OperationalError as exc:
+            cause = one_line_cause(exc)
+            hint = self._likely_cause(cause) if self._likely_cause else None
             raise DatabaseUnavailable(
-                f"cannot connect to the results database at {self.description}: {one_line_cause(exc)}"
+                f"cannot connect to the results database at {self.description}: {cause}"
+                + (f"; likely cause: {hint}" if hint else "")
             ) from None
         said, self._on_first_connect = self._on_first_connect, None
         if said is not None:
@@ -89,7 +95,7 @@ class Connector:
     def announcing(self, description: str, on_first_connect: Callable[[], None]) -> Connector:
         """The same database under another description, calling ``on_first_connect`` once, after the
         first connection succeeds (a command says which database it used; a failure says it instead)."""
-        return Connector(self._open, description, on_first_connect)
+        return Connector(self._open, description, on_first_connect, self._likely_cause)
 
     def __str__(self) -> str:
         return self.description
@@ -117,7 +123,7 @@ def params_connector(params: Mapping[str, Any]) -> Connector:
         return psycopg.connect(**{"connect_timeout": DEFAULT_CONNECT_TIMEOUT,
                                   "application_name": application_name, **params})
 
-    return Connector(open_connection, describe(params))
+    return Connector(open_connection, describe(params), likely_cause=lambda cause: diagnosis.connect_cause(cause, params))
 
 
 def url_connector(url: str) -> Connector:

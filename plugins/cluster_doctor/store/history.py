@@ -30,7 +30,7 @@ from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import NodeRange, shown, validate_node_name
 from cluster_doctor.domain.priority import PairState
-from cluster_doctor.store import database, migrations
+from cluster_doctor.store import database, diagnosis, migrations
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,9 @@ def unavailable(exc: BaseException) -> bool:
 
 def require_schema(conn: Any, where: str) -> None:
     """Refuse to read a database whose schema is missing or older than this code's migrations."""
-    if migrations.current_version(conn) < len(migrations.available()):
-        raise SchemaMissing(f"the results schema at {where} is missing or old: run `cluster-doctor db upgrade`")
+    have, wanted = migrations.current_version(conn), len(migrations.available())
+    if have < wanted:  # the message names the database and the likely cause (another one holds it, ...)
+        raise SchemaMissing(diagnosis.schema_problem(conn, where, have, wanted))
 
 
 class ResultStore:
