@@ -383,6 +383,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
                           peer_window=fleet.peer_window(settings)) as q:
         known = q.inventory()
         summary = q.summary(slo_days=0)
+        never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
     attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
@@ -418,7 +419,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     summary_line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
-    print(coverage_line(summary, days), file=out)
+    print(coverage_line(summary, days, never_pairs), file=out)
     if settings.peer_tests:
         print(peer_lines(peer_verdicts, node_range), file=out)
     return 0
@@ -436,14 +437,17 @@ def peer_lines(verdicts: Mapping[str, PeerVerdict], node_range: NodeRange) -> st
     return "\n".join(lines)
 
 
-def coverage_line(summary: Mapping[str, Any], days: float) -> str:
-    """The fleet's coverage in one line, from ``FleetQueries.summary()``: the figures of the fleet page."""
+def coverage_line(summary: Mapping[str, Any], days: float, never_pairs: int | None = None) -> str:
+    """The fleet's coverage in one line, from ``FleetQueries.summary()``: the figures of the fleet page,
+    each with its unit (GPU nodes; node-test pairs of the enabled tests, as the daily report counts them)."""
     nodes = summary["gpu_nodes"]
     share = f"{summary['coverage']:.1%}" if summary["coverage"] is not None else "-"
-    gone = f"; gone: {summary['gone_nodes']}" if summary["gone_nodes"] else ""
+    gone = f"; gone: {summary['gone_nodes']} GPU node(s)" if summary["gone_nodes"] else ""
+    pairs = f", {never_pairs} node-test pair(s)" if never_pairs is not None else ""
     return (f"coverage: {summary['covered_nodes']}/{nodes} GPU node(s) fully validated within {days:g} d ({share}); "
-            f"never validated: {summary['never_validated_nodes']}; failing: {summary['failing_nodes']}; "
-            f"not eligible now: {summary['not_eligible_nodes']}{gone}")
+            f"never validated: {summary['never_validated_nodes']} GPU node(s){pairs}; "
+            f"failing: {summary['failing_nodes']} GPU node(s); "
+            f"not eligible now: {summary['not_eligible_nodes']} GPU node(s){gone}")
 
 
 def _status_cell(row: Mapping[str, Any]) -> str:

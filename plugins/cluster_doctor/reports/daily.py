@@ -434,14 +434,15 @@ def _later_attempt(r: Mapping[str, Any]) -> str:
 def headline(data: Mapping[str, Any]) -> list[str]:
     cov, counts, fleet = data["coverage"], data["day_counts"], data["fleet"]
     per_status = ", ".join(f"{s} {counts[s]}" for s in Status if counts.get(s))
+    never_nodes = sum(g["count"] for g in fleet["never_why"])
     return [
         f"Coverage: {cov['covered']}/{cov['nodes']} GPU node(s) fully validated within "
-        f"{data['staleness_days']:g} d ({_pct(cov['coverage'])})",
+        f"{data['staleness_days']:g} d ({_pct(cov['coverage'])}); never validated: {never_nodes} GPU node(s)",
         f"Attempts of the day: {counts['total']}" + (f" ({per_status})" if per_status else ""),
         f"Failures of the day: {data['failures_total']} attempt(s) on {data['failing_nodes_today']} node(s), "
         f"{data['newly_failing_today']} newly failing",
-        f"Failing pairs in the fleet: {fleet['failing_total']}; stale: {fleet['counts']['stale']}; "
-        f"never validated: {fleet['counts']['never']}",
+        f"Node-test pairs in the fleet: {fleet['pairs']}; failing: {fleet['failing_total']}; "
+        f"stale: {fleet['counts']['stale']}; never validated: {fleet['counts']['never']} node-test pair(s)",
         *([f"Passes with checks not run (incomplete, not a clean pass): {fleet['incomplete_passes']} pair(s) on "
            f"{fleet['incomplete_nodes']}"] if fleet.get("incomplete_passes") else []),
         f"Validation GPU-hours: {_num(data['gpu_hours']['total'])}",
@@ -488,11 +489,12 @@ def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
          + f" · staleness threshold {data['staleness_days']:g} d · tests: {', '.join(data['tests'])}"
          f" · fleet: {fleet['nodes']} GPU node(s) from {data['fleet_source']}", "meta"),
         ("only", "html", [("cards", [
-            (_pct(cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} nodes)"),
+            (_pct(cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} GPU nodes)"),
+            (sum(g["count"] for g in fleet["never_why"]), "GPU nodes never validated"),
             (counts["total"], "attempts of the day"),
             (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
-            (fleet["failing_total"], "failing pairs in the fleet"),
-            (fleet["counts"]["stale"] + fleet["counts"]["never"], "stale or never-validated pairs"),
+            (fleet["failing_total"], "failing node-test pairs in the fleet"),
+            (fleet["counts"]["stale"] + fleet["counts"]["never"], "node-test pairs stale or never validated"),
             (_num(gh["total"]), "validation GPU-hours")])]),
         ("only", "markdown", [("h2", "Headline"), ("list", headline(data))]),
     ]
@@ -604,7 +606,7 @@ def _never_blocks(fleet: Mapping[str, Any]) -> list[tuple]:
 
 
 def _stale_blocks(fleet: Mapping[str, Any]) -> list[tuple]:
-    out: list[tuple] = [("h3", "Stale and never-validated pairs")]
+    out: list[tuple] = [("h3", "Stale and never-validated node-test pairs")]
     if not fleet["stale_groups"]:
         return [*out, ("p", "None: every pair has an executed result within the staleness threshold.", "")]
     return [*out, ("table", ["test", "state", "pairs", "oldest result", "nodes"], [

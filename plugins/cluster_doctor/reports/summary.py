@@ -174,8 +174,8 @@ def render(summary: RunSummary) -> str:
     cov = summary.coverage
     if cov is not None and cov.gpu_nodes:
         lines.append(f"coverage: {cov.covered_nodes}/{cov.gpu_nodes} GPU node(s) fully validated within the "
-                     f"staleness window ({cov.coverage:.0%}); never validated: {len(cov.never_validated)}; "
-                     f"failing: {compress(cov.failing_nodes) or 'none'}")
+                     f"staleness window ({cov.coverage:.0%}); never validated: {len(cov.never_validated)} GPU "
+                     f"node(s); failing: {compress(cov.failing_nodes) or 'none'}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """One inventory of GPU nodes, one story (issue 21 §4): on the same results database the fleet page, the
 daily report, ``cluster-doctor status``, the Prometheus metrics and the run summary count the same GPU
 nodes — never-attempted ones included, a node that left counted only for the grace period — and agree
-on coverage and never-validated nodes."""
+on coverage and never-validated nodes; each names its unit (GPU nodes or node-test pairs) beside the figure,
+and the same thing has the same figure in each (issue 33)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import pytest
 from cluster_doctor.cli import main as cli
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import Discovered
+from cluster_doctor.domain.payloads import Discovered, RunSummary
 from cluster_doctor.reports import daily, metrics
 from cluster_doctor.reports import summary as run_summary
 from cluster_doctor.store import inventory
@@ -57,20 +58,36 @@ def test_page_daily_report_status_metrics_and_run_summary_agree(store, db_dsn, d
     root.mount(webapp.MOUNT_PREFIX, sub)
     html = TestClient(root).get("/cluster-doctor/?per_page=200").text
     covered, nodes = map(int, re.search(r"coverage: (\d+) of (\d+) GPU nodes fully validated", html).groups())
-    never = int(re.search(r'id="never">\s*<div class="value"><a [^>]*>(\d+)</a>', html).group(1))
-    page = {"covered": covered, "nodes": nodes, "never": never}
+    never, never_label = re.search(r'id="never">\s*<div class="value"><a [^>]*>(\d+)</a></div>\s*'
+                                   r'<div class="label">([^<]+)</div>', html).groups()
+    page = {"covered": covered, "nodes": nodes, "never": int(never)}
+    assert never_label == "GPU nodes never validated"  # the unit, beside the figure
+    stale, stale_label = re.search(r'id="stale">\s*<div class="value"><a [^>]*>(\d+)</a></div>\s*'
+                                   r'<div class="label">([^<]+)</div>', html).groups()
+    assert stale_label == "node · test pairs stale or never validated"
     assert re.findall(r'<tr data-node="([^"]+)"', html) == expected["counted"]
 
     # the daily report of today (as of now)
     data = daily.build(store, now.date(), tests=settings.tests, staleness_days=settings.staleness_days, now=now)
     report = {"covered": data["coverage"]["covered"], "nodes": data["coverage"]["nodes"],
               "never": sum(g["count"] for g in data["fleet"]["never_why"])}
+    # what its reader sees says the unit of each figure: GPU nodes, or node-test pairs
+    md = daily.render_markdown(data)
+    report_nodes = int(re.search(r"Coverage: .*; never validated: (\d+) GPU node\(s\)", md).group(1))
+    report_pairs = int(re.search(r"Node-test pairs in the fleet: \d+; .* never validated: (\d+) node-test "
+                                 r"pair\(s\)", md).group(1))
+    assert report_nodes == report["never"]
+    cards = daily.render_html(data)
+    assert f'<b>{data["fleet"]["counts"]["stale"] + report_pairs}</b>node-test pairs stale or never validated' in cards
+    assert f"<b>{report_nodes}</b>GPU nodes never validated" in cards
 
     # cluster-doctor status
     out = io.StringIO()
     assert cli.main(["status", "--db-url", db_url], out=out) == 0
-    line = re.search(r"coverage: (\d+)/(\d+) GPU node\(s\) .* never validated: (\d+);", out.getvalue())
-    status = dict(zip(("covered", "nodes", "never"), map(int, line.groups()), strict=True))
+    line = re.search(r"coverage: (\d+)/(\d+) GPU node\(s\) .* never validated: (\d+) GPU node\(s\), "
+                     r"(\d+) node-test pair\(s\);", out.getvalue())
+    status = dict(zip(("covered", "nodes", "never"), map(int, line.groups()[:3]), strict=True))
+    assert int(line.group(4)) == report_pairs  # the same figure for the same thing, in the same unit
     # a node nothing ever ran on is listed, with why
     assert re.search(r"gpu-012 +- +never attempted +busy since .*: ml/llm-pretrain-0 requests 8", out.getvalue())
 
@@ -80,6 +97,10 @@ def test_page_daily_report_status_metrics_and_run_summary_agree(store, db_dsn, d
     value = {name.removeprefix("cluster_doctor_"): s[0].value for name, s in samples.items() if len(s) == 1}
     scraped = {"covered": int(value["fleet_covered_nodes"]), "nodes": int(value["fleet_gpu_nodes"]),
                "never": int(value["fleet_never_validated_nodes"])}
+    helps = {f.name: f.documentation for f in collector.collect()}
+    assert helps["cluster_doctor_fleet_never_validated_nodes"].startswith("GPU nodes ")
+    assert helps["cluster_doctor_fleet_stale_pairs"].startswith("Node-test pairs ")
+    assert int(value["fleet_stale_pairs"]) == int(stale) == data["fleet"]["counts"]["stale"] + report_pairs
 
     # the run summary (the DAG's verdict line)
     found = Discovered.of(settings=settings, params={"tests": settings.tests, "max_pairs": 16}, started_at=now,
@@ -87,6 +108,8 @@ def test_page_daily_report_status_metrics_and_run_summary_agree(store, db_dsn, d
     fleet_coverage, detail = run_summary.from_inventory(store, found, now)
     summary = {"covered": fleet_coverage.covered_nodes, "nodes": fleet_coverage.gpu_nodes,
                "never": len(fleet_coverage.never_validated)}
+    verdict_text = run_summary.render(RunSummary(gpu_nodes=fleet_coverage.gpu_nodes, coverage=fleet_coverage))
+    assert f"never validated: {summary['never']} GPU node(s);" in verdict_text
 
     truth = {"covered": 5, "nodes": len(expected["counted"]), "never": len(expected["never"])}
     assert page == report == status == scraped == summary == truth
