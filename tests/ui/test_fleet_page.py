@@ -237,9 +237,10 @@ def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
         now = row.locator("td.now")
         assert now.get_attribute("data-eligibility") == "busy"
         # seen busy 3 h before the seed: what the page says is that plus the minutes the module took so far
-        busy = re.fullmatch(r"busy for (\d+)h(?: (\d+)m)?", now.inner_text())
+        busy = re.fullmatch(r"busy for (\d+)h(?: (\d+)m)?", now.locator(".now-label").inner_text())
         assert busy and 175 <= int(busy[1]) * 60 + int(busy[2] or 0) <= 200, now.inner_text()
         assert "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu" in now.get_attribute("title")
+        assert now.locator(".holder").inner_text() == "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu"  # issue 33
         assert frame.locator("#never .value").inner_text() == "2"  # gpu-006 (timeouts only) and gpu-012
         card = frame.locator("#not-eligible")
         assert card.locator(".value").inner_text() == "1" and "busy 1" in card.inner_text()

@@ -166,14 +166,51 @@ def ti_url(request: Request, row: Mapping[str, Any]) -> str | None:
     return url
 
 
-def key_figures(test: str, values: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+# Key figures that read as a fault out of context in CPU mode (no GPU there), with what to say beside them.
+CPU_MODE_CONTEXT = {"gpus_visible": "CPU mode: the suite ran without a GPU"}
+
+
+def key_figures(test: str, values: Mapping[str, Any] | None, cpu_mode: bool = False) -> list[tuple[str, str]]:
     """The suite's key figures present in a metrics JSON, formatted, catalog order (then what CPU mode
-    measures instead, e.g. dl_unit's fp32 GEMM)."""
+    measures instead, e.g. dl_unit's fp32 GEMM); in CPU mode a figure like gpus_visible 0 says so."""
     if not values:
         return []
     suite = suites.CATALOG.get(test)
     keys = (*suite.key_metrics, *charts.CPU_MODE_METRICS.get(test, ())) if suite else tuple(sorted(values))[:4]
-    return [(k, format_number(values[k])) for k in keys if k in values and values[k] is not None]
+    return [(k, format_number(values[k]) + (f" ({CPU_MODE_CONTEXT[k]})" if cpu_mode and k in CPU_MODE_CONTEXT else ""))
+            for k in keys if k in values and values[k] is not None]
+
+
+def last_try(now: dt.datetime, cell: Mapping[str, Any] | None, clip: int = 80) -> str:
+    """What a never-executed pair's last attempt did, for the page itself: 'skipped 11m ago: why'."""
+    if not cell or cell.get("status") or not cell.get("last_attempt_at"):
+        return ""
+    why = f": {_clip(cell['last_attempt_reason'], clip)}" if cell.get("last_attempt_reason") else ""
+    return (f"last attempt {cell.get('last_attempt_status')} "
+            f"{format_age((now - cell['last_attempt_at']).total_seconds())} ago{why}")
+
+
+def node_holder(node: Mapping[str, Any] | None, clip: int = 60) -> str:
+    """Who or what keeps a not-eligible node from validation (the user pod holding its GPUs, why it is
+    cordoned ...), as discovery last saw it; empty for a free, unknown or gone node."""
+    if not node or node.get("gone_at") is not None:
+        return ""
+    state = node.get("eligibility") or node.get("state")
+    return _clip(node.get("eligibility_detail") or "", clip) if state not in (None, "free", "unknown") else ""
+
+
+def never_why(now: dt.datetime, node: Mapping[str, Any]) -> str:
+    """Why a node has no executed result on an enabled test, from the inventory: free (due, waiting for
+    a run) or not eligible since when and why (busy: by whom), or gone; '' once it has one."""
+    if any(c.get("status") and c.get("enabled") for c in node["cells"]):
+        return ""
+    known = node.get("inventory")
+    if not known:
+        return "no discovery has listed this node: it is known from its attempts only"
+    label, title = node_now(now, known)
+    if known.get("gone_at") is None and (known.get("eligibility") or "unknown") == "free":
+        return f"free at the last discovery ({title}): due, waiting for a run to reach it"
+    return f"not eligible: {title}" if known.get("gone_at") is None else title
 
 
 def bad_checks(checks: Iterable[Mapping[str, Any]] | None, limit: int = 10) -> list[Mapping[str, Any]]:
@@ -332,6 +369,8 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
         "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
+        "node_holder": node_holder, "last_try": lambda cell: last_try(now, cell),
+        "never_why": lambda node: never_why(now, node), "cpu_mode": False,
         "peer_title": lambda v: peer_title(now, v),
     }
 
@@ -437,6 +476,8 @@ def node_page(
     code = 200
     try:
         settings, connect = backend.load()
+        cpu_mode = settings.suite_device == "cpu"
+        ctx.update(cpu_mode=cpu_mode, figures=lambda t, values: key_figures(t, values, cpu_mode))
         with fleet.open_for(settings, connect, now=now) as fq:
             node = fq.node(node_name)
             if node is not None:
