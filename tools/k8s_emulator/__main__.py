@@ -61,7 +61,7 @@ def serve(args) -> int:
     def stop(*_):
         if not stopping.is_set():
             stopping.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
+            threading.Thread(target=server.stop, daemon=True).start()
 
     cluster.start()
     if args.kubeconfig:
@@ -76,7 +76,7 @@ def serve(args) -> int:
         os.replace(args.port_file + ".tmp", args.port_file)  # atomic: readers never see a partial port
     print(f"k8s_emulator serving {cluster.url} (state {state_dir})", file=sys.stderr, flush=True)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve(poll_interval=0.2)  # through apiserver restarts (server.restart)
     finally:
         cluster.shutdown()
         server.server_close()

@@ -148,6 +148,13 @@ def handle(cluster, method: str, path: str, q: dict, body) -> tuple[int, object]
             cluster.faults.clear()
             return 200, {"ok": True}
         return 200, {"items": cluster.faults.list()}
+    if route == "storms":
+        if method == "POST":
+            try:
+                return 201, cluster.faults.add_storm(body)
+            except ValueError as exc:
+                raise bad_request(str(exc)) from None
+        return 200, {"items": cluster.faults.storms()}
     if route in ("counters", "counters/reset"):
         return 200, cluster.counter_snapshot(reset=route.endswith("reset"))
     if route == "reset" and method == "POST":

@@ -244,11 +244,48 @@ class EmulatorProcess:
         return self._call("POST", "faults", {"path": path, "sequence": list(sequence), "method": method,
                                              "retry_after": retry_after, "message": message})
 
+    def storm(self, verbs: list[str], resource: str | None = None, *, seconds: float, retry_after: int = 1,
+              namespace: str | None = None) -> dict:
+        """For ``seconds`` from now, every request of ``verbs`` (get, list, create, delete, ...) on
+        ``resource`` ("pods", "pods/log"; None: any) answers API Priority and Fairness's 429 with
+        ``Retry-After``. ``clear_faults`` ends it. See faults.py."""
+        return self._call("POST", "storms", {"verbs": list(verbs), "resource": resource, "namespace": namespace,
+                                             "seconds": seconds, "retry_after": retry_after})
+
+    def storms(self) -> list[dict]:
+        """The storms with their ``hits`` and ``remaining_s``."""
+        return self._call("GET", "storms")["items"]
+
+    def restart_apiserver(self, down_s: float = 5, forbidden_s: float = 3, *, wait: bool = False) -> dict:
+        """Restart the API server as a kube-apiserver process restarts: at once, open connections are
+        reset and new ones refused for ``down_s`` (the control API too: it is the same server); then
+        for ``forbidden_s`` every resource request is refused 403 while /readyz fails; then normal. The
+        cluster behind it (store, scheduler, kubelet and its pods) runs on. ``wait``: return once it
+        serves again."""
+        answer = self._call("POST", "restart", {"down_s": down_s, "forbidden_s": forbidden_s})
+        if wait:
+            time.sleep(down_s)
+            self.wait_serving()
+        return answer
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        """Wait until the server accepts connections again (after ``restart_apiserver``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._call("GET", "health", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def faults(self) -> list[dict]:
         """The injected fault rules with their ``hits`` and ``remaining``."""
         return self._call("GET", "faults")["items"]
 
     def clear_faults(self):
+        """Every injected fault: sequences, storms, an authorizer still starting after a restart."""
         return self._call("DELETE", "faults")
 
     def counters(self) -> dict:

@@ -1,6 +1,8 @@
 """HTTP layer: a threading HTTP/1.1 server with keep-alive (Content-Length on every response, chunked
 transfer only for followed logs), routing to the API and control layers, and the discovery documents the
-kubernetes client and kubectl read."""
+kubernetes client and kubectl read. It can also restart as an apiserver process does (``restart``):
+down (connections reset, then refused) while the cluster behind it — store, scheduler, kubelet — runs
+on, then back with an authorizer that refuses everything for a few seconds while /readyz fails."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import logging
 import socket
 import struct
+import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from . import control, rbac
 from .api import qbool
-from .faults import RESETS, error_for
+from .faults import RESETS, STORM_TEXT, error_for
 from .errors import ApiError, bad_request, method_not_allowed, rbac_forbidden
 from .resources import GROUPS, TYPES
 from .util import dumps
@@ -26,6 +29,25 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 NO_PROTOBUF = ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - {PROTOBUF} "
                        "is not emulated (accepted media types include: application/json)", {})
 SUB_VERBS = {"log": ("Pod", ["get"]), "eviction": ("Eviction", ["create"]), "binding": ("Binding", ["create"])}
+HEALTH_PATHS = (["healthz"], ["readyz"], ["livez"])  # --authorization-always-allow-paths: never authorized
+# /readyz (and /healthz) of an apiserver whose RBAC caches are not synced yet: 500, each check listed
+NOT_READY = (b"[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]poststarthook/start-apiserver-admission-initializer ok\n"
+             b"[-]poststarthook/rbac/bootstrap-roles failed: reason withheld\n"
+             b"[-]poststarthook/scheduling/bootstrap-system-priority-classes failed: reason withheld\n"
+             b"[+]shutdown ok\n")
+
+
+def _non_resource(segs: list[str]) -> bool:
+    """/version and the discovery documents (/api, /api/v1, /apis, /apis/<group>[/v1]): non-resource URLs."""
+    return segs in (["version"], ["api"], ["api", "v1"]) or (segs[:1] == ["apis"] and len(segs) <= 3)
+
+
+class TooManyRequests(Exception):
+    """API Priority and Fairness refused the request: a plain-text 429, not a Status."""
+
+    def __init__(self, retry_after: int):
+        super().__init__("too many requests")
+        self.retry_after = retry_after
 
 
 def resource_list(group: str) -> dict:
@@ -55,7 +77,78 @@ class EmulatorHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, addr, cluster, verbose=False):
         self.cluster, self.verbose = cluster, verbose
+        self._connections: set = set()
+        self._state = threading.Condition()
+        self._phase = "serving"  # serving | down | back | stopped
         super().__init__(addr, Handler)
+
+    # ------------------------------------------------------------ open connections (to reset them)
+    def process_request(self, request, client_address):
+        with self._state:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self._state:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def _drop_connections(self):
+        with self._state:
+            open_now = list(self._connections)
+        for sock in open_now:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)  # wakes its handler, blocked reading the next request
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ serving, through restarts
+    def serve(self, poll_interval: float = 0.2):
+        """serve_forever until ``stop()``; a restart in between ends one loop and starts the next."""
+        while True:
+            self.serve_forever(poll_interval=poll_interval)
+            with self._state:
+                self._state.wait_for(lambda: self._phase != "down")
+                if self._phase == "stopped":
+                    return
+                self._phase = "serving"
+
+    def stop(self):
+        with self._state:
+            serving, self._phase = self._phase == "serving", "stopped"
+            self._state.notify_all()
+        if serving:
+            self.shutdown()
+
+    def restart(self, down_s: float, forbidden_s: float) -> bool:
+        """Go down now for ``down_s`` (open connections reset, new ones refused), then serve again with
+        every resource request refused for ``forbidden_s`` (``faults.authorizer_starts``). False when a
+        restart is under way already."""
+        with self._state:
+            if self._phase != "serving":
+                return False
+            self._phase = "down"
+        threading.Thread(target=self._restart, args=(down_s, forbidden_s), name="apiserver-restart",
+                         daemon=True).start()
+        return True
+
+    def _restart(self, down_s: float, forbidden_s: float):
+        time.sleep(0.05)  # the restart request's own answer goes out first
+        self.shutdown()  # the accept loop ends (serve() waits for the phase to change) ...
+        self.socket.close()  # ... and the port refuses connections
+        self._drop_connections()
+        time.sleep(down_s)
+        with self._state:
+            if self._phase == "stopped":
+                return
+            self.socket = socket.socket(self.address_family, self.socket_type)
+            self.server_bind()
+            self.server_activate()
+            self.cluster.faults.authorizer_starts(forbidden_s)
+            self._phase = "back"
+            self._state.notify_all()
+        log.warning("apiserver back after %.1f s down; authorizer not ready for %.1f s", down_s, forbidden_s)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -152,6 +245,8 @@ class Handler(BaseHTTPRequestHandler):
             parsed = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
             body = self._read_body()
+            if parsed.path.rstrip("/") == "/_emulator/restart" and method == "POST":
+                return self._restart(body or {})
             if parsed.path.startswith("/_emulator/"):
                 code, payload = control.handle(self.server.cluster, method, parsed.path, q, body)
                 self._send(code, dumps(payload))
@@ -179,14 +274,40 @@ class Handler(BaseHTTPRequestHandler):
                 raise error_for(fault[0], fault[1]["retry_after"], fault[1]["message"])
         except ApiError as exc:
             self._send_error(exc)
+        except TooManyRequests as exc:  # APF's tooManyRequests: http.Error, plain text
+            self._send(429, STORM_TEXT.encode(), "text/plain; charset=utf-8",
+                       headers={"Retry-After": str(exc.retry_after), "X-Content-Type-Options": "nosniff"})
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - a bug in the emulator answers 500, like an apiserver panic
             log.error("internal error on %s %s:\n%s", method, self.path, traceback.format_exc())
             self._send_error(ApiError(500, "InternalError", f"Internal error occurred: {exc}", {}))
 
+    def _restart(self, body: dict):
+        down_s, forbidden_s = body.get("down_s", 5), body.get("forbidden_s", 3)
+        for value in (down_s, forbidden_s):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 600:
+                raise bad_request("restart: down_s and forbidden_s are seconds between 0 and 600")
+        if not self.server.restart(float(down_s), float(forbidden_s)):
+            raise ApiError(409, "Conflict", "a restart is already under way")
+        self.close_connection = True
+        self._send(202, dumps({"down_s": down_s, "forbidden_s": forbidden_s}))
+
+    def _starting(self, segs: list[str]):
+        """While the authorizer is not ready: /readyz and /healthz fail, /livez passes, any other
+        non-resource path is refused (resource requests: ``_authorize``)."""
+        if segs == ["livez"]:
+            return self._send(200, b"ok", "text/plain")
+        if segs in (["readyz"], ["healthz"]):
+            return self._send(500, NOT_READY + f"{segs[0]} check failed\n".encode(), "text/plain; charset=utf-8",
+                              headers={"X-Content-Type-Options": "nosniff"})
+        path = "/" + "/".join(segs)
+        raise ApiError(403, "Forbidden", f'forbidden: User "system:anonymous" cannot get path "{path}"', {})
+
     def _api(self, method: str, segs: list[str], q: dict, body):
         cluster = self.server.cluster
+        if cluster.faults.authorizer_starting() and (segs in HEALTH_PATHS or _non_resource(segs)):
+            return self._starting(segs)
         if method == "GET" and segs in (["version"], ["api"], ["apis"], ["healthz"], ["readyz"], ["livez"]):
             if segs == ["version"]:
                 return self._send(200, dumps(cluster.version()))
@@ -222,6 +343,7 @@ class Handler(BaseHTTPRequestHandler):
                 or (sub is not None and sub not in rt.subresources) or (rt.namespaced and name and ns is None)):
             raise NOT_FOUND
         api, resource = cluster.api, rt.plural + (f"/{sub}" if sub else "")
+        self._flow_control(method, q, resource, ns, name)
         self._authorize(method, q, rt, resource, ns, name)
         if method == "GET" and name is None:
             cluster.count("watch" if qbool(q, "watch") else "list", resource)
@@ -252,15 +374,28 @@ class Handler(BaseHTTPRequestHandler):
         ctype = self.headers.get("Content-Type", "") if method == "PATCH" else None
         return self._send(200, api.update(rt, ns, name, body, sub, ctype).raw())
 
+    @staticmethod
+    def _verb(method: str, q: dict, name: str | None) -> str:
+        return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method) or (
+            "get" if name else "watch" if qbool(q, "watch") else "list")
+
+    def _flow_control(self, method: str, q: dict, resource: str, ns: str | None, name: str | None):
+        """An injected 429 storm (faults.py): API Priority and Fairness refuses before authorization."""
+        storm = self.server.cluster.faults.storming(self._verb(method, q, name), resource, ns)
+        if storm is not None:
+            raise TooManyRequests(storm["retry_after"])
+
     def _authorize(self, method: str, q: dict, rt, resource: str, ns: str | None, name: str | None):
         """RBAC as far as tests need it (rbac.py): `forbidden` lists "<resource>[.<group>]" (every verb)
         or "<verb> <resource>[.<group>]" that answer 403; `rbac_rules`, when set, is the only thing
-        allowed. Checked before the object is looked up."""
+        allowed; an apiserver that has just restarted refuses everything until its authorizer is ready.
+        Checked before the object is looked up."""
         settings = self.server.cluster.settings
+        verb = self._verb(method, q, name)
+        if self.server.cluster.faults.authorizer_starting():
+            raise rbac_forbidden(verb, resource, rt.group, name, ns)
         if not settings.forbidden and settings.rbac_rules is None:
             return
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method) or (
-            "get" if name else "watch" if qbool(q, "watch") else "list")
         target = resource + (f".{rt.group}" if rt.group else "")
         if target in settings.forbidden or f"{verb} {target}" in settings.forbidden or (
                 settings.rbac_rules is not None and not rbac.allows(settings.rbac_rules, verb, rt.group, resource, name)):

@@ -110,3 +110,61 @@ def test_cut_sends_half_the_body_then_resets(emu, v1):
             got += chunk
     assert 0 < len(got) < length
     assert len(v1.list_node().items) == 40  # then served normally
+
+
+# ---------------------------------------------------------------------------- time-bound faults
+def test_a_429_storm_is_apfs_plain_text_answer_on_the_chosen_verbs_only(emu):
+    v1 = _no_retries(emu)
+    emu.add_gpu_node("gpu-001")
+    emu.storm(["get", "delete"], "nodes", seconds=30, retry_after=2)
+    exc = _err(v1.read_node, "gpu-001")
+    assert exc.status == 429 and exc.headers["Retry-After"] == "2"
+    assert exc.body == "Too many requests, please try again later.\n"  # http.Error, not a Status
+    assert exc.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert [n.metadata.name for n in v1.list_node().items] == ["gpu-001"]  # list: another verb
+    assert _err(v1.delete_node, "gpu-001").status == 429
+    assert v1.list_namespaced_pod("default").items == []  # another resource
+    (storm,) = emu.storms()
+    assert storm["hits"] == 2 and 0 < storm["remaining_s"] <= 30
+    emu.clear_faults()
+    assert emu.storms() == [] and v1.read_node("gpu-001").metadata.name == "gpu-001"
+
+
+def test_a_storm_ends_on_its_own(emu):
+    v1 = _no_retries(emu)
+    emu.storm(["list"], "nodes", seconds=0.5)
+    assert _err(v1.list_node).status == 429
+    time.sleep(0.6)
+    assert v1.list_node().items == []
+
+
+def test_bad_storms_are_refused_with_one_line(emu):
+    for rule, text in (((["watch", "fly"],), "verbs"), ((["get"],), "seconds > 0")):
+        with pytest.raises(EmulatorError) as exc:
+            emu._call("POST", "storms", {"verbs": rule[0], **({"seconds": 1} if text == "verbs" else {})})
+        assert exc.value.code == 400 and text in exc.value.body["message"]
+
+
+def test_an_apiserver_restart_refuses_then_forbids_then_serves_while_the_cluster_runs_on(emu):
+    """As a kube-apiserver process restarting: connections reset and refused while down; back, every
+    request refused 403 and /readyz failing until its authorizer is ready; the kubelet ran on meanwhile."""
+    v1 = _no_retries(emu)
+    emu.add_gpu_node("gpu-001")
+    pod = emu.add_user_pod("gpu-001", name="job-0", run_seconds=1.0)
+    v1.list_node()  # a pooled keep-alive connection: reset by the restart
+    started = time.monotonic()
+    emu.restart_apiserver(down_s=1.5, forbidden_s=1.5)
+    time.sleep(0.3)
+    with pytest.raises(urllib3.exceptions.HTTPError) as down:
+        v1.list_node()
+    assert "Connection refused" in str(down.value) or "Connection reset" in str(down.value), down.value
+    emu.wait_serving()
+    assert time.monotonic() - started >= 1.4
+    forbidden = _err(v1.read_namespaced_pod, pod["metadata"]["name"], "default")
+    assert forbidden.status == 403 and "cannot get resource \"pods\"" in json.loads(forbidden.body)["message"]
+    ready = _err(v1.api_client.call_api, "/readyz", "GET", _preload_content=False)
+    assert ready.status == 500 and "[-]poststarthook/rbac/bootstrap-roles failed" in ready.body
+    assert v1.api_client.call_api("/livez", "GET", _preload_content=False, _return_http_data_only=True).status == 200
+    time.sleep(1.6)
+    assert v1.read_namespaced_pod(pod["metadata"]["name"], "default").status.phase == "Succeeded"  # ran on
+    assert v1.api_client.call_api("/readyz", "GET", _preload_content=False, _return_http_data_only=True).status == 200
