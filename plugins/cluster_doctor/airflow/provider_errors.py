@@ -18,6 +18,8 @@ from airflow.sdk.exceptions import AirflowTaskTimeout
 from kubernetes.client.exceptions import ApiException
 
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.kube import api_errors
+from cluster_doctor.kube.retry import GaveUp
 
 try:  # provider >= 10.x keeps it here; older versions in pod_manager
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import PodLaunchFailedException
@@ -47,7 +49,10 @@ class Explained:
 
     @property
     def message(self) -> str:
-        """The exception's text on one line (ApiException: status and reason, not the whole body)."""
+        """The exception's text on one line (ApiException: status and reason, the missing permission of a
+        403, the retries given up, not the whole body)."""
+        if isinstance(self.exc, ApiException) and (api_errors.permission(self.exc) or isinstance(self.exc, GaveUp)):
+            return api_errors.describe(self.exc)
         if isinstance(self.exc, ApiException):
             return f"Kubernetes API {self.exc.status} {self.exc.reason}"
         return one_line(self.exc)

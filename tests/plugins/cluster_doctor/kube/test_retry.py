@@ -10,7 +10,7 @@ import time
 import pytest
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.kube import discovery, retry, suite_code
+from cluster_doctor.kube import api_errors, discovery, retry, suite_code
 from k8s_emulator import EmulatorProcess
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +31,14 @@ def emu(emulator):
     emulator.reset()
     emulator.core_v1().create_namespace({"metadata": {"name": NS}})
     return emulator
+
+
+@pytest.fixture(autouse=True)
+def fresh_health():
+    """"The apiserver was unreachable just now" is per process: never carried from one test to the next."""
+    retry.HEALTH.reset()
+    yield
+    retry.HEALTH.reset()
 
 
 def core_v1(emu, policy=FAST) -> retry.Retrying:
@@ -194,3 +202,83 @@ def test_with_policy_rebinds_a_retrying_api_and_leaves_a_plain_one():
     short = retry.with_policy(wrapped, retry.BEST_EFFORT_POLICY)
     assert short.retry_policy == retry.BEST_EFFORT_POLICY and wrapped.retry_policy == retry.DEFAULT_POLICY
     assert short.read() == 1
+
+
+# ---------------------------------------------------------------------------- a control plane that blinks
+PATIENT = retry.RetryPolicy(attempts=40, initial_s=0.2, max_wait_s=0.5, total_s=30.0)
+
+
+def test_a_403_right_after_the_apiserver_was_unreachable_is_retried(emu, caplog):
+    """A restarted kube-apiserver refuses connections, then answers 403 until its authorizer is ready:
+    the 403 is the apiserver starting, not a refusal."""
+    caplog.set_level(logging.WARNING)
+    emu.add_gpu_node("gpu-001")
+    emu.restart_apiserver(down_s=1, forbidden_s=1.5)
+    time.sleep(0.3)
+
+    assert core_v1(emu, PATIENT).read_node("gpu-001").metadata.name == "gpu-001"
+
+    logged = retries_logged(caplog)
+    assert any("Connection refused" in line for line in logged), logged
+    assert any("403 Forbidden" in line and "coming back" in line for line in logged), logged
+
+
+def test_a_403_while_readyz_fails_is_retried_though_the_outage_went_unseen(emu):
+    emu.add_gpu_node("gpu-001")
+    emu.restart_apiserver(down_s=0.3, forbidden_s=2, wait=True)  # this client never met the refusals
+    assert not retry.HEALTH.recovering()
+    started = time.monotonic()
+    assert core_v1(emu, PATIENT).read_node("gpu-001").metadata.name == "gpu-001"
+    assert time.monotonic() - started >= 1.0  # it waited for /readyz to pass
+
+
+def test_a_403_from_a_healthy_apiserver_is_final_and_names_the_permission(emu):
+    emu.add_gpu_node("gpu-001")
+    emu.configure(forbidden=["get nodes"])
+    with pytest.raises(ApiException) as exc:
+        core_v1(emu, PATIENT).read_node("gpu-001")
+    assert exc.value.status == 403 and not isinstance(exc.value, retry.GaveUp)
+    described = api_errors.describe(exc.value)
+    assert "missing permission: get nodes (cluster-wide)" in described and "\n" not in described
+    assert api_errors.permission(exc.value) == "get nodes (cluster-wide)"
+
+
+def test_a_storm_of_plain_text_429s_is_waited_out_after_each_retry_after(emu):
+    """API Priority and Fairness's 429: text, not a Status, with Retry-After."""
+    emu.add_gpu_node("gpu-001")
+    emu.storm(["get"], "nodes", seconds=2.5, retry_after=1)
+    started = time.monotonic()
+    assert core_v1(emu, PATIENT).read_node("gpu-001").metadata.name == "gpu-001"
+    assert time.monotonic() - started >= 2.0 and emu.storms()[0]["hits"] >= 2
+
+
+def test_a_call_on_our_own_pod_retries_until_the_tasks_deadline_then_is_out_of_time(emu):
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import _should_retry_api
+
+    emu.add_gpu_node("gpu-001")
+    emu.storm(["get"], "nodes", seconds=60, retry_after=1)
+    deadline = time.monotonic() + 2.5
+    api = retry.own_pod(emu.core_v1(), lambda: deadline)
+    started = time.monotonic()
+    with pytest.raises(retry.OutOfTime) as exc:
+        api.read_node("gpu-001")
+    assert 2.0 <= time.monotonic() - started < 4.0
+    assert exc.value.status is None and exc.value.last_status == 429
+    assert "the task's time for the API ran out" in str(exc.value)
+    assert not _should_retry_api(exc.value)  # the provider does not start over
+    assert emu.storms()[0]["hits"] >= 2
+    started = time.monotonic()
+    with pytest.raises(retry.OutOfTime):  # past the deadline: one try, no wait
+        api.read_node("gpu-001")
+    assert time.monotonic() - started < 1.0
+
+
+def test_our_pods_log_behind_an_unreachable_kubelet_is_not_retried(emu):
+    emu.add_gpu_node("gpu-001")
+    pod = emu.add_user_pod("gpu-001", name="job-0")
+    emu.configure(unreachable_kubelets=["gpu-001"])
+    api = retry.own_pod(emu.core_v1(), lambda: time.monotonic() + 60)
+    started = time.monotonic()
+    with pytest.raises(ApiException) as exc:
+        api.read_namespaced_pod_log(pod["metadata"]["name"], "default", _preload_content=False)
+    assert exc.value.status == 500 and time.monotonic() - started < 1.0
