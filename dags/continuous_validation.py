@@ -28,6 +28,12 @@ SETTINGS = Settings.load()
 # and discover refuses a run that asks for a suite without one.
 STEPS = priority.bundle_order(SETTINGS.tests)
 STEP_IDS = [f"validate.{test}" for test in STEPS]
+# The sweep group's steps (issue 28 §1): the short health suites among those, health first.
+SWEEP_STEPS = [test for test in STEPS if test in priority.SWEEP_SUITES]
+SWEEP_STEP_IDS = [f"sweep.{test}" for test in SWEEP_STEPS]
+# Pool priority (absolute): every sweep step below every step of a due bundle, so sweeps use the pool after
+# the bundles; a node's later steps above other nodes' first ones.
+WEIGHTS = priority.pool_weights(STEPS, SWEEP_STEPS)
 # A peer test holds two nodes at once: a pool slot for each (never more than the pool has).
 PEER_POOL_SLOTS = min(2, SETTINGS.pool_slots)
 
@@ -58,6 +64,9 @@ taking nodes from users:
    `gpu_validation`), `gpu_health` first (failing, it skips the rest), pinned by node affinity, lowest
    priority: deleted if a user pod claims the node while it waits, or if it stays Pending too long; a
    user pod claiming the node stops the remaining suites. **finish_node** releases the node.
+   **sweep**, beside it: the health sweep — free nodes with no due suite whose last health check is
+   older than `sweep_interval_hours` (1 h) run `gpu_health` (and `ib_health` where enabled), the same
+   way, after the due bundles: every sweep step has a lower pool priority than any bundle's step.
    **peers**, beside it (opt-in, setting `peer_tests`): **plan** pairs free nodes no bundle uses by
    GPU model and claims them; each **test** runs `fabric_peer` between its two nodes (server pod
    first, the client given its IP; both Running within the pending timeout or both given up; a user
@@ -202,7 +211,7 @@ with DAG(
     # The validate group's last task, whatever its steps did: the run's claim on the node goes, and a
     # reserved node loses our taint once its validation is done.
     @task(trigger_rule=TriggerRule.ALL_DONE, map_index_template="{{ node_name }}")
-    def finish_node(bundle: dict) -> str:
+    def finish_node(bundle: dict, step_ids: list) -> str:
         from cluster_doctor.airflow import runtime
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import Bundle
@@ -211,7 +220,7 @@ with DAG(
         found = Bundle.from_xcom(bundle)
         context["node_name"] = found.node_name  # the instance's label in the grid
         ti = context["ti"]
-        reported = ti.xcom_pull(task_ids=STEP_IDS, key="attempt", map_indexes=ti.map_index) or []
+        reported = ti.xcom_pull(task_ids=step_ids, key="attempt", map_indexes=ti.map_index) or []
         settings = found.run_config.settings
         return tasks.finish_node(found, reported, runtime.results_store(settings.validation_db_conn_id),
                                  runtime.core_v1(settings.kubernetes_conn_id) if found.reserved else None,
@@ -230,7 +239,7 @@ with DAG(
         discovered, planned = pulled("discover"), pulled("prioritize")
         if discovered is None or planned is None:
             raise AirflowSkipException("discovery or planning failed: nothing was planned, nothing to record")
-        reported = context["ti"].xcom_pull(task_ids=STEP_IDS, key="attempt") or []
+        reported = context["ti"].xcom_pull(task_ids=STEP_IDS + SWEEP_STEP_IDS, key="attempt") or []
         if isinstance(reported, dict):
             reported = [reported]
         reported = list(reported) + peers_task.reported(
@@ -303,7 +312,8 @@ with DAG(
                                    shipped=Bundle.from_xcom(bundles[0]).run_config if bundles else None).to_xcom()
 
         # One instance per pair, both pods to their end; a pool slot per node.
-        @task(pool=SETTINGS.pool, pool_slots=PEER_POOL_SLOTS, retries=0, priority_weight=1, weight_rule="absolute",
+        @task(pool=SETTINGS.pool, pool_slots=PEER_POOL_SLOTS, retries=0, priority_weight=WEIGHTS.peer,
+              weight_rule="absolute",
               execution_timeout=dt.timedelta(seconds=SETTINGS.task_timeout_s(PEER_SUITE) + PEER_GRACE_S + 60),
               map_index_template="{{ label }}")
         def test(peer_test: dict) -> str:
@@ -336,33 +346,62 @@ with DAG(
         bundles >> peer_tests
         peers_done = test.expand(peer_test=peer_tests) >> finish()
 
-    # One instance per planned node, mapped over the bundles: the node's suites one after another (a step
-    # per suite, health first, each one pod in the pool), then finish_node. A step not planned on its
-    # node skips itself; one after a failed health check or a lost node is recorded skipped with that
-    # cause. Later steps outrank other nodes' first steps for a pool slot (priority_weight), so a node
-    # that is free now finishes its bundle before the pool moves on.
-    @task_group(group_id="validate", tooltip="per node: its suites one after another, then finish_node")
-    def validate(bundle):
-        steps = [NodeValidationPodOperator(
+    def node_steps(bundle, steps: list, step_ids: list, weights: tuple) -> None:
+        """A node's suites one after another (a step per suite, health first, each one pod in the pool), then
+        finish_node. A step not planned on its node skips itself; one after a failed health check or a lost
+        node is recorded skipped with that cause."""
+        ops = [NodeValidationPodOperator(
             task_id=test,
             test_name=test,
             bundle=bundle,
             settings=SETTINGS,  # until the bundle is rendered: then the run's settings
-            steps_before=STEP_IDS[:i],
+            steps_before=step_ids[:i],
             pool=SETTINGS.pool,
             # execution_timeout: set by the operator from the run's settings (pending + suite budget + margin)
             retries=0,
             trigger_rule=TriggerRule.ALL_DONE if i else TriggerRule.ALL_SUCCESS,
-            priority_weight=i + 1,
+            priority_weight=weights[i],
             weight_rule="absolute",
             map_index_template="{{ task.node_name }} · {{ task.test_name }}",
-        ) for i, test in enumerate(STEPS)]
-        chain(*steps)
-        steps[-1] >> finish_node(bundle)
+        ) for i, test in enumerate(steps)]
+        chain(*ops)
+        ops[-1] >> finish_node(bundle, step_ids)
+
+    # One instance per planned node, mapped over the bundles. Later steps outrank other nodes' first steps
+    # for a pool slot (priority_weight), so a node that is free now finishes its bundle before the pool
+    # moves on.
+    @task_group(group_id="validate", tooltip="per node: its suites one after another, then finish_node")
+    def validate(bundle):
+        node_steps(bundle, STEPS, STEP_IDS, WEIGHTS.validate)
 
     validated = validate.expand(bundle=bundles)
+
+    # The health sweep's bundles (issue 28 §1), after ship_suites (its suite code is reused).
+    @task
+    def ship_sweep() -> list:
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow import tasks
+        from cluster_doctor.domain.payloads import Bundle, Discovered, Plan
+
+        found = Discovered.from_xcom(pulled("discover"))
+        shipped = pulled("ship_suites") or []
+        bundles = tasks.sweep_bundles(found, Plan.from_xcom(pulled("prioritize")),
+                                      runtime.core_v1(found.settings.kubernetes_conn_id),
+                                      Bundle.from_xcom(shipped[0]).run_config if shipped else None)
+        return [b.to_xcom() for b in bundles]
+
+    # Mapped over the swept nodes, beside validate: the same steps, each below every bundle's in the pool.
+    @task_group(group_id="sweep", tooltip="health sweep of free nodes: their health suites, then finish_node")
+    def sweep(bundle):
+        node_steps(bundle, SWEEP_STEPS, SWEEP_STEP_IDS, WEIGHTS.sweep)
+
+    swept = []
+    if SWEEP_STEPS:  # none when gpu_health and ib_health are both off
+        sweep_nodes = ship_sweep()
+        bundles >> sweep_nodes
+        swept = [sweep.expand(bundle=sweep_nodes)]
     recorded = record()
-    [validated, peers_done] >> recorded
+    [validated, *swept, peers_done] >> recorded
 
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task(multiple_outputs=False)

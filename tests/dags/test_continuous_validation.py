@@ -41,12 +41,14 @@ def test_tasks_flow_in_one_direction_along_one_line(dagbag):
     assert dag.get_task("quarantine").upstream_task_ids == {"record"}
     # no edge skips ahead: a task reads the XComs of tasks further up by id, not as arguments
     assert dag.get_task("discover").downstream_task_ids == {"reap_orphans", "reserve"}
-    assert dag.get_task("record").upstream_task_ids == {"validate.finish_node", "peers.finish"}
+    assert dag.get_task("record").upstream_task_ids == {"validate.finish_node", "sweep.finish_node", "peers.finish"}
     # the peers group beside validate (issue 23 §2): after ship_suites, plan, one test per pair, finish,
-    # then record
+    # then record; the health sweep's too (issue 28 §1): its bundles, a step per health suite, finish_node
     for upstream, downstream in (("ship_suites", "peers.plan"), ("peers.plan", "peers.test"),
-                                 ("peers.test", "peers.finish")):
+                                 ("peers.test", "peers.finish"), ("ship_suites", "ship_sweep"),
+                                 ("ship_sweep", "sweep.gpu_health")):
         assert dag.get_task(downstream).upstream_task_ids == {upstream}
+    assert "sweep.gpu_health" in dag.get_task("sweep.finish_node").upstream_task_ids
     assert dag.get_task("ship_suites").upstream_task_ids == {"prioritize"}
 
 
@@ -100,6 +102,35 @@ def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_fir
     assert weights == sorted(weights) and len(set(weights)) == len(weights)
     finish = dag.get_task("validate.finish_node")
     assert finish.trigger_rule == TriggerRule.ALL_DONE and STEPS[-1] in finish.upstream_task_ids
+
+
+def test_the_health_sweep_is_a_group_mapped_over_free_nodes_below_every_bundle_step_in_the_pool(dagbag):
+    """Issue 28 §1: the sweep's steps take a pool slot after every due bundle's (a lower priority_weight
+    than any validate step, peer tests included), read the attempts of their own group, and record reads
+    them too."""
+    from airflow.sdk import TriggerRule
+    from cluster_doctor.airflow.operator import NodeValidationPodOperator
+
+    dag = dagbag.dags["continuous_validation"]
+    assert type(dag.task_group_dict["sweep"]).__name__ == "MappedTaskGroup"
+    sweep = [t for t in dag.task_ids if t.startswith("sweep.") and t != "sweep.finish_node"]
+    assert sweep == ["sweep.gpu_health"]  # ib_health is not among the enabled suites (CLUSTER_DOCTOR_TESTS)
+    step = dag.get_task("sweep.gpu_health")
+    assert isinstance(step, NodeValidationPodOperator) and step.pool == "gpu_validation" and step.retries == 0
+    assert step.steps_before == () and step.trigger_rule == TriggerRule.ALL_SUCCESS
+    assert step.priority_weight < min(dag.get_task(t).priority_weight for t in steps(dag))
+    assert step.priority_weight < dag.get_task("peers.test").priority_weight
+    finish = dag.get_task("sweep.finish_node")
+    assert finish.trigger_rule == TriggerRule.ALL_DONE and "sweep.gpu_health" in finish.upstream_task_ids
+    assert "sweep_interval_hours" in dag.doc_md
+
+
+def test_pool_weights_put_every_sweep_step_below_every_bundle_step():
+    from cluster_doctor.domain import priority
+
+    weights = priority.pool_weights(["gpu_health", "ib_health", "dl_unit"], ["gpu_health", "ib_health"])
+    assert weights.sweep == (1, 2) and weights.validate == (3, 4, 5) and weights.peer == 3
+    assert priority.pool_weights(["dl_unit"], []) == priority.PoolWeights(validate=(1,), sweep=(), peer=1)
 
 
 def test_every_validation_task_uses_the_pool(dagbag):

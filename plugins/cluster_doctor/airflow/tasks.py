@@ -39,6 +39,7 @@ from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims, plan_inputs, spool, verdicts
+from cluster_doctor.store import peers as stored_peers
 
 log = logging.getLogger(__name__)
 WAIT_NOTE_S = 120  # a run that started this long after it was due says what it waited for
@@ -160,18 +161,34 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
 # ---------------------------------------------------------------------------- 3. prioritize
 def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None = None,
                *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
-               run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = ()) -> Plan:
+               run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = (),
+               suspects: Mapping[str, str] | None = None) -> Plan:
     """Plan this run's bundles with the one planner (``domain.run_plan``): every free node with a due
-    pair, most urgent first (``reserved`` nodes, tainted for validation, before all), each with all its
-    due suites. With ``store`` (the DAG), the plan's nodes are claimed for the run ``dag_id``/``run_id``
-    (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from a live one); without it
-    (planning only), nothing is claimed. A plan with nothing in it says why (``Plan.why_empty``)."""
+    pair, most urgent first (``suspects``, node → evidence, with every suite, then ``reserved`` nodes,
+    tainted for validation, before all), each with all its due suites; then the health sweep of the free
+    nodes with no due pair (why ``health sweep``). With ``store`` (the DAG), the plan's nodes are claimed
+    for the run ``dag_id``/``run_id`` (cluster_doctor.store.claims; ``run_ended`` tells a dead holder from
+    a live one); without it (planning only), nothing is claimed. A plan with nothing in it says why
+    (``Plan.why_empty``)."""
     now = now or _now()
-    given = run_plan.PlanInput.of(discovered, latest, reserved)
+    given = run_plan.PlanInput.of(discovered, latest, reserved, suspects,
+                                  peer_due=_peer_due(store, discovered, now) if store is not None else ())
     claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None
     plan = run_plan.plan(given, now=now, claim=claim).plan
     _log_plan(plan, given, now)
     return plan
+
+
+def _peer_due(store: Any, discovered: Discovered, now: dt.datetime) -> frozenset[str]:
+    """The free nodes whose peer test is due (setting peer_tests), which the health sweep leaves to the peer
+    tests; none when peer tests are off."""
+    if not discovered.settings.peer_tests:
+        return frozenset()
+    free = [n.name for n in discovered.free]
+    with store.connection() as conn:
+        history = stored_peers.peer_results(conn, since=stored_peers.evidence_since(discovered.settings, now),
+                                            nodes=free)
+    return run_plan.peer_due(free, history, discovered.settings, now)
 
 
 def _claimer(store: Any, settings: Settings, run: planning.RunParams, dag_id: str | None, run_id: str | None,
@@ -196,8 +213,10 @@ def _claimer(store: Any, settings: Settings, run: planning.RunParams, dag_id: st
 def _log_plan(plan: Plan, given: run_plan.PlanInput, now: dt.datetime) -> None:
     planned, held = plan.pairs, plan.held_by_other_runs
     if planned:
-        log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s):\n%s", len(planned),
-                 len(plan.nodes()), ", dry run: no pods" if plan.dry_run else "", table(
+        swept = len({p.node_name for p in planned if p.why == priority.SWEEP})
+        log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s%s):\n%s", len(planned),
+                 len(plan.nodes()), f"; {swept} node(s) of the health sweep" if swept else "",
+                 ", dry run: no pods" if plan.dry_run else "", table(
                      [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
                       for i, p in enumerate(planned)], ["#", "NODE", "TEST", "WHY", "LAST", "AGE"]))
     else:
@@ -212,14 +231,43 @@ def _log_plan(plan: Plan, given: run_plan.PlanInput, now: dt.datetime) -> None:
 # ---------------------------------------------------------------------------- 4. ship suites
 def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bundle]:
     """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
-    content hash) and hand every planned node's bundle to the mapped validate task group."""
-    if not planned.creates_pods:
+    content hash) and hand every planned node's due bundle to the mapped validate task group (the health
+    sweep's bundles go to the sweep group: ``sweep_bundles``)."""
+    nodes = _planned_nodes(planned, sweep=False)
+    if not planned.creates_pods or not nodes:
         return []
+    return _bundles(planned, nodes, _ship(discovered, core_v1))
+
+
+def sweep_bundles(discovered: Discovered, planned: Plan, core_v1: Any, shipped: RunConfig | None) -> list[Bundle]:
+    """The health sweep's bundles (issue 28 §1), for the mapped sweep task group, whose steps take a pool
+    slot after every due bundle's. ``shipped``: the suite code ship_suites already shipped (None when it
+    shipped nothing: shipped here then)."""
+    nodes = _planned_nodes(planned, sweep=True)
+    if not planned.creates_pods or not nodes:
+        return []
+    bundles = _bundles(planned, nodes, shipped or _ship(discovered, core_v1))
+    log.info("health sweep: %d free node(s) whose last health check is older than %g h: %s", len(bundles),
+             discovered.settings.sweep_interval_hours, compress(nodes))
+    return bundles
+
+
+def _planned_nodes(planned: Plan, *, sweep: bool) -> list[str]:
+    """The plan's nodes, in plan order: those of the health sweep (every pair of theirs is), or the others."""
+    swept = {p.node_name for p in planned.pairs if p.why == priority.SWEEP}
+    swept -= {p.node_name for p in planned.pairs if p.why != priority.SWEEP}
+    return [n for n in planned.nodes() if (n in swept) == sweep]
+
+
+def _ship(discovered: Discovered, core_v1: Any) -> RunConfig:
     shipped = suite_code.ship(core_v1, discovered.settings)
-    run_config = RunConfig(settings=discovered.settings, configmap=shipped.configmap,
-                           suite_version=shipped.version, suite_files=list(shipped.files))
+    return RunConfig(settings=discovered.settings, configmap=shipped.configmap, suite_version=shipped.version,
+                     suite_files=list(shipped.files))
+
+
+def _bundles(planned: Plan, nodes: Sequence[str], run_config: RunConfig) -> list[Bundle]:
     bundles = []
-    for node in planned.nodes():
+    for node in nodes:
         pairs = [p for p in planned.pairs if p.node_name == node]
         bundles.append(Bundle(node_name=node, gpu_count=pairs[0].gpu_count, gpu_model=pairs[0].gpu_model,
                               node_gpus=pairs[0].node_gpus, planned_at=planned.planned_at,

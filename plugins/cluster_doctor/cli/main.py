@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.cli import connection, simulate
-from cluster_doctor.domain import results, run_plan, suites
+from cluster_doctor.domain import planning, priority, results, run_plan, suites
 from cluster_doctor.domain.actions import shown as action_shown
 from cluster_doctor.domain.actions import status_text
 from cluster_doctor.domain.attempts import (
@@ -46,6 +46,7 @@ from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
+from cluster_doctor.store import peers as stored_peers
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -544,8 +545,8 @@ def _nodes_file(path: str) -> list[str]:
 def cmd_plan(args: argparse.Namespace, out) -> int:
     """What the next run would plan, by the DAG's planner (``domain.run_plan``): the same bundles in the
     same order (bundle_ahead_hours, suspect pairs marked from the results DB, reserved nodes first when
-    reservation is on, the tests a volume problem blocks left out, max_pairs). Planning only: nothing is
-    claimed, nothing written."""
+    reservation is on, the tests a volume problem blocks left out, the health sweep after the due bundles,
+    max_pairs). Planning only: nothing is claimed, nothing written."""
     settings = Settings.load()
     now = args.now or dt.datetime.now(dt.UTC)
     run = RunParams(node_range=parse_node_range(args.node_range), tests=args.tests or list(settings.tests),
@@ -558,7 +559,8 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     given = run_plan.PlanInput(
         settings=settings, run=run, free=nodes.free, states=run_plan.pair_states(latest), ineligible=nodes.ineligible,
         reserved=plan_inputs.reserved(store.connect) if reserving else (), blocked_tests=nodes.blocked_tests,
-        blocked_problem=nodes.problem)
+        blocked_problem=nodes.problem, without_hcas=planning.models_without_hcas(settings),
+        peer_due=_peer_due(store, settings, [n.name for n in nodes.free], now))
     planned = run_plan.plan(given, now=now)
     pairs = planned.pairs
     notes = [f"not planned: {', '.join(planned.blocked)} ({nodes.problem})"] if planned.blocked else []
@@ -574,6 +576,10 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
         print(f"\n{len(pairs)} pair(s) planned from {len(nodes.free)} free node(s)"
               + (f" on {len(planned.bundles)} node(s), each node's suites one after another" if pairs else ""),
               file=out)
+    if planned.sweeps:
+        notes.append(f"health sweep (why: {priority.SWEEP}): {len(planned.sweeps)} free node(s) with no due suite "
+                     f"whose last health check is older than {settings.sweep_interval_hours:g} h, after the due "
+                     "bundles (setting sweep_interval_hours)")
     if planned.plan.reserved:
         notes.append(f"reserved for validation, planned first: {', '.join(planned.plan.reserved)}")
     if planned.plan.why_empty:
@@ -581,6 +587,16 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     for line in notes:  # beside JSON and CSV, on stderr: their output stays the plan alone
         print(clean(line), file=out if args.format == "table" else sys.stderr)
     return 0
+
+
+def _peer_due(store: Any, settings: Settings, free: list[str], now: dt.datetime) -> frozenset[str]:
+    """The free nodes whose peer test is due (setting peer_tests): the health sweep leaves them to the peer
+    tests, as the DAG's prioritize task does."""
+    if not settings.peer_tests:
+        return frozenset()
+    with store.connection() as conn:
+        history = stored_peers.peer_results(conn, since=stored_peers.evidence_since(settings, now), nodes=free)
+    return run_plan.peer_due(free, history, settings, now)
 
 
 def _bounded_timestamps(data: Any) -> Any:

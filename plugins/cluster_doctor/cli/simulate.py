@@ -85,6 +85,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--peer-cadence", default="7d", help="a node's peer test is due after this long (default 7d)")
     p.add_argument("--peer-max-per-run", type=int, default=4, help="peer tests per run at most (default 4)")
     p.add_argument("--peer-minutes", type=float, default=10.0, help="how long one peer test runs (default 10)")
+    p.add_argument("--sweep-interval", type=float, default=1.0,
+                   help="hours: the health sweep runs gpu_health on free nodes with no due suite whose last check "
+                        "is older (setting sweep_interval_hours, default 1)")
+    p.add_argument("--no-sweep", action="store_true", help="no health sweep (the rule before issue 28)")
+    p.add_argument("--faults", type=float, default=0.0,
+                   help="inject faults: this many per 1,000 node-days (Meta's research clusters: 6.5); adds the "
+                        "time to detect and the user jobs on broken nodes")
+    p.add_argument("--fault-kinds", default=",".join(f"{k}={v:g}" for k, v in sim.sim_faults.DEFAULT_SHARES.items()),
+                   help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {', '.join(k.suites)}"
+                                                          for k in sim.sim_faults.FAULT_KINDS))
+    p.add_argument("--crash-probability", type=float, default=0.7,
+                   help="a user job on a broken node crashes with this probability, the running one included "
+                        "(default 0.7)")
+    p.add_argument("--no-signals", action="store_true",
+                   help="no signals: a crashed job does not make its node suspect (the rule before issue 28)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
@@ -104,7 +119,10 @@ def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
                     bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
                     reserve=args.reserve, reservation=reservation_values, peer_tests=args.peer_tests,
                     peer_cadence_days=parse_duration_hours(args.peer_cadence, "--peer-cadence") / 24,
-                    peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes)
+                    peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes,
+                    sweep_interval_hours=0.0 if args.no_sweep else args.sweep_interval, faults=args.faults,
+                    fault_kinds=_shares(args.fault_kinds, "--fault-kinds"), crash_probability=args.crash_probability,
+                    signals=not args.no_signals)
     if args.target_staleness and z_h >= target_h:
         raise sim.InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
@@ -139,14 +157,34 @@ def render(result: sim.SimResult) -> str:
                  f"{result.never_validated:,}")
     if cfg.reserve:
         released = ", ".join(f"{n} {why}" for why, n in sorted(result.reservations_released.items())) or "none"
-        lines.append(f"reservations: {result.reservations:,} applied (released: {released}), at most "
+        suspects = f" and {result.suspect_taints:,} suspect node(s) tainted" if result.suspect_taints else ""
+        lines.append(f"reservations: {result.reservations:,} applied{suspects} (released: {released}), at most "
                      f"{result.max_reserved_at_once} at once; idle while reserved {result.reserved_gpu_hours:,.0f} "
                      f"GPU-hours = {result.reserved_share:.3%} of the fleet's; breaker open in "
                      f"{result.breaker_open_runs} run(s)")
     if cfg.peer_tests:
         lines.append(peer_line(result))
+    lines += fault_lines(result)
     lines.append(f"took {result.wall_seconds:.2f} s ({result.plan_seconds:.2f} s planning)")
     return "\n".join(lines)
+
+
+def fault_lines(result: sim.SimResult) -> list[str]:
+    """The health sweep, what validation costs and, with faults, how fast they are found (issue 28)."""
+    cfg = result.config
+    sweep = (f"health sweep every {cfg.sweep_interval_hours:g} h: {result.swept:,} pairs executed"
+             if cfg.sweep_interval_hours else "no health sweep")
+    lines = [f"{sweep}; validation {result.validation_gpu_hours:,.0f} GPU-hours + reserved idle "
+             f"{result.reserved_gpu_hours:,.0f} = {result.validation_share:.3%} of the fleet's GPU-hours"]
+    if result.time_to_detect_h is not None and result.jobs_on_broken_node is not None:
+        ttd, jobs = result.time_to_detect_h, result.jobs_on_broken_node
+        kinds = ", ".join(f"{n} {k}" for k, n in (result.faults_by_kind or {}).items())
+        lines.append(
+            f"faults: {result.faults} at {cfg.faults:g} per 1,000 node-days ({kinds}), "
+            f"signals {'on' if cfg.signals else 'off'}: time to detect median {ttd['median']:.1f} h, p90 "
+            f"{ttd['p90']:.1f} h, max {ttd['max']:.1f} h ({result.faults_undetected} seen by no suite by the end); "
+            f"user jobs on a broken node mean {jobs['mean']:.2f}, p90 {jobs['p90']:g}")
+    return lines
 
 
 def peer_line(result: sim.SimResult) -> str:

@@ -173,6 +173,12 @@ class Settings(BaseSettings):
     bundle_ahead_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         48.0, "A chosen node's suites that would be due within this long run with its due ones, so its "
               "suites fall due together and one free window serves them all (0: only the due ones).")
+    sweep_interval_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        1.0, "Health sweep: in every run, free nodes with no due suite run the short health suites (`gpu_health`; "
+             "`ib_health` where it is enabled and the node pool has HCAs) when their last passing check is older "
+             "than this, the oldest first, after every due bundle (within `max_pairs_per_run`, at a lower pool "
+             "priority; a user pod claiming the node stops them). Runs are hourly: a check less than 30 minutes "
+             "younger is due too, so 1 sweeps a free node in every run. 0 turns the sweep off.")
     tests: Annotated[list[str], Field(min_length=1), AfterValidator(_node_suites)] = _setting(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")

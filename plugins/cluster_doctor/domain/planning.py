@@ -15,6 +15,7 @@ from cluster_doctor.domain import priority, suites
 from cluster_doctor.domain.attempts import InvalidAttempt, parse_timestamp
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NodeRange, parse_node_range
+from cluster_doctor_suites.baselines import parse_expect  # the pods' own grammar of CLUSTER_DOCTOR_EXPECT
 
 
 class InvalidParams(ValueError):
@@ -122,6 +123,9 @@ class DueSettings(Protocol):
     @property
     def bundle_ahead_hours(self) -> float: ...
 
+    @property
+    def sweep_interval_hours(self) -> float: ...
+
 
 def policy(settings: DueSettings, params: RunParams, *, bundle: bool = True) -> priority.Policy:
     """The one place a ``priority.Policy`` is made: the DAG's prioritize and reserve tasks, ``cluster-doctor
@@ -134,7 +138,15 @@ def policy(settings: DueSettings, params: RunParams, *, bundle: bool = True) -> 
         stale_before=params.stale_before,
         bundle=bundle,
         bundle_ahead=dt.timedelta(hours=settings.bundle_ahead_hours),
+        sweep_interval=dt.timedelta(hours=settings.sweep_interval_hours),
     )
+
+
+def models_without_hcas(settings: Settings) -> frozenset[str]:
+    """The GPU models whose node pools say they have no HCAs (``hcas=0`` in ``node_pool_expectations``):
+    the health sweep runs no ib_health there."""
+    return frozenset(model for model, text in settings.node_pool_expectations.items()
+                     if parse_expect(text).get("hcas") == 0)
 
 
 @dataclasses.dataclass(frozen=True)

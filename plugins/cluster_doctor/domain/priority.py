@@ -17,9 +17,17 @@ then the test's position in the enabled list: deterministic.
 Bundles (issue 21): a free window is rare on a busy cluster, so a chosen node runs *every* suite due on
 it in the same run, one after another (``gpu_health`` first: a node failing health skips the rest), and
 pairs that would fall due within ``bundle_ahead`` join them, so a node's suites fall due together and
-one window serves them all from then on. Nodes are ordered by their most urgent pair (``first`` nodes,
-the reserved ones, before all others); at most ``max_pairs`` pairs per run, the last node's bundle cut
-to its most urgent pairs. ``bundle=False`` is the former rule, at most one pair per node per run.
+one window serves them all from then on. Nodes are ordered by their most urgent pair (``suspects``
+first: a signal says they may be broken, and a free suspect can take a user job any moment; then the
+``first`` nodes, the reserved ones, which stand idle until validated; then all others); a suspect node
+runs every enabled suite whatever its staleness (its whole bundle). At most ``max_pairs`` pairs per run,
+the last node's bundle cut to its most urgent pairs. ``bundle=False`` is the former rule, at most one
+pair per node per run.
+
+The health sweep (issue 28 §1): free nodes with no due pair run the short health suites
+(``SWEEP_SUITES``) whose last executed result passed longer ago than ``sweep_interval`` (less
+``SWEEP_SLACK``: runs are hourly, so a check done during one run is due again in the run nearest to the
+interval), the oldest check first, after every due bundle (``sweeps``).
 """
 
 from __future__ import annotations
@@ -37,8 +45,16 @@ STALE = "stale"
 RETEST = "retest after failure"
 OLDER_THAN_STALE_BEFORE = "older than stale_before"
 AHEAD = "due soon, bundled"
+SUSPECT = "suspect"  # a signal says the node may be broken: its whole bundle, first (issue 28 §2)
+SWEEP = "health sweep"  # a free node's short health suites, its last check older than the sweep interval
 # Runs first in every bundle: seconds long, and a node failing it is not worth the long suites.
 HEALTH_FIRST = "gpu_health"
+# The short health suites a free node runs when its last check is older than the sweep interval: seconds
+# long, no load. ib_health only where it is enabled (`tests`) and the node has HCAs (run_plan decides).
+SWEEP_SUITES = (HEALTH_FIRST, "ib_health")
+# Runs are hourly and a sweep ends minutes into its run: a check younger than the interval by at most
+# this much is due all the same, so a 1 h interval sweeps a free node in every run, not every other one.
+SWEEP_SLACK = dt.timedelta(minutes=30)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -67,10 +83,13 @@ class Policy:
     stale_before: dt.datetime | None = None
     bundle: bool = True  # every due suite of a chosen node in one run (False: one pair per node)
     bundle_ahead: dt.timedelta = dt.timedelta(hours=48)  # pairs due within this long join a bundle
+    sweep_interval: dt.timedelta = dt.timedelta(hours=1)  # a free node's health check this old is swept (0: off)
 
     def __post_init__(self) -> None:
         if self.bundle_ahead < dt.timedelta(0):
             raise ValueError("bundle_ahead must be >= 0")
+        if self.sweep_interval < dt.timedelta(0):
+            raise ValueError("sweep_interval must be >= 0")
         if self.staleness <= dt.timedelta(0):
             raise ValueError("staleness must be positive")
         if self.failed_retest < dt.timedelta(0):
@@ -85,7 +104,7 @@ class Policy:
 class PlannedPair:
     node_name: str
     test_name: str
-    why: str  # one of NEVER, STALE, RETEST, OLDER_THAN_STALE_BEFORE, AHEAD
+    why: str  # one of NEVER, STALE, RETEST, OLDER_THAN_STALE_BEFORE, AHEAD, SUSPECT, SWEEP
     last_status: str | None
     last_finished_at: dt.datetime | None
     last_attempt_at: dt.datetime | None = None
@@ -150,60 +169,123 @@ def bundles(
     now: dt.datetime,
     policy: Policy = Policy(),
     first: Collection[str] = (),
+    suspects: Collection[str] = (),
 ) -> list[Bundle]:
     """Every free node with a due pair, most urgent node first, with the pairs it would run (all of its
     due pairs and those due within ``bundle_ahead``; only its most urgent one without ``bundle``).
-    ``first``: nodes that go before all others (reserved nodes: they idle until validated)."""
+    ``suspects``: nodes a signal made suspect, each with every test, before all others; ``first``: nodes
+    that go next (reserved nodes: they idle until validated)."""
     if now.tzinfo is None:
         raise ValueError("now must be time-zone aware")
     test_rank = {t: i for i, t in enumerate(dict.fromkeys(tests))}
     order = tuple(bundle_order(list(test_rank)))
     ahead = dataclasses.replace(policy, staleness=max(policy.staleness - policy.bundle_ahead, dt.timedelta(seconds=1)),
                                 stale_before=None) if policy.bundle and policy.bundle_ahead else None
-    first = set(first)
+    first, suspects = set(first), set(suspects)
     found = []
     for node in dict.fromkeys(free_nodes):  # de-duplicate, keep order
-        node_key = hostlist.numeric_sort_key(node)
-        executed = [s.finished_at for t in test_rank if (s := latest.get((node, t))) and s.finished_at]
-        node_validated_at = max(executed) if executed else _EPOCH
-        due, soon = [], []
-        for test, rank in test_rank.items():
-            state = latest.get((node, test))
-            why = why_due(state, now, policy)
-            if why is None and ahead is not None and why_due(state, now, ahead) is not None:
-                why = AHEAD
-            if why is None:
-                continue
-            executed_at = state.finished_at if state and state.finished_at else None
-            attempted_at = state.last_attempt_at if state and state.last_attempt_at else None
-            key = (
-                0 if node in first else 1,
-                0 if executed_at is None else 1,
-                executed_at or _EPOCH,
-                node_validated_at,
-                attempted_at or _EPOCH,  # never attempted sorts first among equals
-                0 if attempted_at is None else 1,
-                node_key,
-                node,
-                rank,
-            )
-            (soon if why == AHEAD else due).append((key, PlannedPair(
-                node_name=node,
-                test_name=test,
-                why=why,
-                last_status=state.status if state else None,
-                last_finished_at=executed_at,
-                last_attempt_at=attempted_at,
-                last_attempt_status=state.last_attempt_status if state else None,
-            )))
+        rank = 0 if node in suspects else 1 if node in first else 2
+        due, soon = _node_pairs(node, rank, test_rank, latest, now, policy, ahead)
         if not due:  # pairs due soon only ride along with a due one
             continue
-        due.sort(key=lambda item: item[0])
-        soon.sort(key=lambda item: item[0])
-        chosen = due + soon if policy.bundle else due[:1]
+        chosen = due + soon if policy.bundle or rank == 0 else due[:1]
         found.append((due[0][0], Bundle(node, tuple(p for _, p in chosen), order)))
     found.sort(key=lambda item: item[0])
     return [b for _, b in found]
+
+
+def _node_pairs(node: str, rank: int, test_rank: Mapping[str, int], latest: Mapping[tuple[str, str], PairState],
+                now: dt.datetime, policy: Policy, ahead: Policy | None) -> tuple[list, list]:
+    """One node's due pairs and those due soon, each with its sort key, most urgent first. ``rank`` 0: a
+    suspect, every test due."""
+    executed = [s.finished_at for t in test_rank if (s := latest.get((node, t))) and s.finished_at]
+    node_validated_at = max(executed) if executed else _EPOCH
+    node_key = hostlist.numeric_sort_key(node)
+    due, soon = [], []
+    for test, position in test_rank.items():
+        state = latest.get((node, test))
+        why = SUSPECT if rank == 0 else why_due(state, now, policy)
+        if why is None and ahead is not None and why_due(state, now, ahead) is not None:
+            why = AHEAD
+        if why is None:
+            continue
+        executed_at = state.finished_at if state and state.finished_at else None
+        attempted_at = state.last_attempt_at if state and state.last_attempt_at else None
+        key = (
+            rank,
+            0 if executed_at is None else 1,
+            executed_at or _EPOCH,
+            node_validated_at,
+            attempted_at or _EPOCH,  # never attempted sorts first among equals
+            0 if attempted_at is None else 1,
+            node_key,
+            node,
+            position,
+        )
+        (soon if why == AHEAD else due).append((key, PlannedPair(
+            node_name=node,
+            test_name=test,
+            why=why,
+            last_status=state.status if state else None,
+            last_finished_at=executed_at,
+            last_attempt_at=attempted_at,
+            last_attempt_status=state.last_attempt_status if state else None,
+        )))
+    due.sort(key=lambda item: item[0])
+    soon.sort(key=lambda item: item[0])
+    return due, soon
+
+
+def sweep_due(state: PairState | None, now: dt.datetime, policy: Policy) -> bool:
+    """Whether a health suite's last check is old enough to sweep: it passed (a failed or errored one is
+    the retest rule's), at least ``sweep_interval`` less ``SWEEP_SLACK`` ago. Off with a zero interval."""
+    if policy.sweep_interval <= dt.timedelta(0) or state is None or state.status != Status.PASS:
+        return False
+    return now - state.finished_at >= max(policy.sweep_interval - SWEEP_SLACK, dt.timedelta(0))
+
+
+def sweeps(
+    nodes: Mapping[str, Sequence[str]],
+    latest: Mapping[tuple[str, str], PairState],
+    *,
+    now: dt.datetime,
+    policy: Policy = Policy(),
+) -> list[Bundle]:
+    """The health sweep: of ``nodes`` (free nodes with no due pair, each with the health suites it may
+    run), those with a suite whose last check is old enough (``sweep_due``), each a bundle of those suites
+    (health first), the node with the oldest check first (then the node's name, naturally sorted)."""
+    found = []
+    for node, suites in nodes.items():
+        old = [(latest[(node, t)], t) for t in dict.fromkeys(suites) if sweep_due(latest.get((node, t)), now, policy)]
+        if not old:
+            continue
+        pairs = tuple(PlannedPair(node_name=node, test_name=t, why=SWEEP, last_status=s.status,
+                                  last_finished_at=s.finished_at, last_attempt_at=s.last_attempt_at,
+                                  last_attempt_status=s.last_attempt_status) for s, t in old)
+        oldest = min(s.finished_at for s, _ in old)
+        found.append(((oldest, hostlist.numeric_sort_key(node), node),
+                      Bundle(node, pairs, tuple(bundle_order([t for _, t in old])))))
+    found.sort(key=lambda item: item[0])
+    return [b for _, b in found]
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolWeights:
+    """The Airflow ``priority_weight`` (absolute) of every task that takes a pool slot: a sweep step below
+    every step of a due bundle, so sweeps use the pool after the bundles; within each, a node's later steps
+    above other nodes' first ones (a node that is free now finishes first); a peer test as a bundle's first
+    step."""
+
+    validate: tuple[int, ...]
+    sweep: tuple[int, ...]
+    peer: int
+
+
+def pool_weights(steps: Sequence[str], sweep_steps: Sequence[str]) -> PoolWeights:
+    """The weights of the validate group's ``steps`` and the sweep group's ``sweep_steps``, in their order."""
+    below = len(sweep_steps)
+    return PoolWeights(validate=tuple(below + 1 + i for i in range(len(steps))),
+                       sweep=tuple(1 + i for i in range(below)), peer=below + 1)
 
 
 def take(found: Iterable[Bundle], max_pairs: int) -> list[Bundle]:

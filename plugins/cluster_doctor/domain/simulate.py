@@ -25,6 +25,14 @@ period, the share of pair-hours within the target, and the reservations' idle GP
 the fewest pool slots that keep every pair within a target (a search over slots, the same seed for each
 try). ``cluster-doctor simulate`` (``cluster_doctor.cli.simulate``) parses its options and prints them.
 
+The health sweep (issue 28 §1) comes with the planner: free nodes with no due suite run gpu_health when
+their last check is older than ``sweep_interval_hours``, after the due bundles on the same slots. With
+``faults`` (``sim_faults``), nodes break at that rate and a broken node crashes user jobs; with
+``signals`` (§2) a crash or an Xid makes the node suspect minutes later (tainted at once with reservation), the
+hourly plan puts its whole bundle first, and a fast path every ``fast_path_minutes`` validates the free
+suspects in between. The result then holds the time to detect, the user jobs on broken nodes, and what
+validation costs (``validation_share``: our pods' GPU-hours and the reserved-idle ones over the fleet's).
+
 Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
 
@@ -39,10 +47,11 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import peers, planning, priority, reservation, run_plan
+from cluster_doctor.domain import peers, planning, priority, reservation, run_plan, sim_faults
 from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import GpuNode
 from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.sim_cluster import Cluster
 from cluster_doctor.domain.status import Status
 
 DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
@@ -85,6 +94,13 @@ class SimConfig:
     peer_cadence_days: float = 7.0
     peer_max_per_run: int = 4
     peer_minutes: float = 10.0  # one peer test: both pods, NCCL all-reduce and ib_write_bw per rail
+    sweep_interval_hours: float = 1.0  # the health sweep (setting sweep_interval_hours; 0: off, --no-sweep)
+    faults: float = 0.0  # faults per 1,000 node-days (0: none injected)
+    fault_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_faults.DEFAULT_SHARES))
+    crash_probability: float = 0.7  # a job on a broken node crashes (the running one included)
+    signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
+    signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (tainted, with reservation)
+    fast_path_minutes: float = 5.0  # the fast path looks for free suspects this often
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -97,6 +113,7 @@ class SimConfig:
                      "run_window_minutes", "max_queue_minutes", "peer_cadence_days", "peer_minutes"):
             positive(name)
         positive("peer_max_per_run", integer=True)
+        self._check_faults()
         if not 0 <= self.occupancy < 1:
             raise InvalidSimulation(f"occupancy: must be a share in [0, 1), got {self.occupancy!r}")
         if not 0 <= self.failure_rate < 1:
@@ -115,6 +132,20 @@ class SimConfig:
             self.reservation_policy()
         except reservation.InvalidReservationPolicy as exc:
             raise InvalidSimulation(str(exc)) from None
+
+    def _check_faults(self) -> None:
+        for name in ("sweep_interval_hours", "faults", "signal_minutes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
+        if not 0 < self.fast_path_minutes <= 60:
+            raise InvalidSimulation(f"fast_path_minutes: must be in (0, 60], got {self.fast_path_minutes!r}")
+        if not 0 <= self.crash_probability <= 1:
+            raise InvalidSimulation(f"crash_probability: must be a share in [0, 1], got {self.crash_probability!r}")
+        unknown = [k for k in self.fault_kinds if k not in sim_faults.KINDS]
+        if unknown or not self.fault_kinds or any(not v > 0 for v in self.fault_kinds.values()):
+            raise InvalidSimulation(f"fault_kinds: shares > 0 of {', '.join(sim_faults.KINDS)}, got "
+                                    f"{self.fault_kinds!r}")
 
     @property
     def tests(self) -> list[str]:
@@ -164,6 +195,19 @@ class SimResult:
     peer_worst_staleness_h: float | None = None  # worst over the period (hourly samples)
     peer_final_max_h: float | None = None
     peer_never: int = 0  # nodes never peer-tested at the end
+    # issue 28: the health sweep's executed pairs; what validation costs (our pods' GPU-hours, and with the
+    # reserved-idle ones, the share of the fleet's); suspects tainted, fast-path runs; with faults, the time
+    # to detect them (hours; sim_faults.Faults.figures) and the user jobs a broken node ran meanwhile
+    swept: int = 0
+    validation_gpu_hours: float = 0.0
+    validation_share: float = 0.0
+    suspect_taints: int = 0
+    fast_path_runs: int = 0
+    faults: int = 0
+    faults_undetected: int = 0
+    time_to_detect_h: dict | None = None  # {"median", "p90", "max"}
+    jobs_on_broken_node: dict | None = None  # {"mean", "p90"}
+    faults_by_kind: dict | None = None
     plan_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -173,86 +217,6 @@ class SimResult:
         return out
 
 
-class _Cluster:
-    """User occupancy: each node alternates busy (log-normal job) and idle (exponential gap, or none with
-    ``no_gap``) periods. A reserved node whose job ends stays idle until it is released."""
-
-    def __init__(self, cfg: SimConfig, rnd: random.Random):
-        self.rnd, self.cfg = rnd, cfg
-        self.mu = math.log(cfg.job_hours)
-        # the mean of the capped log-normal, estimated once from a fixed sample
-        probe = random.Random(0)
-        mean_job = sum(min(probe.lognormvariate(self.mu, cfg.job_sigma), cfg.max_job_hours)
-                       for _ in range(20000)) / 20000
-        self.mean_gap = 0.0 if cfg.no_gap else (
-            mean_job * (1 - cfg.occupancy) / cfg.occupancy if cfg.occupancy > 0 else math.inf)
-        self.busy = [False] * cfg.nodes
-        self.until = [0.0] * cfg.nodes  # hours: when the current period ends (inf: not before a release)
-        self.version = [0] * cfg.nodes  # events of an older version are stale (a release re-plans the node)
-        self.reserved: set[int] = set()
-        self.free_since: dict[int, float] = {}  # reserved nodes whose job ended: idle since
-        self.events: list[tuple[float, int, int]] = []
-        for n in range(cfg.nodes):
-            busy = cfg.no_gap or rnd.random() < cfg.occupancy
-            self.busy[n] = busy
-            # a random point inside the current period (length-biased sampling is ignored: close enough)
-            length = self._job() if busy else self._gap()
-            self._set(n, rnd.random() * length)
-        self.free = {n for n in range(cfg.nodes) if not self.busy[n]}
-
-    def _job(self) -> float:
-        return min(self.rnd.lognormvariate(self.mu, self.cfg.job_sigma), self.cfg.max_job_hours)
-
-    def _gap(self) -> float:
-        if self.mean_gap == math.inf:
-            return math.inf
-        return self.rnd.expovariate(1 / self.mean_gap) if self.mean_gap > 0 else 0.0
-
-    def _set(self, n: int, until: float) -> None:
-        self.version[n] += 1
-        self.until[n] = until
-        if until != math.inf:
-            heapq.heappush(self.events, (until, n, self.version[n]))
-
-    def advance(self, hour: float) -> None:
-        events = self.events
-        while events and events[0][0] <= hour:
-            at, n, version = heapq.heappop(events)
-            if version != self.version[n]:
-                continue
-            if self.busy[n] and n in self.reserved:  # the job ended; the taint keeps new ones off
-                self.busy[n] = False
-                self.free.add(n)
-                self.free_since[n] = at
-                self._set(n, math.inf)
-            elif self.busy[n]:
-                gap = self._gap()
-                if gap > 0:
-                    self.busy[n] = False
-                    self.free.add(n)
-                    self._set(n, at + gap)
-                else:  # queue-backed: the next job starts at once
-                    self._set(n, at + self._job())
-            else:
-                self.busy[n] = True
-                self.free.discard(n)
-                self._set(n, at + self._job())
-
-    def release(self, n: int, at: float) -> float:
-        """Remove the taint at ``at`` (hours); the idle hours the reservation cost."""
-        self.reserved.discard(n)
-        idle = max(0.0, at - self.free_since.pop(n, at))
-        if not self.busy[n]:
-            gap = self._gap()
-            if gap > 0:
-                self._set(n, at + gap)
-            else:
-                self.busy[n] = True
-                self.free.discard(n)
-                self._set(n, at + self._job())
-        return idle
-
-
 @dataclasses.dataclass
 class _Counts:
     executed: int = 0
@@ -260,49 +224,19 @@ class _Counts:
     preempted: int = 0
     failed: int = 0
     health_gated: int = 0
+    swept: int = 0  # executed pairs of the health sweep
+    validation_h: float = 0.0  # node-hours our pods held a node: executed suites, and preempted ones until then
 
 
-def _run_bundle(bundle: priority.Bundle, start: float, hour: int, n: int, cfg: SimConfig, cluster: _Cluster,
-                states: dict, last: dict, outcomes: random.Random, counts: _Counts) -> tuple[float, bool]:
-    """One node's suites on one slot from ``start`` (minutes into the run), as the DAG's task group runs
-    them. Returns when the slot is free again and whether the bundle is done with the node (every pair
-    executed, health failed, or a user job claimed it) — a reserved node is released then."""
-    now = T0 + dt.timedelta(hours=hour)
-    t = start
-    pairs = bundle.pairs
-    for i, pair in enumerate(pairs):
-        duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
-        key = (pair.node_name, pair.test_name)
-        prev = states.get(key)
-        claimed = (cluster.until[n] - hour) * 60  # minutes into the run when a user job takes the node
-        if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
-            counts.skipped += len(pairs) - i  # queue limit, or the run's window: the rest waits for a run
-            return (start if i == 0 else t), False
-        if claimed <= t or claimed < t + duration:
-            # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
-            what = Status.SKIPPED if claimed <= t else Status.PREEMPTED
-            counts.preempted += what == Status.PREEMPTED
-            counts.skipped += len(pairs) - i - (what == Status.PREEMPTED)
-            at = now + dt.timedelta(minutes=min(claimed, t + duration))
-            states[key] = priority.PairState(prev.status if prev else None, prev.finished_at if prev else None,
-                                             at, what)
-            return max(t, min(claimed, t + duration)), True
-        t += duration
-        status = Status.FAIL if outcomes.random() < cfg.failure_rate else Status.PASS
-        counts.failed += status == Status.FAIL
-        counts.executed += 1
-        at = now + dt.timedelta(minutes=t)
-        states[key] = priority.PairState(status, at, at, status)
-        last[key] = hour + t / 60
-        if status == Status.FAIL and pair.test_name == priority.HEALTH_FIRST:
-            # The rest is not worth running on a failing node: skipped, they stay due for the planner;
-            # the node is judged (known bad) now, which is what the staleness figures measure.
-            for rest in pairs[i + 1:]:
-                last[(rest.node_name, rest.test_name)] = hour + t / 60
-            counts.skipped += len(pairs) - i - 1
-            counts.health_gated += len(pairs) - i - 1
-            return t, True
-    return t, True
+@dataclasses.dataclass(frozen=True)
+class _Ended:
+    """How a bundle on a slot ended: when the slot is free again (minutes into its run), whether the run
+    is done with the node (every pair executed, health failed, or a user job claimed it: a reserved node is
+    released then) and whether the node was validated (every pair executed, or health failed)."""
+
+    at: float
+    done: bool
+    validated: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,12 +270,17 @@ class _Peers:
                 at = -rnd.random() * cfg.peer_cadence_days * 24
                 self._record(a, b, Status.PASS, at)
 
+    def due(self, free: list[str], now: dt.datetime) -> frozenset[str]:
+        """The free nodes whose peer test is due, as the DAG's prioritize task tells them (the sweep's
+        exclusion)."""
+        return run_plan.peer_due(free, self.results, self.settings, now)
+
     def _record(self, a: str, b: str, status: str, at_h: float) -> None:
         when = T0 + dt.timedelta(hours=at_h)
         self.results += [peers.PeerResult(a, b, status, when), peers.PeerResult(b, a, status, when)]
         self.last[a] = self.last[b] = at_h
 
-    def run(self, hour: int, free: list[str], slots: list[float], cluster: _Cluster, index: dict[str, int]) -> None:
+    def run(self, hour: int, free: list[str], slots: list[float], cluster: Cluster, index: dict[str, int]) -> None:
         """Plan and run this hour's peer tests on the slots left by the bundles (a heap, changed in place)."""
         cfg = self.cfg
         now = T0 + dt.timedelta(hours=hour)
@@ -391,12 +330,15 @@ def peers_window_h(cfg: SimConfig) -> float:
 
 
 def plan_hour(cfg: SimConfig, free: Sequence[GpuNode], states: Mapping[tuple[str, str], priority.PairState], *,
-              now: dt.datetime, reserved: Collection[str] = (), busy: Sequence[str] = ()) -> run_plan.RunPlan:
+              now: dt.datetime, reserved: Collection[str] = (), busy: Sequence[str] = (),
+              suspects: Mapping[str, str] | None = None, peer_due: Collection[str] = ()) -> run_plan.RunPlan:
     """One simulated run's planning step: the DAG's planner (``run_plan.plan``) over the free nodes, the
-    reserved ones first, ``cfg`` as the settings and the run's params (every node, every suite, what the
-    slots can run); no claims (one run at a time)."""
+    suspects and the reserved ones first, the health sweep last (the nodes whose peer test is due left to
+    the peer tests), ``cfg`` as the settings and the run's params (every node, every suite, what the slots
+    can run); no claims (one run at a time)."""
     given = run_plan.PlanInput(settings=cfg, run=_run_params(cfg), free=free, states=states,
-                               ineligible=[(n, BUSY) for n in busy], reserved=reserved, bundle=cfg.bundle)
+                               ineligible=[(n, BUSY) for n in busy], suspects=dict(suspects or {}),
+                               reserved=reserved, peer_due=peer_due, bundle=cfg.bundle)
     return run_plan.plan(given, now=now)
 
 
@@ -407,7 +349,8 @@ def _run_params(cfg: SimConfig) -> RunParams:
 
 class _Simulation:
     """One simulation's state over its hourly runs; ``hour`` is one run of the DAG, in its order: the
-    cluster moves on, reservations, the plan, the bundles on the pool's slots, peer tests, the samples."""
+    cluster moves on, reservations, the plan, the bundles on the pool's slots, peer tests, the samples;
+    then, with signals, the fast path every few minutes until the next run."""
 
     def __init__(self, cfg: SimConfig):
         self.cfg = cfg
@@ -419,9 +362,14 @@ class _Simulation:
         self.nodes = [GpuNode(name=name, gpu_count=cfg.gpus_per_node, gpu_model=model) for name in self.names]
         self.index = {name: i for i, name in enumerate(self.names)}
         self.z_h, self.target_h = cfg.staleness_days * 24, cfg.target_days * 24
-        self.cluster = _Cluster(cfg, random.Random(cfg.seed + 2))
-        self.due_policy = planning.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
         self.rpolicy = cfg.reservation_policy()
+        self.faults = sim_faults.Faults(nodes=cfg.nodes, hours=cfg.days * 24, rate=cfg.faults, shares=cfg.fault_kinds,
+                                        crash_probability=cfg.crash_probability, seed=cfg.seed + 5) \
+            if cfg.faults > 0 else None
+        self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
+                               signal_h=cfg.signal_minutes / 60 if cfg.signals else None,
+                               taint_limit=self.rpolicy.limit(cfg.nodes) if self.rpolicy.enabled else 0)
+        self.due_policy = planning.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
         self.peer_runs = _Peers(cfg, self.names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
         self.last: dict[tuple[str, str], float] = {}  # last executed result per pair, in simulated hours
         self.states: dict[tuple[str, str], priority.PairState] = {}
@@ -436,13 +384,14 @@ class _Simulation:
         self.coverage: list[tuple[float, float]] = []
         self.worst, self.within, self.samples = 0.0, 0, 0
         self.counts = _Counts()
-        self.reserved_at: dict[int, int] = {}
+        self.reserved_at: dict[int, float] = {}
         self.released: dict[str, int] = {}
-        self.reservations = self.most_reserved = self.breaker_runs = 0
+        self.reservations = self.most_reserved = self.breaker_runs = self.suspect_taints = self.fast_runs = 0
         self.idle_h = self.plan_s = 0.0
+        self.validating: dict[int, float] = {}  # fast-path validations: node -> until (hours)
 
     def hour(self, hour: int) -> None:
-        self.cluster.advance(hour)
+        self._advance(hour)
         now = T0 + dt.timedelta(hours=hour)
         t = time.perf_counter()
         if self.rpolicy.enabled:
@@ -450,9 +399,11 @@ class _Simulation:
         # Handing the planner only the free nodes is exact (a busy node adds no candidate) and keeps
         # 1,000-node runs in seconds.
         cluster = self.cluster
-        free = [self.nodes[n] for n in sorted(cluster.free)]
+        free = [self.nodes[n] for n in sorted(cluster.free) if self.validating.get(n, -1.0) <= hour]
+        peer_due = self.peer_runs.due([f.name for f in free], now) if self.peer_runs is not None else ()
         found = plan_hour(self.cfg, free, self.states, now=now, reserved={self.names[n] for n in cluster.reserved},
-                          busy=[self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n]]).bundles
+                          busy=[self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n]],
+                          suspects=self._suspects(free), peer_due=peer_due).bundles
         self.plan_s += time.perf_counter() - t
         slots = self._validate(hour, found)
         if self.peer_runs is not None:  # the free nodes no bundle took, on the slots the bundles left
@@ -462,14 +413,50 @@ class _Simulation:
             self.peer_runs.run(hour, [f.name for f in free if f.name not in taken], slots, cluster, self.index)
             self.peer_runs.sample(hour)
         self._sample(hour)
+        if self.cfg.signals and self.faults is not None:
+            step = self.cfg.fast_path_minutes / 60
+            for k in range(1, math.ceil(1 / step)):
+                self._advance(hour + k * step)
+                self._fast_path(hour + k * step)
+
+    def _advance(self, at: float) -> None:
+        """The cluster up to ``at``; the suspects it tainted are held as reservations (max hold included)."""
+        self.cluster.advance(at)
+        for n, since in self.cluster.tainted:
+            self.reserved_at[n] = since
+            self.suspect_taints += 1
+        self.cluster.tainted.clear()
+        self.most_reserved = max(self.most_reserved, len(self.reserved_at))
+
+    def _suspects(self, free: Sequence[GpuNode]) -> dict[str, str]:
+        """The free suspect nodes, each with its evidence (what the planner puts first)."""
+        suspects = self.cluster.suspects
+        return {node.name: f"a user job crashed at {suspects[n]:.2f} h" for node in free
+                if (n := self.index[node.name]) in suspects}
+
+    def _fast_path(self, at: float) -> None:
+        """Issue 28 §2's fast path: a run for the free suspects not yet validated, every few minutes, their
+        whole bundles planned by the same planner. Suspects are few: they take a slot beside the hourly
+        run's (its queue is not modelled)."""
+        cluster = self.cluster
+        pending = [self.nodes[n] for n in sorted(cluster.suspects)
+                   if n in cluster.free and self.validating.get(n, -1.0) <= at]
+        if not pending:
+            return
+        self.fast_runs += 1
+        found = plan_hour(self.cfg, pending, self.states, now=T0 + dt.timedelta(hours=at),
+                          reserved={self.names[n] for n in cluster.reserved}, suspects=self._suspects(pending))
+        for bundle in found.bundles:
+            n = self.index[bundle.node_name]
+            ended = self._run_bundle(bundle, 0.0, at, n)
+            self.validating[n] = at + ended.at / 60
+            self._finished(n, at, ended)
 
     def _reserve(self, hour: int, now: dt.datetime) -> None:
         """The DAG's reserve task: release what was held too long, taint the overdue busy nodes chosen."""
         cluster, rpolicy = self.cluster, self.rpolicy
         for n in [n for n, at in self.reserved_at.items() if hour - at >= rpolicy.max_hold_hours]:
-            self.idle_h += cluster.release(n, hour)
-            del self.reserved_at[n]
-            self.released[reservation.MAX_HOLD] = self.released.get(reservation.MAX_HOLD, 0) + 1
+            self._release(n, hour, reservation.MAX_HOLD)
         busy = [self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n] and n not in cluster.reserved]
         choice = reservation.choose(
             reservation.overdue(busy, self.cfg.tests, self.states, now=now, due_policy=self.due_policy,
@@ -484,21 +471,85 @@ class _Simulation:
             self.reservations += 1
         self.most_reserved = max(self.most_reserved, len(self.reserved_at))
 
+    def _release(self, n: int, at: float, why: str) -> None:
+        self.idle_h += self.cluster.release(n, at)
+        del self.reserved_at[n]
+        self.released[why] = self.released.get(why, 0) + 1
+
     def _validate(self, hour: int, found: Sequence[priority.Bundle]) -> list[float]:
-        """The planned bundles on the pool's slots; a reserved node is released when its bundle is done.
-        Returns the slots (a heap: minutes into the run when each is free again)."""
+        """The planned bundles on the pool's slots, in plan order (the health sweep's last); a reserved node
+        is released when its bundle is done. Returns the slots (a heap: minutes into the run when each is
+        free again)."""
         slots = [0.0] * min(self.cfg.slots, len(found))
         for bundle in found:
             n = self.index[bundle.node_name]
             begin = heapq.heappop(slots)
-            end, done = _run_bundle(bundle, begin, hour, n, self.cfg, self.cluster, self.states, self.last,
-                                    self.outcomes, self.counts)
-            heapq.heappush(slots, end)
-            if done and n in self.cluster.reserved:
-                self.idle_h += self.cluster.release(n, hour + end / 60)
-                del self.reserved_at[n]
-                self.released[reservation.VALIDATED] = self.released.get(reservation.VALIDATED, 0) + 1
+            ended = self._run_bundle(bundle, begin, hour, n)
+            heapq.heappush(slots, ended.at)
+            self._finished(n, hour, ended)
         return slots
+
+    def _finished(self, n: int, at: float, ended: _Ended) -> None:
+        """After a node's bundle: a suspect validated is suspect no longer; a reserved node done is released."""
+        if ended.validated and n in self.cluster.suspects:
+            del self.cluster.suspects[n]
+            if self.faults is not None:
+                self.faults.cleared(n)  # still broken (no suite saw it): suspicion cleared all the same
+        if ended.done and n in self.cluster.reserved and n in self.reserved_at:
+            self._release(n, at + ended.at / 60, reservation.VALIDATED)
+
+    def _run_bundle(self, bundle: priority.Bundle, start: float, at: float, n: int) -> _Ended:
+        """One node's suites on one slot from ``start`` (minutes into the run that began at ``at`` hours), as
+        the DAG's task group runs them."""
+        cfg, counts = self.cfg, self.counts
+        now = T0 + dt.timedelta(hours=at)
+        t = start
+        pairs = bundle.pairs
+        for i, pair in enumerate(pairs):
+            duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
+            claimed = (self.cluster.until[n] - at) * 60  # minutes into the run when a user job takes the node
+            if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
+                counts.skipped += len(pairs) - i  # queue limit, or the run's window: the rest waits for a run
+                return _Ended(start if i == 0 else t, False, False)
+            if claimed <= t or claimed < t + duration:
+                # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
+                what = Status.SKIPPED if claimed <= t else Status.PREEMPTED
+                counts.preempted += what == Status.PREEMPTED
+                counts.skipped += len(pairs) - i - (what == Status.PREEMPTED)
+                counts.validation_h += max(0.0, claimed - t) / 60
+                prev = self.states.get((pair.node_name, pair.test_name))
+                self.states[(pair.node_name, pair.test_name)] = priority.PairState(
+                    prev.status if prev else None, prev.finished_at if prev else None,
+                    now + dt.timedelta(minutes=min(claimed, t + duration)), what)
+                return _Ended(max(t, min(claimed, t + duration)), True, False)
+            t += duration
+            counts.validation_h += duration / 60
+            if self._executed(pair, n, now, at, t) and pair.test_name == priority.HEALTH_FIRST:
+                # The rest is not worth running on a failing node: skipped, they stay due for the planner;
+                # the node is judged (known bad) now, which is what the staleness figures measure.
+                for rest in pairs[i + 1:]:
+                    self.last[(rest.node_name, rest.test_name)] = at + t / 60
+                counts.skipped += len(pairs) - i - 1
+                counts.health_gated += len(pairs) - i - 1
+                return _Ended(t, True, True)
+        return _Ended(t, True, True)
+
+    def _executed(self, pair: priority.PlannedPair, n: int, now: dt.datetime, at: float, t: float) -> bool:
+        """A suite ran to its end ``t`` minutes into the run: it fails at the failure rate, or because the
+        node's fault is one it sees (detected then). Whether it failed."""
+        counts = self.counts
+        failed = self.outcomes.random() < self.cfg.failure_rate  # drawn always: the same outcomes stream
+        if self.faults is not None and self.faults.sees(n, pair.test_name):
+            failed = True
+            self.faults.detected(n, at + t / 60)
+        status = Status.FAIL if failed else Status.PASS
+        counts.failed += failed
+        counts.executed += 1
+        counts.swept += pair.why == priority.SWEEP
+        finished = now + dt.timedelta(minutes=t)
+        self.states[(pair.node_name, pair.test_name)] = priority.PairState(status, finished, finished, status)
+        self.last[(pair.node_name, pair.test_name)] = at + t / 60
+        return failed
 
     def _sample(self, hour: int) -> None:
         last, target_h = self.last, self.target_h
@@ -522,7 +573,8 @@ class _Simulation:
         for n in list(self.reserved_at):  # still reserved at the end: count the idle time so far
             idle_h += max(0.0, end - self.cluster.free_since.get(n, end))
         ages = sorted(end - v for v in self.last.values()) + [math.inf] * (self.total_pairs - len(self.last))
-        gpu_hours = idle_h * cfg.gpus_per_node
+        gpu_hours, fleet = idle_h * cfg.gpus_per_node, cfg.nodes * cfg.gpus_per_node * end
+        validation = counts.validation_h * cfg.gpus_per_node
         return SimResult(
             config=cfg, coverage=self.coverage, worst_staleness_h=self.worst,
             within_target_share=self.within / self.samples if self.samples else 0.0,
@@ -531,9 +583,12 @@ class _Simulation:
             health_gated=counts.health_gated, never_validated=self.total_pairs - len(self.last),
             reservations=self.reservations, reservations_released=self.released,
             max_reserved_at_once=self.most_reserved, reserved_gpu_hours=gpu_hours,
-            reserved_share=gpu_hours / (cfg.nodes * cfg.gpus_per_node * end) if end else 0.0,
-            breaker_open_runs=self.breaker_runs, plan_seconds=self.plan_s,
-            wall_seconds=time.perf_counter() - self.started,
+            reserved_share=gpu_hours / fleet if end else 0.0, breaker_open_runs=self.breaker_runs,
+            swept=counts.swept, validation_gpu_hours=validation,
+            validation_share=(validation + gpu_hours) / fleet if end else 0.0,
+            suspect_taints=self.suspect_taints, fast_path_runs=self.fast_runs,
+            plan_seconds=self.plan_s, wall_seconds=time.perf_counter() - self.started,
+            **(self.faults.figures(end) if self.faults is not None else {}),
             **(self.peer_runs.figures(end) if self.peer_runs is not None else {}))
 
 

@@ -64,9 +64,9 @@ def test_a_dry_run_records_nothing(store):
     assert store.latest() == []
 
 
-def discovered(free, ineligible=(), max_pairs=16, dry_run=False):
+def discovered(free, ineligible=(), max_pairs=16, dry_run=False, settings=None):
     return Discovered.from_xcom({
-        "settings": Settings().to_dict(), "started_at": NOW.isoformat(),
+        "settings": (settings or Settings()).to_dict(), "started_at": NOW.isoformat(),
         "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": max_pairs,
                    "dry_run": dry_run},
         "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free],
@@ -260,9 +260,12 @@ def test_concurrent_runs_share_a_range_and_a_run_left_with_nothing_says_who_hold
 def test_a_run_with_nothing_to_do_says_all_fresh_since_or_none_free(store):
     latest = Latest.from_xcom({"rows": [["gpu-001", "gpu_health", "pass", (NOW - dt.timedelta(days=2)).isoformat(),
                                          (NOW - dt.timedelta(days=2)).isoformat(), "pass"]]})
-    fresh = tasks.prioritize(discovered(["gpu-001"]), latest, now=NOW)
+    fresh = tasks.prioritize(discovered(["gpu-001"], settings=Settings(sweep_interval_hours=0)), latest, now=NOW)
     assert fresh.why_empty == ("nothing planned: all pairs of the 1 free node(s) are fresh since "
                                "2026-11-20T12:00+00:00 (none due; tests gpu_health)")
+    # with the health sweep (on by default) the same free node's 2-day-old health check is swept
+    swept = tasks.prioritize(discovered(["gpu-001"]), latest, now=NOW)
+    assert [(p.node_name, p.test_name, p.why) for p in swept.pairs] == [("gpu-001", "gpu_health", "health sweep")]
     busy = tasks.prioritize(discovered([], [("gpu-001", "busy"), ("gpu-002", "cordoned")]), Latest(), now=NOW)
     assert busy.why_empty == "nothing planned: none of the 2 GPU node(s) is free (1 busy, 1 cordoned)"
 

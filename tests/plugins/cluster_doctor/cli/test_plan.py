@@ -78,10 +78,33 @@ def test_reserved_nodes_go_first_when_reservation_is_on(store, db_url, monkeypat
     assert "reserved for validation, planned first: gpu-002" in out
 
 
-def test_a_plan_with_nothing_in_it_says_why(store, db_url):
+def test_a_plan_with_nothing_in_it_says_why(store, db_url, monkeypatch):
+    monkeypatch.setenv("CLUSTER_DOCTOR_SWEEP_INTERVAL_HOURS", "0")  # the hour-old check is the sweep's otherwise
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     store.record([{"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass", "run_id": "r0",
                    "finished_at": (now - dt.timedelta(hours=1)).isoformat()}])
     code, out = plan("--nodes", "gpu-001", "--tests", "gpu_health", "--now", now.isoformat(), "--db-url", db_url)
     assert code == 0 and "0 pair(s) planned from 1 free node(s)" in out
     assert "nothing planned: all pairs of the 1 free node(s) are fresh since" in out
+
+
+def test_the_health_sweep_comes_after_the_due_bundles_marked_and_said(store, db_url, monkeypatch):
+    """Issue 28 §1: a free node with every suite fresh but a health check older than sweep_interval_hours
+    gets a gpu_health pair marked ``health sweep``, after the due node's bundle; a check younger than the
+    interval less 30 minutes is not swept."""
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    store.record([{"node_name": node, "test_name": test, "status": "pass", "run_id": "r0",
+                   "finished_at": (now - age).isoformat()}
+                  for node, age in (("gpu-001", dt.timedelta(hours=3)), ("gpu-003", dt.timedelta(minutes=20)))
+                  for test in ("gpu_health", "dl_unit")])
+    args = ["--nodes", "gpu-[001-003]", "--tests", "gpu_health,dl_unit", "--now", now.isoformat(), "--db-url", db_url]
+    code, out = plan(*args)
+    assert code == 0, out
+    assert rows(out) == [("gpu-002", "gpu_health"), ("gpu-002", "dl_unit"), ("gpu-001", "gpu_health")]
+    assert out.splitlines()[4].split()[3:5] == ["health", "sweep"]
+    assert "health sweep (why: health sweep): 1 free node(s) with no due suite whose last health check is older " \
+           "than 1 h" in out
+    code, out = plan(*args, "--format", "json")
+    assert [(p["node_name"], p["why"]) for p in json.loads(out)][-1] == ("gpu-001", "health sweep")
+    monkeypatch.setenv("CLUSTER_DOCTOR_SWEEP_INTERVAL_HOURS", "0")  # the setting turns it off
+    assert rows(plan(*args)[1]) == [("gpu-002", "gpu_health"), ("gpu-002", "dl_unit")]

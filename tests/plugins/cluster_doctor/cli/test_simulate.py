@@ -48,7 +48,33 @@ def test_cli_json(capsys):
         assert isinstance(data[key], float), key
 
 
+def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_the_validation_share(capsys):
+    """Issue 28 §3: --faults adds time_to_detect_h {median, p90, max} and jobs_on_broken_node {mean, p90};
+    validation_share is always there; --no-sweep and --no-signals give the rule before the issue."""
+    argv = ["simulate", "--nodes", "200", "--days", "7", "--slots", "6", "--reserve", "--faults", "30",
+            "--format", "json"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["time_to_detect_h"]) == {"median", "p90", "max"} and data["faults"] > 10
+    assert set(data["jobs_on_broken_node"]) == {"mean", "p90"}
+    assert 0 < data["validation_share"] < 0.05 and data["swept"] > 0
+    assert data["config"]["sweep_interval_hours"] == 1 and data["config"]["signals"] is True
+    assert data["config"]["fault_kinds"] == {"gpu": 0.5935, "hbm": 0.2323, "network": 0.1355, "silent": 0.0387}
+    assert cli.main([*argv, "--no-sweep", "--no-signals"]) == 0
+    today = json.loads(capsys.readouterr().out)
+    assert today["config"]["sweep_interval_hours"] == 0 and today["config"]["signals"] is False
+    assert today["swept"] == 0 and today["suspect_taints"] == 0
+    assert today["time_to_detect_h"]["median"] > data["time_to_detect_h"]["median"]
+    assert cli.main(["simulate", "--nodes", "200", "--days", "7", "--slots", "6", "--faults", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "health sweep every 1 h:" in out and "% of the fleet's GPU-hours" in out
+    assert "signals on: time to detect median" in out and "user jobs on a broken node mean" in out
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--faults", "-1"], "faults: must be a number >= 0"),
+    (["--crash-probability", "1.5"], "crash_probability: must be a share in [0, 1]"),
+    (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent"),
     (["--nodes", "0"], "nodes: must be an integer > 0"),
     (["--occupancy", "1.2"], "occupancy: must be a share in [0, 1)"),
     (["--target-staleness", "soon"], "--target-staleness: expected a duration like 7d"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from cluster_doctor.domain import priority, run_plan
+from cluster_doctor.domain import planning, priority, run_plan
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import GpuNode, HeldPair
@@ -15,9 +15,9 @@ NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit", "storage_fio"]
 
 
-def given(free=("gpu-001", "gpu-002", "gpu-003"), *, states=None, max_pairs=16, tests=TESTS, **kw):
+def given(free=("gpu-001", "gpu-002", "gpu-003"), *, states=None, max_pairs=16, tests=TESTS, settings=None, **kw):
     run = RunParams(parse_node_range(""), list(tests), None, max_pairs, False)
-    return run_plan.PlanInput(settings=Settings(), run=run, states=states or {},
+    return run_plan.PlanInput(settings=settings or Settings(), run=run, states=states or {},
                               free=[GpuNode(name=n, gpu_count=8, gpu_model="NVIDIA H200") for n in free], **kw)
 
 
@@ -82,7 +82,9 @@ def test_the_claimer_is_asked_even_with_nothing_due_so_a_retried_run_gives_its_o
         seen.append(list(found))
         return run_plan.Claimed(granted=frozenset())
 
-    found = run_plan.plan(given(("gpu-001",), states={("gpu-001", t): fresh for t in TESTS}), now=NOW, claim=claim)
+    no_sweep = Settings(sweep_interval_hours=0)  # an hour-old health check is the sweep's otherwise
+    found = run_plan.plan(given(("gpu-001",), states={("gpu-001", t): fresh for t in TESTS}, settings=no_sweep),
+                          now=NOW, claim=claim)
     assert seen == [[]]
     assert found.plan.why_empty == ("nothing planned: all pairs of the 1 free node(s) are fresh since "
                                     "2026-11-22T11:00+00:00 (none due; tests gpu_health, dl_unit, storage_fio)")
@@ -102,3 +104,105 @@ def test_one_place_builds_the_policy_from_the_settings_and_the_params():
     assert policy == priority.Policy(staleness=dt.timedelta(days=3), failed_retest=dt.timedelta(hours=2), max_pairs=5,
                                      stale_before=NOW - dt.timedelta(days=1), bundle_ahead=dt.timedelta(hours=12))
     assert not planning.policy(Settings(), run, bundle=False).bundle
+
+
+def checked(age: dt.timedelta, status: str = "pass") -> priority.PairState:
+    return priority.PairState(status, NOW - age, NOW - age, status)
+
+
+def fresh_but_health(ages: dict[str, dt.timedelta], tests=TESTS, health_status: str = "pass") -> dict:
+    """Every suite of each node passed a day ago; its health suites (gpu_health, ib_health) ``ages`` ago."""
+    return {(node, t): checked(age, health_status) if t in priority.SWEEP_SUITES else checked(dt.timedelta(days=1))
+            for node, age in ages.items() for t in tests}
+
+
+def test_the_health_sweep_takes_free_nodes_with_no_due_pair_after_every_due_bundle_oldest_check_first():
+    """Issue 28 §1: a free node whose suites are all fresh but whose last health check is older than
+    sweep_interval_hours (1 h; runs are hourly, so 30 minutes less) runs gpu_health, marked ``health sweep``,
+    after the due bundles; a younger check, a failed one (the retest rule's) or a node with a due pair is not
+    swept."""
+    H = dt.timedelta(hours=1)
+    states = fresh_but_health({"gpu-002": 2 * H, "gpu-003": 5 * H, "gpu-004": 0.4 * H, "gpu-005": 0.6 * H})
+    states |= fresh_but_health({"gpu-006": 3 * H}, health_status="fail")
+    found = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"), states=states),
+                          now=NOW)
+    assert [(p.node_name, p.test_name, p.why) for p in found.plan.pairs] == [
+        ("gpu-001", "gpu_health", priority.NEVER), ("gpu-001", "dl_unit", priority.NEVER),
+        ("gpu-001", "storage_fio", priority.NEVER),
+        ("gpu-003", "gpu_health", priority.SWEEP), ("gpu-002", "gpu_health", priority.SWEEP),
+        ("gpu-005", "gpu_health", priority.SWEEP)]  # 36 minutes: within the 30-minute slack of a 1 h interval
+    assert [b.node_name for b in found.sweeps] == ["gpu-003", "gpu-002", "gpu-005"]
+    assert found.plan.why_empty is None
+    # the setting turns it off; a longer interval sweeps only the older checks
+    off = run_plan.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=0)), now=NOW)
+    assert off.plan.pairs == [] and off.plan.why_empty.startswith("nothing planned: all pairs of the 2 free node(s)")
+    four = run_plan.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=4)),
+                         now=NOW)
+    assert [p.node_name for p in four.plan.pairs] == ["gpu-003"]
+
+
+def test_the_sweep_never_takes_a_due_pairs_place_within_max_pairs_and_is_claimed_after_the_bundles():
+    H = dt.timedelta(hours=1)
+    states = fresh_but_health({"gpu-002": 2 * H, "gpu-003": 3 * H})
+    cut = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, max_pairs=4), now=NOW)
+    assert [(p.node_name, p.why) for p in cut.plan.pairs] == [("gpu-001", priority.NEVER)] * 3 + [
+        ("gpu-003", priority.SWEEP)]
+    seen = []
+
+    def claim(found):
+        seen.append([(b.node_name, run_plan.is_sweep(b)) for b in found])
+        return run_plan.Claimed(granted=frozenset({"gpu-001", "gpu-002"}))
+
+    claimed = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states), now=NOW, claim=claim)
+    assert seen == [[("gpu-001", False), ("gpu-003", True), ("gpu-002", True)]]
+    assert claimed.plan.nodes() == ["gpu-001", "gpu-002"]
+
+
+def test_ib_health_is_swept_where_it_is_enabled_and_the_nodes_pool_has_hcas():
+    H = dt.timedelta(hours=1)
+    tests = ["gpu_health", "ib_health", "dl_unit"]
+    states = fresh_but_health({"gpu-001": 2 * H, "gpu-002": 2 * H}, tests=tests)
+    free = [GpuNode(name="gpu-001", gpu_count=8, gpu_model="NVIDIA-H100-80GB-HBM3"),
+            GpuNode(name="gpu-002", gpu_count=8, gpu_model="NVIDIA-L40S")]
+    settings = Settings(node_pool_expectations={"NVIDIA-L40S": "hcas=0"})
+    run = RunParams(parse_node_range(""), tests, None, 16, False)
+    found = run_plan.plan(run_plan.PlanInput(settings=settings, run=run, free=free, states=states,
+                                             without_hcas=planning.models_without_hcas(settings)), now=NOW)
+    assert [(p.node_name, p.test_name) for p in found.plan.pairs] == [
+        ("gpu-001", "gpu_health"), ("gpu-001", "ib_health"), ("gpu-002", "gpu_health")]
+    # not enabled (the default suites): gpu_health alone
+    plain = run_plan.plan(given(("gpu-001",), states=fresh_but_health({"gpu-001": 2 * H})), now=NOW)
+    assert [p.test_name for p in plain.plan.pairs] == ["gpu_health"]
+
+
+def test_suspect_nodes_run_their_whole_bundle_first_before_reserved_ones():
+    """Issue 28 §2's input: a node a signal made suspect runs every enabled suite whatever their staleness,
+    before the reserved nodes (a free suspect can take a user job any moment; a reserved one cannot). A
+    suspect that is not free is not planned (its taint is the reservation's)."""
+    states = fresh_but_health({"gpu-001": dt.timedelta(minutes=10), "gpu-002": dt.timedelta(minutes=10)})
+    found = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, reserved=["gpu-003"],
+                                suspects={"gpu-002": "a user job failed: Xid 79", "gpu-009": "busy"}), now=NOW)
+    assert [(p.node_name, p.test_name, p.why) for p in found.plan.pairs] == [
+        *[("gpu-002", t, priority.SUSPECT) for t in TESTS], *[("gpu-003", t, priority.NEVER) for t in TESTS]]
+    assert found.suspects == ["gpu-002"] and found.plan.reserved == ["gpu-003"]
+    # one suite per node per run (the simulator's --no-bundle): a suspect still runs them all
+    single = run_plan.plan(given(("gpu-002",), states=states, suspects={"gpu-002": "x"}, bundle=False), now=NOW)
+    assert [p.test_name for p in single.plan.pairs] == TESTS
+
+
+def test_with_peer_tests_the_sweep_leaves_the_nodes_whose_peer_test_is_due_to_them():
+    """Peer tests are planned after the plan, from the free nodes it leaves: a node whose peer test is due
+    (never run, or older than peer_cadence_days) is not swept, so the sweep never takes a due validation's
+    node; with peer tests off, nothing is left out."""
+    from cluster_doctor.domain.peers import PeerResult
+
+    H = dt.timedelta(hours=1)
+    states = fresh_but_health({n: 2 * H for n in ("gpu-001", "gpu-002", "gpu-003")})
+    history = [PeerResult("gpu-001", "gpu-002", "pass", NOW - dt.timedelta(days=1)),
+               PeerResult("gpu-002", "gpu-001", "pass", NOW - dt.timedelta(days=1))]
+    settings = Settings(peer_tests=True)
+    due = run_plan.peer_due(["gpu-001", "gpu-002", "gpu-003"], history, settings, NOW)
+    assert due == {"gpu-003"}  # never peer-tested
+    assert run_plan.peer_due(["gpu-003"], history, Settings(), NOW) == frozenset()  # peer tests off
+    found = run_plan.plan(given(states=states, settings=settings, peer_due=due), now=NOW)
+    assert [p.node_name for p in found.plan.pairs] == ["gpu-001", "gpu-002"]

@@ -1,0 +1,170 @@
+"""The simulated fleet's user occupancy for ``cluster-doctor simulate``: user jobs coming and going on every
+node, the reservation's taints, and — with faults (``sim_faults``) — the jobs a broken node crashes and the
+suspects their crashes make.
+
+Each node alternates busy (a log-normal job, cut at the job limit) and idle (an exponential gap sized for
+the occupancy, or none with ``no_gap``: a queue-backed cluster) periods; a reserved (tainted) node whose
+job ends stays idle until it is released. Events — period ends, faults, suspect marks — are taken in time
+order. With signals, a crashed job, or an Xid a user job raises on a broken GPU, makes its node suspect
+``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, within
+``taint_limit`` tainted nodes, tainted at once so no new user job lands. Pure Python.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from typing import Protocol
+
+from cluster_doctor.domain.sim_faults import Faults
+
+
+class Occupancy(Protocol):
+    """What the occupancy reads of the simulation's settings (``simulate.SimConfig``)."""
+
+    nodes: int
+    occupancy: float
+    job_hours: float
+    job_sigma: float
+    max_job_hours: float
+    no_gap: bool
+
+
+class Cluster:
+    """User occupancy of every node; ``free``: the nodes without a user job now; ``suspects``: nodes a
+    signal made suspect, since when, until a validation is done with them."""
+
+    def __init__(self, cfg: Occupancy, rnd: random.Random, *, faults: Faults | None = None,
+                 signal_h: float | None = None, taint_limit: int = 0):
+        self.rnd, self.cfg = rnd, cfg
+        self.faults, self.signal_h, self.taint_limit = faults, signal_h, taint_limit
+        self.mu = math.log(cfg.job_hours)
+        # the mean of the capped log-normal, estimated once from a fixed sample
+        probe = random.Random(0)
+        mean_job = sum(min(probe.lognormvariate(self.mu, cfg.job_sigma), cfg.max_job_hours)
+                       for _ in range(20000)) / 20000
+        self.mean_gap = 0.0 if cfg.no_gap else (
+            mean_job * (1 - cfg.occupancy) / cfg.occupancy if cfg.occupancy > 0 else math.inf)
+        self.busy = [False] * cfg.nodes
+        self.until = [0.0] * cfg.nodes  # hours: when the current period ends (inf: not before a release)
+        self.version = [0] * cfg.nodes  # events of an older version are stale (a release re-plans the node)
+        self.reserved: set[int] = set()
+        self.free_since: dict[int, float] = {}  # reserved nodes whose job ended: idle since
+        self.events: list[tuple[float, int, int]] = []
+        self.crashing: set[int] = set()  # busy nodes whose job ends in a crash
+        self.signals: list[tuple[float, int]] = []  # (when a crash makes the node suspect, node)
+        self.suspects: dict[int, float] = {}
+        self.tainted: list[tuple[int, float]] = []  # suspects tainted since the simulation last looked
+        for n in range(cfg.nodes):
+            busy = cfg.no_gap or rnd.random() < cfg.occupancy
+            self.busy[n] = busy
+            # a random point inside the current period (length-biased sampling is ignored: close enough)
+            length = self._job() if busy else self._gap()
+            self._set(n, rnd.random() * length)
+        self.free = {n for n in range(cfg.nodes) if not self.busy[n]}
+
+    def _job(self) -> float:
+        return min(self.rnd.lognormvariate(self.mu, self.cfg.job_sigma), self.cfg.max_job_hours)
+
+    def _gap(self) -> float:
+        if self.mean_gap == math.inf:
+            return math.inf
+        return self.rnd.expovariate(1 / self.mean_gap) if self.mean_gap > 0 else 0.0
+
+    def _set(self, n: int, until: float) -> None:
+        self.version[n] += 1
+        self.until[n] = until
+        if until != math.inf:
+            heapq.heappush(self.events, (until, n, self.version[n]))
+
+    def _start_job(self, n: int, at: float) -> None:
+        """A user job lands on ``n`` at ``at``: busy until it ends, or crashes on a broken node."""
+        self.busy[n] = True
+        self.free.discard(n)
+        length = self._job()
+        crash = self.faults.job_started(n, at, length) if self.faults is not None else None
+        if crash is not None:
+            self.crashing.add(n)
+        self._set(n, at + length if crash is None else crash)
+        if crash is None and self.faults is not None and self.faults.raises_xid(n):
+            self._signal(n, at)
+
+    def advance(self, hour: float) -> None:
+        """Every event up to ``hour``, in time order: period ends, faults, suspect marks."""
+        while True:
+            event = self.events[0][0] if self.events else math.inf
+            fault = self.faults.next_at() if self.faults is not None else math.inf
+            signal = self.signals[0][0] if self.signals else math.inf
+            at = min(event, fault, signal)
+            if at > hour:
+                return
+            if at == event:
+                self._period_end(*heapq.heappop(self.events))
+            elif at == fault:
+                self._fault()
+            else:
+                self._suspect(*heapq.heappop(self.signals))
+
+    def _period_end(self, at: float, n: int, version: int) -> None:
+        if version != self.version[n]:
+            return
+        if self.busy[n] and n in self.crashing:  # the job died on a broken node: a signal
+            self.crashing.discard(n)
+            self._signal(n, at)
+        if self.busy[n] and n in self.reserved:  # the job ended; the taint keeps new ones off
+            self.busy[n] = False
+            self.free.add(n)
+            self.free_since[n] = at
+            self._set(n, math.inf)
+        elif self.busy[n]:
+            gap = self._gap()
+            if gap > 0:
+                self.busy[n] = False
+                self.free.add(n)
+                self._set(n, at + gap)
+            else:  # queue-backed: the next job starts at once
+                self._start_job(n, at)
+        else:
+            self._start_job(n, at)
+
+    def _fault(self) -> None:
+        """A node breaks: the job running on it counts, and may crash at once."""
+        fault = self.faults.inject()
+        if fault is None or not self.busy[fault.node]:
+            return
+        if self.faults.crashes(fault):
+            self.crashing.add(fault.node)
+            self._set(fault.node, fault.at)
+        elif fault.kind.xid:  # the job runs on, the driver logs the error
+            self._signal(fault.node, fault.at)
+
+    def _signal(self, n: int, at: float) -> None:
+        """Something the cluster shows at ``at`` says ``n`` is broken: suspect ``signal_h`` later."""
+        if self.signal_h is not None:
+            heapq.heappush(self.signals, (at + self.signal_h, n))
+
+    def _suspect(self, at: float, n: int) -> None:
+        """A crash's signal: the broken node turns suspect and, within the limit, is tainted at once."""
+        if not self.faults.suspect(n, at):
+            return  # repaired meanwhile
+        self.suspects.setdefault(n, at)
+        if n in self.reserved or len(self.reserved) >= self.taint_limit:
+            return
+        self.reserved.add(n)
+        self.tainted.append((n, at))
+        if not self.busy[n]:  # free: no user job lands from now on
+            self.free_since[n] = at
+            self._set(n, math.inf)
+
+    def release(self, n: int, at: float) -> float:
+        """Remove the taint at ``at`` (hours); the idle hours the reservation cost."""
+        self.reserved.discard(n)
+        idle = max(0.0, at - self.free_since.pop(n, at))
+        if not self.busy[n]:
+            gap = self._gap()
+            if gap > 0:
+                self._set(n, at + gap)
+            else:
+                self._start_job(n, at)
+        return idle
