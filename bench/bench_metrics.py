@@ -1,26 +1,32 @@
-"""make bench-metrics: one Prometheus scrape at 5,000 nodes x 4 tests, against a baseline measured in
-the same run.
+"""make bench-metrics: the Prometheus scrape at 5,000 and 10,000 nodes x 4 tests, against the library's
+encoder measured in the same run.
 
-Seeds a throwaway embedded PostgreSQL with the 5,000-node fleet of tests/ui/fleet_seed.py plus 35
-days of older history (about 100,000 attempts, so the 30-day coverage samples read a realistic
-window), then, alternating in one process on the same data:
+For each size, a database of a throwaway embedded PostgreSQL is seeded with the fleet of
+tests/ui/fleet_seed.py plus 35 days of older history (six attempts per pair, so the 30-day coverage
+samples and the 7-day GPU-hours read a realistic window), then, alternating in one process on the same
+data:
 
-* the scrape: the standalone exporter's WSGI app (prometheus_client's encoder and gzip), with the
-  family cache off (every scrape queries: Prometheus scrapes less often than the cache lives, so a
-  miss is the honest figure); a separate line gives the cached scrape;
-* the baseline: the same collector's families written by a minimal hand-written text writer (the
-  kind of writer the library's exposition replaced) and gzipped — the floor of what the exposition
-  can cost, so the ratio is what the library's encoder adds; its text parses to the same samples.
+* the scrape (the figure): the standalone exporter's WSGI app with the family cache off, one new
+  attempt recorded and the clock 15 s later before every scrape, as between two Prometheus scrapes:
+  every scrape reads the database (what changed: ``store.fleet_state``) and writes its exposition
+  (``reports.exposition``), gzipped;
+* the baseline: the same collector's families through prometheus_client's own WSGI app (its encoder,
+  gzip level 9), what every scrape cost before issue 32 but for the threefold assessment; its text is
+  checked to be the scrape's, byte for byte.
 
-Then the server is stopped and deleted and the run checks that nothing of it is left
-(tools/leftovers.py). The last line reads ``scrape_ms=<p50> bytes=<n> gzip_bytes=<n> series=<n>
-nodes=<n> baseline_ms=<p50> ratio=<x>``.
+Also, per size: the cold scrape (a fresh process: every pair read and assessed, every line written), the
+cached one (within the cache's lifetime) and the load average. Then the server is stopped and deleted and
+the run checks that nothing of it is left (tools/leftovers.py). A figure more than 20 % worse than the
+README's table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
+``scrape_ms=<p50 per size> growth=<x> cold_ms=<p50 per size> bytes=<n> gzip_bytes=<n> series=<n>
+nodes=<sizes> baseline_ms=<p50 per size> ratio=<x>``, values per size comma-separated.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
+import dataclasses
+import datetime as dt
 import os
 import pathlib
 import statistics
@@ -29,9 +35,11 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
+sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 
+import figures
 from leftovers import Leftovers
 
 OLDER_HISTORY = """
@@ -43,6 +51,7 @@ SELECT node_name, test_name, status, started_at - k * interval '7 days', finishe
        run_id || '-' || k, map_index, try_number
   FROM validation_history, generate_series(1, 5) AS k
 """
+SCRAPE_EVERY = dt.timedelta(seconds=15)
 
 
 def seed(dsn: dict, nodes: int) -> None:
@@ -60,113 +69,160 @@ def seed(dsn: dict, nodes: int) -> None:
         cur.execute("ANALYZE")
 
 
-def _escape(value: str, quotes: bool = True) -> str:
-    value = value.replace("\\", "\\\\").replace("\n", "\\n")
-    return value.replace('"', '\\"') if quotes else value
+def create_database(server_dsn: dict, name: str) -> dict:
+    import psycopg
+
+    with psycopg.connect(**{**server_dsn, "dbname": "postgres"}, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return {**server_dsn, "dbname": name}
 
 
-def hand_written_text(families) -> bytes:
-    """The Prometheus text format written by hand: HELP, TYPE and one line per sample (gauges and
-    counters only, as the collector yields), escaped as the format requires."""
-    out = []
-    for family in families:
-        name = family.name + ("_total" if family.type == "counter" else "")
-        out.append(f"# HELP {name} {_escape(family.documentation, quotes=False)}\n# TYPE {name} {family.type}\n")
-        for sample in family.samples:
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
-            out.append(f"{sample.name}{{{labels}}} {sample.value!r}\n" if labels else f"{sample.name} {sample.value!r}\n")
-    return "".join(out).encode()
+def _get(app, encoding: str = "gzip") -> bytes:
+    out = {}
+    body = b"".join(app({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": encoding,
+                         "QUERY_STRING": ""}, lambda status, headers, exc_info=None: out.update(status=status)))
+    assert out["status"].startswith("200"), out
+    return body
 
 
-def samples(text: bytes) -> set:
-    """Every sample of a Prometheus text body, as (name, sorted labels, value)."""
-    from prometheus_client.parser import text_string_to_metric_families
+class Fleet:
+    """One seeded database: the scrape's apps over it, a clock that moves, attempts to record."""
 
-    return {(s.name, tuple(sorted(s.labels.items())), s.value)
-            for f in text_string_to_metric_families(text.decode()) for s in f.samples
-            if s.name != "cluster_doctor_scrape_duration_seconds"}  # a timing: differs by nature
+    def __init__(self, dsn: dict, nodes: int):
+        from cluster_doctor.domain.config import Settings
+        from cluster_doctor.store.history import ResultStore
 
+        from tests.ui import fleet_seed
 
-def measure(dsn: dict, runs: int) -> str:
-    """Alternating scrapes and baselines over the same database; prints the context lines and returns
-    the figure line."""
-    from cluster_doctor.domain.config import Settings
-    from cluster_doctor.reports import metrics
+        self.dsn, self.nodes, self.seed = dsn, nodes, fleet_seed
+        self.settings = Settings(tests=TESTS, staleness_days=7)
+        self.now = fleet_seed.NOW
+        self.store = ResultStore(dsn)
+        self.recorded = 0
 
-    from tests.ui import fleet_seed
+    def collector(self, cache_ttl_s: float):
+        from cluster_doctor.reports import metrics
 
-    settings = Settings(tests=TESTS, staleness_days=7)
-
-    def collector(cache_ttl_s: float) -> metrics.ClusterDoctorCollector:
-        return metrics.ClusterDoctorCollector(lambda _s: dsn, lambda: settings, clock=lambda: fleet_seed.NOW,
+        return metrics.ClusterDoctorCollector(lambda _s: self.dsn, lambda: self.settings, clock=lambda: self.now,
                                               cache_ttl_s=cache_ttl_s)
 
-    uncached = collector(0.0)
-    apps = {"uncached": metrics.exporter_app(metrics.make_registry(uncached), token=lambda: None),
-            "cached": metrics.exporter_app(metrics.make_registry(collector(3600.0)), token=lambda: None)}
+    def exporter(self, cache_ttl_s: float = 0.0):
+        from cluster_doctor.reports import metrics
 
-    def scrape(which: str, encoding: str) -> bytes:
-        out = {}
-        body = b"".join(apps[which]({"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "HTTP_ACCEPT_ENCODING": encoding},
-                                    lambda status, headers, exc_info=None: out.update(status=status)))
-        assert out["status"].startswith("200"), out
-        return body
+        return metrics.exporter_app(metrics.make_registry(self.collector(cache_ttl_s)), token=lambda: None)
 
-    def baseline() -> bytes:
-        return gzip.compress(hand_written_text(list(uncached.collect())))
+    def library(self):
+        """prometheus_client's own app over a plain registry of the same collector."""
+        from prometheus_client import CollectorRegistry, make_wsgi_app
 
-    plain = scrape("uncached", "")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.collector(0.0))
+        return make_wsgi_app(registry)
+
+    def tick(self) -> None:
+        """What happens between two scrapes: the clock moves, an attempt is recorded (a node's pass)."""
+        self.recorded += 1
+        self.now += SCRAPE_EVERY
+        node = f"gpu-{(self.recorded * 7919) % self.nodes + 1:04d}"
+        attempt = self.seed.attempt(node, "gpu_health", "pass", self.now - dt.timedelta(seconds=5))
+        written = self.store.record([dataclasses.replace(attempt, run_id=f"bench__{self.now.isoformat()}")])
+        assert written.inserted == 1, written
+
+
+def same_text(scrape_app, library_app) -> bytes:
+    """The scrape's plain text, checked to be the library's byte for byte (but the scrape's duration)."""
+    plain = _get(scrape_app, "")
+    if [line for line in plain.splitlines() if b"scrape_duration" not in line] != \
+            [line for line in _get(library_app, "").splitlines() if b"scrape_duration" not in line]:
+        raise SystemExit("the library's encoder does not write the scrape's text: the comparison means nothing")
+    return plain
+
+
+def timed(fn) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    body = fn()
+    return (time.perf_counter() - started) * 1000, body
+
+
+def measure(dsn: dict, nodes: int, runs: int) -> dict:
+    """One size's figures (p50 ms, sizes); prints its context line."""
+    from cluster_doctor.store import fleet_state
+
+    f = Fleet(dsn, nodes)
+    cold = []
+    for _ in range(3):  # a fresh process: nothing kept, every pair read and every line written
+        fleet_state.forget()
+        cold.append(timed(lambda: _get(f.exporter()))[0])
+    scrape_app, library_app, cached_app = f.exporter(), f.library(), f.exporter(3600.0)
+    plain = same_text(scrape_app, library_app)
     if b"\ncluster_doctor_up 1.0\n" not in b"\n" + plain:
         raise SystemExit("the scrape says the database is down")
-    if samples(plain) != samples(gzip.decompress(baseline())):
-        raise SystemExit("the hand-written baseline does not write the same samples: the comparison means nothing")
-    scrape("cached", "gzip")  # fills the cache
+    _get(cached_app)
     times: dict[str, list[float]] = {"scrape": [], "baseline": [], "cached": []}
     gz = b""
     for _ in range(runs):  # alternating, so a change of load hits both alike
-        started = time.perf_counter()
-        gz = scrape("uncached", "gzip")
-        times["scrape"].append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        base = baseline()
-        times["baseline"].append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        scrape("cached", "gzip")
-        times["cached"].append((time.perf_counter() - started) * 1000)
+        f.tick()
+        ms, gz = timed(lambda: _get(scrape_app))
+        times["scrape"].append(ms)
+        f.tick()
+        times["baseline"].append(timed(lambda: _get(library_app))[0])
+        times["cached"].append(timed(lambda: _get(cached_app))[0])
+    same_text(scrape_app, library_app)  # still, after the changes
     p50 = {k: statistics.median(v) for k, v in times.items()}
+    p50["cold"] = statistics.median(cold)
     text = plain.decode()
-    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    nodes = len({line.split('node="', 1)[1].split('"', 1)[0] for line in text.splitlines()
-                 if line.startswith("cluster_doctor_node_info{")})
-    print(f"baseline (same families, hand-written text writer + gzip): baseline_ms={p50['baseline']:.0f} "
-          f"gzip_bytes={len(base)}; same samples as the scrape")
-    print(f"cached families (a scrape within the cache's lifetime): scrape_ms={p50['cached']:.0f}")
-    return (f"scrape_ms={p50['scrape']:.0f} bytes={len(plain)} gzip_bytes={len(gz)} series={series} nodes={nodes} "
-            f"baseline_ms={p50['baseline']:.0f} ratio={p50['scrape'] / p50['baseline']:.2f}")
+    out = {**p50, "bytes": len(plain), "gzip_bytes": len(gz), "nodes": nodes,
+           "series": sum(1 for line in text.splitlines() if line and not line.startswith("#"))}
+    print(f"{nodes} nodes: scrape_ms={p50['scrape']:.0f} (a new attempt and 15 s before each) "
+          f"cold_ms={p50['cold']:.0f} (first scrape of a process) cached_ms={p50['cached']:.0f} "
+          f"baseline_ms={p50['baseline']:.0f} (prometheus_client's app, same text) series={out['series']} "
+          f"bytes={len(plain)} gzip_bytes={len(gz)}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    return out
+
+
+def figure_line(results: list[dict]) -> str:
+    def each(key: str) -> str:
+        return ",".join(f"{r[key]:.0f}" for r in results)
+
+    first, last = results[0], results[-1]
+    growth = last["scrape"] / first["scrape"] if len(results) > 1 else 1.0
+    return (f"scrape_ms={each('scrape')} growth={growth:.2f} cold_ms={each('cold')} bytes={first['bytes']} "
+            f"gzip_bytes={first['gzip_bytes']} series={first['series']} nodes={each('nodes')} "
+            f"baseline_ms={each('baseline')} ratio={first['baseline'] / first['scrape']:.1f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--nodes", default="5000,10000", help="fleet sizes, comma-separated")
+    parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
+    sizes = [int(n) for n in args.nodes.split(",")]
 
     from cluster_doctor.store import database
 
-    load = os.getloadavg()[0]
     leftovers = Leftovers()
+    results = []
     with leftovers.tempdir("cd-bench-metrics-") as tmp:
         server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
         try:
-            dsn = database.libpq_params(server.get_uri())
-            started = time.perf_counter()
-            seed(dsn, args.nodes)
-            print(f"seeded {args.nodes} nodes x {len(TESTS)} tests with 6 attempts per pair in "
-                  f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)")
-            figure = measure(dsn, args.runs)
+            server_dsn = database.libpq_params(server.get_uri())
+            for nodes in sizes:
+                dsn = create_database(server_dsn, f"bench_{nodes}")
+                started = time.perf_counter()
+                load = os.getloadavg()[0]
+                seed(dsn, nodes)
+                print(f"seeded {nodes} nodes x {len(TESTS)} tests with 6 attempts per pair in "
+                      f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)",
+                      flush=True)
+                results.append(measure(dsn, nodes, args.runs))
         finally:
             server.cleanup()  # before the directory goes: a server in a removed directory runs on
-    return leftovers.finish(figure)
+    worse = figures.regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
+                                 for r in results for key, field in (("metrics.scrape_ms", "scrape"),
+                                                                     ("metrics.cold_ms", "cold"))})
+    for line in worse:
+        print(line, flush=True)
+    return leftovers.finish(figure_line(results), ok=not worse)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ from tests.conftest import REPO
 FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with its same-run baseline
     "bench_store.py": (["--rows", "20000", "--nodes", "100", "--repeats", "3", "--naive-repeats", "2"],
                        r"latest_view_ms=[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=20000"),
-    "bench_metrics.py": (["--nodes", "60", "--runs", "2"],
-                         r"scrape_ms=\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ nodes=60 baseline_ms=\d+ ratio=[\d.]+"),
+    "bench_metrics.py": (["--nodes", "60,120", "--runs", "2"],
+                         r"scrape_ms=\d+,\d+ growth=[\d.]+ cold_ms=\d+,\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ "
+                         r"nodes=60,120 baseline_ms=\d+,\d+ ratio=[\d.]+"),
     "bench_page.py": (["--nodes", "60", "--runs", "2"], r"page_ms=\d+ uncached_ms=\d+ speedup=[\d.]+ nodes=60"),
     "bench_discovery.py": (["--nodes", "40", "--pods", "400", "--runs", "2"],
                            r"discovery_s=[\d.]+ raw_list_s=[\d.]+ ratio=[\d.]+ peak_mib=\d+ xcom_kb=[\d.]+ "

@@ -18,61 +18,70 @@ Families and their labels are documented in docs/metrics.md.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import datetime as dt
+import gzip
 import hmac
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cluster_doctor.domain import actions, numbers, suites
+from cluster_doctor.domain import numbers, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
-from cluster_doctor.domain.status import EXECUTED, FAILING
-from cluster_doctor.store import database, fleet, reservations
+from cluster_doctor.reports import exposition
+from cluster_doctor.reports.pair_families import (  # noqa: F401 - STATES and key_metric_name: this module's too
+    PREFIX,
+    STATES,
+    PairLayout,
+    PairText,
+    add_pairs,
+    key_metric_name,
+)
+from cluster_doctor.store import database, fleet
 
 log = logging.getLogger(__name__)
 
-PREFIX = "cluster_doctor"
-# Values of the status label of cluster_doctor_validation_status: the latest executed status, or never.
-STATES = (*EXECUTED, "never")
 TOKEN_ENV = "CLUSTER_DOCTOR_METRICS_TOKEN"
 TOKEN_FILE_ENV = "CLUSTER_DOCTOR_METRICS_TOKEN_FILE"
 DEFAULT_PORT = 9108
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_CACHE_TTL_S = 10.0
-_RESERVED = {"up", "scrape_duration_seconds", "staleness_threshold_seconds", "node_info", "skipped_values",
-             "skipped_values_total"}
+# gzip level of a scrape: level 1 writes 7 MB of exposition in ~12 ms (337 KB), the library's 9 in ~140 ms
+# (268 KB); Prometheus reads both alike.
+GZIP_LEVEL = 1
 
 ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
 SettingsProvider = Callable[[], Settings]
 SpoolProvider = Callable[[Settings], Any]  # the settings' attempt spool's SpoolStatus (store.spool)
 
 
-def key_metric_name(key: str) -> str:
-    """Prometheus family name of a suite key figure: cluster_doctor_<key>, sanitized."""
-    name = re.sub(r"[^a-zA-Z0-9_]", "_", key).strip("_").lower() or "metric"
-    if name in _RESERVED or name.startswith(("fleet_", "validation_")) or name[0].isdigit():
-        name = f"suite_{name}"  # never shadow a fixed family
-    return f"{PREFIX}_{name}"
-
-
 def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]],
                    tests: Sequence[str]) -> list[Metric]:
-    """Every family but up/scrape duration/skipped values, from FleetQueries.summary() and .pairs().
+    """Every family but up/scrape duration/skipped values, from FleetQueries.summary() and .pairs(), as
+    prometheus_client families (the scrape writes the per-pair ones as text: ``pair_families.PairText``).
 
     Cardinality at 5,000 nodes x 4 tests: per pair its status and staleness (the alerting signals),
     the status start only for pairs that are not passing (where "since when" matters), the key
     figures per node, and the fleet aggregates; about 75,000 series."""
+    layout = PairLayout(tests)
+    families = layout.families()
+    add_pairs(families, layout, pairs)
+    return [*summary_families(summary), *families]
+
+
+def summary_families(summary: Mapping[str, Any]) -> list[Metric]:
+    """The fleet-wide gauges of FleetQueries.summary() (None: NaN)."""
     out: list[Metric] = []
 
     def gauge(name: str, doc: str, value: float | None) -> None:
@@ -108,100 +117,7 @@ def build_families(summary: Mapping[str, Any], pairs: Sequence[Mapping[str, Any]
           "pair never executed.", summary.get("worst_staleness_s"))
     gauge("fleet_validation_gpu_hours_7d", "GPU-hours spent by validation pods in the last 7 days "
           "(duration x GPU count of pass/fail/error/preempted attempts).", summary["gpu_hours_7d"])
-
-    status, since_ts, staleness, info = _pair_families()
-    action, not_run = _judgement_families()
-    key_tests = _key_tests(tests)
-    figures = {key: _figure_family(key, ts) for key, ts in key_tests.items()}
-
-    node_models: dict[str, str] = {}
-    for pair in pairs:
-        node, test = pair["node_name"], pair["test_name"]
-        state = pair["status"] if pair["status"] in STATES else "never"
-        # Only the current state is exposed (not a 0/1 row per state): a quarter of the series at
-        # 5,000 nodes, and `== 1` / `count by (status)` alerting works the same.
-        status.add_metric([node, test, state], 1.0)
-        if state in FAILING and pair.get("since_ts") is not None:
-            since_ts.add_metric([node, test], pair["since_ts"])
-        _add_judgement(action, not_run, pair, state)
-        staleness.add_metric([node, test], math.inf if pair["age_s"] is None else pair["age_s"])
-        if not node_models.get(node):
-            node_models[node] = pair.get("gpu_model") or ""
-        if state != "never":
-            for key, value in (pair.get("metrics") or {}).items():
-                family = figures.get(key)
-                if family is not None and test in key_tests[key]:
-                    family.add_metric([node, test], value)
-    for node, model in node_models.items():
-        info.add_metric([node, model], 1.0)
-    out += [status, since_ts, staleness, info, action, not_run, *figures.values()]
     return out
-
-
-def _judgement_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-    # Sparse on purpose (a series only where there is something to do or something was not checked):
-    # at 5,000 nodes a series per pair each would add 40,000 series for mostly "none" and 0.
-    labels = ["node", "test"]
-    return (
-        GaugeMetricFamily(
-            f"{PREFIX}_validation_action",
-            "Always 1; the recommended action of the pair's latest executed result (retest, check_storage, "
-            "check_fabric, reset_gpu, reboot, drain_and_service, or unknown when not recorded); only for pairs "
-            "whose action is not none.", labels=[*labels, "action"]),
-        GaugeMetricFamily(
-            f"{PREFIX}_validation_checks_not_run",
-            "Checks that could not run in the pair's latest executed result (its pass is incomplete, not a "
-            "clean pass); only for pairs where some did not run.", labels=labels),
-    )
-
-
-def _add_judgement(action: GaugeMetricFamily, not_run: GaugeMetricFamily, pair: Mapping[str, Any],
-                   state: str) -> None:
-    if state == "never":
-        return
-    node, test = pair["node_name"], pair["test_name"]
-    token = actions.shown(pair.get("action"))
-    if token != "none":
-        action.add_metric([node, test, token], 1.0)
-    count = pair.get("checks_not_run") or 0
-    if count > 0 or pair.get("incomplete"):
-        not_run.add_metric([node, test], float(count))
-
-
-def _pair_families() -> tuple[GaugeMetricFamily, ...]:
-    labels = ["node", "test"]
-    return (
-        GaugeMetricFamily(
-            f"{PREFIX}_validation_status",
-            "Always 1; the status label is the pair's latest executed status (pass, fail, error), or never "
-            "when the suite has not executed on the node yet.", labels=[*labels, "status"]),
-        GaugeMetricFamily(
-            f"{PREFIX}_validation_status_since_timestamp_seconds",
-            "Unix time the pair's current executed status started (first attempt of the streak); only for "
-            "pairs whose status is fail or error.", labels=labels),
-        GaugeMetricFamily(
-            f"{PREFIX}_validation_staleness_seconds",
-            "Seconds since the latest executed attempt of the pair finished; +Inf when never executed.", labels=labels),
-        GaugeMetricFamily(f"{PREFIX}_node_info", "Always 1; the node's GPU model (for joins).",
-                          labels=["node", "gpu_model"]),
-    )
-
-
-def _key_tests(tests: Iterable[str]) -> dict[str, list[str]]:
-    """Key figure -> the tests that report it (one family per key figure of the suite catalog)."""
-    key_tests: dict[str, list[str]] = {}
-    for test in tests:
-        suite = suites.CATALOG.get(test)
-        for key in (suite.key_metrics if suite else ()):
-            key_tests.setdefault(key, []).append(test)
-    return key_tests
-
-
-def _figure_family(key: str, tests: Sequence[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        key_metric_name(key),
-        f"Key figure {key} of the node's latest executed {'/'.join(tests)} result (join cluster_doctor_node_info "
-        "on node for the GPU model).", labels=["node", "test"])
 
 
 def reservation_family(idle_gpu_hours: float | None) -> Metric:
@@ -260,11 +176,28 @@ def spool_families(status: Any, now: dt.datetime) -> list[Metric]:
     return families
 
 
-class ClusterDoctorCollector(Collector):
-    """Queries the results database on collect(); never raises.
+@dataclasses.dataclass
+class _Scrape:
+    """What one database read gives a scrape: the summary, the fleet assessment, the peer verdict counts
+    and what reservations cost; ``chunks`` its families as exposition chunks, once written."""
 
-    The collected families are kept for ``cache_ttl_s`` seconds (per settings), so scrapers that
-    poll together (a Prometheus HA pair, a UI refresh) cost the database one query set."""
+    key: tuple
+    at: float  # time.monotonic() of the read
+    summary: dict[str, Any]
+    assessment: Any  # coverage.Assessment
+    tests: list[str]
+    peer_counts: dict[str, int]
+    idle_gpu_hours: float | None
+    chunks: list[exposition.Chunk] | None = None
+
+
+class ClusterDoctorCollector(Collector):
+    """Queries the results database on collect() and exposition(); never raises.
+
+    What a read gives is kept for ``cache_ttl_s`` seconds (per settings), so scrapers that poll together
+    (a Prometheus HA pair, a UI refresh) cost the database one query set. ``exposition`` (the scrape's
+    own path) writes the per-pair families from text kept per node between reads (``PairText``);
+    ``collect`` yields the same families as prometheus_client objects, for any other registry."""
 
     def __init__(
         self,
@@ -280,7 +213,8 @@ class ClusterDoctorCollector(Collector):
         self.spool_provider = spool_provider
         self.clock = clock
         self.cache_ttl_s = cache_ttl_s
-        self._cache: tuple[Any, float, list[Metric]] | None = None
+        self._cache: _Scrape | None = None
+        self._text: PairText | None = None
         self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
@@ -293,36 +227,69 @@ class ClusterDoctorCollector(Collector):
             yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
 
-    def _families(self) -> list[Metric]:
+    def _read(self) -> _Scrape:
+        """The database's answer for this scrape (the kept one while it is younger than the TTL); the
+        caller holds the lock."""
         settings = self.settings_provider()
         connect = self.connector_provider(settings)
         key = (str(connect), tuple(settings.tests), settings.staleness_days, settings.peer_tests,
                settings.peer_cadence_days)
-        with self._lock:  # concurrent scrapes wait for one query set instead of running their own
-            cached = self._cache
-            if cached and cached[0] == key and time.monotonic() - cached[1] < self.cache_ttl_s:
-                return cached[2]
-            with fleet.open_for(settings, connect, now=self.clock(),
-                                application_name="cluster-doctor-metrics") as queries:
-                summary = queries.summary()
-                pairs = queries.pairs()
-                peer_counts = queries.peer_counts()
-            families = build_families(summary, pairs, queries.tests)
-            families.append(peer_family(peer_counts))
-            families.append(reservation_family(reservations.idle_total(connect)))
-            self._cache = (key, time.monotonic(), families) if self.cache_ttl_s > 0 else None
-            return families
+        cached = self._cache
+        if cached and cached.key == key and time.monotonic() - cached.at < self.cache_ttl_s:
+            return cached
+        with fleet.open_for(settings, connect, now=self.clock(), application_name="cluster-doctor-metrics") as q:
+            # one assessment per scrape: the summary and the pairs are the same one's
+            read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
+                           q.reservation_idle_gpu_hours())
+        self._cache = read if self.cache_ttl_s > 0 else None
+        return read
+
+    def _chunks(self, read: _Scrape) -> list[exposition.Chunk]:
+        """The database's families as exposition chunks, the per-pair ones from the kept text."""
+        if read.chunks is None:
+            if self._text is None or self._text.layout.tests != tuple(read.tests):
+                self._text = PairText(PairLayout(read.tests))
+            small = [*summary_families(read.summary)]
+            tail = [peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours)]
+            read.chunks = [*map(exposition.Chunk, small), *self._text.chunks(read.assessment),
+                           *map(exposition.Chunk, tail)]
+        return read.chunks
+
+    def _database(self, as_text: bool) -> tuple[list[Any], float]:
+        """(the database's families or chunks, up); a failure is up 0 with a one-line reason, never a 500."""
+        try:
+            with self._lock:  # concurrent scrapes wait for one query set instead of running their own
+                read = self._read()
+                if as_text:
+                    return self._chunks(read), 1.0
+                families = build_families(read.summary, read.assessment.pairs, read.tests)
+                return [*families, peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours)], 1.0
+        except Exception as exc:  # noqa: BLE001 - any failure is a down scrape
+            log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
+            return [], 0.0
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        try:
-            families, up = self._families(), 1.0
-        except Exception as exc:  # any failure is a down scrape with a one-line reason, never a 500
-            log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
-            families, up = [], 0.0
+        families, up = self._database(as_text=False)
         yield from families
         yield from self._spool_families()
         yield from _self_families(up, time.perf_counter() - started)
+
+    def exposition(self, accept: str | None = None, names: Iterable[str] | None = None) -> tuple[bytes, str]:
+        """(body, content type) of a scrape in the format ``accept`` asks for: the bytes the library's
+        encoder writes for collect()'s families, at a fraction of the cost (``exposition.segments``)."""
+        pieces, content_type = self.pieces(accept, names)
+        return b"".join(pieces), content_type
+
+    def pieces(self, accept: str | None = None, names: Iterable[str] | None = None) -> tuple[list[bytes], str]:
+        """exposition() as consecutive pieces: a family's text that did not change is the same bytes
+        object as in the previous scrape (the scrape's gzip compresses it once: ``exposition.Gzip``)."""
+        started = time.perf_counter()
+        chunks, up = self._database(as_text=True)
+        small = [*self._spool_families(), *_self_families(up, time.perf_counter() - started)]
+        openmetrics, content_type = exposition.negotiate(accept)
+        return exposition.segments([*chunks, *map(exposition.Chunk, small)], openmetrics=openmetrics,
+                                   names=names), content_type
 
     def _spool_families(self) -> list[Metric]:
         if self.spool_provider is None:
@@ -351,30 +318,65 @@ def _self_families(up: float, duration_s: float) -> list[Metric]:
     return [g, skipped_family(), d]
 
 
+class _Registry(CollectorRegistry):
+    """A registry of one collector; the scrape asks the collector for its exposition directly when it
+    has one (ClusterDoctorCollector), else the library encodes."""
+
+    def __init__(self, collector: Collector):
+        super().__init__(auto_describe=False)
+        self.register(collector)
+        self.collector = collector
+
+    @property
+    def direct(self) -> Callable[..., tuple[bytes, str]] | None:
+        return getattr(self.collector, "exposition", None)
+
+    @property
+    def pieces(self) -> Callable[..., tuple[list[bytes], str]] | None:
+        return getattr(self.collector, "pieces", None)
+
+
 def make_registry(collector: Collector) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    return registry
+    return _Registry(collector)
 
 
-def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
+def render(registry: CollectorRegistry, accept: str | None = None,
+           names: Iterable[str] | None = None) -> tuple[bytes, str]:
     """(body, content type) of one scrape in the format ``accept`` asks for (Prometheus text, or
-    OpenMetrics), by the library's encoder."""
+    OpenMetrics): the collector's own exposition, else the library's encoder."""
+    direct = getattr(registry, "direct", None)
+    if direct is not None:
+        return direct(accept, names)
     encoder, content_type = choose_encoder(accept or "")
-    return encoder(registry), content_type
+    return encoder(registry.restricted_registry(names) if names is not None else registry), content_type
 
 
 def metrics_app(registry: CollectorRegistry):
-    """prometheus_client's WSGI app over ``registry`` (any path; gzip when accepted, OpenMetrics when
-    asked, ``name[]`` filter), its answers marked as varying with the format and encoding asked for."""
+    """The scrape's WSGI app over ``registry``: prometheus_client's app (any path; gzip when accepted,
+    OpenMetrics when asked, ``name[]`` filter, OPTIONS and 405 as it answers them), a GET answered from
+    the collector's own exposition when it has one (gzip compressing only what changed), its answers
+    marked as varying with the format and encoding asked for."""
     library = make_wsgi_app(registry)
+    compressor = exposition.Gzip(GZIP_LEVEL)
 
     def app(environ, start_response):
         def start(status, headers, exc_info=None):
             headers = [*headers, ("Vary", "Accept, Accept-Encoding")]
             return start_response(status, headers) if exc_info is None else start_response(status, headers, exc_info)
 
-        return library(environ, start)
+        pieces_of = getattr(registry, "pieces", None)
+        if pieces_of is None or environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
+            return library(environ, start)
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        pieces, content_type = pieces_of(environ.get("HTTP_ACCEPT"), names)
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = compressor.compress(pieces) if names is None else gzip.compress(b"".join(pieces), GZIP_LEVEL)
+            headers.append(("Content-Encoding", "gzip"))
+        else:
+            body = b"".join(pieces)
+        start("200 OK", headers)
+        return [body]
 
     return app
 

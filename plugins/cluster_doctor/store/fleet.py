@@ -1,10 +1,11 @@
 """Fleet-wide read queries for the fleet health page and the Prometheus metrics.
 
-One query reads the latest state of every pair (``validation_latest``, one row per node and test:
-about 20,000 small rows at 5,000 nodes, times as Unix seconds so decoding stays cheap); the verdicts
-(fresh, stale, covered, failing, never validated) come from ``cluster_doctor.domain.coverage``, the one
-definition the run summary, the daily report and the metrics share. Filtering, natural ordering and
-paging then happen in Python over that snapshot, and only the page's cells are read in full.
+The latest state of every pair (one row per node and test: 20,000 at 5,000 nodes) and the inventory are
+kept in the process and brought up to each page's or scrape's snapshot by reading what changed
+(``store.fleet_state``); the verdicts (fresh, stale, covered, failing, never validated) come from
+``cluster_doctor.domain.coverage``, the one definition the run summary, the daily report and the
+metrics share. Filtering, natural ordering and paging then happen in Python over that assessment, and
+only the page's cells are read in full.
 Parametrized SQL only; node names and ranges are validated (``cluster_doctor.domain.nodes``) before they
 reach a query. No Airflow imports: the page, the metrics exporter and the tests share this module.
 
@@ -12,7 +13,8 @@ reach a query. No Airflow imports: the page, the metrics exporter and the tests 
   or not, with its eligibility and why — a node that left the cluster counted for the grace period
   (setting ``gone_node_grace_hours``). Every view of the fleet counts these same nodes.
 - Validation GPU-hours (7 days): sum of duration_s x gpu_count / 3600 over the attempts that
-  finished in the window and held the node's GPUs (pass, fail, error, preempted).
+  finished in the window and held the node's GPUs (pass, fail, error, preempted); whole hours from
+  their sums (``validation_gpu_time``, migration 0009), the edges' attempts one by one.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import hostlist
@@ -34,10 +36,11 @@ from psycopg.rows import dict_row
 from cluster_doctor.domain import coverage, fleet_verdicts, suites
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
-from cluster_doctor.domain.numbers import epoch_time, finite, skip
+from cluster_doctor.domain.numbers import epoch_time, finite
 from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.peers import PeerVerdict
-from cluster_doctor.store import database, inventory, peers, trend, verdicts
+from cluster_doctor.store import database, fleet_state, inventory, peers, reservations, trend, verdicts
+from cluster_doctor.store.fleet_state import MODEL_EXPR
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
 
@@ -48,6 +51,17 @@ STATUS_FILTERS: dict[str, str] = {k: label for k, (label, _) in coverage.NODE_FI
 GPU_SECONDS = "CASE WHEN duration_s <= 1e9 AND gpu_count <= 1e6 THEN duration_s * gpu_count END"
 # Attempts that held the node's GPUs (timeouts never started; skips never created a pod).
 GPU_TIME_STATUSES = (*EXECUTED, Status.PREEMPTED)
+# Whole hours [first, last) from their sums, the attempts of [since, first) and [last, until] one by one.
+GPU_HOURS_SQL = f"""
+SELECT coalesce(sum(gpu_seconds), 0) / 3600.0 AS gpu_hours, coalesce(sum(attempts), 0) AS attempts,
+       coalesce(sum(without_gpu_count), 0) AS without_gpu_count
+  FROM (SELECT gpu_seconds, attempts, without_gpu_count FROM validation_gpu_time
+         WHERE hour >= %(first)s AND hour < %(last)s
+        UNION ALL
+        SELECT {GPU_SECONDS}, 1, (gpu_count IS NULL)::int FROM validation_history
+         WHERE ((finished_at >= %(since)s AND finished_at < %(first)s) OR (finished_at >= %(last)s AND finished_at <= %(until)s))
+           AND status = ANY(%(statuses)s) AND duration_s IS NOT NULL) AS parts
+"""
 DEFAULT_PER_PAGE = 100
 MAX_PER_PAGE = 200  # keeps a page of the matrix well under 300 KB
 MAX_HISTORY = 200
@@ -67,39 +81,12 @@ PLOT_DAYS = 90  # the node page plots a node's last PLOT_POINTS executed attempt
 PLOT_POINTS = 120
 STATEMENT_TIMEOUT_MS = 15_000  # a page or a scrape never holds the database longer than this
 
-# The GPU model of a pair: its latest executed attempt's, else (never executed: timeouts only) the
-# model discovery recorded with its last attempt, so never-validated nodes still filter by model.
-MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_history h
-                                        WHERE h.node_name = l.node_name AND h.test_name = l.test_name
-                                          AND h.finished_at = l.last_attempt_at AND h.gpu_model IS NOT NULL
-                                        ORDER BY h.id DESC LIMIT 1))"""
-
-# Every pair's latest state; times as Unix seconds (a float decodes ~10x faster than a timestamptz
-# and a time past year 9999 cannot fail the query). {figures} adds one text column per key metric.
-SNAPSHOT_SQL = """
-SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8 AS finished_ts,
-       extract(epoch FROM l.last_attempt_at)::float8 AS last_attempt_ts, {model} AS gpu_model,
-       {since} AS since_ts, {judged}{figures}
-  FROM validation_latest l
-"""
 # What a cached page snapshot is checked against: a new attempt (any insert) raises max(id); the
 # database's oid tells a dropped and re-created database of the same name apart. One index probe.
 DATA_VERSION_SQL = """
 SELECT (SELECT max(id) FROM validation_history), (SELECT oid FROM pg_database WHERE datname = current_database()),
        (SELECT max(last_seen_at) FROM gpu_node_inventory)
 """
-
-
-# Unix seconds of 0001-01-01 and 9999-12-31: the times Python (and so every page) can show.
-_MIN_TS, _MAX_TS = -62135596800.0, 253402300799.0
-
-
-def _ts(seconds: float | None) -> float | None:
-    """A stored time as Unix seconds, or None (counted) when it is outside what can be shown."""
-    if seconds is None or _MIN_TS <= seconds <= _MAX_TS:
-        return seconds
-    skip("timestamp")
-    return None
 
 
 @functools.lru_cache(maxsize=65536)  # the same few thousand names, sorted on every page and scrape
@@ -141,6 +128,15 @@ class Page:
         return max(1, math.ceil(self.total / self.per_page))
 
 
+def _hour_floor(when: dt.datetime) -> dt.datetime:
+    return when.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _hour_ceil(when: dt.datetime) -> dt.datetime:
+    floor = _hour_floor(when)
+    return floor if floor == when else floor + dt.timedelta(hours=1)
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -161,8 +157,8 @@ class FleetQueries:
         self.now = now
         self.gone_grace = gone_grace
         self._inventory: dict[str, inventory.InventoryNode] | None = None
+        self._counted: Callable[[], dict[str, inventory.InventoryNode]] | None = None
         self._assessment: coverage.Assessment | None = None
-        self._with_figures = False
         self._summary: dict[str, Any] | None = None
         # peer tests (issue 23 §2): how far back their evidence reaches; None: peer tests are off
         self.peer_window = peer_window
@@ -185,11 +181,7 @@ class FleetQueries:
 
     def figure_keys(self) -> list[str]:
         """The key metrics of the enabled suites (catalog order, unique)."""
-        keys: dict[str, None] = {}
-        for test in self.tests:
-            suite = suites.CATALOG.get(test)
-            keys.update(dict.fromkeys(suite.key_metrics if suite else ()))
-        return list(keys)
+        return fleet_state.figure_keys(self.tests)
 
     # ------------------------------------------------------------------ the snapshot
     def _reuse_snapshot(self) -> None:
@@ -213,55 +205,24 @@ class FleetQueries:
                                                 self._summary)
 
     def assessment(self, *, figures: bool = False) -> coverage.Assessment:
-        """Every known node's coverage from one query; ``figures`` also reads the key metrics of each
-        pair (a ``metrics`` dict of finite numbers, for the exporter)."""
-        if self._assessment is not None and (self._with_figures or not figures):
-            return self._assessment
-        keys = self.figure_keys() if figures else []
-        columns = "".join(f", l.metrics->>%(k{i})s AS k{i}" for i in range(len(keys)))
-        # the status's start only feeds the exporter (converting a time costs ~6 ms per 20,000 rows)
-        since = "extract(epoch FROM l.status_since)::float8" if figures else "NULL::float8"
-        # the action and the not-run count only feed the exporter; completeness also the healthy filter
-        judged = "l.action, l.incomplete, l.checks_not_run" if figures else "NULL::text, l.incomplete, NULL::int"
-        with self.conn.cursor() as cur:  # tuples: the cheapest rows psycopg builds
-            cur.execute(SNAPSHOT_SQL.format(model=MODEL_EXPR, since=since, judged=judged, figures=columns),
-                        {f"k{i}": k for i, k in enumerate(keys)})
-            raw = cur.fetchall()
-        per_test = {t: set(suites.CATALOG[t].key_metrics) if t in suites.CATALOG else set() for t in self.tests}
-        rows = []
-        append, lo, hi = rows.append, _MIN_TS, _MAX_TS
-        for node, test, status, finished_ts, last_ts, model, since_ts, action, incomplete, not_run, *texts in raw:
-            # range checks inline: this loop runs once per pair (20,000 at 5,000 nodes) on every page
-            if finished_ts is not None and not lo <= finished_ts <= hi:
-                finished_ts = _ts(finished_ts)
-            if last_ts is not None and not lo <= last_ts <= hi:
-                last_ts = _ts(last_ts)
-            row = {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
-                   "last_attempt_at": last_ts, "gpu_model": model, "incomplete": incomplete}
-            if figures:
-                row["since_ts"] = _ts(since_ts)
-                row["action"], row["checks_not_run"] = action, not_run
-                wanted = per_test.get(test, ())
-                row["metrics"] = {k: v for k, text in zip(keys, texts, strict=True)
-                                  if k in wanted and text is not None and (v := finite(text)) is not None}
-            append(row)
-        fleet = self.inventory()
-        nodes = sorted(fleet, key=natural_key)
-        assessed = coverage.assess(rows, tests=self.tests, now=self.now, staleness=self.staleness, nodes=nodes)
-        for name, node in assessed.nodes.items():
-            inv = fleet[name]
-            node.eligibility, node.eligibility_detail = inv.eligibility, inv.eligibility_detail
-            node.eligibility_since, node.gone_at = inv.eligibility_since, inv.gone_at
-            node.gpu_model = node.gpu_model or inv.gpu_model  # never attempted: the model discovery saw
-        self._assessment, self._with_figures = assessed, figures
-        return assessed
+        """Every counted node's coverage, computed once per page or scrape from the process's copy of the
+        fleet (``store.fleet_state``: brought up to this snapshot by reading what changed). Its pairs
+        carry the key metrics of each pair (a ``metrics`` dict of finite numbers), the status's start,
+        the action and the not-run count, for the exporter; ``figures`` is kept for callers."""
+        if self._assessment is None:
+            self._assessment, self._counted = self._live()
+        return self._assessment
+
+    def _live(self) -> tuple[coverage.Assessment, Callable[[], dict[str, inventory.InventoryNode]]]:
+        key = fleet_state.FleetKey(self.conn.info.dsn, tuple(self.tests), self.staleness, self.gone_grace)
+        return fleet_state.assessment(self.conn, key, self.now, natural_key)
 
     def inventory(self) -> dict[str, inventory.InventoryNode]:
         """The fleet: the inventory's nodes counted now (present, or gone within the grace period)."""
         if self._inventory is None:
-            with self.conn.cursor() as cur:
-                self._inventory = {n.node_name: n for n in inventory.counted(cur, as_of=self.now,
-                                                                              grace=self.gone_grace)}
+            if self._counted is None:  # the assessment came from a recent page's snapshot
+                self._counted = self._live()[1]
+            self._inventory = self._counted()
         return self._inventory
 
     # ------------------------------------------------------------------ fleet summary
@@ -328,15 +289,22 @@ class FleetQueries:
         return [*hit[1], coverage.now_sample(assessed)]
 
     def gpu_hours(self, *, days: float = 7) -> dict[str, Any]:
-        row = self._rows(
-            f"SELECT coalesce(sum({GPU_SECONDS}), 0) / 3600.0 AS gpu_hours, count(*) AS attempts, "
-            "       count(*) FILTER (WHERE gpu_count IS NULL) AS without_gpu_count "
-            "  FROM validation_history "
-            " WHERE finished_at >= %s AND finished_at <= %s AND status = ANY(%s) AND duration_s IS NOT NULL",
-            (self.now - dt.timedelta(days=days), self.now, list(GPU_TIME_STATUSES)),
-        )[0]
+        """Validation GPU-hours of the ``days`` up to now: the whole hours inside the window from their
+        sums (migration 0009's validation_gpu_time), the attempts of the partial hours at its edges."""
+        since, until = self.now - dt.timedelta(days=days), self.now
+        first, last = _hour_ceil(since), _hour_floor(until)
+        if first >= last:  # no whole hour inside: every attempt of the window
+            first = last = since
+        row = self._rows(GPU_HOURS_SQL, {"first": first, "last": last, "since": since, "until": until,
+                                         "statuses": list(GPU_TIME_STATUSES)})[0]
         return {"gpu_hours": finite(row["gpu_hours"], "gpu_hours") or 0.0, "attempts": int(row["attempts"]),
                 "without_gpu_count": int(row["without_gpu_count"])}
+
+    def reservation_idle_gpu_hours(self) -> float:
+        """Every idle GPU-hour reservations have cost so far, in this snapshot (the metric's counter)."""
+        with self.conn.cursor() as cur:
+            cur.execute(reservations.IDLE_TOTAL_SQL)
+            return float(cur.fetchone()[0])
 
     def gpu_models(self) -> list[str]:
         return sorted({n.gpu_model for n in self.assessment().nodes.values() if n.gpu_model}
@@ -567,9 +535,9 @@ def open_fleet(
         conn.read_only = True
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         with conn.cursor() as cur:
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", (str(STATEMENT_TIMEOUT_MS),))
             # short queries over many rows: JIT compilation costs more than it saves here
-            cur.execute("SELECT set_config('jit', 'off', true)")
+            cur.execute("SELECT set_config('statement_timeout', %s, true), set_config('jit', 'off', true)",
+                        (str(STATEMENT_TIMEOUT_MS),))
         require_schema(conn, str(connect))
         yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
                            snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace, peer_window=peer_window)

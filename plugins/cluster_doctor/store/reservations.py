@@ -102,6 +102,10 @@ def totals(connect: Any, since: dt.datetime, until: dt.datetime | None = None) -
                   idle_gpu_hours=float(sum(r[2] for r in released)), open_now=open_now)
 
 
+# Every idle GPU-hour reservations have cost so far (the metric's counter; store.fleet reads it in a scrape's snapshot).
+IDLE_TOTAL_SQL = f"SELECT COALESCE(sum(idle_gpu_hours), 0) FROM {TABLE}"
+
+
 def idle_total(connect: Any) -> float:
     """Every idle GPU-hour reservations have cost so far (the metric's counter)."""
-    return float(_run(connect, f"SELECT COALESCE(sum(idle_gpu_hours), 0) FROM {TABLE}")[0][0])
+    return float(_run(connect, IDLE_TOTAL_SQL)[0][0])

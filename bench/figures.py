@@ -1,0 +1,64 @@
+"""The benchmarks' last recorded figures, read from the README's benchmark tables, and the REGRESSION
+lines of a run that is more than 20 % worse than one of them.
+
+A table row names its figure in code (`` `metrics.scrape_ms` ``) in its first cell; the header names the
+sizes (``5,000 nodes``, ``10,000 nodes``, ``10 M rows`` ...) and each cell under a size holds the number
+last measured there (units in the row's label). A benchmark compares what it measured at a size the
+table has; sizes the table lacks (the small runs of tests/tools/test_benchmarks.py) are not compared.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+TOLERANCE = 0.20  # a figure more than 20 % worse than the README's is a regression
+_KEY = re.compile(r"`([a-z_]+\.[a-z0-9_]+)`")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def size_label(size: int, unit: str) -> str:
+    """How a table header names a size: 5,000 nodes; 10 M rows (millions as M)."""
+    if unit == "rows" and size >= 1_000_000 and size % 1_000_000 == 0:
+        return f"{size // 1_000_000} M rows"
+    return f"{size:,} {unit}"
+
+
+def recorded(key: str, column: str, text: str | None = None) -> float | None:
+    """The number in the README's row of figure ``key`` under the header ``column``, if there is one."""
+    text = README.read_text() if text is None else text
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if not line.lstrip().startswith("|"):
+            header = None
+            continue
+        cells = _cells(line)
+        if header is None:
+            header = cells
+            continue
+        keys = _KEY.findall(cells[0]) if cells else []
+        if key in keys and column in header:
+            found = _NUMBER.search(cells[header.index(column)] if header.index(column) < len(cells) else "")
+            return float(found.group().replace(",", "")) if found else None
+    return None
+
+
+def regressions(measured: dict[tuple[str, str], float], *, higher_is_worse: bool = True,
+                text: str | None = None) -> list[str]:
+    """A REGRESSION line per figure more than TOLERANCE worse than the README's; ``measured``:
+    {(figure key, size column): value}."""
+    lines = []
+    for (key, column), value in measured.items():
+        before = recorded(key, column, text)
+        if before is None or before <= 0:
+            continue
+        worse = (value - before) / before if higher_is_worse else (before - value) / before
+        if worse > TOLERANCE:
+            lines.append(f"REGRESSION: {key} at {column}: {value:g} against {before:g} in the README "
+                         f"({worse:+.0%}, more than {TOLERANCE:.0%} worse)")
+    return lines
