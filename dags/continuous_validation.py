@@ -34,6 +34,13 @@ SWEEP_STEP_IDS = [f"sweep.{test}" for test in SWEEP_STEPS]
 # Pool priority (absolute): every sweep step below every step of a due bundle, so sweeps use the pool after
 # the bundles; a node's later steps above other nodes' first ones.
 WEIGHTS = priority.pool_weights(STEPS, SWEEP_STEPS)
+# A validate step's label in the grid (map_index_template): "node · test", and "· not due" where its node's
+# bundle (the rendered Bundle XCom) does not plan the suite this run: skipped without an attempt, so it
+# reads apart at a glance from a skipped step that was an attempt (timeout, preempted, stopped by a failed
+# health check: recorded skipped).
+NOT_DUE = "not due"
+STEP_LABEL = ("{{ task.node_name }} · {{ task.test_name }}{% if task.bundle and task.test_name not in "
+              "task.bundle.steps | map(attribute='test_name') | list %} · " + NOT_DUE + "{% endif %}")
 # A peer test holds two nodes at once: a pool slot for each (never more than the pool has).
 PEER_POOL_SLOTS = min(2, SETTINGS.pool_slots)
 
@@ -82,8 +89,9 @@ taking nodes from users:
 `server ↔ client`. Green: the node passed. Red: the node failed a check or the suite errored — the
 end of the task log lists the failing checks with device and numbers (an image that cannot be pulled
 is red too). Pink (skipped): the attempt did not run the suite (timeout, preempted by a user job, node
-busy at submit time, an earlier suite of the node stopped the rest), or the suite is not due on that
-node; the pair stays due.
+busy at submit time, an earlier suite of the node stopped the rest); it is recorded and the pair stays
+due. A step labelled `node · test · not due` is pink too, but no attempt: its node's bundle did not
+plan that suite in this run.
 
 **The DagRun state** is what to alert on: *failed* means this run found at least one node failing a
 check (or a suite erroring) — `verdict` names them — or the run broke: discovery, planning,
@@ -362,7 +370,7 @@ with DAG(
             trigger_rule=TriggerRule.ALL_DONE if i else TriggerRule.ALL_SUCCESS,
             priority_weight=weights[i],
             weight_rule="absolute",
-            map_index_template="{{ task.node_name }} · {{ task.test_name }}",
+            map_index_template=STEP_LABEL,
         ) for i, test in enumerate(steps)]
         chain(*ops)
         ops[-1] >> finish_node(bundle, step_ids)

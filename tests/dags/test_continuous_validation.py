@@ -94,7 +94,7 @@ def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_fir
         assert step.pool == "gpu_validation" and step.retries == 0
         assert step.steps_before == tuple(STEPS[:i])
         assert step.trigger_rule == (TriggerRule.ALL_DONE if i else TriggerRule.ALL_SUCCESS)
-        assert "{{ task.node_name }} · {{ task.test_name }}" == step.map_index_template
+        assert step.map_index_template.startswith("{{ task.node_name }} · {{ task.test_name }}")
         assert step.weight_rule in ("absolute", getattr(step.weight_rule, "value", None)) or str(step.weight_rule).endswith("absolute")
         weights.append(step.priority_weight)
         if i:
@@ -102,6 +102,27 @@ def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_fir
     assert weights == sorted(weights) and len(set(weights)) == len(weights)
     finish = dag.get_task("validate.finish_node")
     assert finish.trigger_rule == TriggerRule.ALL_DONE and STEPS[-1] in finish.upstream_task_ids
+
+
+def test_a_step_its_bundle_does_not_plan_is_labelled_not_due_in_the_grid(dagbag):
+    """Issue 33: the grid's skipped steps read apart at a glance. A step its node's bundle does not plan is
+    skipped without an attempt and labelled "node · test · not due"; a planned step (pass, fail, or an
+    attempt recorded skipped) keeps "node · test"; before the bundle is rendered, the plain label."""
+    from types import SimpleNamespace
+
+    dag = dagbag.dags["continuous_validation"]
+    bundle = {"node_name": "gpu-001", "steps": [{"test_name": "gpu_health", "why": "due"}]}
+    labels = {}
+    for task_id in steps(dag):
+        step = dag.get_task(task_id)
+        task = SimpleNamespace(node_name="gpu-001", test_name=step.test_name, bundle=bundle)
+        labels[step.test_name] = dag.get_template_env().from_string(step.map_index_template).render(task=task)
+    assert labels == {"gpu_health": "gpu-001 · gpu_health", "dl_unit": "gpu-001 · dl_unit · not due",
+                      "nccl_loopback": "gpu-001 · nccl_loopback · not due",
+                      "storage_fio": "gpu-001 · storage_fio · not due"}
+    unrendered = SimpleNamespace(node_name="gpu-001", test_name="dl_unit", bundle=None)
+    template = dag.get_task("validate.dl_unit").map_index_template
+    assert dag.get_template_env().from_string(template).render(task=unrendered) == "gpu-001 · dl_unit"
 
 
 def test_the_health_sweep_is_a_group_mapped_over_free_nodes_below_every_bundle_step_in_the_pool(dagbag):
