@@ -19,7 +19,9 @@ def test_configmap_sized_with_valid_keys(h):
 
     files = version.package_files(h.SUITES_DIR)
     total = sum(len(v) for v in files.values())
-    assert total < 512 * 1024, f"{total} bytes: stay well under the 1 MiB ConfigMap limit"
+    # The hard limit is 1 MiB of values (suite_code.ship refuses more); 3/4 of it leaves room for the
+    # ConfigMap's other bytes and a release's growth (issue 29's checks took the package past 512 KiB).
+    assert total < 768 * 1024, f"{total} bytes: stay well under the 1 MiB ConfigMap limit"
     for name in files:  # ConfigMap keys: [-._a-zA-Z0-9]+, a subfolder's "/" spelled "__"
         assert re.fullmatch(r"[-._a-zA-Z0-9]+", name.replace("/", "__")), name
     subfolders = {p.name for p in h.SUITES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"}
