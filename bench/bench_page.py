@@ -1,20 +1,23 @@
-"""make bench-page: the fleet page's first page at 5,000 nodes x 4 tests.
+"""make bench-page: the fleet page at 5,000 and 10,000 nodes x 4 tests, and a node page with a year of
+hourly history.
 
-Seeds a throwaway embedded PostgreSQL like bench-metrics (the 5,000-node fleet of
-tests/ui/fleet_seed.py plus 35 days of older history), then requests ``/cluster-doctor/`` through
-the real FastAPI app (auth dependency overridden: Airflow's JWT check is not what is measured).
-The first request fills the 30-day coverage samples cache, as the first visit after a restart
-would. Then two medians:
+For each size, a database of a throwaway embedded PostgreSQL is seeded like bench-metrics (the fleet of
+tests/ui/fleet_seed.py plus 35 days of older history), and gpu-0001 gets a year of hourly attempts of
+every test (35,040 rows, generate_series in SQL). ``/cluster-doctor/`` is requested through the real
+FastAPI app (auth dependency overridden: Airflow's JWT check is not what is measured). The first request
+fills the 30-day coverage samples cache, as the first visit after a restart would. Then, per size:
 
-* uncached: the fleet snapshot read and assessed again on every request, as after a new attempt was
-  recorded (``fleet.PAGE_SNAPSHOT_CACHE_S``'s cache emptied before each request);
-* the figure: the following requests as they come, where the snapshot of the previous request is
-  reused while no attempt was recorded (paging, filtering, several viewers, a reload).
+* uncached (the figure): a new attempt recorded and the clock 15 s later before every request, so no
+  request reuses the previous one's snapshot (``fleet.PAGE_SNAPSHOT_CACHE_S``): each reads what changed
+  (``store.fleet_state``), assesses, and renders its page of 100 nodes;
+* the page as it comes: the following requests with nothing recorded in between (paging, filtering,
+  several viewers, a reload reuse the snapshot);
+* the node page of gpu-0001 (its latest state, its last 50 attempts, its plots over 90 days; the plots'
+  fleet bands cached after the first visit, which is printed apart).
 
-Also the node page of one node (its plots' fleet bands cached after the first visit). Then the
-server is stopped and deleted and the run checks that nothing of it is left (tools/leftovers.py).
-Last line, the figure against its same-run baseline (the uncached page):
-``page_ms=<p50> uncached_ms=<p50> speedup=<x> nodes=<n>``.
+Then the server is stopped and deleted and the run checks that nothing of it is left (tools/leftovers.py).
+A figure more than 20 % worse than the README's table says REGRESSION and the run exits 1. Last line,
+values per size comma-separated: ``uncached_ms=<p50> growth=<x> page_ms=<p50> node_ms=<p50> nodes=<sizes>``.
 """
 
 from __future__ import annotations
@@ -32,79 +35,122 @@ sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 
+import bench_metrics
+import figures
 from leftovers import Leftovers
 
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--runs", type=int, default=15)
-    args = parser.parse_args()
-
-    import bench_metrics
-    from cluster_doctor.store import database
-
-    leftovers = Leftovers()
-    with leftovers.tempdir("cd-bench-page-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
-            dsn = database.libpq_params(server.get_uri())
-            bench_metrics.seed(dsn, args.nodes)
-            figure = measure(dsn, args)
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
-    return leftovers.finish(figure)
+NODE = "gpu-0001"
+# A year of hourly attempts of every test on one node, copied from its latest ones (the health sweep
+# of issue 28 adds such rows for every free node); older than them, so its latest state is unchanged.
+YEAR_OF_HOURS = """
+INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, duration_s, metrics,
+                                checks, reason, log_path, pod_name, gpu_model, gpu_count, suite_version,
+                                dag_id, run_id, map_index, try_number)
+SELECT h.node_name, h.test_name, h.status, h.started_at - k * interval '1 hour', h.finished_at - k * interval '1 hour',
+       h.duration_s, h.metrics, h.checks, h.reason, h.log_path, h.pod_name, h.gpu_model, h.gpu_count,
+       h.suite_version, h.dag_id, 'hourly-' || k, h.map_index, h.try_number
+  FROM validation_latest l JOIN validation_history h ON h.id = l.history_id, generate_series(1, 8760) AS k
+ WHERE l.node_name = %s
+"""
 
 
-def measure(dsn: dict, args: argparse.Namespace) -> str:
-    """The page requests through the real app; prints the context lines, returns the figure line."""
-    import bench_metrics
-    from cluster_doctor.domain.config import Settings
-    from cluster_doctor.store import fleet
+def seed(dsn: dict, nodes: int) -> None:
+    import psycopg
+
+    bench_metrics.seed(dsn, nodes)
+    with psycopg.connect(**dsn) as conn, conn.cursor() as cur:
+        cur.execute("SET session_replication_role = replica")  # older rows never change the latest state
+        cur.execute(YEAR_OF_HOURS, (NODE,))
+        cur.execute("SET session_replication_role = DEFAULT")
+        cur.execute("ANALYZE validation_history")
+
+
+def client_for(fleet: bench_metrics.Fleet):
     from cluster_doctor.web import app as webapp
     from fastapi import FastAPI
 
     with warnings.catch_warnings():  # starlette's notice about its httpx test client: not this benchmark's
         warnings.filterwarnings("ignore", message=".*starlette.testclient")
+        warnings.filterwarnings("ignore", message=".*httpx")
         from fastapi.testclient import TestClient
 
-    from tests.ui import fleet_seed
-
-    load = os.getloadavg()[0]
-    settings = Settings(tests=bench_metrics.TESTS, staleness_days=7)
-    sub = webapp.create_app(connector_provider=lambda _s: dsn, settings_provider=lambda: settings,
-                            clock=lambda: fleet_seed.NOW)
+    sub = webapp.create_app(connector_provider=lambda _s: fleet.dsn, settings_provider=lambda: fleet.settings,
+                            clock=lambda: fleet.now)
     sub.dependency_overrides[webapp.require_ui_access] = lambda: "bench"
     root = FastAPI()
     root.mount(webapp.MOUNT_PREFIX, sub)
-    client = TestClient(root)
-    started = time.perf_counter()
-    first = client.get("/cluster-doctor/")
-    first_ms = (time.perf_counter() - started) * 1000
-    assert first.status_code == 200 and 'data-node="gpu-0001"' in first.text, first.status_code
+    return TestClient(root)
 
-    def median_ms(path: str, before=lambda: None) -> tuple[float, int]:
-        times = []
-        for _ in range(args.runs):
-            before()
-            started = time.perf_counter()
-            r = client.get(path)
-            times.append((time.perf_counter() - started) * 1000)
-            assert r.status_code == 200, (path, r.status_code)
-        return statistics.median(times), len(r.content)
 
-    uncached, _ = median_ms("/cluster-doctor/", before=fleet._SNAPSHOT_CACHE.clear)
-    started = time.perf_counter()
-    assert client.get("/cluster-doctor/nodes/gpu-0001").status_code == 200
-    node_first_ms = (time.perf_counter() - started) * 1000
-    node_ms, node_size = median_ms("/cluster-doctor/nodes/gpu-0001")
-    page_ms, size = median_ms("/cluster-doctor/")
-    print(f"first request (fills the 30-day coverage cache): {first_ms:.0f} ms; page size {size} bytes")
-    print(f"uncached (a new attempt before every request): page_ms={uncached:.0f}")
-    print(f"node page with plots: node_ms={node_ms:.0f} ({node_size} bytes); first visit (computes the fleet "
-          f"bands of its GPU model): {node_first_ms:.0f} ms")
-    print(f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs")
-    return f"page_ms={page_ms:.0f} uncached_ms={uncached:.0f} speedup={uncached / page_ms:.1f} nodes={args.nodes}"
+def measure(dsn: dict, nodes: int, runs: int) -> dict:
+    """One size's figures (p50 ms); prints its context lines."""
+    fleet = bench_metrics.Fleet(dsn, nodes)
+    client = client_for(fleet)
+
+    def get(path: str) -> tuple[float, int]:
+        started = time.perf_counter()
+        r = client.get(path)
+        ms = (time.perf_counter() - started) * 1000
+        assert r.status_code == 200, (path, r.status_code)
+        return ms, len(r.content)
+
+    first_ms, _ = get("/cluster-doctor/")
+    assert f'data-node="{NODE}"'.encode() in client.get("/cluster-doctor/").content
+    node_first_ms, _ = get(f"/cluster-doctor/nodes/{NODE}")
+    times: dict[str, list[float]] = {"uncached": [], "page": [], "node": []}
+    for _ in range(runs):  # interleaved, so a change of load hits them alike
+        fleet.tick()
+        times["uncached"].append(get("/cluster-doctor/")[0])
+        ms, size = get("/cluster-doctor/")
+        times["page"].append(ms)
+        ms, node_size = get(f"/cluster-doctor/nodes/{NODE}")
+        times["node"].append(ms)
+    p50 = {k: statistics.median(v) for k, v in times.items()}
+    print(f"{nodes} nodes: uncached_ms={p50['uncached']:.0f} (a new attempt and 15 s before each) "
+          f"page_ms={p50['page']:.0f} (nothing new since the previous request) node_ms={p50['node']:.0f} "
+          f"({NODE}, a year of hourly history, {node_size} bytes; first visit {node_first_ms:.0f} ms: its model's "
+          f"fleet bands); first request {first_ms:.0f} ms (fills the 30-day coverage cache); page size {size} bytes; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    return {**p50, "nodes": nodes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="5000,10000", help="fleet sizes, comma-separated")
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.nodes.split(",")]
+
+    from cluster_doctor.store import database
+
+    leftovers = Leftovers()
+    results = []
+    with leftovers.tempdir("cd-bench-page-") as tmp:
+        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
+        try:
+            server_dsn = database.libpq_params(server.get_uri())
+            for nodes in sizes:
+                dsn = bench_metrics.create_database(server_dsn, f"bench_{nodes}")
+                started, load = time.perf_counter(), os.getloadavg()[0]
+                seed(dsn, nodes)
+                print(f"seeded {nodes} nodes x {len(bench_metrics.TESTS)} tests (and a year of hours of {NODE}) in "
+                      f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)",
+                      flush=True)
+                results.append(measure(dsn, nodes, args.runs))
+        finally:
+            server.cleanup()  # before the directory goes: a server in a removed directory runs on
+    worse = figures.regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
+                                 for r in results for key, field in (("page.uncached_ms", "uncached"),
+                                                                     ("page.node_ms", "node"))})
+    for line in worse:
+        print(line, flush=True)
+
+    def each(key: str) -> str:
+        return ",".join(f"{r[key]:.0f}" for r in results)
+
+    growth = results[-1]["uncached"] / results[0]["uncached"] if len(results) > 1 else 1.0
+    return leftovers.finish(f"uncached_ms={each('uncached')} growth={growth:.2f} page_ms={each('page')} "
+                            f"node_ms={each('node')} nodes={each('nodes')}", ok=not worse)
 
 
 if __name__ == "__main__":

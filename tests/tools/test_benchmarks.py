@@ -20,7 +20,8 @@ FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with 
     "bench_metrics.py": (["--nodes", "60,120", "--runs", "2"],
                          r"scrape_ms=\d+,\d+ growth=[\d.]+ cold_ms=\d+,\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ "
                          r"nodes=60,120 baseline_ms=\d+,\d+ ratio=[\d.]+"),
-    "bench_page.py": (["--nodes", "60", "--runs", "2"], r"page_ms=\d+ uncached_ms=\d+ speedup=[\d.]+ nodes=60"),
+    "bench_page.py": (["--nodes", "60,120", "--runs", "2"],
+                      r"uncached_ms=\d+,\d+ growth=[\d.]+ page_ms=\d+,\d+ node_ms=\d+,\d+ nodes=60,120"),
     "bench_discovery.py": (["--nodes", "40", "--pods", "400", "--runs", "2"],
                            r"discovery_s=[\d.]+ raw_list_s=[\d.]+ ratio=[\d.]+ peak_mib=\d+ xcom_kb=[\d.]+ "
                            r"api_calls=2 nodes=40 pods=400"),

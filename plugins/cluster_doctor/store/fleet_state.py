@@ -129,6 +129,10 @@ class LiveAssessment(coverage.Assessment):
         """The pairs as kept (every field but age_s current) and their ages at ``now``."""
         return self._kept, self.ages()
 
+    def pairs_as_kept(self) -> list[dict[str, Any]]:
+        """The pairs without a copy: every field current but age_s (for readers that do not read it)."""
+        return self._kept
+
     def summary(self) -> dict[str, Any]:
         """Assessment.summary() of the kept pairs (computed once): their states and freshness are
         current; only the worst staleness moves with the clock: the oldest pair's age now."""

@@ -330,3 +330,26 @@ def test_metric_series_reads_numbers_only(db_dsn, store):
     with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
         points = q.metric_series("gpu-001", ["nccl_loopback"])[("nccl_loopback", "nccl_busbw_gbps")]
     assert [p["value"] for p in points] == [470.5, None, None, 1e308]  # every attempt kept: a status to mark
+
+
+def test_history_is_the_nodes_newest_attempts_across_its_tests(db_dsn, store):
+    """Newest per test from the per-pair index, then the newest of those: the same rows, in the same order,
+    as ordering every attempt of the node (ties on the time broken by id)."""
+    rows = [seed.attempt("gpu-001", test, status, seed.NOW - dt.timedelta(minutes=7 * i + j), map_index=i)
+            for i in range(40) for j, (test, status) in enumerate([("gpu_health", "pass"), ("dl_unit", "timeout"),
+                                                                   ("nccl_loopback", "fail")])]
+    rows += [seed.attempt("gpu-001", "storage_fio", "pass", seed.NOW - dt.timedelta(minutes=70), map_index=99),
+             seed.attempt("gpu-002", "gpu_health", "pass", seed.NOW, map_index=0)]
+    store.record(rows)
+    with fleet.open_fleet(db_dsn, tests=seed.TESTS, staleness=WEEK, now=seed.NOW) as q:
+        with q.conn.cursor() as cur:
+            cur.execute("SELECT id FROM validation_history WHERE node_name = 'gpu-001' "
+                        "ORDER BY finished_at DESC, id DESC")
+            every = [r[0] for r in cur.fetchall()]
+            cur.execute("SELECT id FROM validation_history WHERE node_name = 'gpu-001' AND test_name = 'dl_unit' "
+                        "ORDER BY finished_at DESC, id DESC")
+            dl_unit = [r[0] for r in cur.fetchall()]
+        for limit in (1, 10, 50, 200):
+            assert [r["id"] for r in q.history("gpu-001", limit=limit)] == every[:limit]
+        assert [r["id"] for r in q.history("gpu-001", "dl_unit", limit=25)] == dl_unit[:25]
+        assert q.history("gpu-404") == []
