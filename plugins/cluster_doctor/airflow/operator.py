@@ -28,6 +28,22 @@ pod state). The phases it adds are the ones every validation pod goes through, p
 * exactly one attempt record per try, whatever happened, pushed to XCom for the record task and
   written straight to the results DB as well (idempotent on the attempt identity).
 
+**A control plane that blinks.** Every call on the task's own pod (the provider's included: its
+PodManager uses ``client``) goes through ``retry.own_pod``: refused or lost connections, timeouts,
+429 (after its Retry-After), 5xx, and a 401/403 while the apiserver comes back are retried until the
+task's deadline (its execution_timeout less ``API_RESERVE_S``). An API error is never the node's
+fault: when the pod's final state still cannot be read, or the wait for a pod already Running was cut
+off, the pod is kept, not deleted, and the attempt recorded ``skipped`` with ``NOT_JUDGED: ...`` (the
+pair stays due); the next run's orphan reaper records the pod's own result over that row and deletes
+the pod. The same holds when the task's execution_timeout fires while its pod ran. Any other
+orchestration failure is ``skipped`` with ``orchestration error: ...`` (a refusal names the missing
+permission), never ``error``.
+
+**A re-run never validates twice.** Airflow may run a task again after losing it (a scheduler or
+worker gone, its heartbeat timed out) although it has no retries. A pod of an earlier try is adopted,
+never replaced: one still running is waited for, one that ended is judged now; either way the attempt
+keeps that pod's try number, so the try it belongs to has one row (superseding its not-judged row).
+
 Task states: pass -> success; fail or error -> failed, failing checks at the end of the log;
 timeout, preempted, skipped -> skipped with the reason. No automatic retries: the next hour re-plans.
 """
@@ -39,11 +55,12 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.providers.cncf.kubernetes.utils.pod_manager import PodLaunchTimeoutException
+from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction, PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -51,17 +68,20 @@ from kubernetes.client.exceptions import ApiException
 from cluster_doctor.airflow import provider_errors
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
 from cluster_doctor.domain import bundles, results, suites
-from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.attempts import ORCHESTRATION, Attempt, InvalidAttempt, not_judged
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import Bundle, RunConfig, Validation
 from cluster_doctor.domain.status import EXECUTED, Status
-from cluster_doctor.kube import pod_lifecycle, podspec, retry
+from cluster_doctor.kube import api_errors, pod_lifecycle, podspec, retry
 from cluster_doctor.kube.pod_lifecycle import Ended
 from cluster_doctor.store.history import RetryPolicy
 
 POOL_WAIT_NOTE_S = 30  # a bundle step that waited this long for a pool slot says so in its log
+# What a try keeps of its execution_timeout after its calls on its own pod give up (retry.own_pod): the
+# last reads, recording the attempt. At most this, at most half the task margin.
+API_RESERVE_S = 120
 # A short budget inside the pool slot; the record task retries longer.
 DIRECT_WRITE_RETRY = RetryPolicy(attempts=2, initial_delay_s=1.0)
 
@@ -192,6 +212,11 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self._recorded = False
         self._context = None
         self._pending_events: str | None = None  # the scheduler's last word before our deletion
+        self._api_deadline = float("inf")  # when calls on our pod stop retrying (execute sets it)
+        self._interrupted: str | None = None  # the API error that cut off the wait for our pod
+        self._unread: str | None = None  # why the pod's final state could not be read
+        self._kept: str | None = None  # why the pod is kept for the next run's reaper (not judged)
+        self._pod_try: int | None = None  # the try that created the pod we adopted (a re-run)
 
     def _apply(self, target: Validation) -> None:
         """The pair this task validates. Mapped tasks are built, and bundle steps rendered, at run time
@@ -248,11 +273,23 @@ class NodeValidationPodOperator(KubernetesPodOperator):
                           "pods run at once; a node's later steps go before other nodes' first ones)",
                           _duration(waited), self.pool, self.planned_at.isoformat(timespec="seconds"))
 
+    @cached_property
+    def client(self):
+        """The provider's client, every call retried until this try's deadline (``retry.own_pod``): the
+        provider's PodManager creates, waits for, reads and deletes our pod through it."""
+        return retry.own_pod(KubernetesPodOperator.client.func(self), lambda: self._api_deadline)
+
     @property
     def guard_client(self):
-        """The provider's client for our own guard calls, retried on transient failures; the provider's
-        calls (create, wait, logs, delete) keep their own retries."""
-        return retry.wrap(self.client, retry.GUARD_POLICY)
+        """The same client for our own guard calls, under a shorter bound: they run beside the provider's
+        wait for the pod, which bounds the try."""
+        return retry.with_policy(self.client, retry.GUARD_POLICY)
+
+    def _api_time_s(self) -> float:
+        """How long this try's calls on its pod may keep retrying: its execution_timeout less what it keeps
+        for the last reads and for recording."""
+        timeout = self.execution_timeout.total_seconds() if self.execution_timeout else 3600.0
+        return max(0.0, timeout - min(API_RESERVE_S, self.cd_settings.task_margin_s / 2))
 
     # ------------------------------------------------------------------ pod request
     def build_pod_request_obj(self, context=None, *, dry_run: bool = False):
@@ -279,14 +316,18 @@ class NodeValidationPodOperator(KubernetesPodOperator):
     def execute(self, context):
         self._fresh_state()
         self._context = context  # on_kill records the attempt under this try's identity
+        self._api_deadline = time.monotonic() + self._api_time_s()
         if self._bundle is not None and self._bundle.step(self.test_name) is None:
             self._bundle_gate(context)  # not planned on this node: skipped, nothing recorded
         try:
-            reattach = self.find_pod(self.namespace, context=context)
-            if self._bundle is not None and reattach is None:
+            earlier = self.find_pod(self.namespace, context=context)
+            if self._bundle is not None and earlier is None:
                 self._bundle_gate(context)
+            adopted = self._adopt(earlier) if earlier is not None else None
+            if adopted is not None:
+                return self._finish(context, adopted)
             started = dt.datetime.now(dt.UTC)
-            if reattach is None:  # no pod to reattach to
+            if earlier is None:  # no pod to reattach to
                 self._precheck(started)
             super().execute(context)
             outcome = self._judge()
@@ -294,22 +335,66 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             timeout = provider_errors.find(exc, AirflowTaskTimeout)
             if timeout is not None:
                 # Recorded before Airflow's timeout handling calls on_kill and fails the task.
-                reason = "the validation task hit its execution_timeout; pod deleted"
-                status = Status.ERROR if self._reached_running else Status.TIMEOUT
-                self._record(context, results.PodOutcome(status, reason))
+                self._record(context, self._timed_out())
                 raise timeout from None
             outcome = self._outcome_of(exc)
         return self._finish(context, outcome)
 
+    def _timed_out(self) -> results.PodOutcome:
+        """The execution_timeout fired. The pod's own deadline ends a suite that overruns before it, so
+        this try's calls on the API were stuck: a pod that ran is kept for the next run's reaper (on_kill
+        leaves it), one that never started is deleted."""
+        if self._reached_running and self.pod is not None:
+            self._kept = "the validation task hit its execution_timeout"
+            return self._not_judged()
+        return results.PodOutcome(Status.TIMEOUT, "the validation task hit its execution_timeout; pod deleted")
+
+    def _adopt(self, earlier) -> results.PodOutcome | None:
+        """A pod of this task already exists: an earlier try's (Airflow ran the task again after losing
+        it) or this try's own after a worker restart. Never a second validation: the attempt takes that
+        pod's try; a pod still running is reattached to by the provider (None here), one that ended is
+        judged now from its final state, then deleted."""
+        labels = earlier.metadata.labels or {}
+        try:
+            self._pod_try = int(labels.get("try_number"))
+        except (TypeError, ValueError):
+            self._pod_try = None
+        phase = getattr(earlier.status, "phase", None)
+        self.log.warning("pod %s of try %s of this task exists (%s): adopted, no new pod is created",
+                         earlier.metadata.name, labels.get("try_number", "?"), phase)
+        if phase not in pod_lifecycle.TERMINAL:
+            return None
+        self.pod, self._reached_running = earlier, True
+        self._final_pod = ApiClient().sanitize_for_serialization(earlier)
+        self._log_tail.extend(pod_lifecycle.read_log_tail(self.client, self.namespace, earlier.metadata.name,
+                                                          self.log))
+        outcome = self._judge()
+        try:
+            self.pod_manager.delete_pod(earlier)
+        except Exception as exc:  # the next run's reaper deletes it
+            self.log.warning("could not delete the adopted pod %s: %s", earlier.metadata.name,
+                             api_errors.describe(exc))
+        return outcome
+
     def _judge(self) -> results.PodOutcome:
+        if self._kept is not None:
+            return self._not_judged()
         return pod_lifecycle.collect(self._final_pod if not self._pod_vanished else None, self.cd_settings,
                                      node_name=self.node_name, test_name=self.test_name, log_tail=self._log_tail)
+
+    def _not_judged(self) -> results.PodOutcome:
+        name = self.pod.metadata.name if self.pod is not None else "?"
+        return results.PodOutcome(Status.SKIPPED, not_judged(
+            f"the suite's result could not be read: {self._kept}; pod {name} kept, the next run records its "
+            "result from it"))
 
     def _outcome_of(self, exc: BaseException) -> results.PodOutcome:
         """What an exception out of the provider's lifecycle (or our additions to it) means."""
         ended = provider_errors.find(exc, Ended)
         if ended is not None:
             return results.PodOutcome(ended.status, ended.reason)
+        if self._kept is not None:
+            return self._not_judged()
         explained = provider_errors.explain(exc)
         kind = explained.kind
         if kind in (provider_errors.API_ERROR, provider_errors.OTHER) and self._pod_ended():
@@ -333,10 +418,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             # Kubernetes 1.26 only a Preempted event says so) or someone deleted it. The suite never ran.
             return pod_lifecycle.vanished(reached_running=False, while_pending=(
                 self._last_event_message("Preempted") or " (no preemption event)"))
-        # An orchestration failure says nothing about the node: unless the suite was already running,
-        # record it as skipped so the pair stays due.
-        status = Status.ERROR if self._reached_running else Status.SKIPPED
-        return results.PodOutcome(status, f"orchestration error: {explained.message}")
+        # An orchestration failure says nothing about the node: never error, the pair stays due.
+        return results.PodOutcome(Status.SKIPPED, f"{ORCHESTRATION}: {explained.message}")
 
     def _precheck(self, started: dt.datetime) -> None:
         waited = (started - self.planned_at).total_seconds()
@@ -355,6 +438,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             super().await_pod_start(pod)
         except Exception as exc:
             watch.stop()
+            self._interrupted = _api_trouble(exc)
             self._keep_pending_events()  # the provider's timeout: its cleanup deletes the pod next
             self._raise_if_watched(watch, exc)
             if isinstance(exc, PodLaunchFailedException):
@@ -413,28 +497,62 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         return not self._pod_vanished and pod_lifecycle.phase(self._final_pod) in pod_lifecycle.TERMINAL
 
     # ------------------------------------------------------------------ after the run
+    def await_pod_completion(self, pod):
+        """The provider's wait (the log streamed, then the container's end), noting an API error that cut
+        it off: the suite may still be running, and its result will be in the pod."""
+        try:
+            return super().await_pod_completion(pod)
+        except Exception as exc:
+            self._interrupted = _api_trouble(exc)
+            raise
+
     def cleanup(self, pod, remote_pod, xcom_result=None, context=None) -> None:
         """The provider's cleanup (already-checked label, events on failure, deletion, its failure
         exception), given the pod's final state: on a failure path the provider still holds the pod as
-        read at creation. The final state is kept for the verdict."""
+        read at creation. The final state is kept for the verdict. A pod whose result this try could not
+        read (see the module doc) is kept instead: no label, no deletion, the next run's reaper reads it."""
         if not self._killed and remote_pod is not None:
-            terminal = getattr(remote_pod.status, "phase", None) in pod_lifecycle.TERMINAL
-            if not terminal:
-                try:
-                    remote_pod = self.pod_manager.read_pod(remote_pod)
-                except ApiException as exc:
-                    if exc.status == 404:
-                        self._pod_vanished = True
-                    else:
-                        self.log.warning("could not read the pod's final state: %s", one_line(exc))
-            if not self._pod_vanished:
-                self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
-                if getattr(remote_pod.status, "phase", None) not in (pod_lifecycle.PENDING, "Unknown", None):
-                    self._reached_running = True
+            remote_pod = self._read_final(remote_pod)
+            self._kept = self._keep_reason(remote_pod)
+            if self._kept is not None:
+                self.log.warning("pod %s kept for the next run, which records its result: %s",
+                                 remote_pod.metadata.name, self._kept)
+                return
         super().cleanup(pod, remote_pod, xcom_result, context)
 
+    def _read_final(self, remote_pod):
+        """The pod's final state (read again unless the provider's copy is terminal already), kept for
+        the verdict; ``_pod_vanished`` when it is gone, ``_unread`` when it could not be read."""
+        if getattr(remote_pod.status, "phase", None) not in pod_lifecycle.TERMINAL:
+            try:
+                remote_pod = self.pod_manager.read_pod(remote_pod)
+            except Exception as exc:
+                if getattr(exc, "status", None) == 404:
+                    self._pod_vanished = True
+                else:
+                    self._unread = api_errors.describe(exc)
+                    self.log.warning("could not read the pod's final state: %s", self._unread)
+                    return remote_pod
+        if not self._pod_vanished:
+            self._final_pod = ApiClient().sanitize_for_serialization(remote_pod)
+            if getattr(remote_pod.status, "phase", None) not in (pod_lifecycle.PENDING, "Unknown", None):
+                self._reached_running = True
+        return remote_pod
+
+    def _keep_reason(self, remote_pod) -> str | None:
+        """Why the pod must outlive this try (None: the provider deletes it): its final state could not be
+        read, or an API error cut off the wait while the suite was running (its result will be there)."""
+        if self._unread is not None:
+            return f"its final state could not be read ({self._unread})"
+        phase = getattr(remote_pod.status, "phase", None)
+        if self._interrupted is not None and not self._pod_vanished and phase == pod_lifecycle.RUNNING:
+            return f"the wait for it was cut off while it ran ({self._interrupted})"
+        return None
+
     def on_kill(self) -> None:
-        super().on_kill()  # deletes the pod
+        if self._kept is not None:
+            self.on_kill_action = OnKillAction.KEEP_POD  # it holds the result the next run records
+        super().on_kill()  # deletes the pod (unless kept)
         if not self._recorded and self._context is not None:
             outcome = results.PodOutcome(
                 Status.SKIPPED, "the validation task was killed before the suite finished (DagRun timeout or a "
@@ -458,13 +576,16 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             dag_id=ti.dag_id if ti else self.dag_id,
             run_id=ti.run_id if ti else "",
             map_index=ti.map_index if ti else -1,
-            try_number=ti.try_number if ti else 1,
+            # one row per pod: an adopted pod's attempt is the try that created it (a re-run of a lost task)
+            try_number=self._pod_try if self._pod_try is not None else (ti.try_number if ti else 1),
         )
 
     def _write(self, attempt: Attempt) -> None:
+        """Straight to the results DB. An adopted pod's try may hold a not-judged row: it becomes this."""
         from cluster_doctor.airflow.runtime import results_store
 
-        results_store(self.cd_settings.validation_db_conn_id, retry=DIRECT_WRITE_RETRY).record([attempt])
+        store = results_store(self.cd_settings.validation_db_conn_id, retry=DIRECT_WRITE_RETRY)
+        store.record_over_placeholder(attempt)
 
     def _record(self, context, outcome: results.PodOutcome) -> Attempt:
         """XCom first (the record task's source, so it never adds a second row for this try), then
@@ -506,6 +627,20 @@ def _attempt_or_none(item: Any) -> Attempt | None:
         return Attempt.from_dict(item) if item else None
     except InvalidAttempt:
         return None
+
+
+def _api_trouble(exc: BaseException) -> str | None:
+    """One line when ``exc`` is the Kubernetes API failing (an answer other than 404, a lost connection,
+    the retries given up), else None (our own stop, a launch problem, the pod gone)."""
+    if provider_errors.find(exc, Ended, PodLaunchTimeoutException, PodLaunchFailedException) is not None:
+        return None
+    explained = provider_errors.explain(exc)
+    if explained.kind == provider_errors.API_ERROR:
+        return explained.message
+    found = provider_errors.find(exc, *retry.CONNECTION_ERRORS)
+    if found is not None or type(exc).__name__ == "KubernetesApiException":
+        return one_line(found or exc, 300)
+    return None
 
 
 def _as_list(callbacks: Any) -> list:

@@ -23,6 +23,23 @@ _MAX_TEXT = 10_000  # reasons and paths are one-liners; anything longer is a bug
 # The placeholder reason of a planned pair whose validate task never handed back an attempt; the
 # orphan reaper replaces exactly such rows with what the pod says.
 UNREPORTED = "the validation task did not report (never ran, killed or lost); no result"
+# The code that starts the reason of an attempt whose result is in its pod but could not be read in
+# time (the Kubernetes API unreachable, refusing or throttling until the task's deadline): recorded
+# ``skipped`` — never against the node, the pair stays due — and the pod kept; the next run's orphan
+# reaper reads the pod and records its result over this row (ResultStore.record_over_placeholder).
+NOT_JUDGED = "NOT_JUDGED"
+# How an orchestration failure's reason starts (the Kubernetes API, the scheduler, the results
+# database): the node was not judged, so the attempt is never ``error`` (domain.status).
+ORCHESTRATION = "orchestration error"
+
+
+def not_judged(why: str) -> str:
+    """The reason of a not-judged attempt: the code, then why and what happens next."""
+    return f"{NOT_JUDGED}: {why}"
+
+
+def is_not_judged(status: str, reason: str | None) -> bool:
+    return status == Status.SKIPPED and (reason or "").startswith(f"{NOT_JUDGED}:")
 # Column ranges of validation_history: integer columns are Postgres integer, numbers inside the jsonb
 # columns must fit a bigint (readers cast them), so nothing the database would refuse gets this far.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1

@@ -3,6 +3,15 @@
 The database CHECK on ``validation_history.status`` is the contract; this enum names the same six
 values. ``executed`` statuses mean the suite ran on the node and judged it; the others mean it did
 not (the pod never ran to a verdict), so they never count as a validation.
+
+Only node evidence makes an executed status: ``error`` is the suite's own "could not judge" (a crash,
+an OOM, garbage output, its deadline), read from the pod. A failure of the orchestration around it —
+the Kubernetes API unreachable or refusing, the scheduler, the results database — says nothing about
+the node and is never ``error``: it is ``skipped`` (the pair stays due) with a reason that says so
+(``domain.attempts``: ``NOT_JUDGED: ...`` when the result is still in a kept pod and the next run
+records it, ``orchestration error: ...`` otherwise). Every view that counts failing nodes (the run
+summary, the daily report, the fleet page, the metrics, node conditions, quarantine) counts executed
+statuses only, so none of them ever counts a control-plane blink against a node.
 """
 
 from __future__ import annotations

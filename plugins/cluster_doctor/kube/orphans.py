@@ -17,6 +17,14 @@ plans, looks at the validation pods of the namespace (by label) and handles thos
 * a pod still **Running** after its DagRun ended is left to finish: Kubernetes kills it at its
   deadline, and the next run records its real result.
 
+The results database says when a task is done with its pod, whatever Airflow can tell: its try has a
+row. A task writes it after its provider's cleanup deleted the pod, so a pod still there is one whose
+deletion failed (the API was unreachable, refused, throttled): deleted whatever its phase — an ended
+one recorded first if its row is only a placeholder, never a second row. The exception is a row
+``NOT_JUDGED``: the task could not read the pod's result in time and kept the pod on purpose (see
+``airflow/operator.py``): once the pod ended, its result replaces that row and the pod is deleted;
+while it runs it is left to end (or to its deadline); a Pending one never ran the suite and is deleted.
+
 Who owns a pod: the task of its DagRun, whose state Airflow gives (``run_state``). Pods of a queued
 or running DagRun are never touched, unless older than the DagRun timeout plus grace (Airflow stops a
 run at its timeout, and a stopped task deletes its pod). When the state cannot be read, timing alone
@@ -39,7 +47,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cluster_doctor.domain import fleet_verdicts, results
-from cluster_doctor.domain.attempts import UNREPORTED, Attempt, validate_test_name
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt, is_not_judged, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import OrphanReport
@@ -58,6 +66,8 @@ LOG_TAIL_LINES = 200  # as many as the operator keeps for the verdict
 RECORD_AND_DELETE, DELETE, KEEP = "record-and-delete", "delete", "keep"
 
 RunState = Callable[[str, str], Any]
+# (dag_id, run_id, node_name, test_name, try_number) -> the stored row's (status, reason)
+TriesRecorded = Callable[[list[tuple[str, str, str, str, int]]], Mapping[tuple, tuple[str, str | None]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +81,11 @@ class Owner:
     try_number: int
     node_name: str
     test_name: str
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int]:
+        """Its try's identity in validation_history."""
+        return (self.dag_id, self.run_id, self.node_name, self.test_name, self.try_number)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,17 +175,19 @@ def _ago(seconds: float) -> str:
 
 
 def decide(pod: Mapping[str, Any], owner: Owner, *, now: dt.datetime, settings: Settings,
-           run_state: str | None) -> Decision:
+           run_state: str | None, recorded: tuple[str, str | None] | None = None) -> Decision:
     """What to do with one validation pod (see the module doc). ``run_state``: its DagRun's state,
-    None when unknown."""
+    None when unknown; ``recorded``: the (status, reason) its try's row holds, None when it has none."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     phase = status.get("phase")
     if meta.get("deletionTimestamp"):
         return Decision(KEEP, "already being deleted")
-    grace = dt.timedelta(seconds=settings.task_margin_s)
     created = _time(meta.get("creationTimestamp"))
     if created is None:
         return Decision(KEEP, "no creation time")
+    if recorded is not None:
+        return _decide_recorded(pod, owner, phase, recorded, now=now, settings=settings, created=created)
+    grace = dt.timedelta(seconds=settings.task_margin_s)
     run_live = run_state in LIVE_RUN_STATES
     if run_live and now <= created + dt.timedelta(seconds=settings.dagrun_timeout_s) + grace:
         return Decision(KEEP, f"its DagRun is {run_state}")
@@ -185,15 +202,42 @@ def decide(pod: Mapping[str, Any], owner: Owner, *, now: dt.datetime, settings: 
             return Decision(RECORD_AND_DELETE, f"{phase} {_ago((now - finished).total_seconds())} ago and still "
                                                "there (a live task deletes its pod at once)")
         return Decision(KEEP, f"{phase} recently; its task may still be handling it")
-    deadline = deadline_s(pod, settings, owner.test_name)
-    if now > created + dt.timedelta(seconds=deadline) + grace:
-        return Decision(DELETE, f"{phase or 'no phase'} past its deadline (activeDeadlineSeconds {deadline} s "
-                                f"since {created.isoformat()}) with no live task")
+    past = _past_deadline(pod, owner, phase, now=now, settings=settings, created=created)
+    if past is not None:
+        return past
     if run_over and phase == "Pending":
         return Decision(DELETE, "still Pending after its DagRun ended")
     if run_over:
         return Decision(KEEP, f"{phase} although its DagRun ended: left to finish, recorded once it ends")
     return Decision(KEEP, f"{phase} within its deadline")
+
+
+def _past_deadline(pod: Mapping[str, Any], owner: Owner, phase: str | None, *, now: dt.datetime,
+                   settings: Settings, created: dt.datetime) -> Decision | None:
+    deadline = deadline_s(pod, settings, owner.test_name)
+    if now > created + dt.timedelta(seconds=deadline + settings.task_margin_s):
+        return Decision(DELETE, f"{phase or 'no phase'} past its deadline (activeDeadlineSeconds {deadline} s "
+                                f"since {created.isoformat()}) with no live task")
+    return None
+
+
+def _decide_recorded(pod: Mapping[str, Any], owner: Owner, phase: str | None, recorded: tuple[str, str | None],
+                     *, now: dt.datetime, settings: Settings, created: dt.datetime) -> Decision:
+    """A pod whose task recorded its try: done with it (see the module doc)."""
+    status, reason = recorded
+    if not is_not_judged(status, reason):
+        if phase in ENDED_PHASES:
+            return Decision(RECORD_AND_DELETE, f"{phase}, its task recorded try {owner.try_number} ({status}) but "
+                                               "could not delete it")
+        return Decision(DELETE, f"{phase or 'no phase'}, its task recorded try {owner.try_number} ({status}) but "
+                                "could not delete it")
+    if phase in ENDED_PHASES:
+        return Decision(RECORD_AND_DELETE, f"{phase}, kept by its task, which could not read its result (not judged)")
+    if phase == "Pending":
+        return Decision(DELETE, "still Pending, kept by its task, which lost sight of it (not judged): the suite "
+                                "never ran")
+    past = _past_deadline(pod, owner, phase, now=now, settings=settings, created=created)
+    return past or Decision(KEEP, f"{phase}, kept by its task (not judged): recorded once it ends")
 
 
 # ---------------------------------------------------------------------------- the attempt of an orphan
@@ -249,10 +293,36 @@ def attempt_of(orphan: Orphan, settings: Settings, *, log_tail: list[str] | None
 
 # ---------------------------------------------------------------------------- the cluster
 def find(core_v1: Any, settings: Settings, *, run_state: RunState | None = None,
-         now: dt.datetime | None = None, report: Report | None = None) -> list[Orphan]:
-    """Validation pods of the namespace no live task owns. Pods left alone go to ``report.kept``."""
+         now: dt.datetime | None = None, report: Report | None = None,
+         tries: TriesRecorded | None = None) -> list[Orphan]:
+    """Validation pods of the namespace no live task owns. Pods left alone go to ``report.kept``.
+    ``tries``: the stored rows of the pods' tries (``ResultStore.recorded_tries``; None: not asked)."""
     now = now or dt.datetime.now(dt.UTC)
     report = report if report is not None else Report()
+    state_of = _run_states(run_state)
+    owned = []
+    pods = discovery.paginate(core_v1.list_namespaced_pod, [0], namespace=settings.namespace,
+                              label_selector=SELECTOR)
+    for pod in pods:
+        report.examined += 1
+        try:
+            owned.append((pod, owner_of(pod)))
+        except ValueError as exc:
+            report.kept.append(f"{(pod.get('metadata') or {}).get('name', '?')}: {exc}")
+    recorded = _recorded(tries, [owner for _, owner in owned])
+    orphans = []
+    for pod, owner in owned:
+        decision = decide(pod, owner, now=now, settings=settings, run_state=state_of(owner),
+                          recorded=recorded.get(owner.key))
+        if decision.action == KEEP:
+            report.kept.append(f"{pod['metadata'].get('name', '?')}: {decision.why}")
+        else:
+            orphans.append(Orphan(pod, owner, decision))
+    return orphans
+
+
+def _run_states(run_state: RunState | None) -> Callable[[Owner], str | None]:
+    """Each DagRun's state, asked once (None: unknown, timing alone decides)."""
     states: dict[tuple[str, str], str | None] = {}
 
     def state_of(owner: Owner) -> str | None:
@@ -267,23 +337,19 @@ def find(core_v1: Any, settings: Settings, *, run_state: RunState | None = None,
                     log.warning("could not read the state of DagRun %s/%s: %s", *key, api_errors.describe(exc))
         return states[key]
 
-    orphans = []
-    pods = discovery.paginate(core_v1.list_namespaced_pod, [0], namespace=settings.namespace,
-                              label_selector=SELECTOR)
-    for pod in pods:
-        report.examined += 1
-        name = (pod.get("metadata") or {}).get("name", "?")
-        try:
-            owner = owner_of(pod)
-        except ValueError as exc:
-            report.kept.append(f"{name}: {exc}")
-            continue
-        decision = decide(pod, owner, now=now, settings=settings, run_state=state_of(owner))
-        if decision.action == KEEP:
-            report.kept.append(f"{name}: {decision.why}")
-        else:
-            orphans.append(Orphan(pod, owner, decision))
-    return orphans
+    return state_of
+
+
+def _recorded(tries: TriesRecorded | None, owners: list[Owner]) -> Mapping[tuple, tuple[str, str | None]]:
+    """The stored rows of these pods' tries; none when the database cannot say (then Airflow's state
+    and timing decide, as before it was asked)."""
+    if tries is None or not owners:
+        return {}
+    try:
+        return tries([owner.key for owner in owners])
+    except Exception as exc:
+        log.warning("could not read which tries were recorded: %s", api_errors.describe(exc))
+        return {}
 
 
 def _log_tail(core_v1: Any, pod: Mapping[str, Any]) -> list[str]:
@@ -357,7 +423,8 @@ def reap(core_v1: Any, store: Any, settings: Settings, *, run_state: RunState | 
     line in the report's errors, and the report is logged."""
     report = Report()
     try:
-        orphans = find(core_v1, settings, run_state=run_state, now=now, report=report)
+        orphans = find(core_v1, settings, run_state=run_state, now=now, report=report,
+                       tries=getattr(store, "recorded_tries", None))
     except Exception as exc:
         report.errors.append(f"listing the validation pods of {settings.namespace}: {api_errors.describe(exc)}")
         orphans = []

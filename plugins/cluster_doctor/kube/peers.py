@@ -50,12 +50,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cluster_doctor.domain import results
+from cluster_doctor.domain.attempts import ORCHESTRATION
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import pod_lifecycle as lifecycle
-from cluster_doctor.kube import podspec, retry
+from cluster_doctor.kube import api_errors, podspec, retry
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +224,10 @@ class PeerLauncher:
             self._end_all(stop.status, stop.reason)
         except Exception as exc:  # noqa: BLE001 - recorded for both sides; the pods go in the finally
             self.log.error("peer test %s ↔ %s: orchestration error: %s", self.by_role[SERVER].node_name,
-                           self.by_role[CLIENT].node_name, one_line(exc))
-            # an orchestration failure says nothing about the nodes: unless both sides were running (the test
-            # was under way), the peer test did not happen
-            both = self.running >= {SERVER, CLIENT}
-            self._end_all(Status.ERROR if both else Status.SKIPPED, f"orchestration error: {one_line(exc)}")
+                           self.by_role[CLIENT].node_name, api_errors.describe(exc))
+            # an orchestration failure says nothing about the nodes (domain.status): never error, even when
+            # both sides were running; the pair stays due
+            self._end_all(Status.SKIPPED, f"{ORCHESTRATION}: {api_errors.describe(exc)}")
         finally:
             self.stop()
         return PeerResult(server=self.ended[SERVER], client=self.ended[CLIENT], gang=gang)

@@ -24,9 +24,8 @@ from typing import Any
 
 from cluster_doctor.domain import results
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.status import Status
-from cluster_doctor.kube import guards
+from cluster_doctor.kube import api_errors, guards
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,7 @@ def read_log_tail(core_v1: Any, namespace: str, name: str, logger: Any = None) -
                                                    tail_lines=LOG_TAIL_LINES, _preload_content=False)
         text = response.data.decode("utf-8", "replace")
     except Exception as exc:  # noqa: BLE001
-        logger.warning("could not read the log of %s: %s", name, one_line(exc))
+        logger.warning("could not read the log of %s: %s", name, api_errors.describe(exc))
         return []
     for line in text.splitlines():
         logger.info("[%s] %s", name, line)
@@ -209,9 +208,9 @@ def delete(core_v1: Any, namespace: str, name: str, logger: Any = None) -> None:
         core_v1.delete_namespaced_pod(name, namespace)
     except ApiException as exc:
         if exc.status != 404:
-            (logger or log).warning("could not delete pod %s: %s", name, one_line(exc))
+            (logger or log).warning("could not delete pod %s: %s", name, api_errors.describe(exc))
     except Exception as exc:  # noqa: BLE001 - best effort
-        (logger or log).warning("could not delete pod %s: %s", name, one_line(exc))
+        (logger or log).warning("could not delete pod %s: %s", name, api_errors.describe(exc))
 
 
 def delete_and_wait(core_v1: Any, namespace: str, names: Iterable[str], *, clock: Callable[[], float],
@@ -226,7 +225,7 @@ def delete_and_wait(core_v1: Any, namespace: str, names: Iterable[str], *, clock
         while any(read_pod(core_v1, namespace, name) is not None for name in names) and clock() < end:
             sleep(min(poll_s, 0.5))
     except Exception as exc:  # noqa: BLE001
-        (logger or log).warning("could not confirm the pods are gone: %s", one_line(exc))
+        (logger or log).warning("could not confirm the pods are gone: %s", api_errors.describe(exc))
 
 
 # ---------------------------------------------------------------------------- one pod, every phase

@@ -26,7 +26,7 @@ import hostlist
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
+from cluster_doctor.domain.attempts import NOT_JUDGED, UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import NodeRange, shown, validate_node_name
 from cluster_doctor.domain.priority import PairState
@@ -305,53 +305,72 @@ class ResultStore:
                 for node, test, dag_id, run_id, try_number in
                 ((r[2], r[3], r[0], r[1], r[4]) for r in cur.fetchall())]
 
-    def record_over_placeholder(self, attempt: Attempt, *, placeholder_reason: str,
+    def record_over_placeholder(self, attempt: Attempt, *, placeholder_reason: str = UNREPORTED,
                                 now: dt.datetime | None = None) -> str:
-        """Record one attempt found after its run ended (an orphaned pod). When that run's record task
-        stored the pair as a try-0 ``skipped`` placeholder with ``placeholder_reason`` (no report came),
-        that row becomes this attempt, so the try keeps one row and the latest state (maintained by
-        trigger) tells the truth. Anything else stored for the run is never overwritten: the attempt
-        is then inserted as ``record`` does. Returns "superseded", "inserted", "duplicate" or "conflict"."""
+        """Record one attempt whose row may be a placeholder: a pod's result found after its task
+        stopped looking (an orphaned pod, a pod kept because its result could not be read, an earlier
+        try's pod adopted by a re-run). The placeholder becomes this attempt, so the try keeps one row
+        and the latest state (maintained by trigger) tells the truth:
+
+        * this try's own ``skipped`` row whose reason starts with ``NOT_JUDGED`` (the task kept the pod);
+        * else, when this try has no row, the run's try-0 ``skipped`` row with ``placeholder_reason``
+          (the record task's "did not report").
+
+        Anything else stored for the run is never overwritten: the attempt is then inserted as
+        ``record`` does. Returns "superseded", "inserted", "duplicate" or "conflict"."""
         now = now or dt.datetime.now(dt.UTC)
         problems = storable_problems(attempt, now)
         if problems:
             raise InvalidAttempt(f"{describe(attempt)}: {'; '.join(problems)}")
-        if not attempt.run_id:
-            outcome = self.record([attempt], now=now)
-        else:
-            sets = ", ".join(f"{c} = %s::{COLUMN_TYPES[c]}" for c in Attempt.COLUMNS)
-            pair = "dag_id = %s AND run_id = %s AND node_name = %s AND test_name = %s"
-            # The placeholder's own columns are re-checked on the row being updated, so a concurrent
-            # reaper that got there first makes this a no-op instead of a second overwrite.
-            sql = (f"UPDATE validation_history SET {sets} "
-                   f"WHERE id = (SELECT id FROM validation_history WHERE {pair} AND try_number = 0 "
-                   "AND status = 'skipped' AND reason = %s ORDER BY id LIMIT 1) "
-                   "AND try_number = 0 AND status = 'skipped' AND reason = %s "
-                   f"AND NOT EXISTS (SELECT 1 FROM validation_history WHERE {pair} AND try_number = %s) "
-                   "RETURNING id")
-            pair_values = [attempt.dag_id, attempt.run_id, attempt.node_name, attempt.test_name]
-            params = [*attempt.row(), *pair_values, placeholder_reason, placeholder_reason, *pair_values,
-                      attempt.try_number]
-
-            def update() -> bool:
-                with self.connection() as conn:
-                    try:
-                        with conn.cursor() as cur:
-                            cur.execute(sql, params)
-                            updated = cur.fetchone() is not None
-                        conn.commit()
-                    except BaseException:
-                        with contextlib.suppress(Exception):
-                            conn.rollback()
-                        raise
-                return updated
-
-            if self._with_retries(update, what=f"superseding the placeholder of {describe(attempt)}"):
-                return "superseded"
-            outcome = self.record([attempt], now=now)
+        if attempt.run_id and self._with_retries(lambda: self._supersede(attempt, placeholder_reason),
+                                                 what=f"superseding the placeholder of {describe(attempt)}"):
+            return "superseded"
+        outcome = self.record([attempt], now=now)
         if outcome.inserted:
             return "inserted"
         return "conflict" if outcome.conflicts else "duplicate"
+
+    def _supersede(self, attempt: Attempt, placeholder_reason: str) -> bool:
+        """One UPDATE of the placeholder (see ``record_over_placeholder``); True when a row became it. The
+        placeholder's own columns are re-checked on the row being updated, so a concurrent writer that
+        got there first makes this a no-op instead of a second overwrite."""
+        sets = ", ".join(f"{c} = %s::{COLUMN_TYPES[c]}" for c in Attempt.COLUMNS)
+        pair = "dag_id = %s AND run_id = %s AND node_name = %s AND test_name = %s"
+        placeholder = (f"status = 'skipped' AND ((try_number = %s AND starts_with(reason, %s)) OR "
+                       f"(try_number = 0 AND reason = %s AND NOT EXISTS "
+                       f"(SELECT 1 FROM validation_history WHERE {pair} AND try_number = %s)))")
+        sql = (f"UPDATE validation_history SET {sets} "
+               f"WHERE id = (SELECT id FROM validation_history WHERE {pair} AND {placeholder} "
+               "ORDER BY try_number DESC, id LIMIT 1) "
+               f"AND {placeholder} RETURNING id")
+        pair_values = [attempt.dag_id, attempt.run_id, attempt.node_name, attempt.test_name]
+        checks = [attempt.try_number, f"{NOT_JUDGED}:", placeholder_reason, *pair_values, attempt.try_number]
+        params = [*attempt.row(), *pair_values, *checks, *checks]
+        with self.connection() as conn:
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(sql, params)
+                    updated = cur.fetchone() is not None
+                conn.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                raise
+        return updated
+
+    def recorded_tries(self, tries: Iterable[tuple[str, str, str, str, int]]) -> dict[tuple, tuple[str, str | None]]:
+        """(status, reason) of the stored rows of these tries, each (dag_id, run_id, node_name,
+        test_name, try_number): whether a task recorded its try, and how (the orphan reaper asks)."""
+        keys = sorted(set(tries))
+        if not keys:
+            return {}
+        values = ", ".join(["(%s, %s, %s, %s, %s::integer)"] * len(keys))
+        rows = self._query(
+            f"SELECT h.dag_id, h.run_id, h.node_name, h.test_name, h.try_number, h.status, h.reason "
+            f"FROM validation_history h JOIN (VALUES {values}) AS k ({', '.join(KEY_COLUMNS)}) "
+            f"USING ({', '.join(KEY_COLUMNS)})", [v for key in keys for v in key])
+        return {(r["dag_id"], r["run_id"], r["node_name"], r["test_name"], r["try_number"]): (r["status"], r["reason"])
+                for r in rows}
 
     @contextlib.contextmanager
     def exclusive(self, name: str, *, wait_s: float) -> Iterator[bool]:

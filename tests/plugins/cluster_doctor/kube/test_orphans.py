@@ -11,7 +11,7 @@ import pytest
 from cluster_doctor.airflow import tasks
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain import results
-from cluster_doctor.domain.attempts import UNREPORTED, Attempt
+from cluster_doctor.domain.attempts import UNREPORTED, Attempt, not_judged
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import orphans
 from cluster_doctor.store.history import ResultStore, RetryPolicy
@@ -183,6 +183,77 @@ def test_a_verdict_already_stored_for_the_try_is_never_overwritten(cluster, stor
     assert [(r["status"], r["reason"]) for r in history(store)] == [("fail", "ECC errors")]
     assert [r["status"] for r in history(store, "another-run")] == ["skipped"]
     wait_gone(cluster, pod)
+
+
+# ---------------------------------------------------------------------------- pods their task recorded
+def not_judged_row(pod: k8s.V1Pod, run_id: str = RUN_ID, try_number: int = 1) -> Attempt:
+    return Attempt(node_name="gpu-001", test_name="gpu_health", status="skipped",
+                   reason=not_judged(f"the suite's result could not be read: Kubernetes API 429 Too Many Requests; "
+                                     f"pod {pod.metadata.name} kept, the next run records its result from it"),
+                   finished_at=dt.datetime.now(dt.UTC), pod_name=pod.metadata.name, dag_id=DAG_ID, run_id=run_id,
+                   map_index=0, try_number=try_number)
+
+
+def test_a_kept_pods_result_replaces_its_not_judged_row_and_the_pod_goes(cluster, store):
+    """Issue 30: the task could not read the pod's result in time (a 429 storm), recorded its try as not
+    judged and kept the pod. The next run records the pod's own verdict over that row — the same row,
+    never a second one — at once, whatever Airflow says of the run, then deletes the pod."""
+    script_result(cluster, "gpu-001")
+    pod = leak(cluster)
+    wait_phase(cluster, pod, "Succeeded")
+    store.record([not_judged_row(pod)])
+    (kept,) = history(store)
+
+    report = reap(cluster, store, run_state=lambda dag_id, run_id: None)  # Airflow cannot say; just ended
+
+    assert "(superseded)" in report.recorded[0] and report.errors == [], report
+    (row,) = history(store)
+    assert (row["id"], row["status"], row["try_number"], row["pod_name"]) == (kept["id"], "pass", 1, pod.metadata.name)
+    (latest,) = store.latest()
+    assert latest["status"] == "pass" and store.check_latest() == []
+    wait_gone(cluster, pod)
+    assert reap(cluster, store).recorded == []  # nothing left to do
+
+
+def test_a_kept_pod_still_running_is_left_to_end(cluster, store):
+    cluster.set_script("gpu-001", "run")
+    pod = leak(cluster)
+    wait_phase(cluster, pod, "Running")
+    store.record([not_judged_row(pod)])
+
+    report = reap(cluster, store)
+
+    assert report.deleted == [] and "recorded once it ends" in report.kept[0], report
+    assert history(store)[0]["status"] == "skipped"
+    cluster.core_v1().delete_namespaced_pod(pod.metadata.name, NS)
+    wait_gone(cluster, pod)
+
+
+def test_a_completed_pod_whose_task_finished_without_deleting_it_goes_with_the_next_run(cluster, store):
+    """Issue 30 acceptance 2: the task recorded its try but its deletion failed (the API refused it). The
+    next run deletes the pod even though it just ended and Airflow says its run is still running: the row
+    of its try says the task is done with it. Its result is recorded only if it was not yet."""
+    script_result(cluster, "gpu-001")
+    script_result(cluster, "gpu-002")
+    done = leak(cluster, "gpu-001", map_index=0)
+    unrecorded = leak(cluster, "gpu-002", map_index=1, try_number=1)
+    for pod in (done, unrecorded):
+        wait_phase(cluster, pod, "Succeeded")
+    stored = Attempt(node_name="gpu-001", test_name="gpu_health", status="pass", reason="all 1 checks passed",
+                     finished_at=dt.datetime.now(dt.UTC), pod_name=done.metadata.name, dag_id=DAG_ID, run_id=RUN_ID,
+                     map_index=0, try_number=1)
+    store.record([stored])
+
+    report = reap(cluster, store, run_state=live_run)
+
+    assert [d.split(" ")[0] for d in report.deleted] == [done.metadata.name], report
+    assert "its task recorded try 1 (pass) but could not delete it" in report.deleted[0]
+    assert "(duplicate)" in report.recorded[0] or "(conflict)" in report.recorded[0], report.recorded
+    assert [(r["node_name"], r["status"]) for r in history(store)] == [("gpu-001", "pass")]
+    assert any(unrecorded.metadata.name in k and "its DagRun is running" in k for k in report.kept), report.kept
+    wait_gone(cluster, done)
+    cluster.core_v1().delete_namespaced_pod(unrecorded.metadata.name, NS)
+    wait_gone(cluster, unrecorded)
 
 
 def hostile_summary(**changes) -> str:
@@ -431,6 +502,27 @@ S = Settings(task_margin_s=600, dagrun_timeout_s=3300)
 ])
 def test_what_is_done_with_each_pod(pod, run_state, action, why):
     decision = orphans.decide(pod, orphans.owner_of(pod), now=NOW, settings=S, run_state=run_state)
+    assert decision.action == action and why in decision.why, decision
+
+
+KEPT = ("skipped", "NOT_JUDGED: the suite's result could not be read: ...; pod x kept, the next run records it")
+
+
+@pytest.mark.parametrize("pod, recorded, action, why", [
+    # the task recorded its try: it is done with the pod, whatever Airflow says (live here)
+    (pod_dict("Succeeded", created_ago=60, ended_ago=1), ("pass", "ok"), "record-and-delete", "could not delete it"),
+    (pod_dict("Running", created_ago=60), ("skipped", "killed"), "delete", "could not delete it"),
+    (pod_dict("Pending", created_ago=60), ("timeout", "Pending"), "delete", "could not delete it"),
+    # ... unless it kept the pod for its result (not judged)
+    (pod_dict("Succeeded", created_ago=60, ended_ago=1), KEPT, "record-and-delete", "not judged"),
+    (pod_dict("Running", created_ago=60), KEPT, "keep", "recorded once it ends"),
+    (pod_dict("Running", created_ago=1320 + 601), KEPT, "delete", "past its deadline"),
+    (pod_dict("Pending", created_ago=60), KEPT, "delete", "the suite never ran"),
+    (pod_dict("Pending", created_ago=99999, deleting=True), ("pass", "ok"), "keep", "being deleted"),
+])
+def test_what_is_done_with_a_pod_whose_try_is_recorded(pod, recorded, action, why):
+    decision = orphans.decide(pod, orphans.owner_of(pod), now=NOW, settings=S, run_state="running",
+                              recorded=recorded)
     assert decision.action == action and why in decision.why, decision
 
 

@@ -257,3 +257,27 @@ def test_gang_scheduling_is_detected_from_api_discovery(monkeypatch):
     assert peers.gang_scheduler(core) == "kueue"
     groups[:] = [("scheduling.x-k8s.io", "v1alpha1")]
     assert peers.gang_scheduler(core) == "coscheduling"
+
+
+def test_an_api_refusal_while_both_sides_run_is_never_an_error_of_the_nodes(cluster):
+    """Issue 30: an orchestration failure once both pods run says nothing about either node: both sides
+    skipped (the pair stays due), the missing permission named, both pods deleted."""
+    cluster.set_script("*", "run")
+    api = retry.wrap(cluster.core_v1(), retry.RetryPolicy(attempts=1))
+
+    def refuse_reads_once_both_run():
+        cluster.wait_for(lambda: len([p for p in cluster.live_pods("app.kubernetes.io/name=cluster-doctor")
+                                      if p["phase"] == "Running"]) == 2, timeout=30, message="both sides running")
+        cluster.configure(forbidden=["get pods"])
+
+    thread = threading.Thread(target=refuse_reads_once_both_run, daemon=True)
+    thread.start()
+    try:
+        launcher, result = launch(cluster, api=api)
+    finally:
+        thread.join(30)
+        cluster.configure(forbidden=[])
+    assert [s.outcome.status for s in result.sides] == ["skipped", "skipped"], [s.outcome for s in result.sides]
+    assert "missing permission: get pods in namespace cluster-doctor" in result.server.outcome.reason
+    cluster.wait_for(lambda: not cluster.live_pods("app.kubernetes.io/name=cluster-doctor"), timeout=10,
+                     message="both pods gone")

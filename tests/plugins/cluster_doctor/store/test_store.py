@@ -345,6 +345,39 @@ def test_an_orphans_attempt_replaces_only_its_runs_did_not_report_placeholder(st
     assert (latest["status"], latest["last_attempt_status"]) == ("fail", "fail")
 
 
+def test_a_not_judged_row_becomes_its_tries_result_and_nothing_else_does(store, db_dsn):
+    """Issue 30: a try recorded not judged (its pod kept) becomes the pod's result, same row; a not-judged
+    row of another try, another run's, or a verdict are never overwritten."""
+    kept = "NOT_JUDGED: the suite's result could not be read: Kubernetes API 429; pod p kept"
+    store.record([
+        attempt(status="pass", hours=0, run="earlier", try_number=1),
+        attempt(status="skipped", hours=3, run="blink", try_number=1, reason=kept),
+        attempt(node="gpu-002", status="skipped", hours=3, run="blink", try_number=2, reason=kept),
+        attempt(node="gpu-003", status="fail", hours=3, run="blink", try_number=1, reason="ECC"),
+    ])
+    (before,) = [r for r in store.history("gpu-001") if r["run_id"] == "blink"]
+
+    found = attempt(status="pass", hours=2, run="blink", try_number=1)
+    assert store.record_over_placeholder(found) == "superseded"
+    assert store.record_over_placeholder(found) == "duplicate"  # a second reaper: no second row
+    other_try = attempt(node="gpu-002", status="pass", hours=2, run="blink", try_number=1)
+    assert store.record_over_placeholder(other_try) == "inserted"  # try 2's row stays as it is
+    verdict = attempt(node="gpu-003", status="pass", hours=2, run="blink", try_number=1)
+    assert store.record_over_placeholder(verdict) == "conflict"
+
+    (after,) = [r for r in store.history("gpu-001") if r["run_id"] == "blink"]
+    assert (after["id"], after["status"], after["reason"]) == (before["id"], "pass", None)
+    assert sorted((r["try_number"], r["status"]) for r in store.history("gpu-002")) == [(1, "pass"), (2, "skipped")]
+    assert [r["status"] for r in store.history("gpu-003")] == ["fail"]
+    assert rows(db_dsn, VIEW_SQL) == rows(db_dsn, EXPECTED_SQL) and store.check_latest() == []
+    tries = store.recorded_tries([("continuous_validation", "blink", "gpu-001", "dl_unit", 1),
+                                  ("continuous_validation", "blink", "gpu-002", "dl_unit", 2),
+                                  ("continuous_validation", "blink", "gpu-009", "dl_unit", 1)])
+    assert tries == {("continuous_validation", "blink", "gpu-001", "dl_unit", 1): ("pass", None),
+                     ("continuous_validation", "blink", "gpu-002", "dl_unit", 2): ("skipped", kept)}
+    assert store.recorded_tries([]) == {}
+
+
 def test_an_orphans_attempt_without_a_placeholder_is_inserted_and_bad_ones_write_nothing(store):
     assert store.record_over_placeholder(attempt(run="r9"), placeholder_reason="x") == "inserted"
     future = attempt(run="r10", hours=24 * 365 * 10)
