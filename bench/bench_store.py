@@ -1,14 +1,21 @@
-"""make bench-store: validation_latest on a big history vs the naive query, in one run.
+"""make bench-store: validation_latest at 10 and 30 million history rows, against the naive query, and
+one retention pass, in one run.
 
-Builds ~10 million attempts over 20,000 node-test pairs (5,000 nodes x 4 suites, ~500 attempts each,
-a year of history with realistic status mix and payloads) in a throwaway embedded PostgreSQL, copies
-them into an unindexed table, then times
+Builds a year of history over 20,000 node-test pairs (5,000 nodes x 4 suites, realistic status mix and
+payloads; generate_series in SQL, a million rows per statement) in a throwaway embedded PostgreSQL: 10
+million attempts first (~500 per pair), then 20 million more (a year of hourly health sweeps is ~1,500
+per pair). At the first size it copies them into an unindexed table and times
   * ``SELECT * FROM validation_latest`` (the product's view), and
-  * the same semantics computed naively (DISTINCT ON over the unindexed copy),
-each fetched completely by the client. Then it stops and deletes the server and checks that
-nothing of the run is left (tools/leftovers.py: processes, its temporary directory, ports) and says
-so; the last line reads exactly ``latest_view_ms=<p50> naive_ms=<p50> speedup=<x> rows=<n>``.
-Exit status 1 when the view disagrees with the naive query or something was left behind.
+  * the same semantics computed naively (DISTINCT ON over the unindexed copy; dropped afterwards: it
+    doubles the disk the run needs),
+each fetched completely by the client; at the second size the view alone. Then one retention pass
+(store.retention, the daily run's) deletes the oldest month, timed, and the view is checked unchanged by
+it. Then it stops and deletes the server and checks that nothing of the run is left (tools/leftovers.py:
+processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the README's
+table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
+``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>``, values
+per size comma-separated. Exit status 1 also when the view disagrees with the naive query or the
+retention changed it. Disk: about 20 GB at its peak (30 M rows and their indexes).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import io
+import os
 import pathlib
 import statistics
 import sys
@@ -26,6 +34,8 @@ from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import figures
 from leftovers import Leftovers
 
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
@@ -106,53 +116,106 @@ def fetch(dsn: dict, sql: str) -> list:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--rows", default="10000000,30000000", help="history sizes, comma-separated, ascending")
     parser.add_argument("--nodes", type=int, default=5_000)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--naive-repeats", type=int, default=3)
     args = parser.parse_args()
+    args.sizes = [int(n) for n in args.rows.split(",")]
     leftovers = Leftovers()
     with leftovers.tempdir("cd-bench-store-") as tmp:
         server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
         try:
-            figure = measure(database.libpq_params(server.get_uri()), args)
+            result = measure(database.libpq_params(server.get_uri()), args)
         finally:
             server.cleanup()  # before the directory goes: a server in a removed directory runs on
-    return leftovers.finish(figure or "latest_view_ms=nan naive_ms=nan speedup=nan rows=0", ok=figure is not None)
+    if result is None:
+        return leftovers.finish("latest_view_ms=nan naive_ms=nan speedup=nan rows=0 prune_s=nan pruned=0", ok=False)
+    figure, measured = result
+    worse = figures.regressions({("store.latest_view_ms", figures.size_label(rows, "rows")): ms
+                                 for rows, ms in measured.items()})
+    for line in worse:
+        print(line, flush=True)
+    return leftovers.finish(figure, ok=not worse)
 
 
-def measure(dsn: dict, args: argparse.Namespace) -> str | None:
-    """Load, record incrementally, time both queries, compare their answers: the figure line, or
-    None when the answers differ."""
+def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]] | None:
+    """Load, record incrementally, time the view at each size (and the naive query at the first), then
+    a retention pass: the figure line and {rows: view p50}, or None when an answer is wrong."""
     ResultStore(dsn).upgrade()
+    view_ms: dict[int, float] = {}
+    naive_ms = 0.0
+    loaded = 0
+    for size in args.sizes:
+        with psycopg.connect(**dsn, autocommit=True) as conn:
+            loaded = load(conn.cursor(), args, start=loaded, stop=size)
+        if not naive_ms:
+            record_incrementally(dsn, args)
+            loaded = fetch(dsn, "SELECT count(*) FROM validation_history")[0][0]
+            naive_ms = compare_naive(dsn, args)
+            if naive_ms is None:
+                return None
+        view_ms[loaded] = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
+        started = time.perf_counter()
+        fetch(dsn, "SELECT * FROM validation_latest")
+        print(f"{loaded:,} history rows: latest_view_ms={view_ms[loaded]:.1f} (p50, streamed); fetched and decoded "
+              f"into Python objects by psycopg in {(time.perf_counter() - started) * 1000:.0f} ms; load average "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
+    pruned = prune_a_month(dsn)
+    if pruned is None:
+        return None
+    first = view_ms[min(view_ms)]
+    figure = (f"latest_view_ms={','.join(f'{v:.1f}' for v in view_ms.values())} naive_ms={naive_ms:.1f} "
+              f"speedup={naive_ms / first:.1f} rows={','.join(str(r) for r in view_ms)} "
+              f"prune_s={pruned[0]:.1f} pruned={pruned[1]}")
+    return figure, view_ms
+
+
+def compare_naive(dsn: dict, args: argparse.Namespace) -> float | None:
+    """The naive query's p50 over the unindexed copy, after checking it answers what the view answers;
+    the copy is dropped afterwards. None when they differ."""
     with psycopg.connect(**dsn, autocommit=True) as conn:
-        history_rows = load(conn.cursor(), args)
-    record_incrementally(dsn, args)
-    with psycopg.connect(**dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO naive_history SELECT * FROM validation_history WHERE dag_id = 'bench'")
+        conn.execute("CREATE TABLE naive_history AS SELECT * FROM validation_history")
         conn.execute("VACUUM ANALYZE naive_history")
-    view_ms = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
     naive_ms = timed_query(dsn, NAIVE, args.naive_repeats)
     # Same answer, or the comparison means nothing.
     core = "SELECT node_name, test_name, status, finished_at, last_attempt_status, last_attempt_at FROM ({}) q"
     view_rows = fetch(dsn, core.format("SELECT * FROM validation_latest"))
-    if sorted(view_rows) != sorted(fetch(dsn, core.format(NAIVE))):
+    same = sorted(view_rows) == sorted(fetch(dsn, core.format(NAIVE)))
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE naive_history")
+    if not same:
         print("ERROR: validation_latest differs from the naive query", file=sys.stderr)
         return None
+    print(f"naive query (DISTINCT ON over an unindexed copy): naive_ms={naive_ms:.1f}; the view's {len(view_rows):,} "
+          f"pairs identical to its answer", flush=True)
+    return naive_ms
+
+
+def prune_a_month(dsn: dict) -> tuple[float, int] | None:
+    """One retention pass deleting the history's oldest month (store.retention, as the daily run does);
+    (seconds, attempts deleted), or None when it changed the latest state."""
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.store import retention
+
+    latest = "SELECT * FROM validation_latest ORDER BY node_name, test_name"
+    before = fetch(dsn, latest)
+    settings = Settings(history_retention_days=334)  # the generated history spans 365 days
     started = time.perf_counter()
-    fetch(dsn, "SELECT * FROM validation_latest")
-    decoded_ms = (time.perf_counter() - started) * 1000
-    print(f"view: {len(view_rows):,} pairs, identical to the naive result; fetched and decoded into "
-          f"Python objects by psycopg in {decoded_ms:.0f} ms", flush=True)
-    return (f"latest_view_ms={view_ms:.1f} naive_ms={naive_ms:.1f} speedup={naive_ms / view_ms:.1f} "
-            f"rows={history_rows}")
+    done = retention.prune(dsn, settings, now=dt.datetime.now(dt.UTC))
+    seconds = time.perf_counter() - started
+    if fetch(dsn, latest) != before:
+        print("ERROR: the retention pass changed validation_latest", file=sys.stderr)
+        return None
+    print(f"retention: {done.describe()}; validation_latest unchanged", flush=True)
+    return seconds, done.deleted
 
 
-def load(cur: psycopg.Cursor, args: argparse.Namespace) -> int:
-    """The history, loaded the way an import would (triggers off, then one rebuild of the latest
-    state), and its unindexed copy; the number of history rows."""
+def load(cur: psycopg.Cursor, args: argparse.Namespace, *, start: int, stop: int) -> int:
+    """History rows ``start`` .. ``stop`` - 1, loaded the way an import would (the per-row state trigger
+    off, then one rebuild of the latest state); the number of history rows."""
     pairs = args.nodes * len(TESTS)
-    spacing = int(365 * 86400 / max(1, args.rows // pairs))
+    spacing = int(365 * 86400 / max(1, args.sizes[-1] // pairs))  # the last size spans the year
     cur.execute("ALTER SYSTEM SET max_wal_size = '16GB'")
     cur.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
     cur.execute("SELECT pg_reload_conf()")
@@ -162,18 +225,17 @@ def load(cur: psycopg.Cursor, args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     cur.execute("ALTER TABLE validation_history DISABLE TRIGGER validation_history_state_insert")
     chunk = 1_000_000
-    for start in range(0, args.rows, chunk):
-        stop = min(args.rows, start + chunk) - 1
-        cur.execute(GENERATE.format(start=start, stop=stop, pairs=pairs, nodes=args.nodes, spacing=spacing))
-        print(f"  loaded {stop + 1:,} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    for first in range(start, stop, chunk):
+        last = min(stop, first + chunk) - 1
+        cur.execute(GENERATE.format(start=first, stop=last, pairs=pairs, nodes=args.nodes, spacing=spacing))
+        print(f"  loaded {last + 1:,} rows ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     cur.execute("ALTER TABLE validation_history ENABLE TRIGGER validation_history_state_insert")
     t1 = time.perf_counter()
     cur.execute("SELECT cluster_doctor_rebuild_pair_state()")
     pair_rows = cur.fetchone()[0]
-    print(f"history loaded in {t1 - t0:.0f} s; validation_latest rebuilt in {time.perf_counter() - t1:.1f} s "
-          f"({pair_rows:,} pairs)", flush=True)
-    cur.execute("CREATE TABLE naive_history AS SELECT * FROM validation_history")
-    for table in ("validation_history", "validation_pair_state", "naive_history"):
+    print(f"history loaded to {stop:,} rows in {t1 - t0:.0f} s; validation_latest rebuilt in "
+          f"{time.perf_counter() - t1:.1f} s ({pair_rows:,} pairs)", flush=True)
+    for table in ("validation_history", "validation_pair_state"):
         cur.execute(f"VACUUM ANALYZE {table}")
     cur.execute("SELECT count(*) FROM validation_history")
     return cur.fetchone()[0]

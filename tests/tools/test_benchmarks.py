@@ -15,8 +15,9 @@ from leftovers import Leftovers, processes_mentioning
 from tests.conftest import REPO
 
 FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with its same-run baseline
-    "bench_store.py": (["--rows", "20000", "--nodes", "100", "--repeats", "3", "--naive-repeats", "2"],
-                       r"latest_view_ms=[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=20000"),
+    "bench_store.py": (["--rows", "20000,40000", "--nodes", "100", "--repeats", "3", "--naive-repeats", "2"],
+                       r"latest_view_ms=[\d.]+,[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=22000,40000 "
+                       r"prune_s=[\d.]+ pruned=[1-9]\d*"),
     "bench_metrics.py": (["--nodes", "60,120", "--runs", "2"],
                          r"scrape_ms=\d+,\d+ growth=[\d.]+ cold_ms=\d+,\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ "
                          r"nodes=60,120 baseline_ms=\d+,\d+ ratio=[\d.]+"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -15,6 +16,12 @@ def write_report(settings: Any, **kwargs: Any) -> dict[str, Any]:
     waits in the attempt spool. Its fleet is the GPU node inventory the continuous_validation runs keep
     (no Kubernetes API call here: every view of the fleet counts the same nodes)."""
     from cluster_doctor.reports import daily
+    from cluster_doctor.store import retention
 
-    return daily.run(runtime.results_store(settings.validation_db_conn_id), settings,
-                     reports_dir=storage.reports_dir(settings), spool=storage.spool(settings).status(), **kwargs)
+    store = runtime.results_store(settings.validation_db_conn_id)
+    written = daily.run(store, settings, reports_dir=storage.reports_dir(settings),
+                        spool=storage.spool(settings).status(), **kwargs)
+    # then the history's retention (setting history_retention_days), after the report read its day;
+    # at most a month of days per run, so a first pass over a long history spreads over a few runs
+    retention.prune(store.connect, settings, now=dt.datetime.now(dt.UTC), max_days=31)
+    return written

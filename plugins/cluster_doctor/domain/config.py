@@ -283,6 +283,11 @@ class Settings(BaseSettings):
     gone_node_grace_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         24.0, "A GPU node that left the cluster (no longer discovered) shows as gone and still counts in "
               "coverage for this long, then stops counting (0: at once).")
+    history_retention_days: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        400.0, "Attempts older than this are deleted from validation_history once a day (the daily_fleet_report "
+               "run), but for those each node · test pair's latest state rests on; never fewer days than the longest "
+               "window a page, report or verdict reads (90 days of the node page's plots by default). 0: keep every "
+               "attempt.")
     fleet_verdicts: JsonObject = _setting(
         {}, "Straggler/drift verdicts vs the fleet and the node's own past "
             "([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), e.g. {\"rel_margin\": 0.1, \"k_mad\": 3, "
