@@ -183,7 +183,7 @@ def kubectl() -> str:
 # marked @pytest.mark.requires_tool("fio") is skipped when the program is missing, and pytest's first
 # and last lines say which tests could not run and why: never a wall of failures, never silence.
 SYSTEM_TOOLS = {"fio": "fio", "chromium": "chromium", "docker-compose": "docker-compose",
-                "redis-server": "redis-server", "faketime": "faketime"}
+                "redis-server": "redis-server", "faketime": "faketime", "promtool": "promtool"}
 _SKIP_PREFIX = "not installed here:"
 
 

@@ -27,7 +27,7 @@ STATES = (*EXECUTED, "never")
 _RESERVED = {"up", "scrape_duration_seconds", "staleness_threshold_seconds", "node_info", "skipped_values",
              "skipped_values_total"}
 # Positions of the fixed families in PairLayout.families(); the key figures follow.
-STATUS, SINCE, STALENESS, INFO, ACTION, NOT_RUN = range(6)
+STATUS, SINCE, STALENESS, INFO, ACTION, NOT_RUN, CODE = range(7)
 
 
 def key_metric_name(key: str) -> str:
@@ -49,9 +49,9 @@ def key_tests(tests: Iterable[str]) -> dict[str, list[str]]:
 
 
 PAIR_LABELS = ("node", "test")
-# Label names of the fixed families, in order (status, since, staleness, info, action, not run).
+# Label names of the fixed families, in order (status, since, staleness, info, action, not run, code).
 FIXED_LABELS = (("node", "test", "status"), PAIR_LABELS, PAIR_LABELS, ("node", "gpu_model"), ("node", "test", "action"),
-                PAIR_LABELS)
+                PAIR_LABELS, ("node", "test", "code"))
 
 
 def _fixed_families() -> list[GaugeMetricFamily]:
@@ -81,6 +81,10 @@ def _fixed_families() -> list[GaugeMetricFamily]:
             f"{PREFIX}_validation_checks_not_run",
             "Checks that could not run in the pair's latest executed result (its pass is incomplete, not a "
             "clean pass); only for pairs where some did not run.", labels=labels),
+        GaugeMetricFamily(
+            f"{PREFIX}_validation_failure_code",
+            "Always 1; a stable code (FAULTS.md) of a check that failed in the pair's latest executed result; only "
+            "for pairs whose status is fail or error, one series per code.", labels=[*labels, "code"]),
     ]
 
 
@@ -90,7 +94,7 @@ class PairLayout:
     def __init__(self, tests: Sequence[str]):
         self.tests = tuple(tests)
         self.key_tests = key_tests(tests)
-        self.figure_at = {key: NOT_RUN + 1 + i for i, key in enumerate(self.key_tests)}
+        self.figure_at = {key: CODE + 1 + i for i, key in enumerate(self.key_tests)}
 
     def families(self) -> list[GaugeMetricFamily]:
         """New, empty families in the scrape's order."""
@@ -114,6 +118,8 @@ class PairLayout:
         out = [(STATUS, [node, test, state], 1.0)]
         if state in FAILING and pair.get("since_ts") is not None:
             out.append((SINCE, [node, test], pair["since_ts"]))
+        if state in FAILING:
+            out += [(CODE, [node, test, code], 1.0) for code in pair.get("codes") or ()]
         if state == "never":
             return out
         token = actions.shown(pair.get("action"))

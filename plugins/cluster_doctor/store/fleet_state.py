@@ -38,9 +38,14 @@ MODEL_EXPR = """coalesce(l.gpu_model, (SELECT h.gpu_model FROM validation_histor
 PAIRS_SQL = """
 SELECT l.node_name, l.test_name, l.status, extract(epoch FROM l.finished_at)::float8,
        extract(epoch FROM l.last_attempt_at)::float8, {model}, extract(epoch FROM l.status_since)::float8,
-       l.action, l.incomplete, l.checks_not_run{figures}
+       l.action, l.incomplete, l.checks_not_run, {codes}{figures}
   FROM validation_pair_state l {where}
 """
+# The codes of the checks that failed in a failing pair's latest executed result (sorted, unique).
+CODES_EXPR = """CASE WHEN l.status IN ('fail', 'error') THEN ARRAY(
+    SELECT DISTINCT c->>'code' FROM json_array_elements(CASE WHEN json_typeof(l.checks) = 'array' THEN l.checks END) c
+     WHERE json_typeof(c) = 'object' AND c->>'status' IN ('fail', 'error') AND c->>'code' IS NOT NULL
+     ORDER BY 1) END"""
 INVENTORY_SQL = """
 SELECT node_name, extract(epoch FROM first_seen_at)::float8, extract(epoch FROM last_seen_at)::float8, gpu_model,
        gpu_count, eligibility, eligibility_detail, extract(epoch FROM eligibility_since)::float8,
@@ -184,10 +189,10 @@ class LiveFleet:
     def _pairs_sql(self, where: str) -> tuple[str, dict[str, Any]]:
         figures = "".join(f", l.metrics->>%(k{i})s" for i in range(len(self.keys)))
         params: dict[str, Any] = {f"k{i}": k for i, k in enumerate(self.keys)}
-        return PAIRS_SQL.format(model=MODEL_EXPR, figures=figures, where=where), params
+        return PAIRS_SQL.format(model=MODEL_EXPR, codes=CODES_EXPR, figures=figures, where=where), params
 
     def _row(self, raw: Sequence[Any]) -> dict[str, Any]:
-        node, test, status, finished_ts, last_ts, model, since_ts, action, incomplete, not_run, *texts = raw
+        node, test, status, finished_ts, last_ts, model, since_ts, action, incomplete, not_run, codes, *texts = raw
         # range checks inline: this runs once per pair on a full read (20,000 at 5,000 nodes)
         if finished_ts is not None and not MIN_TS <= finished_ts <= MAX_TS:
             finished_ts = ts(finished_ts)
@@ -196,7 +201,7 @@ class LiveFleet:
         wanted = self.wanted.get(test, ())
         return {"node_name": node, "test_name": test, "status": status, "finished_ts": finished_ts,
                 "last_attempt_at": last_ts, "gpu_model": model, "incomplete": incomplete, "since_ts": ts(since_ts),
-                "action": action, "checks_not_run": not_run,
+                "action": action, "checks_not_run": not_run, "codes": tuple(codes or ()),
                 "metrics": {k: v for k, text in zip(self.keys, texts, strict=True)
                             if k in wanted and text is not None and (v := finite(text)) is not None}}
 

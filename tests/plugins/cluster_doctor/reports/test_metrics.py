@@ -200,18 +200,26 @@ def test_token_comparison():
 
 # ---------------------------------------------------------------------------------------- docs
 def test_documented_config_and_rules_parse_and_name_real_families(small_db):
-    """docs/metrics.md: its YAML parses, and every family it names exists in a real scrape."""
+    """docs/metrics.md points to the monitoring files (scrape jobs, alert rules, dashboard) instead of
+    carrying copies; they parse, and every family the docs name exists in a real scrape."""
     import re
 
     import yaml
 
     doc = (REPO / "docs" / "metrics.md").read_text()
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S)]
-    scrape_jobs = [job for b in blocks if "scrape_configs" in b for job in b["scrape_configs"]]
-    assert {j["metrics_path"] for j in scrape_jobs if "metrics_path" in j} == {"/cluster-doctor/metrics"}
-    rules = [r for b in blocks if "groups" in b for g in b["groups"] for r in g["rules"]]
-    assert {"GPUNodeFailingValidation", "GPUFleetValidationCoverageLow"} <= {r["alert"] for r in rules}
-    exported = names(samples(scrape(small_db)[0]))
+    assert "```yaml" not in doc  # the files are the only copies
+    linked = set(re.findall(r"\]\(\.\./(deploy/monitoring/[\w.-]+|include/k8s/monitoring[\w./-]*)\)", doc))
+    assert {"deploy/monitoring/prometheus-scrape.yaml", "deploy/monitoring/cluster-doctor.rules.yaml",
+            "deploy/monitoring/cluster-doctor.dashboard.json", "include/k8s/monitoring"} <= linked
+    assert all((REPO / path).exists() for path in linked), linked
+    jobs = yaml.safe_load((REPO / "deploy" / "monitoring" / "prometheus-scrape.yaml").read_text())["scrape_configs"]
+    assert {j["metrics_path"] for j in jobs if "metrics_path" in j} == {"/cluster-doctor/metrics"}
+    rules = yaml.safe_load((REPO / "deploy" / "monitoring" / "cluster-doctor.rules.yaml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    assert {"GPUNodeFailingValidation", "GPUFleetValidationCoverageLow"} <= alerts
+    assert {f"`{a}`" for a in alerts} <= set(re.findall(r"`\w+`", doc))  # each alert in the docs' table
+    text = scrape(small_db)[0]
+    exported = names(samples(text)) | set(re.findall(r"^# TYPE (\S+)", text, re.M))  # families without series too
     mentioned = set(re.findall(r"\bcluster_doctor_[a-z0-9_]*[a-z0-9]\b", doc)) - {"cluster_doctor_settings"}
     assert mentioned - exported == set()
     assert "cluster_doctor_validation_status" in mentioned
@@ -337,3 +345,19 @@ def test_what_reservations_cost_is_a_counter(small_db):
     rows.closed(connect, "gpu-001", reason="validated", at=start + dt.timedelta(hours=1, minutes=30), free=True)
     # idle since it was last seen busy (when reserved) to the taint's removal: 1.5 h x 8 GPUs
     assert value(samples(scrape(small_db)[0]), "cluster_doctor_reservation_idle_gpu_hours_total") == pytest.approx(12)
+
+
+def test_failure_codes_are_exposed_for_failing_pairs_only(small_db, db_dsn):
+    """The codes of the checks that failed, one series each; a pass's codes (none fail) and a failure
+    without a code add none."""
+    ResultStore(db_dsn).record([
+        seed.attempt("gpu-001", "gpu_health", "fail", seed.NOW, checks=[
+            {"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"},
+            {"name": "ecc", "status": "fail", "code": "ECC_DBE"}, {"name": "ecc2", "status": "error", "code": "ECC_DBE"},
+            {"name": "clocks", "status": "pass", "code": "CLOCKS_OK"}, {"name": "nvlink", "status": "fail"}]),
+        seed.attempt("gpu-002", "gpu_health", "pass", seed.NOW, checks=[
+            {"name": "xid_events", "status": "pass", "code": "XID_NONE"}])])
+    s = samples(scrape(db_dsn)[0])
+    codes = {(dict(l)["node"], dict(l)["test"], dict(l)["code"]): v for (n, l), v in s.items()
+             if n == "cluster_doctor_validation_failure_code"}
+    assert codes == {("gpu-001", "gpu_health", "ECC_DBE"): 1.0, ("gpu-001", "gpu_health", "XID_79"): 1.0}
