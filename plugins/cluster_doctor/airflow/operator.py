@@ -106,7 +106,9 @@ class _PendingWatch(threading.Thread):
     and startup timeouts restart when the pod is bound; this one counts from creation).
 
     The cause, and the scheduler's last word, are fixed before the deletion: what our own deletion
-    causes afterwards (events, the pod vanishing) never replaces them."""
+    causes afterwards (events, the pod vanishing) never replaces them. Nothing is deleted before a read
+    of the pod says it is still Pending: when the provider cannot read it (a 429 storm, an apiserver
+    away) the pod may well have started, and a pod that ran holds a result."""
 
     def __init__(self, operator: NodeValidationPodOperator, pod: Any):
         super().__init__(name=f"pending-watch-{pod.metadata.name}", daemon=True)
@@ -118,17 +120,27 @@ class _PendingWatch(threading.Thread):
     def run(self) -> None:
         op, ours = self.operator, {self.operator.node_name: self.pod.metadata.name}
         watch = pod_lifecycle.NodeWatch(op.guard_client, op.cd_settings, start=time.monotonic(), logger=op.log)
+        found: pod_lifecycle.Watched | None = None
         while not self.stopped.wait(watch.tick_s):
             now = time.monotonic()
             try:
-                self.watched = self.watched or watch.poll(now, waiting=ours, live=ours)
-                self.timed_out = self.timed_out or (self.watched is None and watch.pending_expired(now))
-                if self.watched or self.timed_out:
+                found = found or watch.poll(now, waiting=ours, live=ours)
+                expired = found is None and watch.pending_expired(now)
+                if found or expired:
+                    if not self._still_pending():
+                        return  # it started (or went) meanwhile: nothing left for this watch to end
+                    self.watched, self.timed_out = found, expired
                     op._keep_pending_events()  # before our deletion adds events of its own
                     op.pod_manager.delete_pod(self.pod)  # ends the provider's wait
                     return
             except Exception as exc:  # the provider's own wait still bounds this try
-                op.log.warning("availability check failed: %s", one_line(exc))
+                op.log.warning("availability check failed: %s", api_errors.describe(exc))
+
+    def _still_pending(self) -> bool:
+        """Our pod, read now, is still Pending (an API error is raised: the watch tries again)."""
+        op = self.operator
+        return pod_lifecycle.phase(pod_lifecycle.read_pod(op.guard_client, op.namespace, self.pod.metadata.name)) \
+            == pod_lifecycle.PENDING
 
     def stop(self) -> None:
         self.stopped.set()

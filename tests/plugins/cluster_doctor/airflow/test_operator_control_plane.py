@@ -120,7 +120,9 @@ def test_a_result_not_read_in_time_keeps_the_pod_and_the_next_run_records_it_onc
     """The storm outlasts the try's time for the API: the try records not judged (skipped, the pair stays
     due), keeps the pod; the next run's reaper records the pod's pass over that row and deletes it."""
     passing(cluster, run_seconds=3)
-    op = operator()
+    # a pending window shorter than the storm: the provider cannot see the pod start, but the pending
+    # watch must not take it for a pod stuck Pending (it reads it first, and cannot)
+    op = operator(pending_timeout_s=3)
     op._api_time_s = lambda: 8.0  # the try's execution_timeout less its reserve, shortened
     storm = when_running(cluster, lambda: cluster.storm(["get"], "pods", seconds=600, retry_after=1))
 
