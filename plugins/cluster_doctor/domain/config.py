@@ -32,6 +32,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from cluster_doctor.domain import signals
 from cluster_doctor.domain.conditions import ConditionPolicy
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
@@ -113,6 +114,13 @@ def _expectations(value: dict[str, str]) -> dict[str, str]:
         if not counts:
             raise ValueError(f"{model}: no expectation given (e.g. 'hcas=8,nvlinks_per_gpu=18')")
     return value
+
+
+def _http_url(value: str) -> str:
+    """prometheus_url: empty, or an http(s) URL."""
+    if value and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+        raise ValueError(f"{value!r} is not an http(s) URL like http://prometheus.monitoring:9090")
+    return value.rstrip("/")
 
 
 # What a pod template may not do unless the deployment allows it (pod_allowed_host_fields).
@@ -198,6 +206,55 @@ class Settings(BaseSettings):
         "Node labels naming a node's leaf switch, narrowest first: a node is paired with one under another leaf "
         "(the first label both carry differs) so the test crosses the spine. Defaults: NVIDIA Topograph's "
         "leaf (and its former block name) and EKS's bottom network layer.")
+    # --- signals between validations (issue 28 §2, cluster_doctor.domain.signals, kube.signals) ---
+    signal_gpu_allocatable: bool = _setting(
+        True, "Signal: a GPU node whose `gpu_resource` allocatable is below its capacity (or GPU Feature Discovery's "
+              "count label) is suspect: the device plugin withdrew a GPU it found unhealthy. A signal never fails a "
+              "node: a suspect node's whole bundle runs first, in the next run (and the fast path's).")
+    signal_node_conditions: Annotated[dict[str, Literal["True", "False", "Unknown"]],
+                                      AfterValidator(signals.check_conditions)] = _setting(
+        {"SysLogsXIDError": "True", "GpuMemWatch": "True", "GpuNvlinkWatch": "True", "KernelDeadlock": "True",
+         "ReadonlyFilesystem": "True"},
+        "Signal: node conditions other tools set (NVSentinel's GPU conditions, node-problem-detector's), by type, "
+        "with the status that means unhealthy; a node showing one is suspect. Never `ClusterDoctorHealthy` (ours). "
+        "{}: none.")
+    signal_event_reasons: list[Name] = _setting(
+        ["XidHardwareFailure", "KernelOops"],
+        "Signal: Kubernetes events on a GPU node with one of these reasons (node-problem-detector's, e.g. an Xid "
+        "rule of its kernel monitor) within `signal_window_minutes` make it suspect. []: events are not read.")
+    signal_pod_failure_patterns: Annotated[list[Name], AfterValidator(signals.check_patterns)] = _setting(
+        [r"\bXid\b", "uncorrectable ECC", "fallen off the bus", "CUDA_ERROR_ECC_UNCORRECTABLE|cudaErrorECCUncorrectable",
+         "NVML: (Unknown Error|GPU is lost)", "UnexpectedAdmissionError"],
+        "Signal: a user pod that failed on a GPU node (phase Failed) whose reason or termination message matches one "
+        "of these regular expressions (case-insensitive) failed with a GPU error; `signal_pod_failures` of them "
+        "within `signal_window_minutes` make the node suspect. []: pods are not read.")
+    signal_pod_failures: PositiveInt = _setting(
+        1, "Signal: how many user pods must fail with a GPU error on one node within `signal_window_minutes`.")
+    signal_window_minutes: PositiveNumber = _setting(
+        15.0, "Signals: events, pod failures and DCGM metrics count within this window before each read (the fast "
+              "path reads every `fast_path_minutes`; without it, raise it to the hour).")
+    signal_node_changes: list[Literal["new", "reboot", "uncordoned"]] = _setting(
+        ["new", "reboot", "uncordoned"],
+        "Signal: a GPU node never seen before (once the inventory has nodes), one that rebooted "
+        "(`status.nodeInfo.bootID` changed) and one uncordoned while it carries, or carried, our quarantine label.")
+    prometheus_url: Annotated[str, AfterValidator(_http_url)] = _setting(
+        "", "Signal: the Prometheus that scrapes the DCGM exporter (e.g. http://prometheus.monitoring:9090); "
+            "empty: not read.")
+    prometheus_node_label: Name = _setting(
+        "Hostname", "The label naming the node on the DCGM exporter's series (`Hostname` as it exports them; "
+                    "`node` or `kubernetes_node` where relabelling sets one).")
+    signal_dcgm_metrics: list[Name] = _setting(
+        list(signals.DCGM_NAMES),
+        "Signal: DCGM exporter fields whose series changed to a non-zero value within `signal_window_minutes` make "
+        "their node suspect (Xid, row-remap failure and uncorrectable remapped rows are in its default counters; "
+        "double-bit ECC and NVLink CRC counters must be enabled in its counters file).")
+    fast_path_minutes: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        5.0, "The fast path (DAG `suspect_signals`): every this many minutes it reads the signals and triggers a "
+             "`continuous_validation` run for new free suspects (when no run is queued or running and the hourly "
+             "one is not due within `fast_path_quiet_minutes`). 0: off.", parse_time=True)
+    fast_path_quiet_minutes: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        10.0, "The fast path leaves new suspects to the scheduled run when it is due within this long (it plans "
+              "suspects first), so a run it starts never holds the hourly one back for long.")
     # --- how pods are run ---
     pool: Name = _setting("gpu_validation", "Airflow pool limiting concurrent validation pods (2 slots by default).",
                           parse_time=True)

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain.nodes import validate_node_name
+from cluster_doctor.domain.signals import NodeChange
 
 TABLE = "gpu_node_inventory"
 FREE, UNKNOWN, GONE = "free", "unknown", "gone"
@@ -34,10 +35,12 @@ MAX_DETAIL = 1000  # a busy node's detail names one pod; a taint list stays far 
 # start moves only when the eligibility changes (or the node came back).
 UPSERT_SQL = f"""
 INSERT INTO {TABLE} AS inv (node_name, first_seen_at, last_seen_at, gpu_model, gpu_count, eligibility,
-                            eligibility_detail, eligibility_since, gone_at)
-SELECT n.node_name, %(seen_at)s, %(seen_at)s, n.gpu_model, n.gpu_count, n.eligibility, n.detail, %(seen_at)s, NULL
+                            eligibility_detail, eligibility_since, gone_at, boot_id, quarantined)
+SELECT n.node_name, %(seen_at)s, %(seen_at)s, n.gpu_model, n.gpu_count, n.eligibility, n.detail, %(seen_at)s, NULL,
+       n.boot_id, n.quarantined
   FROM unnest(%(names)s::text[], %(models)s::text[], %(counts)s::int[], %(eligibility)s::text[],
-              %(details)s::text[]) AS n(node_name, gpu_model, gpu_count, eligibility, detail)
+              %(details)s::text[], %(boot_ids)s::text[], %(quarantined)s::boolean[])
+       AS n(node_name, gpu_model, gpu_count, eligibility, detail, boot_id, quarantined)
 ON CONFLICT (node_name) DO UPDATE SET
     first_seen_at = least(inv.first_seen_at, EXCLUDED.first_seen_at),
     last_seen_at = EXCLUDED.last_seen_at,
@@ -48,11 +51,20 @@ ON CONFLICT (node_name) DO UPDATE SET
                              ELSE inv.eligibility_since END,
     eligibility = EXCLUDED.eligibility,
     eligibility_detail = EXCLUDED.eligibility_detail,
-    gone_at = NULL
+    gone_at = NULL,
+    boot_id = coalesce(EXCLUDED.boot_id, inv.boot_id),
+    quarantined = EXCLUDED.quarantined
  WHERE inv.last_seen_at <= EXCLUDED.last_seen_at OR inv.eligibility = 'unknown'
 RETURNING node_name, (xmax = 0) AS inserted, (SELECT i.gone_at FROM {TABLE} i
-                                              WHERE i.node_name = inv.node_name) IS NOT NULL AS was_gone
+                                              WHERE i.node_name = inv.node_name) IS NOT NULL AS was_gone,
+          -- what the row held before (the statement's snapshot): the signals compare with it
+          (SELECT i.boot_id FROM {TABLE} i WHERE i.node_name = inv.node_name) AS boot_before,
+          (SELECT i.eligibility FROM {TABLE} i WHERE i.node_name = inv.node_name) AS eligibility_before,
+          (SELECT i.quarantined FROM {TABLE} i WHERE i.node_name = inv.node_name) AS quarantined_before,
+          boot_id, eligibility, quarantined
 """
+# Whether the inventory holds any node yet: on the first discovery every node is new, and none is a signal.
+ANY_SQL = f"SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE eligibility <> 'unknown')"
 # After a discovery of the whole cluster: a node it did not see left (or is no longer a GPU node).
 GONE_SQL = f"""
 UPDATE {TABLE} SET gone_at = %(seen_at)s, eligibility_since = %(seen_at)s
@@ -74,6 +86,8 @@ class SeenNode:
     gpu_model: str | None
     eligibility: str  # FREE or discovery's reason
     detail: str = ""
+    boot_id: str | None = None  # status.nodeInfo.bootID
+    quarantined: bool = False  # carries Cluster Doctor's quarantine label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +133,9 @@ class InventoryUpdate:
     returned: list[str]  # were gone, seen again
     gone: list[str]  # left the cluster with this discovery
     stale: int = 0  # rows a newer discovery had written already: left as they were
+    # what changed since the previous discovery, for the signals (issue 28 §2): new nodes (not on the first
+    # discovery), new boot ids, nodes uncordoned that carry or carried our quarantine label
+    changes: list[NodeChange] = dataclasses.field(default_factory=list)
 
     def describe(self) -> str:
         parts = [f"{self.seen} GPU node(s) seen"]
@@ -139,12 +156,15 @@ def record_discovery(connect: Any, seen: Sequence[SeenNode], *, seen_at: dt.date
     node range), so the nodes it did not see are gone. One transaction."""
     if seen_at.tzinfo is None:
         raise ValueError("seen_at must be timezone-aware")
-    rows = [(validate_node_name(n.name), n.gpu_model, n.gpu_count, n.eligibility, (n.detail or "")[:MAX_DETAIL])
-            for n in seen]
+    rows = [(validate_node_name(n.name), n.gpu_model, n.gpu_count, n.eligibility, (n.detail or "")[:MAX_DETAIL],
+             n.boot_id, n.quarantined) for n in seen]
     params = {"seen_at": seen_at, "names": [r[0] for r in rows], "models": [r[1] for r in rows],
-              "counts": [r[2] for r in rows], "eligibility": [r[3] for r in rows], "details": [r[4] for r in rows]}
+              "counts": [r[2] for r in rows], "eligibility": [r[3] for r in rows], "details": [r[4] for r in rows],
+              "boot_ids": [r[5] for r in rows], "quarantined": [r[6] for r in rows]}
     with connect() as conn, conn.cursor() as cur:
         written = []
+        cur.execute(ANY_SQL)
+        known_before = cur.fetchone()[0]
         if rows:
             cur.execute(UPSERT_SQL, params)
             written = cur.fetchall()
@@ -155,7 +175,24 @@ def record_discovery(connect: Any, seen: Sequence[SeenNode], *, seen_at: dt.date
         conn.commit()
     return InventoryUpdate(seen=len(rows), new=sorted(r[0] for r in written if r[1]),
                            returned=sorted(r[0] for r in written if not r[1] and r[2]), gone=gone,
-                           stale=len(rows) - len(written))
+                           stale=len(rows) - len(written), changes=_changes(written, known_before=known_before))
+
+
+def _changes(written: Sequence[Sequence[Any]], *, known_before: bool) -> list[NodeChange]:
+    """What the signals compare (``domain.signals.NodeChange``), from the upsert's rows: the node, whether it
+    was inserted, was gone, the boot id, eligibility and quarantine flag before, and those now."""
+    changes = []
+    for name, inserted, _gone, boot_before, eligibility_before, quarantined_before, boot_id, eligibility, \
+            quarantined in written:
+        if inserted:
+            if known_before:
+                changes.append(NodeChange(name, "new"))
+            continue
+        if boot_before and boot_id and boot_before != boot_id:
+            changes.append(NodeChange(name, "reboot", boot_before, boot_id))
+        if eligibility_before == "cordoned" and eligibility != "cordoned" and (quarantined_before or quarantined):
+            changes.append(NodeChange(name, "uncordoned"))
+    return sorted(changes, key=lambda c: (c.node_name, c.kind))
 
 
 def grace(settings: Any) -> dt.timedelta:
