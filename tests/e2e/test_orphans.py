@@ -82,3 +82,29 @@ def test_a_hard_killed_validation_task_leaks_its_pod_and_the_next_run_records_an
     # recorded before this run read the latest results: gpu-001 is fresh, so nothing was due
     assert [ti for ti in result["task_instances"] if ti["task_id"].startswith("validate.") and ti["map_index"] >= 0] == []
     assert result["states"][("reap_orphans", -1)] == "success"
+
+
+def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner, cluster, db_dsn):
+    """Issue 30: the task recorded its pass but the API refused the deletion, so the Completed pod stayed.
+    The next run does not take it for one "its task may still be handling": the row of its try says the
+    task is done with it. It is deleted, and its try keeps one row."""
+    from tests.e2e.conftest import script_result
+
+    cluster.add_gpu_node("gpu-001")
+    script_result(cluster, "gpu-001")
+    cluster.configure(forbidden=["delete pods"])
+    first = runner.run(logical_date=KILLED)
+    assert first["state"] == "success", runner.last_log[-3000:]
+    (left,) = [p for p in validation_pods(cluster) if not p["deleted"]]
+    assert left["phase"] == "Succeeded"
+    cluster.configure(forbidden=[])
+
+    second = runner.run(logical_date=NEXT)
+
+    assert second["state"] == "success", runner.last_log[-3000:]
+    assert "could not delete it" in runner.last_log
+    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=30,
+                     message="the left pod gone")
+    with psycopg.connect(**db_dsn) as conn:
+        rows = conn.execute("SELECT status, try_number, pod_name FROM validation_history").fetchall()
+    assert rows == [("pass", 1, left["name"])], rows
