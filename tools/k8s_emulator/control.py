@@ -15,7 +15,8 @@ from .util import jcopy, rfc3339
 
 NODE_KWARGS = {"name", "gpus", "product", "ready", "unschedulable", "taints", "labels", "cpu", "memory", "rdma",
                "pods", "annotations"}
-POD_KWARGS = {"name", "namespace", "gpus", "kind", "phase", "labels", "priority_class", "image", "cpu", "memory"}
+POD_KWARGS = {"name", "namespace", "gpus", "kind", "phase", "labels", "priority_class", "image", "cpu", "memory",
+              "reason", "message"}
 READY = {"True": ("KubeletReady", "kubelet is posting ready status"),
          "False": ("KubeletNotReady", "container runtime network not ready: NetworkReady=false "
                                       "reason:NetworkPluginNotReady"),
@@ -28,8 +29,11 @@ def _check(spec: dict, known: set, what: str):
 
 
 def patch_node(cluster, name: str, spec: dict) -> dict:
-    """Change a node the way its kubelet or an admin would: ready (True/False/"Unknown"), unschedulable,
-    labels (None deletes a key), taints (user taints; the lifecycle taints follow) and gpus (capacity)."""
+    """Change a node the way its kubelet, its device plugin, node-problem-detector or an admin would: ready
+    (True/False/"Unknown"), unschedulable, labels (None deletes a key), taints (user taints; the lifecycle
+    taints follow), gpus (capacity, allocatable and GPU Feature Discovery's count), allocatable_gpus (the
+    device plugin withdrew unhealthy GPUs: allocatable only), conditions (set by type as node-problem-detector
+    writes them) and reboot (a new bootID and the kubelet's Rebooted event)."""
     with cluster.store.lock:
         v = cluster.store.current("nodes", name)
         if v is None:
@@ -60,9 +64,48 @@ def patch_node(cluster, name: str, spec: dict) -> dict:
             for where in ("capacity", "allocatable"):
                 obj["status"].setdefault(where, {})["nvidia.com/gpu"] = str(spec["gpus"])
             obj["metadata"].setdefault("labels", {})["nvidia.com/gpu.count"] = str(spec["gpus"])
+        if "allocatable_gpus" in spec:  # the device plugin's ListAndWatch reports some devices Unhealthy
+            obj["status"].setdefault("allocatable", {})["nvidia.com/gpu"] = str(spec["allocatable_gpus"])
+        for cond in spec.get("conditions") or []:
+            _set_condition(obj, cond, now)
+        if spec.get("reboot"):
+            obj["status"].setdefault("nodeInfo", {})["bootID"] = fixtures.boot_id(name, now)
         raise_if("Node", name, validate_node(obj))
         apply_node_lifecycle(obj, cluster.settings.node_lifecycle_taints)
-        return cluster.store.put("nodes", name, obj).obj()
+        stored = cluster.store.put("nodes", name, obj).obj()
+    if spec.get("reboot"):  # the kubelet's event on a new boot id (pkg/kubelet/nodestatus, NodeRebooted)
+        boot = stored["status"]["nodeInfo"]["bootID"]
+        cluster.events.emit(stored, "Rebooted", f"Node {name} has been rebooted, boot id: {boot}", type_="Warning",
+                            host=name)
+    return stored
+
+
+def _set_condition(obj: dict, cond: dict, now: str) -> None:
+    """A node condition set as node-problem-detector sets it (a status patch merged by type): the transition
+    time moves only when the status changes, the heartbeat every time."""
+    _check(cond, {"type", "status", "reason", "message"}, "node condition")
+    if cond.get("type") in (None, "Ready"):
+        raise bad_request("a condition needs a type other than Ready (use ready=)")
+    conds = obj["status"].setdefault("conditions", [])
+    current = next((c for c in conds if c["type"] == cond["type"]), None)
+    if current is None:
+        current = {"type": cond["type"], "lastTransitionTime": now}
+        conds.append(current)
+    elif current.get("status") != cond.get("status"):
+        current["lastTransitionTime"] = now
+    current.update(status=str(cond.get("status", "True")), reason=cond.get("reason", ""),
+                   message=cond.get("message", ""), lastHeartbeatTime=now)
+
+
+def node_event(cluster, name: str, spec: dict) -> dict:
+    """An event on a node as node-problem-detector's kernel monitor records one (source component
+    kernel-monitor, host the node; the same reason and message again counts up)."""
+    _check(spec, {"reason", "message", "type", "component"}, "node event")
+    v = cluster.store.current("nodes", name)
+    if v is None:
+        raise not_found("nodes", name)
+    return cluster.events.emit(v.obj(), spec["reason"], spec.get("message", ""), type_=spec.get("type", "Warning"),
+                               component=spec.get("component", "kernel-monitor"), host=name)
 
 
 def add_user_pod(cluster, spec: dict) -> dict:
@@ -72,11 +115,16 @@ def add_user_pod(cluster, spec: dict) -> dict:
     spec = dict(spec)
     node, run_seconds = spec.pop("node", None), spec.pop("run_seconds", None)
     _check(spec, POD_KWARGS, "user pod")
-    running = spec.get("phase", "Running") == "Running"
+    running = spec.get("phase", "Running") in ("Running", "Failed")  # Failed: bound, rejected at admission
     if running and node and cluster.store.current("nodes", node) is None:
         raise not_found("nodes", node)
     pod = fixtures.user_pod(node, node_ip=cluster.kubelet.host_ip(node) if running and node else None, **spec)
     v = cluster.api.create(TYPES["pods"], pod["metadata"]["namespace"], pod, static=running)
+    if spec.get("phase") == "Failed":  # the kubelet's admission failure event (Kubelet.HandlePodAdditions)
+        status = v.obj()["status"]
+        cluster.events.emit(v.obj(), status["reason"], status["message"].removeprefix("Pod was rejected: "),
+                            type_="Warning", host=node)
+        return v.obj()
     key = f"{pod['metadata']['namespace']}/{v.obj()['metadata']['name']}"
     if running and run_seconds is not None:
         cluster.kubelet.complete_later(key, v.info.uid, float(run_seconds))
@@ -106,6 +154,8 @@ def handle(cluster, method: str, path: str, q: dict, body) -> tuple[int, object]
         if method == "DELETE":
             return 200, cluster.api.delete(TYPES["nodes"], None, m.group(1), None, {})
         return 200, patch_node(cluster, m.group(1), body)
+    if (m := re.fullmatch(r"nodes/([^/]+)/events", route)) and method == "POST":
+        return 201, node_event(cluster, m.group(1), body)
     if route == "pods" and method == "POST":
         return 201, add_user_pod(cluster, body)
     if (m := re.fullmatch(r"pods/([^/]+)/([^/]+)/(evict|preempt|complete)", route)) and method == "POST":
@@ -120,7 +170,8 @@ def handle(cluster, method: str, path: str, q: dict, body) -> tuple[int, object]
         elif what == "preempt":
             cluster.scheduler.preempt_pod(f"{ns}/{name}", v.info.uid, preemptor=body.get("preemptor"))
         else:
-            cluster.kubelet.finish_static_pod(f"{ns}/{name}", v.info.uid, int(body.get("exit_code", 0)))
+            cluster.kubelet.finish_static_pod(f"{ns}/{name}", v.info.uid, int(body.get("exit_code", 0)),
+                                              reason=body.get("reason"), message=body.get("message"))
         return 200, {"ok": True}
     if route == "history" and method == "GET":
         lsel = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None

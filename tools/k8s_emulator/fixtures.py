@@ -92,19 +92,27 @@ def gpu_node(name: str, gpus: int = 8, product: str = "NVIDIA-H100-80GB-HBM3", r
         "capacity": cap, "allocatable": alloc, "conditions": conds,
         "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {"machineID": _md5(name), "systemUUID": _md5("s" + name), "bootID": _md5("b" + name),
+        "nodeInfo": {"machineID": _md5(name), "systemUUID": _md5("s" + name), "bootID": boot_id(name),
                      "kernelVersion": "5.15.0-1063-nvidia", "osImage": "Ubuntu 22.04.4 LTS",
                      "containerRuntimeVersion": "containerd://1.7.18", "kubeletVersion": "v1.31.4",
                      "kubeProxyVersion": "v1.31.4", "operatingSystem": "linux", "architecture": "amd64"},
         "images": []}}
 
 
+def boot_id(name: str, seed: str = "") -> str:
+    """A node's bootID (a UUID, as /proc/sys/kernel/random/boot_id gives it): new with each boot (``seed``)."""
+    return _fake_uid("b" + name + seed)
+
+
 def user_pod(node: str | None, *, name: str | None = None, namespace: str = "default", gpus: int = 8, kind: str = "Job",
              phase: str = "Running", labels: dict | None = None, priority_class: str | None = None,
              image: str = "nvcr.io/nvidia/pytorch:24.05-py3", cpu: str = "32", memory: str = "256Gi",
-             node_ip: str | None = None) -> dict:
+             node_ip: str | None = None, reason: str | None = None, message: str | None = None) -> dict:
     """A user workload pod as its controller creates it. phase Running: bound to node with a running status
-    (written as is); phase Pending: unbound, pinned to node by required node affinity so the scheduler places it."""
+    (written as is); phase Pending: unbound, pinned to node by required node affinity so the scheduler places it;
+    phase Failed: bound and rejected by the kubelet at admission, as it leaves such a pod (``reason``, default
+    UnexpectedAdmissionError when the device plugin cannot allocate its GPUs, and ``message``; no container
+    ever started)."""
     owner = f"{'inference' if kind == 'Deployment' else 'train'}-{random_suffix(5)}"
     lab, owners, restart = {}, [], "Never"
     if kind == "Job":
@@ -146,6 +154,12 @@ def user_pod(node: str | None, *, name: str | None = None, namespace: str = "def
                                    "imageID": image.split(":")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest(),
                                    "containerID": "containerd://" + hashlib.sha256((name + started).encode()).hexdigest(),
                                    "started": True}]}
+    elif phase == "Failed":
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Failed", "reason": reason or "UnexpectedAdmissionError",
+                         "message": message or (f"Pod was rejected: Allocate failed due to requested number of devices "
+                                                f"unavailable for nvidia.com/gpu. Requested: {gpus}, Available: 0, "
+                                                "which is unexpected"), "startTime": rfc3339()}
     elif node:
         pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}

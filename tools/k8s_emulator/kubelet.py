@@ -558,8 +558,11 @@ class Kubelet:
     def complete_later(self, key: str, uid: str, seconds: float):
         self.timers.call_later(seconds, lambda: self.finish_static_pod(key, uid, 0))
 
-    def finish_static_pod(self, key: str, uid: str, exit_code: int, evicted: str | None = None):
-        """A static (runtime-less) pod ends: Succeeded/Failed, or Failed/Evicted by node pressure."""
+    def finish_static_pod(self, key: str, uid: str, exit_code: int, evicted: str | None = None, *,
+                          reason: str | None = None, message: str | None = None):
+        """A static (runtime-less) pod ends: Succeeded/Failed, or Failed/Evicted by node pressure. ``reason`` and
+        ``message``: its container's termination reason (default Completed / Error) and message (what the
+        container wrote to its termination-log)."""
         with self.store.lock:
             v = self.store.current("pods", key)
             if v is None or v.info.uid != uid or v.info.terminal:
@@ -573,7 +576,9 @@ class Kubelet:
                 st["reason"], st["message"] = "Evicted", evicted
             for cs in st.get("containerStatuses") or []:
                 started = ((cs.get("state") or {}).get("running") or {}).get("startedAt") or now
-                cs["state"] = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                cs["state"] = {"terminated": {"exitCode": exit_code,
+                                              "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+                                              **({"message": message} if message else {}),
                                               "startedAt": started, "finishedAt": now,
                                               **({"containerID": cs["containerID"]} if cs.get("containerID") else {})}}
                 cs["ready"] = cs["started"] = False

@@ -192,8 +192,16 @@ class EmulatorProcess:
                                             "unschedulable": unschedulable, "taints": taints, "labels": labels, **extra})
 
     def patch_node(self, name: str, **changes) -> dict:
-        """changes: ready (True/False/"Unknown"), unschedulable, labels (None deletes a key), taints, gpus."""
+        """changes: ready (True/False/"Unknown"), unschedulable, labels (None deletes a key), taints, gpus,
+        allocatable_gpus (the device plugin withdrew some), conditions ([{type, status, reason, message}], as
+        node-problem-detector sets them), reboot (True: a new bootID and the kubelet's Rebooted event)."""
         return self._call("PATCH", f"nodes/{name}", changes)
+
+    def node_event(self, name: str, reason: str, message: str = "", *, type_: str = "Warning",
+                   component: str = "kernel-monitor") -> dict:
+        """An event on the node as node-problem-detector records one (the same again counts up)."""
+        return self._call("POST", f"nodes/{name}/events", {"reason": reason, "message": message, "type": type_,
+                                                           "component": component})
 
     def set_node_ready(self, name: str, ready=True) -> dict:
         return self.patch_node(name, ready=ready)
@@ -225,8 +233,12 @@ class EmulatorProcess:
     def preempt(self, namespace: str, name: str, preemptor_uid: str | None = None):
         return self._call("POST", f"pods/{namespace}/{name}/preempt", {"preemptor": preemptor_uid})
 
-    def complete_pod(self, namespace: str, name: str, exit_code: int = 0):
-        return self._call("POST", f"pods/{namespace}/{name}/complete", {"exit_code": exit_code})
+    def complete_pod(self, namespace: str, name: str, exit_code: int = 0, *, reason: str | None = None,
+                     message: str | None = None):
+        """A simulated pod's container ends with ``exit_code`` (reason Completed/Error unless given; ``message``:
+        its termination message): the pod is Succeeded or Failed."""
+        return self._call("POST", f"pods/{namespace}/{name}/complete", {"exit_code": exit_code, "reason": reason,
+                                                                        "message": message})
 
     def pod_history(self, label_selector: str | None = None, namespace: str | None = None) -> list[dict]:
         """Every pod created through the API or the control API (not bulk-loaded ones), with deleted

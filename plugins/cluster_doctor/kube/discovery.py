@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
@@ -36,6 +37,9 @@ import hostlist
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName, NodeRange, validate_node_name
+from cluster_doctor.domain.quarantine import LABEL as QUARANTINE_LABEL
+from cluster_doctor.domain.quarantine import LABEL_VALUE as QUARANTINE_VALUE
+from cluster_doctor.domain.signals import ConditionSeen
 from cluster_doctor.domain.taints import untolerated_taints
 from cluster_doctor.kube import listing
 from cluster_doctor.kube.listing import PAGE_SIZE, ListRefused, paginate  # noqa: F401 - re-exported
@@ -81,6 +85,16 @@ class GpuShortfall:
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeFacts:
+    """What the signals (issue 28 §2) read of a GPU node in the same list: its boot id, whether it carries
+    Cluster Doctor's quarantine label, and its conditions of the types setting signal_node_conditions names."""
+
+    boot_id: str | None
+    quarantined: bool
+    conditions: tuple[ConditionSeen, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Ineligible:
     name: str
     reason: str  # one of the constants above
@@ -103,6 +117,8 @@ class Discovery:
     read_mode: str = "watch-cache"  # or "paged" when the server refused resourceVersion=0 lists
     # the nodes offering fewer GPUs than they have (still validated; their suites expect their count)
     short: list[GpuShortfall] = dataclasses.field(default_factory=list)
+    # per GPU node (valid names), what the signals read: boot id, quarantine label, watched conditions
+    facts: dict[str, NodeFacts] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,8 +271,10 @@ def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *,
     # works on it while the nodes are read, and its body is read ahead while the chunk before is
     # decoded (a few MiB at most). Its items wait until the GPU nodes are known.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-doctor-list") as pool:
+        # only the pods that name the GPU resource are decoded (the others cannot hold or want its GPUs)
         asked = pool.submit(list_all, core_v1.list_pod_for_all_namespaces, calls, mode, kind="pods",
-                            field_selector=ACTIVE_PODS, prefetch=PREFETCH_CHUNKS)
+                            field_selector=ACTIVE_PODS, prefetch=PREFETCH_CHUNKS,
+                            keep=listing.quoted(settings.gpu_resource))
         try:
             return _classify(core_v1, settings, node_range, calls, mode, asked.result())
         finally:
@@ -274,6 +292,7 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
     has: dict[str, int] = {}  # name -> the GPUs the node has, where known
     short: list[GpuShortfall] = []
     ineligible: dict[str, Ineligible] = {}
+    facts: dict[str, NodeFacts] = {}
 
     def exclude(name: str, reason: str, detail: str) -> None:
         if name not in ineligible:
@@ -303,7 +322,8 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
         except InvalidNodeName:
             exclude(name, INVALID_NAME, "not a valid Kubernetes node name; never put into a pod spec")
             continue
-        problem = node_problem(listing.node_dict(node), settings.tolerations)
+        facts[name] = node_facts(node, whole := listing.node_dict(node), settings)
+        problem = node_problem(whole, settings.tolerations)
         if problem:
             exclude(name, *problem)
 
@@ -313,7 +333,7 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
     # status only, for a node it is nominated to
     nominations: list[tuple[str, str]] = []  # applied after every bound pod: a holder is the reason first
     for batch in pods:
-        pods_seen += len(batch)
+        pods_seen += listing.seen(batch)
         for pod in batch:
             name = pod.spec.nodeName if pod.spec else ""
             if not name:
@@ -341,7 +361,27 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
         decode_seconds=calls.decode_seconds,
         read_mode=mode[0],
         short=sorted(short, key=lambda n: order(n.name)),
+        facts=facts,
     )
+
+
+def node_facts(node: listing.LazyNode, whole: Mapping[str, Any], settings: Settings) -> NodeFacts:
+    """The boot id, our quarantine label and the watched conditions of a GPU node (never our own
+    ``ClusterDoctorHealthy``: domain.signals.conditions leaves it out again)."""
+    watched = settings.signal_node_conditions
+    conditions = tuple(
+        ConditionSeen(str(c.get("type")), str(c.get("status")), c.get("reason") or "", c.get("message") or "",
+                      _time(c.get("lastTransitionTime")))
+        for c in (whole.get("status") or {}).get("conditions") or [] if c.get("type") in watched)
+    return NodeFacts(node.boot_id or None, node.label(QUARANTINE_LABEL) == QUARANTINE_VALUE, conditions)
+
+
+def _time(value: Any) -> dt.datetime | None:
+    """An RFC 3339 time of the API (``2026-11-28T10:04:00Z``), None when absent or unreadable."""
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
 
 
 def node_gpus(node: listing.LazyNode, resource: str) -> tuple[int, str] | None:

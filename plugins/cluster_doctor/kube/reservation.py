@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import priority
@@ -139,10 +139,13 @@ def reconcile(
     run_id: str,
     node_selector: str = "",
     now: dt.datetime | None = None,
+    suspects: Collection[str] = (),
 ) -> ReservationReport:
     """One run's reservations; see the module docstring. ``busy``/``free``: this run's discovery (busy: a
-    user pod holds the GPUs; eligible otherwise); ``latest``: the pair states of those nodes. Makes no
-    call at all when disabled. Long: the steps read in the order they happen, each a few lines."""
+    user pod holds the GPUs; eligible otherwise); ``latest``: the pair states of those nodes; ``suspects``:
+    nodes a signal made suspect (issue 28 §2): a busy one is reserved first, within the same limit and
+    breaker, and kept until validated. Makes no call at all when disabled. Long: the steps read in the
+    order they happen, each a few lines."""
     if not policy.enabled:
         return ReservationReport(enabled=False)
     from cluster_doctor.kube import discovery
@@ -156,6 +159,7 @@ def reconcile(
     busy_set, free_set = set(busy), set(free)
     overdue_now = {o.node_name for o in policy_of.overdue(
         sorted(busy_set | free_set), tests, latest, now=now, due_policy=due_policy, policy=policy)}
+    overdue_now |= set(suspects) & (busy_set | free_set)  # a suspect is due whatever its staleness
     known = {} if policy.dry_run else rows.open_reservations(connect)
 
     for name, node in sorted(ours.items()):
@@ -177,9 +181,10 @@ def reconcile(
         if not policy.dry_run:
             rows.seen(connect, name, busy=name in busy_set, at=now)
 
-    candidates = [o for o in policy_of.overdue(
+    first = [policy_of.Overdue(n, None) for n in sorted(set(suspects) & (busy_set - set(ours)))]
+    candidates = [o for o in first + [o for o in policy_of.overdue(
         sorted(busy_set - set(ours)), tests, latest, now=now, due_policy=due_policy, policy=policy)
-        if not _quarantined(nodes.get(o.node_name) or {})]
+        if o.node_name not in set(suspects)] if not _quarantined(nodes.get(o.node_name) or {})]
     choice = policy_of.choose(candidates, reserved=len(report.reserved),
                               overdue_reserved=len(set(report.reserved) & overdue_now), gpu_nodes=gpu_nodes,
                               policy=policy)
@@ -190,20 +195,60 @@ def reconcile(
         return report
     for overdue in choice.reserve:
         node = nodes.get(overdue.node_name)
-        if node is None:
-            continue
-        oldest = overdue.oldest.isoformat(timespec="minutes") if overdue.oldest else "never validated"
-        if policy.dry_run:
-            log.info("reservation dry run: would taint %s %s:NoSchedule (oldest result: %s)", overdue.node_name,
-                     KEY, oldest)
-        else:
-            patch_node(core_v1, node, _reserve_body(now, run_id))
-            rows.opened(connect, overdue.node_name, gpu_count=_gpus(node), run_id=run_id, at=now)
-            log.warning("reserved %s: taint %s:NoSchedule, no new user pod lands on it; it is validated when its "
-                        "job ends (oldest result: %s)", overdue.node_name, KEY, oldest)
-        report.applied.append(overdue.node_name)
-        report.reserved.append(overdue.node_name)
+        if node is not None:
+            _reserve(core_v1, connect, node, overdue, policy, run_id=run_id, now=now,
+                     suspect=overdue.node_name in suspects)
+            report.applied.append(overdue.node_name)
+            report.reserved.append(overdue.node_name)
     return report
+
+
+def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, busy: Collection[str],
+                     gpu_nodes: int, run_id: str, node_selector: str = "",
+                     now: dt.datetime | None = None) -> ReservationReport:
+    """The fast path's part (issue 28 §2): taint the busy suspects ``busy`` now, so no new user job lands on
+    them before their validation; within the same limit and breaker as ``reconcile`` (every node carrying
+    our taint counts against the limit, and as overdue for the breaker). Releases are left to the run's
+    ``reconcile``. Makes no call at all when disabled or when no suspect is busy."""
+    if not policy.enabled or not busy:
+        return ReservationReport(enabled=policy.enabled)
+    now = now or dt.datetime.now(dt.UTC)
+    report = ReservationReport(enabled=True, dry_run=policy.dry_run, gpu_nodes=gpu_nodes,
+                               limit=policy.limit(gpu_nodes))
+    from cluster_doctor.kube import discovery
+
+    kwargs = {"label_selector": node_selector} if node_selector else {}
+    nodes = {n["metadata"]["name"]: n for n in discovery.paginate(core_v1.list_node, [0], **kwargs)}
+    report.reserved = sorted(name for name, n in nodes.items() if is_reserved(n))
+    candidates = [policy_of.Overdue(n, None) for n in sorted(busy) if n in nodes and n not in report.reserved
+                  and not _quarantined(nodes[n])]
+    choice = policy_of.choose(candidates, reserved=len(report.reserved), overdue_reserved=len(report.reserved),
+                              gpu_nodes=gpu_nodes, policy=policy)
+    report.waiting = [o.node_name for o in choice.waiting]
+    if choice.breaker_open:
+        report.breaker_open, report.breaker_reason = True, choice.breaker_reason
+        log.error("reservation CIRCUIT BREAKER OPEN: %s", choice.breaker_reason)
+        return report
+    for suspect in choice.reserve:
+        _reserve(core_v1, connect, nodes[suspect.node_name], suspect, policy, run_id=run_id, now=now, suspect=True)
+        report.applied.append(suspect.node_name)
+        report.reserved.append(suspect.node_name)
+    return report
+
+
+def _reserve(core_v1: Any, connect: Any, node: Mapping[str, Any], overdue: policy_of.Overdue,
+             policy: ReservationPolicy, *, run_id: str, now: dt.datetime, suspect: bool) -> None:
+    """Our taint on one chosen node (logged only in a dry run), and its row opened."""
+    oldest = overdue.oldest.isoformat(timespec="minutes") if overdue.oldest else \
+        "suspect" if suspect else "never validated"
+    if policy.dry_run:
+        log.info("reservation dry run: would taint %s %s:NoSchedule (oldest result: %s)", overdue.node_name,
+                 KEY, oldest)
+        return
+    patch_node(core_v1, node, _reserve_body(now, run_id))
+    rows.opened(connect, overdue.node_name, gpu_count=_gpus(node), run_id=run_id, at=now)
+    log.warning("reserved %s: taint %s:NoSchedule, no new user pod lands on it; it is validated when its "
+                "job ends (oldest result: %s)", overdue.node_name, KEY, oldest)
 
 
 def _gpus(node: Mapping[str, Any]) -> int:
