@@ -15,7 +15,10 @@ def run_suite_pod(emu, node: str, suite: str, output_dir: pathlib.Path, *, timeo
     v1.create_namespaced_pod("default", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"cluster-doctor.io/test": suite}},
-        "spec": {"nodeName": node, "restartPolicy": "Never", "containers": [{
+        # as the validation pod template: an emptyDir at /tmp (the node's own tools live on the host)
+        "spec": {"nodeName": node, "restartPolicy": "Never", "volumes": [{"name": "tmp", "emptyDir": {}}],
+                 "containers": [{
+            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
             "name": "suite", "image": "cluster-doctor-suites:test",
             "command": ["python", "-m", f"cluster_doctor_suites.{suite}", "--device", "cpu",
                         "--output-dir", str(output_dir)],

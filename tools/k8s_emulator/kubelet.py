@@ -462,10 +462,11 @@ class Kubelet:
                         f"couldn't find key {ref.get('key')} in ConfigMap {ns}/{ref.get('name')}"
             elif "secretKeyRef" in vf and not vf["secretKeyRef"].get("optional"):
                 error = f'secret "{vf["secretKeyRef"].get("name")}" not found'
-        # an exec script's own environment (a node's own tools on PATH, e.g. one that reports a fault)
+        env = {k: paths.rewrite(v) for k, v in env.items()}
+        # an exec script's own environment (a node's own tools on PATH, e.g. one that reports a fault):
+        # host paths already, never rewritten as the container's mount paths are (/tmp may be one)
         if (rt.script or {}).get("action") == "exec":
             env.update((rt.script or {}).get("env") or {})
-        env = {k: paths.rewrite(v) for k, v in env.items()}
         argv = [paths.rewrite(expand(a, env)) for a in (cs.get("command") or []) + (cs.get("args") or [])]
         if argv:
             exe = self.settings.executables
