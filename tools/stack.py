@@ -40,6 +40,8 @@ import urllib.request
 import uuid
 import warnings
 
+import timing
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BIN = pathlib.Path(sys.executable).parent
 MARKER = "CD_LOCAL_STACK_ID"
@@ -396,8 +398,9 @@ def start_postgres(record: Record, say) -> tuple[str, str]:
 
 
 def up(state: pathlib.Path, *, port: int, nodes: int, churn_interval: float, seed: int | None,
-       timeout: float, say=print) -> dict:
-    """Start the stack; on any failure stop what was started and raise StackError."""
+       timeout: float, say=print, phases: timing.Phases | None = None) -> dict:
+    """Start the stack; on any failure stop what was started and raise StackError. ``phases`` marks
+    where the time goes (the breakdown ``make up`` prints last)."""
     for sub in ("logs", "airflow/plugins", "reports"):
         (state / sub).mkdir(parents=True, exist_ok=True)
     record = Record(state, {"id": uuid.uuid4().hex, "port": port, "url": f"http://127.0.0.1:{port}",
@@ -406,7 +409,7 @@ def up(state: pathlib.Path, *, port: int, nodes: int, churn_interval: float, see
     started = time.monotonic()
     try:
         return _up(record, nodes=nodes, churn_interval=churn_interval, seed=seed, timeout=timeout,
-                   say=say, started=started)
+                   say=say, started=started, mark=(phases or timing.Phases()).mark)
     except BaseException as exc:
         if isinstance(exc, StackError):
             report(exc)
@@ -417,50 +420,40 @@ def up(state: pathlib.Path, *, port: int, nodes: int, churn_interval: float, see
 
 
 def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, timeout: float, say,
-        started: float) -> dict:
-    state, port, stack_id = record.state, record.data["port"], record.stack_id
+        started: float, mark) -> dict:
+    """The start, in the order that waits least: the cluster boots while the databases are migrated, the
+    Airflow components start together, the pool is set through the REST API once they answer (no CLI
+    process competing with them for the CPUs), and the DAG is unpaused once the cluster is ready."""
+    state, port = record.state, record.data["port"]
     deadline = started + timeout
+    mark("PostgreSQL")
     socket_dir, results_url = start_postgres(record, say)
-
-    cluster_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    cluster_env.update({MARKER: stack_id, PART: "cluster", "PYTHONDONTWRITEBYTECODE": "1"})
+    mark("cluster start")
     cluster_dir = state / "cluster"
-    (cluster_dir / "ready.json").unlink(missing_ok=True)
-    argv = [sys.executable, str(REPO / "tools" / "stack_cluster.py"), "--state-dir", str(cluster_dir),
-            "--nodes", str(nodes), "--interval", str(churn_interval)]
-    argv += ["--seed", str(seed)] if seed is not None else []
-    cluster = spawn(record, "cluster", argv, cluster_env)
-    procs = {"cluster": (cluster, pathlib.Path(record.data["processes"]["cluster"]["log"]))}
-    ready = _wait("the simulated cluster", lambda: (cluster_dir / "ready.json").exists() and
-                  json.loads((cluster_dir / "ready.json").read_text()), procs, deadline - time.monotonic())
-    say(f"simulated cluster: {len(ready['nodes'])} GPU nodes at {ready['url']}, churn every {churn_interval:g} s")
+    procs = {"cluster": start_cluster(record, cluster_dir, nodes=nodes, churn_interval=churn_interval,
+                                      seed=seed)}
 
     from cluster_doctor.store.history import ResultStore
 
+    mark("results DB")
     ResultStore(results_url).upgrade()
     say("results DB migrated (cluster-doctor db upgrade)")
-    env = airflow_env(state, port=port, stack_id=stack_id, socket_dir=socket_dir, kubeconfig=ready["kubeconfig"])
+    # the kubeconfig the cluster writes (stack_cluster: <its state dir>/kubeconfig), before it exists
+    env = airflow_env(state, port=port, stack_id=record.stack_id, socket_dir=socket_dir,
+                      kubeconfig=str(cluster_dir.resolve() / "kubeconfig"))
     password = secrets.token_urlsafe(12)
-    secret_file(pathlib.Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]), json.dumps({USER: password}))
+    secret_file(pathlib.Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]),
+                json.dumps({USER: password}))
     # the same configuration for the airflow CLI (set -a; . .stack/airflow.env; set +a), without the
     # stack's id: `down` stops what carries it, and a CLI command of the user is not the stack's
     secret_file(state / "airflow.env", "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items())
                                                if k.startswith(("AIRFLOW", "CLUSTER_DOCTOR_"))))
+    mark("airflow db migrate")
+    migrate_metadata(state, env, socket_dir, deadline, say)
 
-    airflow = str(BIN / "airflow")
-    migrate_log = state / "logs" / "db-migrate.log"
-    with open(migrate_log, "wb") as fh:
-        migrate = subprocess.run([airflow, "db", "migrate"], env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                 timeout=max(60.0, deadline - time.monotonic()))
-    if migrate.returncode != 0:
-        raise StackError(f"airflow db migrate failed (exit {migrate.returncode})", migrate_log)
-    say("Airflow metadata DB migrated")
-
-    # a DAG cannot create its pool; upserted at each up, deferred tasks counted (as the compose init does)
-    pool = spawn(record, "pool", [airflow, "pools", "set", POOL, str(POOL_SLOTS), "Cluster Doctor: concurrent GPU "
-                                  "validation pods", "--include-deferred"], env)
+    mark("components healthy")
     for name, args in COMPONENTS.items():
-        proc = spawn(record, name, [airflow, *(a.format(port=port) for a in args)], env)
+        proc = spawn(record, name, [str(BIN / "airflow"), *(a.format(port=port) for a in args)], env)
         procs[name] = (proc, pathlib.Path(record.data["processes"][name]["log"]))
     base = record.data["url"]
 
@@ -470,15 +463,95 @@ def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, 
                                      for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
 
     _wait("the Airflow components to report healthy", healthy, procs, deadline - time.monotonic())
-    pool_log = pathlib.Path(record.data["processes"]["pool"]["log"])
-    if pool.wait(timeout=max(10.0, deadline - time.monotonic())) != 0:
-        raise StackError(f"airflow pools set failed (exit {pool.returncode})", pool_log)
-    del record.data["processes"]["pool"]
-    record.save()
+    jwt = token(base, password)
+    set_pool(base, jwt)
     say(f"Airflow up: api-server, scheduler, dag-processor, triggerer; pool {POOL} = {POOL_SLOTS} slots")
 
-    jwt = token(base, password)
+    mark("cluster ready")
+    ready = _wait("the simulated cluster", lambda: (cluster_dir / "ready.json").exists() and
+                  json.loads((cluster_dir / "ready.json").read_text()), procs, deadline - time.monotonic())
+    if pathlib.Path(ready["kubeconfig"]).resolve() != cluster_dir.resolve() / "kubeconfig":
+        raise StackError(f"the cluster wrote its kubeconfig to {ready['kubeconfig']}, not where the "
+                         "connection points")
+    say(f"simulated cluster: {len(ready['nodes'])} GPU nodes at {ready['url']}, "
+        f"churn every {churn_interval:g} s")
 
+    mark("DAG parsed")
+    unpause_when_parsed(base, jwt, procs, deadline)
+    mark("unpaused")
+    record.data["ready_s"] = round(time.monotonic() - started, 1)
+    record.save()
+    return {"url": base, "user": USER, "password": password, "record": record, "cluster": ready,
+            "results_url": results_url, "env": env}
+
+
+def start_cluster(record: Record, cluster_dir: pathlib.Path, *, nodes: int, churn_interval: float,
+                  seed: int | None) -> tuple[subprocess.Popen, pathlib.Path]:
+    """The simulated cluster's process (tools/stack_cluster.py), started, not waited for."""
+    cluster_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cluster_env.update({MARKER: record.stack_id, PART: "cluster", "PYTHONDONTWRITEBYTECODE": "1"})
+    (cluster_dir / "ready.json").unlink(missing_ok=True)
+    argv = [sys.executable, str(REPO / "tools" / "stack_cluster.py"), "--state-dir", str(cluster_dir),
+            "--nodes", str(nodes), "--interval", str(churn_interval)]
+    argv += ["--seed", str(seed)] if seed is not None else []
+    cluster = spawn(record, "cluster", argv, cluster_env)
+    return cluster, pathlib.Path(record.data["processes"]["cluster"]["log"])
+
+
+def _airflow_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("apache-airflow-core")
+
+
+def _alembic_revision(socket_dir: str) -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(host=socket_dir, user="postgres", dbname="airflow", connect_timeout=5) as conn:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except psycopg.Error:
+        return None
+    return row[0] if row else None
+
+
+def migrate_metadata(state: pathlib.Path, env: dict, socket_dir: str, deadline: float, say) -> None:
+    """``airflow db migrate``, unless this state dir's metadata DB is at the revision the last migrate by
+    this Airflow version left (state/airflow/migrated.json): a migrate with nothing to do costs an Airflow
+    process start, seconds on a small machine."""
+    done = state / "airflow" / "migrated.json"
+    revision = _alembic_revision(socket_dir)
+    try:
+        last = json.loads(done.read_text())
+    except (OSError, ValueError):
+        last = {}
+    if revision and last == {"airflow": _airflow_version(), "revision": revision}:
+        say(f"Airflow metadata DB already migrated (revision {revision})")
+        return
+    migrate_log = state / "logs" / "db-migrate.log"
+    with open(migrate_log, "wb") as fh:
+        migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, stdout=fh,
+                                 stderr=subprocess.STDOUT, timeout=max(60.0, deadline - time.monotonic()))
+    if migrate.returncode != 0:
+        raise StackError(f"airflow db migrate failed (exit {migrate.returncode})", migrate_log)
+    done.write_text(json.dumps({"airflow": _airflow_version(), "revision": _alembic_revision(socket_dir)}))
+    say("Airflow metadata DB migrated")
+
+
+def set_pool(base: str, jwt: str) -> None:
+    """The pool a DAG cannot create itself, upserted at each up, deferred tasks counted (as the compose
+    init's `airflow pools set ... --include-deferred`), through the REST API."""
+    body = {"slots": POOL_SLOTS, "description": "Cluster Doctor: concurrent GPU validation pods",
+            "include_deferred": True}
+    status, answer = http("PATCH", f"{base}/api/v2/pools/{POOL}", {"name": POOL, **body}, token=jwt)
+    if status == 404:
+        status, answer = http("POST", f"{base}/api/v2/pools", {"name": POOL, **body}, token=jwt)
+    if status not in (200, 201):
+        raise StackError(f"could not set pool {POOL}: {status} {answer}")
+
+
+def unpause_when_parsed(base: str, jwt: str, procs: dict, deadline: float) -> None:
+    """Wait for the dag-processor to parse the DAG (an import error ends the wait), then unpause it."""
     def dag_parsed():
         status, body = http("GET", f"{base}/api/v2/importErrors", token=jwt)
         if status == 200 and body["total_entries"]:
@@ -491,10 +564,6 @@ def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, 
     status, body = http("PATCH", f"{base}/api/v2/dags/{DAG_ID}", {"is_paused": False}, token=jwt)
     if status != 200:
         raise StackError(f"could not unpause {DAG_ID}: {status} {body}")
-    record.data["ready_s"] = round(time.monotonic() - started, 1)
-    record.save()
-    return {"url": base, "user": USER, "password": password, "record": record, "cluster": ready,
-            "results_url": results_url, "env": env}
 
 
 def describe(state: pathlib.Path, info: dict) -> str:
@@ -572,9 +641,12 @@ def main(argv: list[str] | None = None) -> int:
                              "choose another with STACK_PORT=8090 make up")
         # SIGTERM (e.g. a CI timeout) takes the same path as Ctrl-C: stop what was started
         signal.signal(signal.SIGTERM, _interrupted)
+        phases = timing.Phases()
         info = up(state, port=args.port, nodes=args.nodes, churn_interval=args.churn_interval, seed=args.seed,
-                  timeout=args.timeout)
+                  timeout=args.timeout, phases=phases)
         print(describe(state, info))
+        # measured from this command's start: the figure the README quotes
+        print("\n" + phases.line("make up ready"))
         return 0
     except StackError as exc:
         if not getattr(exc, "reported", False):

@@ -2,7 +2,9 @@
 where the CLI's embedded default finds them (CLUSTER_DOCTOR_HOME=.demo). Its one failure is a real one."""
 
 import datetime as dt
+import os
 import pathlib
+import re
 import shutil
 import tempfile
 
@@ -96,3 +98,23 @@ def test_the_demos_failure_is_the_suites_own_with_its_code_and_action(tmp_path, 
         assert summary["status"] == "fail" and summary["node"] == demo.FAULTY
         assert (summary["code"], summary["action"]) == ("XID_MEMORY_ERROR", "reset_gpu"), summary
         assert run_suite_pod(emu, "gpu-001", "gpu_health", tmp_path / "out")["status"] == "pass"
+
+
+def test_the_last_line_says_how_long_the_command_took_where_the_time_went_and_on_what(monkeypatch):
+    """make demo and make up end with one line the README quotes: the seconds from the process start,
+    each phase's seconds in order, and the machine's CPUs and load."""
+    import time
+
+    import timing
+
+    phases = timing.Phases()
+    phases.mark("database")
+    time.sleep(0.2)
+    phases.mark("DAG runs")
+    line = phases.line("make demo finished")
+    m = re.fullmatch(r"make demo finished in (\d+) s \(start (\d+) s, database (\d+) s, DAG runs (\d+) s; "
+                     r"(\d+) CPUs, load [\d.]+ \(1 min\) / [\d.]+ \(5 min\)\)", line)
+    assert m, line
+    assert int(m[1]) >= int(m[2]) and int(m[5]) == os.cpu_count()
+    assert abs(sum(map(int, m.groups()[1:4])) - int(m[1])) <= 3  # the phases add up to the total
+
