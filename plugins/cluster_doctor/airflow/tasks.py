@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.airflow import storage
+from cluster_doctor.airflow import signals_task, storage
 from cluster_doctor.domain import bundles as bundles_policy
 from cluster_doctor.domain import fleet_verdicts, planning, priority, run_plan
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
@@ -82,7 +82,10 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         warnings.append(f"{len(found.short)} GPU node(s) offer fewer GPUs than they have (the device plugin "
                         f"marked some unhealthy): " + "; ".join(n.line() for n in found.short[:20]))
         log.warning("%s", warnings[-1])
-    inventory_at = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
+    update = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
+    inventory_at = now if update is not None else None
+    if store:  # the signals between validations (issue 28 §2): suspects, planned first by prioritize
+        signals_task.read_signals(core_v1, settings, found, update, store, now)
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
     # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
     mounts = volumes.check(core_v1, settings, run.tests)
@@ -98,22 +101,22 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         warnings=warnings)
 
 
-def _record_inventory(store: Any, found: discovery.Discovery, now: dt.datetime, *, complete: bool) -> dt.datetime | None:
-    """Every GPU node discovery saw, into the inventory; the time written, or None when the results DB
-    refused (the run still plans from what it found; the views keep the last inventory)."""
+def _record_inventory(store: Any, found: discovery.Discovery, now: dt.datetime, *,
+                      complete: bool) -> Any:
+    """Every GPU node discovery saw, into the inventory (with its boot id and quarantine label, which the
+    signals compare); what changed, or None when the results DB refused (the run still plans from what it
+    found; the views keep the last inventory)."""
     from cluster_doctor.store import inventory
 
-    seen = [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, inventory.FREE) for n in found.free]
-    seen += [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, n.reason, n.detail) for n in found.ineligible
-             if n.reason != discovery.INVALID_NAME]
     try:
-        update = inventory.record_discovery(store.connect, seen, seen_at=now, complete=complete)
+        update = inventory.record_discovery(store.connect, signals_task.seen_nodes(found), seen_at=now,
+                                            complete=complete)
     except Exception as exc:  # the run can plan without it; the next run writes it again
         log.warning("GPU node inventory not updated (%s): the fleet views keep the previous one", one_line(exc, 300))
         return None
     log.info("%s%s%s", update.describe(), f"; left the cluster: {compress(update.gone)}" if update.gone else "",
              f"; new: {compress(update.new)}" if update.new else "")
-    return now
+    return update
 
 
 def _check_steps(tests: Sequence[str], steps: Sequence[str]) -> None:
@@ -153,7 +156,8 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
     report = reservation.reconcile(
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
         latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
-        node_selector=settings.node_selector, now=now)
+        node_selector=settings.node_selector, now=now,
+        suspects=signals_task.current_suspects(store, run.tests, busy + free, now or _now()))
     log.info("%s", report.describe())
     return report
 
@@ -171,6 +175,9 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     a live one); without it (planning only), nothing is claimed. A plan with nothing in it says why
     (``Plan.why_empty``)."""
     now = now or _now()
+    if suspects is None and store is not None:  # issue 28 §2: what the signals say, their bundles first
+        suspects = {node: s.describe() for node, s in signals_task.current_suspects(
+            store, discovered.params.tests, [n.name for n in discovered.free], now).items()}
     given = run_plan.PlanInput.of(discovered, latest, reserved, suspects,
                                   peer_due=_peer_due(store, discovered, now) if store is not None else ())
     claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None

@@ -1,0 +1,174 @@
+"""The signals between validations in Airflow (issue 28 §2): what every run's discover does with them, and
+the fast path, the DAG ``suspect_signals`` that does not wait for the hour.
+
+Every ``continuous_validation`` run reads the signals after its discovery (``read_signals``) and plans the
+suspect nodes first (``current_suspects``, read by prioritize and reserve). The fast path runs every
+``fast_path_minutes``: a discovery of the whole cluster (the two lists from the watch cache) and the
+signals, recorded the same way; a busy suspect is reserved at once (with reservation on); and for the free
+suspects no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to
+them (``decide``). It triggers only when no run of that DAG is queued or running (the run going on, or the
+one after it, plans the suspects first: no queue of runs builds up, which would hold the hourly run back,
+issue 33's cadence) and when the scheduled run is not due within ``fast_path_quiet_minutes`` (it takes them
+first itself, so a run started just before the hour never holds that run back for long).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.errors import one_line
+from cluster_doctor.domain.nodes import compress
+from cluster_doctor.domain.reservation import ReservationPolicy
+from cluster_doctor.domain.signals import Suspect
+from cluster_doctor.kube import discovery
+from cluster_doctor.kube import signals as kube_signals
+from cluster_doctor.store import inventory, suspects
+
+log = logging.getLogger(__name__)
+TARGET_DAG = "continuous_validation"
+RUN_ID_PREFIX = "suspects__"  # the fast path's runs of continuous_validation: suspects__<UTC time>
+
+
+def read_signals(core_v1: Any, settings: Settings, found: discovery.Discovery,
+                 update: inventory.InventoryUpdate | None, store: Any, now: dt.datetime) -> suspects.Recorded | None:
+    """Read every configured signal about the GPU nodes ``found`` saw (``update``: what the inventory says
+    changed) and record the evidence. Best effort: None when it could not (the run plans without it)."""
+    try:
+        reading = kube_signals.read(core_v1, settings, found, update.changes if update else (), now=now)
+        log.info("%s", reading.describe())
+        recorded = suspects.record(store.connect, reading.evidence, seen_at=now)
+    except Exception as exc:  # noqa: BLE001 - a signal only adds a suspect: a run never fails for want of one
+        log.warning("signals not recorded (%s): suspects wait for the next read", one_line(exc, 300))
+        return None
+    for evidence in recorded.new:
+        log.warning("SUSPECT %s: %s", evidence.node_name, evidence.line())
+    if recorded.new or recorded.again:
+        log.info("suspects: %s", recorded.describe())
+    return recorded
+
+
+def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now: dt.datetime) -> dict[str, Suspect]:
+    """The suspect nodes among ``nodes``, after writing down the suspicions their bundles answered. Best
+    effort: none when the results DB could not say."""
+    try:
+        resolved = suspects.resolve(store.connect, tests, now=now)
+        with store.connection() as conn, conn.cursor() as cur:
+            found = suspects.current(cur, tests, nodes)
+    except Exception as exc:  # noqa: BLE001 - the plan goes on by staleness alone
+        log.warning("suspect nodes not read (%s): planned by staleness alone", one_line(exc, 300))
+        return {}
+    for node, resolution in sorted(resolved.items()):
+        log.info("%s is no longer suspect: %s", node, "its bundle passed" if resolution == suspects.CLEARED
+                 else "a suite failed (the failure is its verdict now)")
+    for suspect in found.values():
+        log.warning("%s %s", suspect.node_name, suspect.describe())
+    return found
+
+
+# ---------------------------------------------------------------------------- the fast path
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One fast-path tick: the free suspects it triggers a run for (``run_id``/``conf``), or why none."""
+
+    nodes: list[str]
+    run_id: str | None = None
+    why_not: str | None = None
+    reserved: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def conf(self) -> dict[str, Any]:
+        return {"node_range": compress(self.nodes)} if self.nodes else {}
+
+    def to_xcom(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "run_id": self.run_id, "conf": self.conf, "why_not": self.why_not,
+                "reserved": self.reserved}
+
+
+def decide(fresh: Iterable[str], free: Iterable[str], *, paused: bool, active_runs: int,
+           next_run: dt.datetime | None, now: dt.datetime, quiet: dt.timedelta) -> Decision:
+    """Whether to trigger a ``continuous_validation`` run for the suspects no fast-path run took yet
+    (``fresh``) that are free now; see the module docstring for the rules."""
+    nodes = sorted(set(fresh) & set(free))
+    if not nodes:
+        return Decision([], why_not="no new free suspect")
+    if paused:
+        return Decision([], why_not=f"{TARGET_DAG} is paused")
+    if active_runs:
+        return Decision([], why_not=f"{active_runs} run(s) of {TARGET_DAG} queued or running: it, or the next "
+                                    "one, plans the suspects first")
+    if next_run is not None and next_run - now <= quiet:
+        return Decision([], why_not=f"the scheduled run at {next_run.isoformat(timespec='minutes')} plans the "
+                                    "suspects first")
+    return Decision(nodes, run_id=f"{RUN_ID_PREFIX}{now:%Y-%m-%dT%H:%M:%S}")
+
+
+def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_runs: int,
+         next_run: dt.datetime | None, now: dt.datetime | None = None) -> Decision:
+    """One run of the fast path: discover, record the inventory and the signals, reserve the busy suspects
+    (setting reservation), and decide on a run for the free ones (``decide``)."""
+    now = now or dt.datetime.now(dt.UTC)
+    if paused:  # one switch: pausing continuous_validation stops the fast path's taints and runs too
+        return Decision([], why_not=f"{TARGET_DAG} is paused: signals not read")
+    found = discovery.discover(core_v1, settings)
+    update = None
+    try:
+        update = inventory.record_discovery(store.connect, seen_nodes(found), seen_at=now, complete=True)
+    except Exception as exc:  # noqa: BLE001 - the signals from the node list still count
+        log.warning("GPU node inventory not updated (%s)", one_line(exc, 300))
+    read_signals(core_v1, settings, found, update, store, now)
+    free = [n.name for n in found.free]
+    busy = [n.name for n in found.ineligible if n.reason == discovery.BUSY]
+    found_suspects = current_suspects(store, settings.tests, free + busy, now)
+    reserved = _reserve(core_v1, store, settings, [n for n in busy if n in found_suspects],
+                        gpu_nodes=len(found.free) + len(found.ineligible), now=now)
+    with store.connection() as conn, conn.cursor() as cur:
+        fresh = suspects.untriggered(cur, settings.tests)
+    decision = decide(fresh, free, paused=paused, active_runs=active_runs, next_run=next_run, now=now,
+                      quiet=dt.timedelta(minutes=settings.fast_path_quiet_minutes))
+    decision = dataclasses.replace(decision, reserved=reserved)
+    if decision.nodes:
+        log.warning("fast path: triggering %s run %s for %d free suspect(s): %s", TARGET_DAG, decision.run_id,
+                    len(decision.nodes), compress(decision.nodes))
+    else:
+        log.info("fast path: no run triggered (%s)", decision.why_not)
+    return decision
+
+
+def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:
+    """Every GPU node discovery saw, as the inventory records it (with its boot id and quarantine label)."""
+    def facts(name: str) -> dict[str, Any]:
+        f = found.facts.get(name)
+        return {"boot_id": f.boot_id, "quarantined": f.quarantined} if f else {}
+
+    seen = [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, inventory.FREE, **facts(n.name)) for n in found.free]
+    seen += [inventory.SeenNode(n.name, n.gpu_count, n.gpu_model, n.reason, n.detail, **facts(n.name))
+             for n in found.ineligible if n.reason != discovery.INVALID_NAME]
+    return seen
+
+
+def _reserve(core_v1: Any, store: Any, settings: Settings, busy: list[str], *, gpu_nodes: int,
+             now: dt.datetime) -> list[str]:
+    """Taint the busy suspects now (setting reservation); the nodes tainted."""
+    policy = ReservationPolicy.from_mapping(settings.reservation)
+    if not policy.enabled or not busy:
+        return []
+    from cluster_doctor.kube import reservation
+
+    try:
+        report = reservation.reserve_suspects(core_v1, store.connect, policy, busy=busy, gpu_nodes=gpu_nodes,
+                                              run_id="suspect_signals", node_selector=settings.node_selector, now=now)
+    except Exception as exc:  # noqa: BLE001 - the next tick, or the run's reserve task, tries again
+        log.warning("busy suspects not reserved (%s)", one_line(exc, 300))
+        return []
+    return report.applied
+
+
+def triggered(store: Any, decision: dict[str, Any]) -> str:
+    """After the trigger: the suspects' open evidence is taken by that run (not triggered again)."""
+    marked = suspects.mark_triggered(store.connect, decision["nodes"], decision["run_id"])
+    return f"run {decision['run_id']} of {TARGET_DAG} for {compress(decision['nodes'])} ({marked} piece(s) of evidence)"
