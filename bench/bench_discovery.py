@@ -1,9 +1,11 @@
-"""make bench-discovery: free-node discovery at the Kubernetes scalability limits, against the goals of
-issue 21 §7 — peak memory, wall time against one raw list, and the discover task's XCom.
+"""make bench-discovery: free-node discovery at the Kubernetes scalability limits and twice them, against
+the goals of issue 21 §7 and issue 32 — peak memory, wall time against one raw list, and the discover
+task's XCom.
 
-The Kubernetes API emulator serves 5,000 GPU nodes and 150,000 pods; discovery reads them through the
-real kubernetes client (resourceVersion=0 lists, streamed and folded into per-node state), then the
-prioritizer plans over the free nodes. Measured in this one run, alternately:
+The Kubernetes API emulator serves 5,000 GPU nodes and 150,000 pods, then 10,000 and 300,000; discovery
+reads them through the real kubernetes client (resourceVersion=0 lists, streamed and folded into per-node
+state; of the pod list only the pods that name the GPU resource are decoded), then the prioritizer plans
+over the free nodes. Measured in this one run, per size, alternately:
 
 - ``raw_list_s``: one raw ``resourceVersion=0`` list of every pod, read to its last byte and dropped
   (what ``kubectl get pods -A`` costs before it parses anything): the baseline;
@@ -12,9 +14,10 @@ prioritizer plans over the free nodes. Measured in this one run, alternately:
   exits, next to the same process reading the bound-pod list whole (the read before streaming);
 - ``xcom_kb``: the discover task's XCom (``Discovered``: settings, params, node ranges).
 
-Goals: peak ≤ 300 MiB at 150,000 pods, discovery ≤ 1.2 × the raw list, XCom ≤ 50 KB. Nothing is left
-running (tools/leftovers.py); the last line reads ``discovery_s=… raw_list_s=… ratio=… peak_mib=…
-xcom_kb=… api_calls=… nodes=… pods=…``.
+Goals at both sizes: peak ≤ 300 MiB, discovery ≤ 1.2 × the raw list, XCom ≤ 50 KB. A figure more than
+20 % worse than the README's table says REGRESSION and the run exits 1 (bench/figures.py). Nothing is
+left running (tools/leftovers.py); the last line reads ``discovery_s=… raw_list_s=… ratio=… peak_mib=…
+xcom_kb=… api_calls=… nodes=… pods=…``, values per size comma-separated.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ sys.path.insert(0, str(REPO / "tools"))  # the emulator is a test tool, not part
 
 from k8s_emulator import EmulatorProcess  # noqa: E402
 from leftovers import Leftovers  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+import figures  # noqa: E402
 
 GOAL_PEAK_MIB, GOAL_RATIO, GOAL_XCOM_KB = 300, 1.2, 50
 SETTLE_S = 0.5  # between measurements: the server done with the previous answer
@@ -113,15 +119,15 @@ def dag_parse_seconds() -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def measure(emu: EmulatorProcess, runs: int, pods: int) -> tuple[str, bool]:
-    """Every figure, baseline and discovery alternately on the same warm emulator; (figure line, goals met).
+def measure(emu: EmulatorProcess, runs: int, pods: int) -> dict:
+    """Every figure of one size, baseline and discovery alternately on the same warm emulator.
 
     The order alternates (raw first, then discovery first: ABBA) and each measurement starts on a settled
     server: the emulator is one Python process that frees a 163 MB answer after sending it, work that
     would otherwise land on whichever request comes next."""
     settings = Settings()
     core_v1 = emu.core_v1()
-    raw, disc, calls, decode, found, size = [], [], [], [], None, 0
+    raw, disc, cpu, calls, decode, found, size = [], [], [], [], [], None, 0
 
     def settle() -> None:
         time.sleep(SETTLE_S)
@@ -136,9 +142,10 @@ def measure(emu: EmulatorProcess, runs: int, pods: int) -> tuple[str, bool]:
         nonlocal found
         settle()
         emu.reset_counters()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         found = discovery.discover(core_v1, settings)
         disc.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         calls.append(emu.api_calls())
         decode.append(found.decode_seconds)
 
@@ -149,7 +156,7 @@ def measure(emu: EmulatorProcess, runs: int, pods: int) -> tuple[str, bool]:
     print(f"raw resourceVersion=0 list of every pod: {size / 1e6:.0f} MB; runs: {', '.join(f'{t:.2f}s' for t in raw)}")
     print(f"discovery: {len(found.free):,} free, {len(found.ineligible):,} not eligible, {found.pods_seen:,} pods "
           f"read in {calls[-1]} list calls ({found.read_mode}); runs: {', '.join(f'{t:.2f}s' for t in disc)}; "
-          f"decoding {statistics.median(decode):.2f} s of it")
+          f"this process's CPU {statistics.median(cpu):.2f} s, decoding {statistics.median(decode):.2f} s of it")
     t = time.perf_counter()
     paged = discovery.discover(core_v1, settings, watch_cache=False)
     print(f"paged consistent lists for comparison: {time.perf_counter() - t:.2f} s, {paged.api_calls} calls")
@@ -161,36 +168,49 @@ def measure(emu: EmulatorProcess, runs: int, pods: int) -> tuple[str, bool]:
           f"whole ({whole['pods']:,} pods)")
     xcom = xcom_bytes(found, settings) / 1000
     print(f"discover's XCom: {xcom:.1f} KB (settings, params, free nodes as ranges, not-eligible ranges)")
-    print(f"DAG file parse time: {dag_parse_seconds():.3f} s (target <= 0.5 s)")
     ratio = statistics.median(disc) / statistics.median(raw)
-    ok = streamed["peak"] <= GOAL_PEAK_MIB and ratio <= GOAL_RATIO and xcom <= GOAL_XCOM_KB
     print(f"goals: peak <= {GOAL_PEAK_MIB} MiB {'met' if streamed['peak'] <= GOAL_PEAK_MIB else 'MISSED'}; "
           f"ratio <= {GOAL_RATIO} {'met' if ratio <= GOAL_RATIO else 'MISSED'}; "
           f"XCom <= {GOAL_XCOM_KB} KB {'met' if xcom <= GOAL_XCOM_KB else 'MISSED'} "
-          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    figure = (f"discovery_s={statistics.median(disc):.2f} raw_list_s={statistics.median(raw):.2f} ratio={ratio:.2f} "
-              f"peak_mib={streamed['peak']:.0f} xcom_kb={xcom:.1f} api_calls={int(statistics.median(calls))} "
-              f"nodes={found.nodes_seen} pods={pods}")
-    return figure, ok
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)", flush=True)
+    return {"discovery": statistics.median(disc), "raw": statistics.median(raw), "ratio": ratio,
+            "peak": streamed["peak"], "xcom": xcom, "calls": int(statistics.median(calls)),
+            "nodes": found.nodes_seen, "pods": pods}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--nodes", default="5000,10000", help="fleet sizes, comma-separated")
+    parser.add_argument("--pods", default="150000,300000", help="pods at each size, comma-separated")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--kubernetes-version", default="1.33", help="what the emulator answers as")
     args = parser.parse_args()
+    sizes = list(zip((int(n) for n in args.nodes.split(",")), (int(p) for p in args.pods.split(",")), strict=True))
     leftovers = Leftovers()
-    # a current apiserver (1.33+) writes lists item by item: the raw list and discovery alike
-    with leftovers.tempdir("cd-bench-discovery-") as tmp, EmulatorProcess(
-            state_dir=str(tmp / "emulator"), settings={"kubernetes_version": args.kubernetes_version}) as emu:
-        started = time.perf_counter()
-        info = emu.bulk_generate(nodes=args.nodes, pods=args.pods, seed=7)
-        print(f"emulator loaded {args.nodes:,} nodes and {args.pods:,} pods in {time.perf_counter() - started:.1f} s "
-              f"(avg {info['avg_pod_bytes']} bytes per pod)", flush=True)
-        figure, _ = measure(emu, args.runs, args.pods)
-    return leftovers.finish(figure)  # a goal missed is said above; only leftovers fail the run
+    results = []
+    print(f"DAG file parse time: {dag_parse_seconds():.3f} s (target <= 0.5 s)", flush=True)
+    for nodes, pods in sizes:
+        # a current apiserver (1.33+) writes lists item by item: the raw list and discovery alike
+        with leftovers.tempdir("cd-bench-discovery-") as tmp, EmulatorProcess(
+                state_dir=str(tmp / "emulator"), settings={"kubernetes_version": args.kubernetes_version}) as emu:
+            started = time.perf_counter()
+            info = emu.bulk_generate(nodes=nodes, pods=pods, seed=7)
+            print(f"emulator loaded {nodes:,} nodes and {pods:,} pods in {time.perf_counter() - started:.1f} s "
+                  f"(avg {info['avg_pod_bytes']} bytes per pod)", flush=True)
+            results.append(measure(emu, args.runs, pods))
+    worse = figures.regressions({(key, figures.size_label(r["pods"], "pods")): r[field]
+                                 for r in results for key, field in (("discovery.ratio", "ratio"),
+                                                                     ("discovery.peak_mib", "peak"))})
+    for line in worse:
+        print(line, flush=True)
+
+    def each(key: str, fmt: str) -> str:
+        return ",".join(format(r[key], fmt) for r in results)
+
+    figure = (f"discovery_s={each('discovery', '.2f')} raw_list_s={each('raw', '.2f')} ratio={each('ratio', '.2f')} "
+              f"peak_mib={each('peak', '.0f')} xcom_kb={each('xcom', '.1f')} api_calls={each('calls', 'd')} "
+              f"nodes={each('nodes', 'd')} pods={each('pods', 'd')}")
+    return leftovers.finish(figure, ok=not worse)  # a goal missed is said above; regressions and leftovers fail
 
 
 if __name__ == "__main__":

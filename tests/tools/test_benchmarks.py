@@ -23,9 +23,9 @@ FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with 
                          r"nodes=60,120 baseline_ms=\d+,\d+ ratio=[\d.]+"),
     "bench_page.py": (["--nodes", "60,120", "--runs", "2"],
                       r"uncached_ms=\d+,\d+ growth=[\d.]+ page_ms=\d+,\d+ node_ms=\d+,\d+ nodes=60,120"),
-    "bench_discovery.py": (["--nodes", "40", "--pods", "400", "--runs", "2"],
-                           r"discovery_s=[\d.]+ raw_list_s=[\d.]+ ratio=[\d.]+ peak_mib=\d+ xcom_kb=[\d.]+ "
-                           r"api_calls=2 nodes=40 pods=400"),
+    "bench_discovery.py": (["--nodes", "40,80", "--pods", "400,800", "--runs", "2"],
+                           r"discovery_s=[\d.]+,[\d.]+ raw_list_s=[\d.]+,[\d.]+ ratio=[\d.]+,[\d.]+ "
+                           r"peak_mib=\d+,\d+ xcom_kb=[\d.]+,[\d.]+ api_calls=2,2 nodes=40,80 pods=400,800"),
     "bench_guards.py": (["--nodes", "40", "--pods", "400", "--validations", "3"],
                         r"guards_s=[\d.]+ baseline_s=[\d.]+ objects=\d+ baseline_objects=\d+ calls=\d+ nodes=40 pods=400"),
 }

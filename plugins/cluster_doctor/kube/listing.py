@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import operator
 import queue
 import re
 import threading
@@ -303,22 +304,19 @@ def quoted(name: str) -> bytes:
 
 def _containing(raws: list[msgspec.Raw], data: bytes | bytearray, needle: bytes) -> list[msgspec.Raw]:
     """The items of ``data`` (``[`` + ``raws`` joined by ``,`` + ``]``) in which ``needle`` occurs."""
-    hits, at = [], data.find(needle)
-    while at >= 0:
-        hits.append(at)
-        at = data.find(needle, at + 1)
-    if not hits:
+    at = data.find(needle)
+    if at < 0:
         return []
     if sum(map(len, raws)) + len(raws) + 1 != len(data):  # not compact: search each item
         return [raw for raw in raws if needle in memoryview(raw).tobytes()]
-    ends = list(itertools.accumulate(map(len, raws)))  # item i ends before byte 1 + i + ends[i] ("[", commas)
-    end_of = functools.partial(_end, ends)
-    kept = dict.fromkeys(bisect.bisect_left(range(len(raws)), hit, key=end_of) for hit in hits)
-    return [raws[i] for i in kept]
-
-
-def _end(ends: list[int], i: int) -> int:
-    return i + ends[i]  # the last byte of item i (its end, 1 + i + ends[i], less one)
+    # the last byte of item i: the "[", i commas and the lengths of items 0..i, less one
+    lasts = list(map(operator.add, itertools.accumulate(map(len, raws)), range(len(raws))))
+    kept = []
+    while at >= 0:
+        i = bisect.bisect_left(lasts, at)
+        kept.append(raws[i])
+        at = data.find(needle, lasts[i] + 1)  # on from the next item
+    return kept
 
 
 class ListRefused(RuntimeError):
@@ -515,7 +513,7 @@ class _ItemStream:
                     signature = b""  # an unknown item format: decode it whole at the end
             if signature:
                 batch = self._batch(b"}," + signature)
-                if batch:
+                if batch or seen(batch):  # a keep read's batch may keep none of the items it counts
                     yield batch
         yield self._last()
 

@@ -150,3 +150,34 @@ def test_a_pod_that_never_names_the_resource_is_not_decoded_further():
         {"metadata": {"name": "bare"}}]}).encode()
     items, _ = listing.decode("pods", raw, [0])
     assert [p.meta["name"] for p in items if listing.mentions(p, "nvidia.com/gpu")] == ["gpu", "init", "arg"]
+
+
+@pytest.mark.parametrize("compact", [True, False])
+@pytest.mark.parametrize("chunk", [1, 13, 700, 1 << 20])
+def test_a_keep_read_decodes_only_the_items_the_needle_occurs_in_and_counts_them_all(monkeypatch, compact, chunk):
+    """The items the needle occurs in, in order, each once (however often it occurs in them, whether in
+    the first item, the last or several in a row), and every item counted, compact JSON or not."""
+    monkeypatch.setattr(listing, "CHUNK_BYTES", chunk)
+    pods = [pod(i, lookalikes=i % 5 == 0) for i in range(60)]
+    for i, p in enumerate(pods):
+        if i % 3:  # only every third pod names the GPU resource, some twice
+            p["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"cpu": "1"}}}]
+        elif i % 2:
+            p["spec"]["containers"][1]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    pods[-1]["metadata"]["labels"] = {"uses": "nvidia.com/gpu"}  # a mention that is no request: kept too
+    data = body(pods) if compact else json.dumps({"metadata": {"resourceVersion": "5"}, "items": pods}, indent=1).encode()
+    counter = listing.Counter()
+    _, items = listing.stream_list(Body(data, chunk), "pods", counter, batches=True, keep=listing.quoted("nvidia.com/gpu"))
+    batches = list(items)
+    kept = [p.meta["name"] for batch in batches for p in batch]
+    assert kept == [f"p{i}" for i in range(60) if i % 3 == 0] + ["p59"]
+    assert sum(listing.seen(b) for b in batches) == 60
+    assert all(listing.mentions(p, "nvidia.com/gpu") for batch in batches for p in batch if p.meta["name"] != "p59")
+
+
+def test_a_keep_read_of_a_list_without_the_needle_counts_every_item_and_keeps_none():
+    data = body([pod(i) for i in range(30)]).replace(b"nvidia.com/gpu", b"example.com/fpga")
+    _, items = listing.stream_list(Body(data, 500), "pods", listing.Counter(), batches=True,
+                                   keep=listing.quoted("nvidia.com/gpu"))
+    batches = list(items)
+    assert [p for b in batches for p in b] == [] and sum(listing.seen(b) for b in batches) == 30
