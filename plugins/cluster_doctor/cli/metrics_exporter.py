@@ -1,6 +1,8 @@
 """``cluster-doctor metrics``: the standalone Prometheus exporter of the results database (plain
-HTTP, ``/metrics``), for deployments that scrape outside the Airflow api-server: prometheus_client's
-WSGI app on its threading server, behind the optional scrape token (``reports.metrics.exporter_app``)."""
+HTTP, ``/metrics``), for deployments that scrape outside the Airflow api-server: the scrape's WSGI app
+(``reports.metrics.metrics_app``: prometheus_client's answers, written from text kept between scrapes)
+on the library's threading server, behind the optional scrape token (``reports.metrics.exporter_app``).
+include/k8s/monitoring runs it in Kubernetes with a ServiceMonitor and the alert rules."""
 
 from __future__ import annotations
 
