@@ -141,7 +141,7 @@ def main() -> int:
 
 def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]] | None:
     """Load, record incrementally, time the view at each size (and the naive query at the first), then
-    a retention pass: the figure line and {rows: view p50}, or None when an answer is wrong."""
+    a retention pass: the figure line and {size asked for: view p50}, or None when an answer is wrong."""
     ResultStore(dsn).upgrade()
     view_ms: dict[int, float] = {}
     naive_ms = 0.0
@@ -155,10 +155,10 @@ def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]]
             naive_ms = compare_naive(dsn, args)
             if naive_ms is None:
                 return None
-        view_ms[loaded] = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
+        view_ms[size] = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
         started = time.perf_counter()
         fetch(dsn, "SELECT * FROM validation_latest")
-        print(f"{loaded:,} history rows: latest_view_ms={view_ms[loaded]:.1f} (p50, streamed); fetched and decoded "
+        print(f"{loaded:,} history rows: latest_view_ms={view_ms[size]:.1f} (p50, streamed); fetched and decoded "
               f"into Python objects by psycopg in {(time.perf_counter() - started) * 1000:.0f} ms; load average "
               f"{os.getloadavg()[0]:.2f}", flush=True)
     pruned = prune_a_month(dsn)

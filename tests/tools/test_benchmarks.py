@@ -3,6 +3,7 @@ line last and check, and say, that they left nothing behind; the check itself se
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
@@ -14,9 +15,11 @@ from leftovers import Leftovers, processes_mentioning
 
 from tests.conftest import REPO
 
+sys.path.insert(0, str(REPO / "bench"))  # figures: the README's benchmark tables
+
 FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with its same-run baseline
     "bench_store.py": (["--rows", "20000,40000", "--nodes", "100", "--repeats", "3", "--naive-repeats", "2"],
-                       r"latest_view_ms=[\d.]+,[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=22000,40000 "
+                       r"latest_view_ms=[\d.]+,[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=20000,40000 "
                        r"prune_s=[\d.]+ pruned=[1-9]\d*"),
     "bench_metrics.py": (["--nodes", "60,120", "--runs", "2"],
                          r"scrape_ms=\d+,\d+ growth=[\d.]+ cold_ms=\d+,\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ "
@@ -81,3 +84,35 @@ def test_the_cleanup_check_names_a_child_process_and_a_kept_directory(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+TABLE = """
+| Figure | 5,000 nodes | 10,000 nodes | growth | goal |
+|---|---|---|---|---|
+| Prometheus scrape, uncached, p50 ms (`metrics.scrape_ms`) | 50 | 100 | 2.0× | ≤ 100 · ≤ 200 |
+| Discovery ÷ one raw list (`discovery.ratio`) | 1.10 | – | | ≤ 1.2 |
+"""
+
+
+def test_a_figure_more_than_20_percent_worse_than_the_readmes_is_a_regression():
+    import figures
+
+    assert figures.recorded("metrics.scrape_ms", "10,000 nodes", TABLE) == 100
+    assert figures.recorded("discovery.ratio", "10,000 nodes", TABLE) is None  # no figure there yet
+    assert figures.regressions({("metrics.scrape_ms", "5,000 nodes"): 59.9}, text=TABLE) == []
+    [line] = figures.regressions({("metrics.scrape_ms", "5,000 nodes"): 61, ("metrics.scrape_ms", "60 nodes"): 999,
+                                  ("discovery.ratio", "10,000 nodes"): 9.0}, text=TABLE)
+    assert line.startswith("REGRESSION: metrics.scrape_ms at 5,000 nodes: 61 against 50 in the README (+22%")
+    assert figures.size_label(30_000_000, "rows") == "30 M rows" and figures.size_label(150_000, "pods") == "150,000 pods"
+
+
+def test_a_benchmark_that_regresses_says_so_in_its_output_and_exits_1(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(TABLE.replace("5,000 nodes", "60 nodes").replace("| 50 |", "| 0.001 |"))
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "bench_metrics.py"), "--nodes", "60", "--runs", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env={**os.environ, "CLUSTER_DOCTOR_BENCH_README": str(readme)})
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert any(line.startswith("REGRESSION: metrics.scrape_ms at 60 nodes: ") for line in lines), lines[-5:]
+    assert lines[-2].startswith("cleanup: nothing left behind") and lines[-1].startswith("scrape_ms=")
