@@ -28,6 +28,7 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityCla
 
 # What the Airflow side does, and therefore all it may do ("<resource>.<group>" outside the core group).
 CLUSTER_READ = {"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"},
+                "events": {"list"},  # the signals between validations: events on nodes (issue 28 §2)
                 "storageclasses.storage.k8s.io": {"get"}}
 NAMESPACE_RULES = {
     "pods": {"create", "get", "list", "watch", "patch", "delete"},
@@ -228,6 +229,8 @@ MUTATIONS = {
     "aggregated ClusterRole": lambda d: _cluster_role(d).update(aggregationRule={"clusterRoleSelectors": []}),
     "storageclasses listed": lambda d: _cluster_role(d)["rules"][1]["verbs"].append("list"),
     "storageclasses in the core group": lambda d: _cluster_role(d)["rules"][1].update(apiGroups=[""]),
+    "events watched cluster-wide": lambda d: _cluster_role(d)["rules"][2]["verbs"].append("watch"),
+    "events written cluster-wide": lambda d: _cluster_role(d)["rules"][2]["verbs"].append("create"),
     "every claim of the namespace": lambda d: _role(d)["rules"][4].pop("resourceNames"),
     "claims created": lambda d: _role(d)["rules"][4]["verbs"].append("create"),
 }

@@ -166,3 +166,19 @@ def test_a_source_that_cannot_be_read_is_named_and_the_others_count(emu, prometh
     finally:
         emu.configure(forbidden=[])
     assert evidence(reading) == [("gpu-001", signals.ALLOCATABLE)] and reading.problems[0].startswith("events (")
+
+
+def test_the_shipped_rbac_is_enough_to_read_every_kubernetes_source(emu):
+    import yaml
+
+    from tests.conftest import REPO
+
+    docs = yaml.safe_load_all((REPO / "include" / "k8s" / "rbac-cluster.yaml").read_text())
+    rules = [rule for doc in docs if doc and doc["kind"] == "ClusterRole" for rule in doc["rules"]]
+    emu.node_event("gpu-001", "XidHardwareFailure", "Xid 79")
+    emu.configure(rbac_rules=rules)
+    try:
+        reading = read(emu)
+    finally:
+        emu.configure(rbac_rules=None)
+    assert reading.problems == [] and evidence(reading) == [("gpu-001", signals.EVENT)]
