@@ -145,6 +145,23 @@ def peer_family(counts: Mapping[str, int] | None) -> Metric:
     return family
 
 
+def suspect_families(since: Mapping[str, float] | None) -> list[Metric]:
+    """Suspect nodes (issue 28 §2): a signal said they may be broken and their bundle has not answered yet;
+    how many, and since when each (Unix time of its earliest open evidence). ``since`` None: the families
+    without samples (describe)."""
+    count = GaugeMetricFamily(f"{PREFIX}_fleet_suspect_nodes", "GPU nodes suspect now: a signal (allocatable "
+                              "below capacity, a node condition, an event, a DCGM field, a failed user pod, a "
+                              "reboot...) said they may be broken and their bundle has not passed since.")
+    each = GaugeMetricFamily(f"{PREFIX}_node_suspect_since_timestamp_seconds", "Since when a suspect node is "
+                             "suspect: Unix time of its earliest evidence not yet answered by its bundle.",
+                             labels=["node"])
+    if since is not None:
+        count.add_metric([], float(len(since)))
+        for node, at in sorted(since.items()):
+            each.add_metric([node], at)
+    return [count, each]
+
+
 def skipped_family() -> Metric:
     family = CounterMetricFamily(
         f"{PREFIX}_skipped_values", "Stored values left out of pages, reports and scrapes because they cannot "
@@ -189,6 +206,7 @@ class _Scrape:
     peer_counts: dict[str, int]
     idle_gpu_hours: float | None
     chunks: list[exposition.Chunk] | None = None
+    suspect_since: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> Unix time
 
 
 class ClusterDoctorCollector(Collector):
@@ -223,6 +241,7 @@ class ClusterDoctorCollector(Collector):
         yield from build_families(collections.defaultdict(lambda: None), [], list(suites.CATALOG))
         yield reservation_family(None)
         yield peer_family(None)
+        yield from suspect_families(None)
         if self.spool_provider is not None:
             yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
@@ -240,7 +259,8 @@ class ClusterDoctorCollector(Collector):
         with fleet.open_for(settings, connect, now=self.clock(), application_name="cluster-doctor-metrics") as q:
             # one assessment per scrape: the summary and the pairs are the same one's
             read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
-                           q.reservation_idle_gpu_hours())
+                           q.reservation_idle_gpu_hours(),
+                           suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()})
         self._cache = read if self.cache_ttl_s > 0 else None
         return read
 
@@ -250,7 +270,8 @@ class ClusterDoctorCollector(Collector):
             if self._text is None or self._text.layout.tests != tuple(read.tests):
                 self._text = PairText(PairLayout(read.tests))
             small = [*summary_families(read.summary)]
-            tail = [peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours)]
+            tail = [peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
+                    *suspect_families(read.suspect_since)]
             read.chunks = [*map(exposition.Chunk, small), *self._text.chunks(read.assessment),
                            *map(exposition.Chunk, tail)]
         return read.chunks
@@ -263,7 +284,8 @@ class ClusterDoctorCollector(Collector):
                 if as_text:
                     return self._chunks(read), 1.0
                 families = build_families(read.summary, read.assessment.pairs, read.tests)
-                return [*families, peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours)], 1.0
+                return [*families, peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
+                        *suspect_families(read.suspect_since)], 1.0
         except Exception as exc:  # noqa: BLE001 - any failure is a down scrape
             log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             return [], 0.0

@@ -39,7 +39,7 @@ from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite
 from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.peers import PeerVerdict
-from cluster_doctor.store import database, fleet_state, inventory, peers, reservations, trend, verdicts
+from cluster_doctor.store import database, fleet_state, inventory, peers, reservations, suspects, trend, verdicts
 from cluster_doctor.store.fleet_state import MODEL_EXPR
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
@@ -320,6 +320,18 @@ class FleetQueries:
         with self.conn.cursor() as cur:
             cur.execute(reservations.IDLE_TOTAL_SQL)
             return float(cur.fetchone()[0])
+
+    def suspects(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
+        """The suspect nodes (issue 28 §2: a signal said they may be broken, their bundle has not answered
+        yet), each a ``domain.signals.Suspect`` ("suspect since T: evidence"); of ``nodes``, or all."""
+        with self.conn.cursor() as cur:
+            return suspects.current(cur, self.tests, nodes)
+
+    def failing_since(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
+        """Since when each failing node fails (``domain.signals.FailingSince``: its first failing evidence,
+        signal or attempt, after its last pass, and that pass); of ``nodes``, or all."""
+        with self.conn.cursor() as cur:
+            return suspects.failing_since(cur, self.tests, nodes)
 
     def gpu_models(self) -> list[str]:
         assessed = self.assessment()
