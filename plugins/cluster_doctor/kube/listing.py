@@ -20,7 +20,9 @@ one in seven) splits each batch into its items as raw JSON first (msgspec, nothi
 needle in the batch's bytes once and decodes only the items it falls in; the rest are counted
 (``seen``), never built nor looped over in Python. The item an occurrence falls in is found from the
 items' lengths when the batch is compact JSON (what an apiserver writes: checked by its length), else
-by searching each item.
+by searching each item. Such a read decodes ahead in a thread of its own, whatever the caller does
+meanwhile (discovery judges the node list): the server's answer keeps flowing instead of waiting in a
+full socket, and what waits for the caller is small (the kept items, copied out of their chunk).
 
 Paged consistent lists (``limit``/``continue``) are small per page and decoded whole (``paginate``).
 """
@@ -28,6 +30,7 @@ Paged consistent lists (``limit``/``continue``) are small per page and decoded w
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import itertools
 import operator
@@ -574,7 +577,7 @@ def stream_list(response: Any, kind: str, counter: list[int], *, batches: bool =
     cannot be reused). ``prefetch``: chunks a thread may read ahead (0: none). ``refuse_pages``: raise
     ListRefused, before any item, when the answer is a page (it has a continue token). ``keep``: decode
     only the items these bytes occur in (``batches`` then are Batch: ``seen`` counts them all)."""
-    stream = _ItemStream(response, kind, counter, prefetch, keep)
+    stream = _ItemStream(response, kind, counter, 0 if keep is not None else prefetch, keep)
     try:
         meta = stream.read_head()
         if refuse_pages and meta.get("continue"):
@@ -584,19 +587,52 @@ def stream_list(response: Any, kind: str, counter: list[int], *, batches: bool =
         _discard(response)
         raise
 
-    return meta, _Items(stream, response, batches)
+    return meta, _Items(stream, response, batches, ahead=keep is not None)
+
+
+class _DecodeAhead(threading.Thread):
+    """Reads and decodes a keep read's batches ahead of its caller, in order, into a queue (unbounded:
+    a kept batch holds a few kept items, not its chunk); iterating it yields them and raises what the
+    reading raised (a connection lost mid-body)."""
+
+    _END = object()
+
+    def __init__(self, stream: _ItemStream):
+        super().__init__(name="cluster-doctor-list-decode-ahead", daemon=True)
+        self.stream, self.queue, self.stopped = stream, queue.Queue(), threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            for batch in self.stream.batches():
+                if self.stopped.is_set():
+                    return
+                self.queue.put(batch)
+            self.queue.put(self._END)
+        except BaseException as exc:  # handed to the reader, who raises it
+            self.queue.put(exc)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        while True:
+            item = self.queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
 class _Items:
     """What ``stream_list`` hands back: iterate it for the items (or batches); ``close()`` it to give up
-    early, before or while iterating (the read-ahead stops, the connection is closed)."""
+    early, before or while iterating (the read-ahead or decode-ahead stops, the connection is closed)."""
 
-    def __init__(self, stream: _ItemStream, response: Any, batches: bool):
+    def __init__(self, stream: _ItemStream, response: Any, batches: bool, ahead: bool = False):
         self.stream, self.response, self.batches = stream, response, batches
+        self.ahead = _DecodeAhead(stream) if ahead else None
 
     def __iter__(self) -> Iterator[Any]:
         try:
-            for batch in self.stream.batches():
+            for batch in self.ahead if self.ahead is not None else self.stream.batches():
                 if self.batches:
                     yield batch
                 else:
@@ -605,9 +641,15 @@ class _Items:
             self.close()
 
     def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.stopped.set()
+            if self.ahead.is_alive():  # still reading: the lost connection ends it
+                _discard(self.response)
+                self.ahead.join(10)
         if not self.stream.done:
             self.stream.done = True
-            self.stream.chunks.close()  # stops a read-ahead thread before the connection goes
+            with contextlib.suppress(ValueError):  # a generator its thread left running: abandoned with it
+                self.stream.chunks.close()  # stops a read-ahead thread before the connection goes
             _discard(self.response)
 
 

@@ -181,3 +181,31 @@ def test_a_keep_read_of_a_list_without_the_needle_counts_every_item_and_keeps_no
                                    keep=listing.quoted("nvidia.com/gpu"))
     batches = list(items)
     assert [p for b in batches for p in b] == [] and sum(listing.seen(b) for b in batches) == 30
+
+
+def test_a_keep_read_decodes_ahead_while_its_caller_is_busy_and_stops_when_abandoned(monkeypatch):
+    """The whole body is read and decoded before the caller asks for the first item (discovery reads the
+    node list meanwhile); abandoned half-way, the decoding thread ends and the connection is closed."""
+    import time
+
+    monkeypatch.setattr(listing, "CHUNK_BYTES", 300)
+    data = body([pod(i) for i in range(200)])
+    response = Body(data, 300)
+    _, items = listing.stream_list(response, "pods", listing.Counter(), batches=True,
+                                   keep=listing.quoted("nvidia.com/gpu"))
+    deadline = time.monotonic() + 10
+    while response.data_io.tell() < len(data) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert response.data_io.tell() == len(data)  # read to its end without a single item asked for
+    assert sum(listing.seen(b) for b in items) == 200 and not response.closed  # whole: the connection is reusable
+
+    class Slow(Body):
+        def read(self, n):
+            time.sleep(0.01)
+            return super().read(n)
+
+    slow = Slow(data, 300)
+    _, items = listing.stream_list(slow, "pods", listing.Counter(), batches=True, keep=listing.quoted("nvidia.com/gpu"))
+    next(iter(items))
+    items.close()
+    assert slow.closed and not items.ahead.is_alive() and slow.data_io.tell() < len(data)
