@@ -386,6 +386,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         summary = q.summary(slo_days=0)
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
+        suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
     attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
     unattempted = [] if args.status else [
@@ -421,9 +422,23 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
     print(coverage_line(summary, days, never_pairs), file=out)
+    for line in since_lines(suspected, failing, node_range):
+        print(line, file=out)
     if settings.peer_tests:
         print(peer_lines(peer_verdicts, node_range), file=out)
     return 0
+
+
+def since_lines(suspected: Mapping[str, Any], failing: Mapping[str, Any], node_range: NodeRange) -> list[str]:
+    """The suspect nodes ("suspect since T: evidence") and since when each failing node fails (its first
+    failing evidence after its last pass), in the range."""
+    lines = []
+    for what, found in (("suspect", suspected), ("failing", failing)):
+        names = sorted((n for n in found if node_range.matches(n)), key=fleet.natural_key)
+        if names:
+            lines.append(f"{what}: {len(names)} GPU node(s)")
+            lines += [f"  {n}  {clean(found[n].describe())}" for n in names]
+    return lines
 
 
 def peer_lines(verdicts: Mapping[str, PeerVerdict], node_range: NodeRange) -> str:

@@ -82,9 +82,10 @@ SELECT p.node_name, p.test_name, p.status_since, lp.last_pass
                       ORDER BY h.finished_at DESC, h.id DESC LIMIT 1) lp ON true
  WHERE p.status = 'fail' AND p.test_name = ANY(%(tests)s) {nodes}
 """
+# The evidence a failure confirmed: written down (resolve), or still open and seen before the failure began.
 CONFIRMED_SQL = f"""
-SELECT node_name, source, evidence, least(occurred_at, first_seen_at)
-  FROM {TABLE} WHERE resolution = '{CONFIRMED}' AND node_name = ANY(%(nodes)s)
+SELECT node_name, source, evidence, least(occurred_at, first_seen_at), first_seen_at
+  FROM {TABLE} WHERE (resolution = '{CONFIRMED}' OR resolved_at IS NULL) AND node_name = ANY(%(nodes)s)
 """
 
 
@@ -182,15 +183,16 @@ def failing_since(cur: Any, tests: Sequence[str], nodes: Iterable[str] | None = 
     if not pairs:
         return {}
     cur.execute(CONFIRMED_SQL, {"nodes": sorted({p[0] for p in pairs})})
-    signals: dict[str, list[tuple[dt.datetime, str]]] = {}
-    for node, source, evidence, at in cur.fetchall():
-        signals.setdefault(node, []).append((at, f"{source}: {evidence}"))
+    signals: dict[str, list[tuple[dt.datetime, str, dt.datetime]]] = {}
+    for node, source, evidence, at, seen in cur.fetchall():
+        signals.setdefault(node, []).append((at, f"{source}: {evidence}", seen))
     found: dict[str, FailingSince] = {}
     for node, test, since, last_pass in sorted(pairs, key=lambda p: (p[0], p[2] or dt.datetime.max.replace(tzinfo=dt.UTC))):
         if node in found or since is None:
             continue
         first = f"{test} fail"
-        earlier = [(at, line) for at, line in signals.get(node, []) if at < since and (last_pass is None or at > last_pass)]
+        earlier = [(at, line) for at, line, seen in signals.get(node, [])
+                   if at < since and seen <= since and (last_pass is None or at > last_pass)]
         if earlier:
             since, first = min(earlier)
         found[node] = FailingSince(node, since, first, last_pass)
