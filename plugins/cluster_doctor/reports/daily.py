@@ -53,7 +53,7 @@ from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
 from cluster_doctor.store import daily as daily_reads
-from cluster_doctor.store import files, inventory, peers, trend
+from cluster_doctor.store import files, inventory, peers, suspects, trend
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,8 @@ class _Reads:
     model_metrics: list[daily_reads.ModelMetric]
     reservations: daily_reads.ReservationsOfDay
     peers: dict[str, Any] | None
+    suspects: dict[str, Any]  # node -> domain.signals.Suspect at the report's end (issue 28 §2)
+    failing_since: dict[str, Any]  # node -> domain.signals.FailingSince of the nodes failing now
 
 
 def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
@@ -127,7 +129,8 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
             model_counts=daily_reads.model_counts(cur, **window),
             model_metrics=daily_reads.model_metrics(cur, **window, key_pairs=key_pairs),
             reservations=daily_reads.reservations(cur, **window),
-            peers=_peers(cur, as_of, peer_window_days) if peer_window_days else None)
+            peers=_peers(cur, as_of, peer_window_days) if peer_window_days else None,
+            suspects=suspects.as_of(cur, as_of), failing_since=suspects.failing_since(cur, tests, fleet))
 
 
 # ---------------------------------------------------------------------------- building
@@ -187,6 +190,9 @@ def build(
         "max_rows": max_rows,
         "reservations": _reservations(read.reservations, start, as_of, read.counted.values()),
         "peers": read.peers,
+        "suspects": [{"node_name": n, "since": _iso(s.since), "line": s.describe()}
+                     for n, s in sorted(read.suspects.items(), key=lambda i: _node_key(i[0])) if n in read.counted],
+        "failing_since": {n: f.describe() for n, f in read.failing_since.items()},
     }
 
 
@@ -454,6 +460,8 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
     new = "new" if f["new"] else f"repeat: the previous result was {f['previous_status']}"
     meta = [f"GPU model {f['gpu_model'] or 'unknown'}",
             f"run {f['dag_id']} {f['run_id']} map {f['map_index']}"]
+    if f.get("since"):  # the node's first failing evidence after its last pass (issue 28 §2)
+        meta.insert(0, f["since"])
     if f["log_path"]:
         meta.append(f"log {f['log_path']}")
     title = (f"{f['node_name']} · {f['test_name']} — {f['status'].upper()} at {_hm(f['finished_at'])} UTC "
@@ -526,15 +534,26 @@ def _attempts_blocks(data: Mapping[str, Any]) -> list[tuple]:
 
 
 def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
-    out: list[tuple] = [("h2", "Failures of the day")]
+    out: list[tuple] = [("h2", "Suspect nodes"), *suspect_blocks(data), ("h2", "Failures of the day")]
     if not data["failures"]:
         out.append(("p", "No node failed a check and no suite errored on this day.", ""))
+    since = data.get("failing_since") or {}
     for f in data["failures"]:
-        out += _failure_blocks(f)
+        out += _failure_blocks({**f, "since": since.get(f["node_name"])})
     if data["failures_total"] > len(data["failures"]):
         out.append(("p", f"… and {data['failures_total'] - len(data['failures'])} more failed attempt(s) on "
                          "this day (query validation_history).", ""))
     return out
+
+
+def suspect_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """The nodes a signal made suspect and no bundle answered yet at the report's end, each "suspect since T:
+    evidence" (a signal never fails a node: its validation does)."""
+    found = data.get("suspects") or []
+    if not found:
+        return [("p", "No GPU node was suspect at the end of the day (no signal left unanswered).", "")]
+    return [("p", f"{len(found)} GPU node(s) suspect: a signal said they may be broken; their bundle runs first.",
+             ""), ("list", [f"{s['node_name']} {s['line']}" for s in found])]
 
 
 def _trend_blocks(data: Mapping[str, Any]) -> list[tuple]:

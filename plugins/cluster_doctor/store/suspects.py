@@ -89,6 +89,20 @@ SELECT node_name, source, evidence, least(occurred_at, first_seen_at), first_see
 """
 
 
+# The suspicions open at a past moment, as written down (the daily report's end of day).
+AS_OF_SQL = f"""
+SELECT node_name, source, evidence, least(occurred_at, first_seen_at) AS since
+  FROM {TABLE}
+ WHERE first_seen_at <= %(as_of)s AND (resolved_at IS NULL OR resolved_at > %(as_of)s)
+ ORDER BY node_name, since, id
+"""
+
+
+def _rows(cur: Any) -> list[tuple]:
+    """The cursor's rows as tuples, whatever its row factory (the views' cursors give dicts)."""
+    return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in cur.fetchall()]
+
+
 @dataclasses.dataclass(frozen=True)
 class Recorded:
     """What one read added: the evidence not seen before (new suspicions), and how many were seen again."""
@@ -114,7 +128,7 @@ def record(connect: Any, evidence: Sequence[Evidence], *, seen_at: dt.datetime) 
               "keys": [e.key for e in items], "texts": [e.text for e in items], "occurred": [e.at for e in items]}
     with database.connector(connect)() as conn, conn.cursor() as cur:
         cur.execute(RECORD_SQL, params)
-        rows = cur.fetchall()
+        rows = _rows(cur)
         conn.commit()
     new = [unique[(n, s, k)] for n, s, k, inserted in rows if inserted]
     return Recorded(new=new, again=len(rows) - len(new))
@@ -125,7 +139,7 @@ def resolve(connect: Any, tests: Sequence[str], *, now: dt.datetime) -> dict[str
     (``cleared`` when every enabled suite passed, ``confirmed`` when one failed)."""
     with database.connector(connect)() as conn, conn.cursor() as cur:
         cur.execute(RESOLVE_SQL, {"tests": list(tests), "now": now})
-        rows = cur.fetchall()
+        rows = _rows(cur)
         conn.commit()
     resolved: dict[str, str] = {}
     for node, resolution in rows:
@@ -153,11 +167,23 @@ def _current(cur: Any, tests: Sequence[str], nodes: Iterable[str] | None) -> dic
         where = "AND s.node_name = ANY(%(nodes)s)"
     cur.execute(CURRENT_SQL.format(nodes=where), params)
     found: dict[str, tuple[list[str], dt.datetime, bool]] = {}
-    for node, source, evidence, since, triggered in cur.fetchall():
+    for node, source, evidence, since, triggered in _rows(cur):
         lines, first, fresh = found.get(node, ([], since, False))
         lines.append(f"{source}: {evidence}")
         found[node] = (lines, min(first, since), fresh or triggered is None)
     return {node: (Suspect(node, since, tuple(lines)), fresh) for node, (lines, since, fresh) in found.items()}
+
+
+def as_of(cur: Any, at: dt.datetime) -> dict[str, Suspect]:
+    """The suspect nodes at a past moment ``at``, as the resolutions written down say (``resolve`` runs in
+    every run's planning, so they lag a bundle's answer by a run at most)."""
+    cur.execute(AS_OF_SQL, {"as_of": at})
+    found: dict[str, tuple[list[str], dt.datetime]] = {}
+    for node, source, evidence, since in _rows(cur):
+        lines, first = found.get(node, ([], since))
+        lines.append(f"{source}: {evidence}")
+        found[node] = (lines, min(first, since))
+    return {node: Suspect(node, since, tuple(lines)) for node, (lines, since) in found.items()}
 
 
 def mark_triggered(connect: Any, nodes: Iterable[str], run_id: str) -> int:
@@ -179,12 +205,12 @@ def failing_since(cur: Any, tests: Sequence[str], nodes: Iterable[str] | None = 
         params["nodes"] = [validate_node_name(n) for n in nodes]
         where = "AND p.node_name = ANY(%(nodes)s)"
     cur.execute(FAILING_SQL.format(nodes=where), params)
-    pairs = cur.fetchall()
+    pairs = _rows(cur)
     if not pairs:
         return {}
     cur.execute(CONFIRMED_SQL, {"nodes": sorted({p[0] for p in pairs})})
     signals: dict[str, list[tuple[dt.datetime, str, dt.datetime]]] = {}
-    for node, source, evidence, at, seen in cur.fetchall():
+    for node, source, evidence, at, seen in _rows(cur):
         signals.setdefault(node, []).append((at, f"{source}: {evidence}", seen))
     found: dict[str, FailingSince] = {}
     for node, test, since, last_pass in sorted(pairs, key=lambda p: (p[0], p[2] or dt.datetime.max.replace(tzinfo=dt.UTC))):
