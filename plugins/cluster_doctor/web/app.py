@@ -425,7 +425,7 @@ def fleet_page(
     form = _Form(nodes=nodes.strip(), status=status, gpu_model=gpu_model, per_page=per_page, page=page)
     ctx = common(request, now, carry=form.query())
     ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
-               tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={},
+               tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={}, suspects={}, failing_since={},
                fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
     code = 200
     try:
@@ -442,7 +442,8 @@ def fleet_page(
                 ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
             if flt is not None:
                 page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
-                ctx.update(page=page_, filtered=flt.active)
+                ctx.update(page=page_, filtered=flt.active, suspects=q.suspects(),  # issue 28 §2: since when
+                           failing_since=q.failing_since([n["node_name"] for n in page_.nodes]))
                 form.page = page_.page
     except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
         code, title, text = failure(exc)
@@ -472,6 +473,7 @@ def node_page(
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
     ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[], peer=None,
+               suspect=None, failing_since=None,
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -483,7 +485,9 @@ def node_page(
             if node is not None:
                 plots, missing = node_plots(fq, node, settings, test or None)
                 ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit), plots=plots,
-                           plots_missing=missing, peer=fq.peer_verdicts().get(node_name))
+                           plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
+                           suspect=fq.suspects([node_name]).get(node_name),
+                           failing_since=fq.failing_since([node_name]).get(node_name))
     except Exception as exc:  # noqa: BLE001
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)
