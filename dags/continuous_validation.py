@@ -57,13 +57,17 @@ taking nodes from users:
 
 1. **discover** — GPU nodes of the cluster (`kubernetes_default`): free ones, and why the others are
    not eligible (busy, cordoned, not ready, tainted), written to the GPU node inventory
-   (`gpu_node_inventory` in `validation_db`) that every view of the fleet counts.
+   (`gpu_node_inventory` in `validation_db`) that every view of the fleet counts; then the **signals**
+   the cluster already has (GPUs withdrawn by the device plugin, node conditions and events of
+   node-problem-detector / NVSentinel, failed user pods, DCGM metrics, reboots): a node they point at is
+   *suspect*, never failed (`node_suspicions`; the DAG `suspect_signals` reads them every few minutes too
+   and starts a run for new free suspects when none is going).
    Then **reap_orphans**: pods of tasks that died hard (OOM, SIGKILL) are recorded from the pod and deleted.
 2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
    **reserve** (opt-in, setting `reservation`): overdue busy nodes get a NoSchedule taint so their next
    free moment is ours; they are validated first when they free, then released.
-3. **prioritize** — never-validated pairs first, then the oldest; failed pairs are retested after
-   6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
+3. **prioritize** — suspect nodes' whole bundles first, then never-validated pairs, then the oldest;
+   failed pairs are retested after 6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
    nodes are claimed in the results DB (`validation_claims`): a node another live run holds (backfill,
    manual trigger) is left to it. A run that plans nothing says why (its log, `verdict`, its note).
 4. **ship_suites** — the suite code as an immutable ConfigMap (its hash is the `suite_version`).

@@ -223,8 +223,9 @@ class Settings(BaseSettings):
         "Signal: Kubernetes events on a GPU node with one of these reasons (node-problem-detector's, e.g. an Xid "
         "rule of its kernel monitor) within `signal_window_minutes` make it suspect. []: events are not read.")
     signal_pod_failure_patterns: Annotated[list[Name], AfterValidator(signals.check_patterns)] = _setting(
-        [r"\bXid\b", "uncorrectable ECC", "fallen off the bus", "CUDA_ERROR_ECC_UNCORRECTABLE|cudaErrorECCUncorrectable",
-         "NVML: (Unknown Error|GPU is lost)", "UnexpectedAdmissionError"],
+        # no "|" in a default: the README's settings table shows them in a markdown table
+        [r"\bXid\b", "uncorrectable ECC", "fallen off the bus", "CUDA_ERROR_ECC_UNCORRECTABLE", "cudaErrorECCUncorrectable",
+         "NVML: Unknown Error", "GPU is lost", "UnexpectedAdmissionError"],
         "Signal: a user pod that failed on a GPU node (phase Failed) whose reason or termination message matches one "
         "of these regular expressions (case-insensitive) failed with a GPU error; `signal_pod_failures` of them "
         "within `signal_window_minutes` make the node suspect. []: pods are not read.")
