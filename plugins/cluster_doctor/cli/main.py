@@ -47,6 +47,7 @@ from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store import peers as stored_peers
+from cluster_doctor.store import suspects as stored_suspects
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -571,8 +572,11 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     store = _store(args)
     latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
     reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
+    with store.connection() as conn, conn.cursor() as cur:  # issue 28 §2: suspects first, as prioritize plans
+        suspected = stored_suspects.current(cur, run.tests, [n.name for n in nodes.free])
     given = run_plan.PlanInput(
         settings=settings, run=run, free=nodes.free, states=run_plan.pair_states(latest), ineligible=nodes.ineligible,
+        suspects={n: s.describe() for n, s in suspected.items()},
         reserved=plan_inputs.reserved(store.connect) if reserving else (), blocked_tests=nodes.blocked_tests,
         blocked_problem=nodes.problem, without_hcas=planning.models_without_hcas(settings),
         peer_due=_peer_due(store, settings, [n.name for n in nodes.free], now))
@@ -595,6 +599,8 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
         notes.append(f"health sweep (why: {priority.SWEEP}): {len(planned.sweeps)} free node(s) with no due suite "
                      f"whose last health check is older than {settings.sweep_interval_hours:g} h, after the due "
                      "bundles (setting sweep_interval_hours)")
+    if planned.suspects:
+        notes += [f"{n} {suspected[n].describe()}: its whole bundle first" for n in planned.suspects]
     if planned.plan.reserved:
         notes.append(f"reserved for validation, planned first: {', '.join(planned.plan.reserved)}")
     if planned.plan.why_empty:

@@ -108,3 +108,14 @@ def test_the_health_sweep_comes_after_the_due_bundles_marked_and_said(store, db_
     assert [(p["node_name"], p["why"]) for p in json.loads(out)][-1] == ("gpu-001", "health sweep")
     monkeypatch.setenv("CLUSTER_DOCTOR_SWEEP_INTERVAL_HOURS", "0")  # the setting turns it off
     assert rows(plan(*args)[1]) == [("gpu-002", "gpu_health"), ("gpu-002", "dl_unit")]
+
+
+def test_a_suspect_node_is_planned_first_with_its_whole_bundle_saying_why(cluster, store, db_url):
+    from cluster_doctor.domain.signals import Evidence
+    from cluster_doctor.store import suspects
+
+    suspects.record(store.connect, [Evidence("gpu-002", "reboot", "b2", "rebooted")], seen_at=dt.datetime.now(dt.UTC))
+    code, out = plan("--live", "--kubeconfig", cluster.kubeconfig_path, "--max-pairs", "6", "--db-url", db_url)
+    assert code == 0, out
+    assert rows(out)[:4] == [("gpu-002", t) for t in TESTS]  # issue 28 §2: as the DAG's prioritize plans it
+    assert "gpu-002 suspect since " in out and "reboot: rebooted: its whole bundle first" in out
