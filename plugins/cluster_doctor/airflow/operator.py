@@ -597,7 +597,10 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         from cluster_doctor.airflow.runtime import results_store
 
         store = results_store(self.cd_settings.validation_db_conn_id, retry=DIRECT_WRITE_RETRY)
-        store.record_over_placeholder(attempt)
+        if self._pod_try is not None:
+            store.record_over_placeholder(attempt)
+        else:
+            store.record([attempt])
 
     def _record(self, context, outcome: results.PodOutcome) -> Attempt:
         """XCom first (the record task's source, so it never adds a second row for this try), then
