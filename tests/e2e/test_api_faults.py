@@ -95,6 +95,7 @@ def test_a_429_storm_on_pod_reads_records_the_suites_result_once(runner, cluster
     assert [r[:3] for r in rows(db_dsn)] == [("gpu-001", "pass", 1)], rows(db_dsn)
 
 
+@pytest.mark.slow  # two DagRuns and a try's whole time for the API (~2 min); test_operator_control_plane covers it fast
 def test_a_result_not_read_in_time_is_not_judged_then_recorded_by_the_next_run(runner, cluster, db_dsn):
     """A storm on pod reads outlasting the try's time for the API: the try is recorded not judged
     (skipped: the pair stays due, nothing failing), its pod kept; the next run's reaper records the pod's
