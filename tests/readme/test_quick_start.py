@@ -9,6 +9,7 @@ import pytest
 from cluster_doctor.store import database
 
 from tests.readme.readme_commands import README, assert_nothing_left, run_block
+from tests.readme.timing_lines import assert_timing_line
 
 
 @pytest.mark.timeout(900)
@@ -18,6 +19,8 @@ def test_quick_start_then_the_cli_examples_and_sql_on_its_results(scratch):
     assert "## Headline" in daily and "Coverage:" in daily and "## Failures of the day" in daily, daily
     assert "gpu-004" in daily  # the injected ECC fault is the day's failure
     assert "demo finished" in demo.stdout
+    # its last line: how long it took, where the time went, on what machine (the README quotes such lines)
+    assert_timing_line(demo.stdout.strip().splitlines()[-1], "make demo finished")
     assert_nothing_left(scratch)
 
     sql = re.search(r"```sql\n(.*?)```", README, re.S).group(1)

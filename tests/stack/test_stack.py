@@ -42,6 +42,7 @@ import stack as stack_tool  # tools/stack.py, the code behind make up / make dow
 from cluster_doctor.store import database
 
 from tests.conftest import REPO
+from tests.readme.timing_lines import assert_timing_line
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.e2e
@@ -201,6 +202,8 @@ def stack(tmp_path_factory):
         # what make up prints: the UI on 127.0.0.1, the user and the generated password
         assert f"http://127.0.0.1:{port}" in up.stdout and f"admin / {password}" in up.stdout
         assert (state / "airflow" / "passwords.json").stat().st_mode & 0o077 == 0
+        # its last line: how long it took, phase by phase, on what machine (issue 33; the README quotes it)
+        assert_timing_line(up.stdout.strip().splitlines()[-1], "make up ready")
         cluster = json.loads((state / "cluster" / "ready.json").read_text())
         results_url = re.search(r"--db-url '([^']+)'", up.stdout).group(1)
         yield Stack(state, f"http://127.0.0.1:{port}", password, record, cluster, results_url, up_s,
