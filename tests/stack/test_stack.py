@@ -268,9 +268,12 @@ def _faulted_nodes(stack: Stack) -> set[str]:
 
 def _planned(tis: list[dict]) -> set[tuple[str, str]]:
     """The run's node · test pairs, from the labels of its validate and sweep groups' steps (the stack
-    enables one suite, gpu_health: every step is planned; the health sweep's are in the sweep group)."""
+    enables one suite, gpu_health: every step is planned; the health sweep's are in the sweep group). A
+    group that mapped over nothing has one unexpanded instance (map_index -1, no label); a step labelled
+    "not due" (issue 33) was no attempt."""
     return {tuple(ti["rendered_map_index"].split(" · ")) for ti in tis
-            if ti["task_id"].startswith(("validate.", "sweep.")) and not ti["task_id"].endswith(".finish_node")}
+            if ti["task_id"].startswith(("validate.", "sweep.")) and not ti["task_id"].endswith(".finish_node")
+            and ti["rendered_map_index"] and not ti["rendered_map_index"].endswith(" · not due")}
 
 
 def test_up_prints_the_ui_and_serves_it_behind_a_login(stack):
