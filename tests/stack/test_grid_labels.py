@@ -22,7 +22,10 @@ from cluster_doctor.store import database
 from tests.stack.test_stack import DAG, STACK, TERMINAL, Api, _down, _free_port
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
 
-pytestmark = pytest.mark.e2e
+# slow: a stack of its own (~7 min on a loaded 2-core box); `make test` covers the label itself through
+# tests/dags (every step's rendered label for a bundle that plans gpu_health only), `make test-slow` runs
+# this end to end in Chromium.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SETTINGS = {
     "CLUSTER_DOCTOR_TESTS": "gpu_health,ib_health",
