@@ -157,7 +157,7 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
         latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
         node_selector=settings.node_selector, now=now,
-        suspects=signals_task.current_suspects(store, run.tests, busy + free, now or _now()))
+        suspects=signals_task.current_suspects(store, settings.tests, busy + free, now or _now()))
     log.info("%s", report.describe())
     return report
 
@@ -176,8 +176,9 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     (``Plan.why_empty``)."""
     now = now or _now()
     if suspects is None and store is not None:  # issue 28 §2: what the signals say, their bundles first
+        # judged against every enabled suite: a run of fewer (params) never clears a suspicion alone
         suspects = {node: s.describe() for node, s in signals_task.current_suspects(
-            store, discovered.params.tests, [n.name for n in discovered.free], now).items()}
+            store, discovered.settings.tests, [n.name for n in discovered.free], now).items()}
     given = run_plan.PlanInput.of(discovered, latest, reserved, suspects,
                                   peer_due=_peer_due(store, discovered, now) if store is not None else ())
     claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None

@@ -573,7 +573,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
     reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
     with store.connection() as conn, conn.cursor() as cur:  # issue 28 §2: suspects first, as prioritize plans
-        suspected = stored_suspects.current(cur, run.tests, [n.name for n in nodes.free])
+        suspected = stored_suspects.current(cur, settings.tests, [n.name for n in nodes.free])
     given = run_plan.PlanInput(
         settings=settings, run=run, free=nodes.free, states=run_plan.pair_states(latest), ineligible=nodes.ineligible,
         suspects={n: s.describe() for n, s in suspected.items()},
