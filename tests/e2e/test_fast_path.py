@@ -28,7 +28,10 @@ from cluster_doctor.store.history import ResultStore
 
 from tests.e2e.conftest import summary
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+# make test-slow (about 2 minutes: a real Airflow's three components start, then two DAGs run): the fast
+# path's decisions and its trigger run in make test at task level (tests/plugins/cluster_doctor/airflow/
+# test_signals_task.py, tests/dags/test_suspect_signals.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 GOAL_S = 600  # from a signal on a free node to its validation pod Running
 AIRFLOW = pathlib.Path(sys.executable).with_name("airflow")
