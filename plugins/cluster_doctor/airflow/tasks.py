@@ -454,15 +454,19 @@ def waited_line(run_type: str | None, run_after: dt.datetime | None, started: dt
 
 
 # ---------------------------------------------------------------------------- 8. quarantine (opt-in)
-def quarantine(discovered: Discovered, store: Any, core_v1: Any) -> QuarantineReport:
-    """Label (and optionally taint) nodes with confirmed failures, release recovered ones; off by default.
-    An open circuit breaker fails the task: a human decides."""
+def quarantine(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str | None = None,
+               now: dt.datetime | None = None) -> QuarantineReport:
+    """Label (and optionally taint) nodes with confirmed failures, release recovered ones, name repeat
+    offenders (issue 31 §3: settings repeat_offender_*); off by default. An open circuit breaker fails the
+    task: a human decides."""
+    from cluster_doctor.domain.transitions import RepeatPolicy
     from cluster_doctor.kube import quarantine as q
 
     settings = discovered.settings
     report = q.reconcile(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
                          tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
-                         node_selector=settings.node_selector)
+                         node_selector=settings.node_selector, now=now, repeat=RepeatPolicy.of(settings),
+                         run_id=run_id)
     log.info("%s", report.describe())
     if report.breaker_open:
         from airflow.sdk.exceptions import AirflowFailException

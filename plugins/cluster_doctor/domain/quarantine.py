@@ -5,6 +5,7 @@ circuit breaker), and what a reconciliation did. Pure; ``cluster_doctor.kube.qua
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,10 @@ ANN_CODES = f"{DOMAIN}/failure-codes"
 ANN_SINCE = f"{DOMAIN}/quarantined-at"
 # the most severe recommended action of the failures (domain.actions), for remediation tooling
 ANN_ACTION = f"{DOMAIN}/recommended-action"
-ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE, ANN_ACTION)
+# a repeat offender's cause (issue 31 §3): its recommended action is then replace, and quarantine keeps it out
+# until a person releases it (removes the label)
+ANN_REPEAT = f"{DOMAIN}/repeat-offender"
+ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE, ANN_ACTION, ANN_REPEAT)
 # what the ``actions`` key accepts: the fixed set and ``unknown`` (a failure without a recorded action)
 ACTION_CHOICES = (*action_rules.ACTIONS, action_rules.UNKNOWN)
 TAINT = {"key": LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
@@ -95,6 +99,16 @@ class Failure:
     code: str  # failed check names, or "<verdict kind>:<metric>"
     action: str | None = None  # the failed result's recommended action; None: unknown (or a verdict)
     verdict: bool = False  # a confirmed straggler/drift verdict, not a failed check
+    since: dt.datetime | None = None  # when the failure began (the pair's failing streak, the verdict's judging)
+
+
+def node_action(failures: Sequence[Failure]) -> str:
+    """The most severe action of the failed checks (unknown when none is recorded; a verdict alone:
+    drain_and_service, a person looks at a slow GPU)."""
+    found = action_rules.most_severe(f.action for f in failures if not f.verdict)
+    if found:
+        return found
+    return "drain_and_service" if failures and all(f.verdict for f in failures) else action_rules.UNKNOWN
 
 
 @dataclasses.dataclass
@@ -109,6 +123,11 @@ class QuarantineReport:
     not_acted_on: list[str] = dataclasses.field(default_factory=list)
     breaker_open: bool = False
     breaker_reason: str | None = None
+    # issue 31 §3: nodes named repeat offenders by this run ("node: cause"); repeat offenders that pass again but
+    # stay quarantined until a person releases them; nodes whose label a person removed (released by a person)
+    repeat_offenders: list[str] = dataclasses.field(default_factory=list)
+    kept_for_person: list[str] = dataclasses.field(default_factory=list)
+    released_by_person: list[str] = dataclasses.field(default_factory=list)
     limit: int | None = None
     in_window: int = 0
     gpu_nodes: int = 0
@@ -125,6 +144,13 @@ class QuarantineReport:
                  f"already quarantined {len(self.already)}"]
         if self.not_acted_on:
             parts.append(f"left to a person (action not quarantined): {', '.join(self.not_acted_on)}")
+        if self.repeat_offenders:
+            parts.append(f"REPEAT OFFENDER(S), action replace: {'; '.join(self.repeat_offenders)}")
+        if self.kept_for_person:
+            parts.append(f"repeat offender(s) passing again, kept until a person releases them: "
+                         f"{', '.join(self.kept_for_person)}")
+        if self.released_by_person:
+            parts.append(f"released by a person (label removed): {', '.join(self.released_by_person)}")
         if self.breaker_open:
             parts.insert(0, f"CIRCUIT BREAKER OPEN: {self.breaker_reason}")
         return "; ".join(parts)

@@ -20,6 +20,14 @@ Off by default. When enabled (setting ``quarantine``), after every run:
   driver rollout than bad nodes. Releases still happen (they only give capacity back).
 * dry run: everything is computed and logged as "would quarantine/release"; nothing is patched.
 
+The repair loop and repeat offenders (issue 31 §2, §3): every transition is recorded in ``node_transitions``
+(quarantined, released; the inventory's trigger records repaired, and makes a quarantined node that rebooted
+suspect so its whole bundle runs at once). A node quarantined again within ``repeat_offender_days`` of a
+release, or for the ``repeat_offender_failures``-th time in that period, is a **repeat offender**: its
+recommended-action annotation says ``replace``, ``cluster-doctor.io/repeat-offender`` says why, and it is not
+released when it passes again: a person releases it by removing the label; the next run records it released
+by a person and removes our taint and annotations. Nothing is recorded in a dry run.
+
 The breaker keeps no state of its own: the window is read from the nodes' ``quarantined-at``
 annotations, so it stays open while the candidates keep failing, and resets when they are fixed.
 
@@ -37,9 +45,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import actions as action_rules
+from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operators and tests use)
     ANN_ACTION,
     ANN_CODES,
+    ANN_REPEAT,
     ANN_SINCE,
     ANN_TESTS,
     ANNOTATIONS,
@@ -52,9 +62,12 @@ from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operato
     InvalidQuarantinePolicy,
     QuarantinePolicy,
     QuarantineReport,
+    node_action,
 )
+from cluster_doctor.domain.transitions import RepeatPolicy, Transition
 from cluster_doctor.kube.node_patch import patch_node
-from cluster_doctor.store.quarantine import confirmed_failures, healthy
+from cluster_doctor.store import transitions as stored_transitions
+from cluster_doctor.store.quarantine import Records, confirmed_failures, healthy, records
 
 log = logging.getLogger(__name__)
 _MAX_ANNOTATION = 1000  # characters: a summary, the history has the details
@@ -78,7 +91,7 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     return value if value.tzinfo else None
 
 
-def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool):
+def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool, repeat: str | None = None):
     def build(node: Mapping[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {"metadata": {
             "labels": {LABEL: LABEL_VALUE},
@@ -86,7 +99,8 @@ def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool)
                 ANN_TESTS: ",".join(sorted({f.test_name for f in failures}))[:_MAX_ANNOTATION],
                 ANN_CODES: "; ".join(f"{f.test_name}: {f.code}" for f in failures)[:_MAX_ANNOTATION],
                 ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                ANN_ACTION: _action_of(failures),
+                ANN_ACTION: life.REPLACE if repeat else _action_of(failures),
+                **({ANN_REPEAT: repeat[:_MAX_ANNOTATION]} if repeat else {}),
             }}}
         if taint:
             # taints are replaced as a whole by a patch: send the node's own plus ours
@@ -96,13 +110,7 @@ def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool)
     return build
 
 
-def _action_of(failures: Sequence[Failure]) -> str:
-    """The most severe action of the failed checks (unknown when none is recorded; a verdict alone:
-    drain_and_service, a person looks at a slow GPU)."""
-    found = action_rules.most_severe(f.action for f in failures if not f.verdict)
-    if found:
-        return found
-    return "drain_and_service" if all(f.verdict for f in failures) else action_rules.UNKNOWN
+_action_of = node_action  # the name this module's callers used
 
 
 def _describe(failure: Failure) -> str:
@@ -135,12 +143,16 @@ def reconcile(
     gpu_resource: str = "nvidia.com/gpu",
     node_selector: str = "",
     now: dt.datetime | None = None,
+    repeat: RepeatPolicy | None = None,
+    run_id: str | None = None,
 ) -> QuarantineReport:
-    """Quarantine the nodes with confirmed failures and release the ones that recovered; see the module
-    docstring. Makes no call at all when disabled."""
+    """Quarantine the nodes with confirmed failures and release the ones that recovered, recording every
+    transition (repeat offenders named, kept until a person releases them); see the module docstring. Makes
+    no call at all when disabled."""
     if not policy.enabled:
         return QuarantineReport(enabled=False)
     now = now or dt.datetime.now(dt.UTC)
+    repeat = repeat or RepeatPolicy()
     report = QuarantineReport(enabled=True, dry_run=policy.dry_run)
     nodes = {n["metadata"]["name"]: n for n in _nodes(core_v1, **({"label_selector": node_selector}
                                                                      if node_selector else {}))}
@@ -161,16 +173,23 @@ def reconcile(
     report.already = sorted(name for name in failures if name in labelled)
     window = dt.timedelta(hours=policy.window_hours)
     report.in_window = sum(1 for n in ours.values() if now - _since(n) < window)
+    known = records(connect, candidates, since=now - repeat.window)
+    done: list[Transition] = []  # written whatever happens next: a patch that raised leaves the earlier ones true
+    try:
+        _released_by_person(core_v1, report, known, gpu, labelled, now, run_id, done)
+        _release(core_v1, connect, report, known, ours, set(failures), tests, now, run_id, done)
+        _breaker_or_quarantine(core_v1, policy, report, gpu, candidates, failures, known, repeat, now, run_id, done)
+    finally:
+        if done and not report.dry_run:  # nothing happened in a dry run
+            stored_transitions.record(connect, done)
+    return report
 
-    # releases first: they never need the breaker
-    for name in sorted(healthy(connect, set(ours) - set(failures), tests)):
-        if policy.dry_run:
-            log.info("quarantine dry run: would release %s (passes every test again)", name)
-        else:
-            patch_node(core_v1, ours[name], _release_body)
-            log.info("released %s from quarantine: it passes every enabled test again", name)
-        report.released.append(name)
 
+def _breaker_or_quarantine(core_v1: Any, policy: QuarantinePolicy, report: QuarantineReport,
+                           gpu: Mapping[str, Any], candidates: list[str], failures: Mapping[str, list[Failure]],
+                           known: Records, repeat: RepeatPolicy, now: dt.datetime, run_id: str | None,
+                           done: list[Transition]) -> None:
+    """Quarantine the candidates, unless they would open the breaker (then none of them)."""
     if candidates and report.in_window + len(candidates) > report.limit:
         report.breaker_open = True
         report.held_back = candidates
@@ -180,15 +199,71 @@ def reconcile(
             f"{len(gpu)} GPU nodes, at most {policy.max_nodes}); quarantined none of them. A fleet-wide failure "
             "is more likely a bad image or driver rollout than bad nodes: a human decides")
         log.error("quarantine CIRCUIT BREAKER OPEN: %s. Held back: %s", report.breaker_reason, ", ".join(candidates))
-        return report
-
+        return
     for name in candidates:
-        what = "; ".join(_describe(f) for f in failures[name])
-        if policy.dry_run:
-            log.info("quarantine dry run: would label%s %s (%s)", " and taint" if policy.taint else "", name, what)
+        _quarantine(core_v1, policy, report, gpu[name], failures[name],
+                    life.repeat_reason(known.past.get(name, ()), now, repeat), now, run_id, done)
+
+
+def _released_by_person(core_v1: Any, report: QuarantineReport, known: Records, gpu: Mapping[str, Any],
+                        labelled: set[str], now: dt.datetime, run_id: str | None, done: list[Transition]) -> None:
+    """Nodes in quarantine by our records whose label is gone (a person removed it: the way a repeat offender
+    comes back) are released by that person; our taint and annotations go with the label."""
+    for name in sorted(set(known.in_quarantine) & set(gpu) - labelled):
+        offender = known.offenders.get(name)
+        what = "a repeat offender released by a person" if offender else "released by a person"
+        if not report.dry_run and (_release_body(gpu[name]).get("spec") or _ours_left(gpu[name])):
+            patch_node(core_v1, gpu[name], _release_body)
+        done.append(Transition(name, life.RELEASED, now, f"{what}: the label {LABEL} was removed",
+                               {"by": "person", **({"repeat_offender": offender.cause} if offender else {})}, run_id))
+        report.released_by_person.append(name)
+        log.warning("%s: %s (label %s removed)", name, what, LABEL)
+
+
+def _ours_left(node: Mapping[str, Any]) -> bool:
+    return any(a in ((node.get("metadata") or {}).get("annotations") or {}) for a in ANNOTATIONS)
+
+
+def _release(core_v1: Any, connect: Any, report: QuarantineReport, known: Records, ours: Mapping[str, Any],
+             failing: set[str], tests: Sequence[str], now: dt.datetime, run_id: str | None,
+             done: list[Transition]) -> None:
+    """Release the nodes we quarantined that pass every enabled test again, but for repeat offenders: those
+    stay out until a person releases them. Releases never need the breaker (they give capacity back)."""
+    for name in sorted(healthy(connect, set(ours) - failing, tests)):
+        if name in known.offenders:
+            report.kept_for_person.append(name)
+            log.warning("%s passes every enabled test again but is a repeat offender (%s): it stays quarantined "
+                        "until a person releases it (removes the label %s)", name, known.offenders[name].cause, LABEL)
+            continue
+        if report.dry_run:
+            log.info("quarantine dry run: would release %s (passes every test again)", name)
         else:
-            patch_node(core_v1, gpu[name], _quarantine_body(failures[name], now, policy.taint))
-            log.warning("quarantined %s: label %s=%s%s (%s)", name, LABEL, LABEL_VALUE,
-                        ", taint NoSchedule" if policy.taint else "", what)
-        report.quarantined.append(name)
-    return report
+            patch_node(core_v1, ours[name], _release_body)
+            log.info("released %s from quarantine: it passes every enabled test again", name)
+        report.released.append(name)
+        done.append(Transition(name, life.RELEASED, now, "passes every enabled test again",
+                               {"tests": list(tests), "by": "cluster-doctor"}, run_id))
+
+
+def _quarantine(core_v1: Any, policy: QuarantinePolicy, report: QuarantineReport, node: Mapping[str, Any],
+                failures: Sequence[Failure], repeat: str | None, now: dt.datetime,
+                run_id: str | None, done: list[Transition]) -> None:
+    """Label (and taint) one node; its transitions: quarantined, and repeat_offender when it is one."""
+    name = node["metadata"]["name"]
+    what = "; ".join(_describe(f) for f in failures)
+    if policy.dry_run:
+        log.info("quarantine dry run: would label%s %s (%s)%s", " and taint" if policy.taint else "", name, what,
+                 f"; a repeat offender: {repeat}" if repeat else "")
+    else:
+        patch_node(core_v1, node, _quarantine_body(failures, now, policy.taint, repeat))
+        log.warning("quarantined %s: label %s=%s%s (%s)", name, LABEL, LABEL_VALUE,
+                    ", taint NoSchedule" if policy.taint else "", what)
+    report.quarantined.append(name)
+    detail = {"tests": sorted({f.test_name for f in failures}), "codes": [f"{f.test_name}: {f.code}" for f in failures],
+              "action": _action_of(failures)}
+    done.append(Transition(name, life.QUARANTINED, now, what, detail, run_id))
+    if repeat:
+        log.error("REPEAT OFFENDER %s: %s; recommended action %s, kept out until a person releases it", name,
+                  repeat, life.REPLACE)
+        report.repeat_offenders.append(f"{name}: {repeat}")
+        done.append(Transition(name, life.REPEAT_OFFENDER, now, repeat, {**detail, "action": life.REPLACE}, run_id))

@@ -1,17 +1,21 @@
-"""Node quarantine, what the results say: confirmed failures, and nodes healthy again."""
+"""Node quarantine, what the results say: confirmed failures, nodes healthy again, and what the transitions
+say of each node's past quarantines (issue 31: repeat offenders, nodes released by a person)."""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cluster_doctor.domain.quarantine import Failure
 from cluster_doctor.domain.status import Status
-from cluster_doctor.store import database
+from cluster_doctor.domain.transitions import RepeatOffender, Transition
+from cluster_doctor.store import database, transitions
 
 # ---------------------------------------------------------------------------- what the results say
 CONFIRMED_FAILURES_SQL = """
-SELECT s.node_name, s.test_name, s.checks, s.action
+SELECT s.node_name, s.test_name, s.checks, s.action, s.status_since
   FROM validation_pair_state s
  WHERE s.status = 'fail'
    AND (SELECT count(*) FROM validation_history h
@@ -19,7 +23,7 @@ SELECT s.node_name, s.test_name, s.checks, s.action
            AND h.status IN ('pass', 'fail', 'error') AND h.finished_at >= s.status_since) >= 2
 """
 CONFIRMED_VERDICTS_SQL = """
-SELECT node_name, test_name, kind || ':' || metric FROM validation_latest_verdicts WHERE confirmed
+SELECT node_name, test_name, kind || ':' || metric, judged_at FROM validation_latest_verdicts WHERE confirmed
 """
 LATEST_SQL = "SELECT node_name, test_name, status FROM validation_pair_state WHERE node_name = ANY(%s)"
 VERDICT_NODES_SQL = "SELECT DISTINCT node_name FROM validation_latest_verdicts WHERE node_name = ANY(%s)"
@@ -39,9 +43,10 @@ def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Fai
     try:
         with conn.cursor() as cur:
             cur.execute(CONFIRMED_FAILURES_SQL)
-            rows = [(n, t, Failure(t, _failed_checks(c), action)) for n, t, c, action in cur.fetchall()]
+            rows = [(n, t, Failure(t, _failed_checks(c), action, since=since))
+                    for n, t, c, action, since in cur.fetchall()]
             cur.execute(CONFIRMED_VERDICTS_SQL)
-            rows += [(n, t, Failure(t, code, verdict=True)) for n, t, code in cur.fetchall()]
+            rows += [(n, t, Failure(t, code, verdict=True, since=at)) for n, t, code, at in cur.fetchall()]
     finally:
         conn.close()
     for node, test, failure in sorted(rows, key=lambda r: (r[0], r[1], r[2].code)):
@@ -65,3 +70,25 @@ def healthy(connect: Any, nodes: Iterable[str], tests: Sequence[str]) -> set[str
     finally:
         conn.close()
     return {n for n in nodes if n not in flagged and all(status.get((n, t)) == Status.PASS for t in tests)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """What the transitions say (issue 31): the repeat offenders now, the nodes in quarantine by our records
+    (quarantined, not released since), and the past transitions of the nodes asked about."""
+
+    offenders: dict[str, RepeatOffender]
+    in_quarantine: dict[str, Transition]
+    past: dict[str, list[Transition]]
+
+
+def records(connect: Any, nodes: Iterable[str], *, since: dt.datetime) -> Records:
+    """The transitions quarantine decides by, in one snapshot: ``past`` holds those of ``nodes`` at or after
+    ``since`` (the repeat-offender window)."""
+    conn = database.connector(connect)()
+    try:
+        with conn.cursor() as cur:
+            return Records(transitions.repeat_offenders(cur), transitions.in_quarantine(cur),
+                           transitions.of_nodes(cur, nodes, since=since))
+    finally:
+        conn.close()
