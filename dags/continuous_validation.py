@@ -86,7 +86,9 @@ taking nodes from users:
 6. **record** — one `validation_history` row per attempt, whatever happened.
 7. **summarize** / **verdict** — counts, newly failing nodes, coverage; the run's note says it too.
    Beside them, opt-in: **quarantine** (setting `quarantine`) labels/taints nodes with confirmed
-   failures; **node_conditions** (setting `node_conditions`) sets every GPU node's
+   failures, releases the repaired ones that pass again and names repeat offenders (action `replace`,
+   kept out until a person removes the label); **handoff** (setting `handoff_conn_id`) posts new repeat
+   offenders and failures needing `drain_and_service` to a ticketing webhook; **node_conditions** (setting `node_conditions`) sets every GPU node's
    `ClusterDoctorHealthy` condition from its latest verdicts.
 
 **Reading the grid.** Each step of the `validate` group is labelled `node · test`, a peer test
@@ -424,7 +426,22 @@ with DAG(
 
         found = Discovered.from_xcom(pulled("discover"))
         store = runtime.results_store(found.settings.validation_db_conn_id)
-        return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id)).to_dict()
+        return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id),
+                                run_id=get_current_context()["run_id"]).to_dict()
+
+    # Opt-in (setting handoff_conn_id): new repeat offenders and confirmed failures needing drain_and_service
+    # into the results DB's outbox, and the outbox posted to the ticketing webhook; what it does not take
+    # waits for a later run. Runs whatever quarantine did (an open breaker fails quarantine, not the hand-off).
+    @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
+    def handoff() -> dict:
+        from cluster_doctor.airflow import handoff_task, runtime
+        from cluster_doctor.domain.payloads import Discovered
+
+        discovered = pulled("discover")
+        if discovered is None:
+            raise AirflowSkipException("discovery failed: no settings to hand off with")
+        settings = Discovered.from_xcom(discovered).settings
+        return handoff_task.handoff(settings, runtime.results_store(settings.validation_db_conn_id)).to_dict()
 
     # Opt-in (setting node_conditions): every GPU node's ClusterDoctorHealthy condition from its latest
     # verdicts, for kubectl describe node, node-problem-detector consumers and autoscalers' node repair.
@@ -438,6 +455,6 @@ with DAG(
         core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
         return conditions_task.node_conditions(found, store, core_v1).to_dict()
 
-    quarantine(recorded)
+    quarantine(recorded) >> handoff()
     node_conditions(recorded)
     verdict(summarize(recorded))

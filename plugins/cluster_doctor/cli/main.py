@@ -48,6 +48,7 @@ from cluster_doctor.reports.text import age, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store import peers as stored_peers
 from cluster_doctor.store import suspects as stored_suspects
+from cluster_doctor.store import transitions as stored_transitions
 from cluster_doctor.store.history import (
     HISTORY_COLUMNS,
     LATEST_COLUMNS,
@@ -388,6 +389,8 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
+        with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
+            offenders = stored_transitions.repeat_offenders(cur)
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
     attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
     unattempted = [] if args.status else [
@@ -423,18 +426,20 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
     print(coverage_line(summary, days, never_pairs), file=out)
-    for line in since_lines(suspected, failing, node_range):
+    for line in since_lines(suspected, failing, node_range, offenders):
         print(line, file=out)
     if settings.peer_tests:
         print(peer_lines(peer_verdicts, node_range), file=out)
     return 0
 
 
-def since_lines(suspected: Mapping[str, Any], failing: Mapping[str, Any], node_range: NodeRange) -> list[str]:
-    """The suspect nodes ("suspect since T: evidence") and since when each failing node fails (its first
-    failing evidence after its last pass), in the range."""
+def since_lines(suspected: Mapping[str, Any], failing: Mapping[str, Any], node_range: NodeRange,
+                offenders: Mapping[str, Any] | None = None) -> list[str]:
+    """The suspect nodes ("suspect since T: evidence"), since when each failing node fails (its first
+    failing evidence after its last pass) and the repeat offenders (since when, why: action replace), in the
+    range."""
     lines = []
-    for what, found in (("suspect", suspected), ("failing", failing)):
+    for what, found in (("suspect", suspected), ("failing", failing), ("repeat offender", offenders or {})):
         names = sorted((n for n in found if node_range.matches(n)), key=fleet.natural_key)
         if names:
             lines.append(f"{what}: {len(names)} GPU node(s)")

@@ -7,6 +7,9 @@ breaker, as quarantine has). Pure; ``cluster_doctor.kube.conditions`` writes it 
   then the order of the checks), message = the suite, the action and the age of the evidence;
 * Unknown: a suite never ran on the node, its latest result is older than the target (stale
   evidence, whatever it said), or the suite could not judge (error: its code is the reason).
+
+A repeat offender (issue 31 §3) is False with reason ``RepeatOffender`` and action replace, whatever its
+latest results say, until a person releases it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ REASON_PASSED = "AllSuitesPassed"
 REASON_STALE = "EvidenceStale"
 REASON_NEVER = "NotValidated"
 REASON_ERROR = "SuiteError"
+REASON_REPEAT = "RepeatOffender"  # issue 31 §3: action replace, whatever its latest results say
 MESSAGE_LIMIT = 1024  # characters: a summary for `kubectl describe node`, the history has the details
 
 
@@ -141,6 +145,12 @@ def condition(latest: Iterable[Latest], tests: Sequence[str], now: dt.datetime, 
     return Condition(TRUE, REASON_PASSED, _cut(f"{len(tests)} suite(s) passed ({', '.join(tests)}); oldest evidence "
                                                  f"{age(now - oldest.finished_at)} old ({oldest.test_name}, "
                                                  f"{_ts(oldest.finished_at)}); action: none"))
+
+
+def repeat_offender(latest: Condition, offender: Any) -> Condition:
+    """A repeat offender's condition (``domain.transitions.RepeatOffender``): False until a person releases it,
+    whatever its latest results say (they follow in the message)."""
+    return Condition(FALSE, REASON_REPEAT, _cut(f"{offender.describe()}; latest: {latest.message}"))
 
 
 def _ts(t: dt.datetime) -> str:

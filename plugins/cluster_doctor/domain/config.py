@@ -361,6 +361,24 @@ class Settings(BaseSettings):
             "with the quarantine's circuit breaker ([docs/node-conditions.md](docs/node-conditions.md)), e.g. "
             "{\"enabled\": true, \"dry_run\": false, \"max_share\": 0.05, \"max_nodes\": 10, \"window_hours\": 24}. "
             "Needs include/k8s/conditions. Off by default.")
+    # --- the repair loop, repeat offenders and the hand-off (issue 31 §2, §3) ---
+    repeat_offender_days: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        30.0, "A node quarantined again within this many days of a release, or for the `repeat_offender_failures`-th "
+              "time within them, is a repeat offender: action `replace`, kept in quarantine until a person releases "
+              "it (removes the label `cluster-doctor.io/health`). 0: no node is named one.")
+    repeat_offender_failures: Annotated[int, BeforeValidator(_not_bool), Field(ge=2)] = _setting(
+        3, "Quarantined this many times within `repeat_offender_days` (this time included) makes a repeat offender.")
+    handoff_conn_id: str = _setting(
+        "", "Airflow connection of the ticketing/RMA webhook (HTTP: the URL in its host, `https://…` or host, "
+            "schema and port; its password signs each post, `X-Cluster-Doctor-Signature: sha256=<HMAC>`; extra "
+            "`{\"auth\": \"bearer\"}` sends it as a bearer token instead): a JSON document per new repeat offender "
+            "and per confirmed failure needing `drain_and_service`, kept in the results DB until the webhook takes "
+            "it. Empty: no hand-off.")
+    handoff_timeout_s: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=300)] = _setting(
+        10.0, "The hand-off's timeout for one post to the webhook, in seconds.")
+    handoff_retry_minutes: Annotated[float, BeforeValidator(_not_bool), Field(gt=0)] = _setting(
+        5.0, "A document the webhook did not take (down, timeout, an HTTP error) is tried again after this long, "
+             "doubling with each try up to 6 hours; it is kept until it is taken.")
     reservation: JsonObject = _setting(
         {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
             "new user pod lands when their job ends, removed when their validation is done "

@@ -34,6 +34,7 @@ from typing import Any
 from cluster_doctor.domain import conditions as policy_of
 from cluster_doctor.domain.conditions import CONDITION_TYPE, FALSE, TRUE, ConditionPolicy, ConditionReport
 from cluster_doctor.store.conditions import latest_by_node
+from cluster_doctor.store.transitions import repeat_offenders_now
 
 log = logging.getLogger(__name__)
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -98,6 +99,9 @@ def reconcile(
     report.gpu_nodes, report.limit = len(gpu), policy.limit(len(gpu))
     latest = latest_by_node(connect, tests)
     wanted = {name: policy_of.condition(latest.get(name, ()), tests, now, stale_after) for name in sorted(gpu)}
+    for name, offender in repeat_offenders_now(connect).items():  # issue 31 §3: False until a person releases it
+        if name in wanted:
+            wanted[name] = policy_of.repeat_offender(wanted[name], offender)
     window = dt.timedelta(hours=policy.window_hours)
     report.in_window = sum(1 for n in gpu.values() if (c := current(n)) and c.get("status") == FALSE
                            and (t := _time(c.get("lastTransitionTime"))) and now - t < window)

@@ -45,6 +45,7 @@ from typing import Any
 import hostlist
 
 from cluster_doctor.domain import coverage, suites
+from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.numbers import finite, skip
@@ -53,7 +54,7 @@ from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
 from cluster_doctor.store import daily as daily_reads
-from cluster_doctor.store import files, inventory, peers, suspects, trend
+from cluster_doctor.store import files, inventory, peers, suspects, transitions, trend
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,9 @@ class _Reads:
     peers: dict[str, Any] | None
     suspects: dict[str, Any]  # node -> domain.signals.Suspect at the report's end (issue 28 §2)
     failing_since: dict[str, Any]  # node -> domain.signals.FailingSince of the nodes failing now
+    # issue 31 §2, §3: the day's transitions, and the repeat offenders at the report's end
+    transitions: list[Any] = dataclasses.field(default_factory=list)
+    offenders: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
@@ -130,7 +134,9 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
             model_metrics=daily_reads.model_metrics(cur, **window, key_pairs=key_pairs),
             reservations=daily_reads.reservations(cur, **window),
             peers=_peers(cur, as_of, peer_window_days) if peer_window_days else None,
-            suspects=suspects.as_of(cur, as_of), failing_since=suspects.failing_since(cur, tests, fleet))
+            suspects=suspects.as_of(cur, as_of), failing_since=suspects.failing_since(cur, tests, fleet),
+            transitions=transitions.in_window(cur, start, as_of),
+            offenders=transitions.repeat_offenders(cur, as_of=as_of))
 
 
 # ---------------------------------------------------------------------------- building
@@ -193,7 +199,17 @@ def build(
         "suspects": [{"node_name": n, "since": _iso(s.since), "line": s.describe()}
                      for n, s in sorted(read.suspects.items(), key=lambda i: _node_key(i[0])) if n in read.counted],
         "failing_since": {n: f.describe() for n, f in read.failing_since.items()},
+        "transitions": _transitions(read.transitions, max_rows),
+        "repeat_offenders": [{"node_name": n, "since": _iso(o.since), "line": o.describe()}
+                             for n, o in sorted(read.offenders.items(), key=lambda i: _node_key(i[0]))],
     }
+
+
+def _transitions(found: Sequence[Any], max_rows: int) -> dict[str, Any]:
+    """The day's transitions (issue 31 §2): how many of each kind, and each one, oldest first."""
+    counts = {kind: sum(t.kind == kind for t in found) for kind in life.KINDS}
+    return {"counts": counts, "total": len(found),
+            "lines": [f"{t.node_name} {t.line()}" for t in found[:max_rows]]}
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -534,7 +550,8 @@ def _attempts_blocks(data: Mapping[str, Any]) -> list[tuple]:
 
 
 def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
-    out: list[tuple] = [("h2", "Suspect nodes"), *suspect_blocks(data), ("h2", "Failures of the day")]
+    out: list[tuple] = [("h2", "Suspect nodes"), *suspect_blocks(data), *transition_blocks(data),
+                        ("h2", "Failures of the day")]
     if not data["failures"]:
         out.append(("p", "No node failed a check and no suite errored on this day.", ""))
     since = data.get("failing_since") or {}
@@ -543,6 +560,25 @@ def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
     if data["failures_total"] > len(data["failures"]):
         out.append(("p", f"… and {data['failures_total'] - len(data['failures'])} more failed attempt(s) on "
                          "this day (query validation_history).", ""))
+    return out
+
+
+def transition_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """Issue 31: the repeat offenders at the report's end (action replace), and the day's transitions."""
+    offenders = data.get("repeat_offenders") or []
+    out: list[tuple] = [("h2", "Repeat offenders")]
+    if offenders:
+        out += [("p", f"{len(offenders)} GPU node(s) to replace: quarantined again soon after a release, or too "
+                      "often; kept out until a person releases them.", ""),
+                ("list", [f"{o['node_name']} {o['line']}" for o in offenders])]
+    else:
+        out.append(("p", "No repeat offender at the end of the day.", ""))
+    moved = data.get("transitions") or {"counts": {}, "total": 0, "lines": []}
+    out.append(("h2", "Node transitions"))
+    out.append(("p", ", ".join(f"{life.SHOWN[k]} {moved['counts'].get(k, 0)}" for k in life.KINDS)
+                + f" ({moved['total']} in all)", ""))
+    if moved["lines"]:
+        out.append(("list", list(moved["lines"])))
     return out
 
 

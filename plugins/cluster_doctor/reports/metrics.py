@@ -48,7 +48,8 @@ from cluster_doctor.reports.pair_families import (  # noqa: F401 - STATES and ke
     add_pairs,
     key_metric_name,
 )
-from cluster_doctor.store import database, fleet
+from cluster_doctor.domain import transitions as life
+from cluster_doctor.store import database, fleet, transitions
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +163,43 @@ def suspect_families(since: Mapping[str, float] | None) -> list[Metric]:
     return [count, each]
 
 
+# How far back the quarantine durations reach: the releases of the last 30 days.
+LIFECYCLE_WINDOW = dt.timedelta(days=30)
+
+
+def lifecycle(cur: Any, now: dt.datetime) -> dict[str, Any]:
+    """What the lifecycle families need (issue 31 §2, §3), from an open cursor: transitions by kind ever, the
+    repeat offenders now, and the durations of the quarantines released within ``LIFECYCLE_WINDOW``."""
+    spans = life.durations(transitions.of_released_since(cur, now - LIFECYCLE_WINDOW), now - LIFECYCLE_WINDOW)
+    return {"totals": transitions.totals(cur), "offenders": len(transitions.repeat_offenders(cur)),
+            "in_quarantine": life.Durations.quantiles(spans.in_quarantine),
+            "repair_to_release": life.Durations.quantiles(spans.repair_to_release)}
+
+
+def lifecycle_families(read: Mapping[str, Any] | None) -> list[Metric]:
+    """The node lifecycle (issue 31): transitions counted by kind, repeat offenders, how long quarantines last
+    and how long from a repair to the release. ``read`` None: the families without samples (describe)."""
+    total = CounterMetricFamily(f"{PREFIX}_node_transitions", "Transitions of GPU nodes recorded so far, by kind: "
+                                "quarantined, repaired (rebooted while quarantined), accepted, released, "
+                                "repeat_offender.", labels=["kind"])
+    offenders = GaugeMetricFamily(f"{PREFIX}_fleet_repeat_offender_nodes", "GPU nodes that are repeat offenders "
+                                  "now (action replace, kept in quarantine until a person releases them).")
+    held = GaugeMetricFamily(f"{PREFIX}_quarantine_duration_seconds", "How long the quarantines released in the "
+                             "last 30 days lasted, from quarantined to released (quantile 0.5 and 0.9).",
+                             labels=["quantile"])
+    repaired = GaugeMetricFamily(f"{PREFIX}_repair_to_release_seconds", "From a quarantined node's repair (its "
+                                 "first reboot seen while quarantined) to its release, over the releases of the "
+                                 "last 30 days (quantile 0.5 and 0.9).", labels=["quantile"])
+    if read is not None:
+        for kind in life.KINDS:
+            total.add_metric([kind], float(read["totals"].get(kind, 0)))
+        offenders.add_metric([], float(read["offenders"]))
+        for family, key in ((held, "in_quarantine"), (repaired, "repair_to_release")):
+            for quantile, value in sorted(read[key].items()):
+                family.add_metric([quantile], float(value))
+    return [total, offenders, held, repaired]
+
+
 def skipped_family() -> Metric:
     family = CounterMetricFamily(
         f"{PREFIX}_skipped_values", "Stored values left out of pages, reports and scrapes because they cannot "
@@ -207,6 +245,7 @@ class _Scrape:
     idle_gpu_hours: float | None
     chunks: list[exposition.Chunk] | None = None
     suspect_since: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> Unix time
+    lifecycle: dict[str, Any] | None = None  # issue 31: transitions, repeat offenders, durations
 
 
 class ClusterDoctorCollector(Collector):
@@ -242,6 +281,7 @@ class ClusterDoctorCollector(Collector):
         yield reservation_family(None)
         yield peer_family(None)
         yield from suspect_families(None)
+        yield from lifecycle_families(None)
         if self.spool_provider is not None:
             yield from spool_families(None, self.clock())
         yield from _self_families(0.0, 0.0)
@@ -261,6 +301,8 @@ class ClusterDoctorCollector(Collector):
             read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
                            q.reservation_idle_gpu_hours(),
                            suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()})
+            with q.conn.cursor() as cur:
+                read.lifecycle = lifecycle(cur, q.now)
         self._cache = read if self.cache_ttl_s > 0 else None
         return read
 
@@ -271,7 +313,7 @@ class ClusterDoctorCollector(Collector):
                 self._text = PairText(PairLayout(read.tests))
             small = [*summary_families(read.summary)]
             tail = [peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
-                    *suspect_families(read.suspect_since)]
+                    *suspect_families(read.suspect_since), *lifecycle_families(read.lifecycle)]
             read.chunks = [*map(exposition.Chunk, small), *self._text.chunks(read.assessment),
                            *map(exposition.Chunk, tail)]
         return read.chunks
@@ -285,7 +327,7 @@ class ClusterDoctorCollector(Collector):
                     return self._chunks(read), 1.0
                 families = build_families(read.summary, read.assessment.pairs, read.tests)
                 return [*families, peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
-                        *suspect_families(read.suspect_since)], 1.0
+                        *suspect_families(read.suspect_since), *lifecycle_families(read.lifecycle)], 1.0
         except Exception as exc:  # noqa: BLE001 - any failure is a down scrape
             log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             return [], 0.0

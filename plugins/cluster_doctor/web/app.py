@@ -42,7 +42,7 @@ from cluster_doctor.domain.nodes import (
 from cluster_doctor.domain.status import FAILING
 from cluster_doctor.reports import charts, metrics
 from cluster_doctor.reports.templating import environment
-from cluster_doctor.store import database, fleet
+from cluster_doctor.store import database, fleet, transitions
 from cluster_doctor.store.history import SchemaMissing
 
 MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
@@ -426,6 +426,7 @@ def fleet_page(
     ctx = common(request, now, carry=form.query())
     ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
                tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={}, suspects={}, failing_since={},
+               offenders={},
                fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
     code = 200
     try:
@@ -445,6 +446,8 @@ def fleet_page(
                 ctx.update(page=page_, filtered=flt.active, suspects=q.suspects(),  # issue 28 §2: since when
                            failing_since=q.failing_since([n["node_name"] for n in page_.nodes]))
                 form.page = page_.page
+            with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
+                ctx.update(offenders=transitions.repeat_offenders(cur))
     except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)
@@ -473,7 +476,7 @@ def node_page(
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
     ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[], peer=None,
-               suspect=None, failing_since=None,
+               suspect=None, failing_since=None, timeline=[], offender=None,
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -488,6 +491,9 @@ def node_page(
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))
+                with fq.conn.cursor() as cur:  # issue 31 §2, §3: the node's life, and whether it is a repeat offender
+                    ctx.update(timeline=transitions.timeline(cur, node_name)[::-1],
+                               offender=transitions.repeat_offenders(cur, [node_name]).get(node_name))
     except Exception as exc:  # noqa: BLE001
         code, title, text = failure(exc)
         ctx.update(error=text, error_title=title)
