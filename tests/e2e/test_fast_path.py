@@ -10,16 +10,7 @@ run limited to it, and that run's gpu_health pod runs on it; its pass clears the
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
-import pathlib
-import secrets
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import time
 
 import pytest
@@ -27,6 +18,9 @@ from cluster_doctor.store import suspects
 from cluster_doctor.store.history import ResultStore
 
 from tests.e2e.conftest import summary
+from tests.e2e.real_airflow import airflow
+from tests.e2e.real_airflow import runs as _runs
+from tests.e2e.real_airflow import wait as _wait
 
 # make test-slow (about 2 minutes: a real Airflow's three components start, then two DAGs run): the fast
 # path's decisions and its trigger run in make test at task level (tests/plugins/cluster_doctor/airflow/
@@ -34,59 +28,6 @@ from tests.e2e.conftest import summary
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 GOAL_S = 600  # from a signal on a free node to its validation pod Running
-AIRFLOW = pathlib.Path(sys.executable).with_name("airflow")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def airflow(env: dict, logs: pathlib.Path):
-    """api-server, scheduler and dag-processor, each in its own session (stopped by their group ids)."""
-    port = _free_port()
-    env = {**env, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-           "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48), "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
-           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-           "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}", "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
-           "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180"}
-    procs = []
-    try:
-        for name, args in (("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]),
-                           ("scheduler", ["scheduler", "--skip-serve-logs"]), ("dag-processor", ["dag-processor"])):
-            log = open(logs / f"{name}.log", "w")  # noqa: SIM115 - closed with the process below
-            procs.append((subprocess.Popen([str(AIRFLOW), *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True), log))
-        yield
-    finally:
-        for proc, _ in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc, log in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            log.close()
-
-
-def _runs(home: pathlib.Path, dag_id: str) -> list[tuple[str, str]]:
-    """(run_id, state) of a DAG's runs, read from the metadata DB (the test's own look; tasks never do)."""
-    with contextlib.closing(sqlite3.connect(f"file:{home / 'airflow.db'}?mode=ro", uri=True, timeout=10)) as db:
-        return db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = ?", (dag_id,)).fetchall()
-
-
-def _wait(what: str, check, timeout: float, logs: pathlib.Path, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := check():
-            return found
-        time.sleep(interval)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(logs.glob("*.log")))
-    pytest.fail(f"{what}: not within {timeout:.0f} s\n{tails}")
 
 
 def _running_pod(cluster, node: str) -> dict | None:
