@@ -305,12 +305,14 @@ def quoted(name: str) -> bytes:
     return b'"' + name.encode() + b'"'
 
 
-def _containing(raws: list[msgspec.Raw], data: bytes | bytearray, needle: bytes) -> list[msgspec.Raw]:
-    """The items of ``data`` (``[`` + ``raws`` joined by ``,`` + ``]``) in which ``needle`` occurs."""
-    at = data.find(needle)
+def _containing(raws: list[msgspec.Raw], data: bytes | bytearray, needle: bytes,
+                end: int | None = None) -> list[msgspec.Raw]:
+    """The items of ``data[:end]`` (``[`` + ``raws`` joined by ``,`` + ``]``) in which ``needle`` occurs."""
+    end = len(data) if end is None else end
+    at = data.find(needle, 0, end)
     if at < 0:
         return []
-    if sum(map(len, raws)) + len(raws) + 1 != len(data):  # not compact: search each item
+    if sum(map(len, raws)) + len(raws) + 1 != end:  # not compact: search each item
         return [raw for raw in raws if needle in memoryview(raw).tobytes()]
     # the last byte of item i: the "[", i commas and the lengths of items 0..i, less one
     lasts = list(map(operator.add, itertools.accumulate(map(len, raws)), range(len(raws))))
@@ -318,7 +320,7 @@ def _containing(raws: list[msgspec.Raw], data: bytes | bytearray, needle: bytes)
     while at >= 0:
         i = bisect.bisect_left(lasts, at)
         kept.append(raws[i])
-        at = data.find(needle, lasts[i] + 1)  # on from the next item
+        at = data.find(needle, lasts[i] + 1, end)  # on from the next item
     return kept
 
 
@@ -527,7 +529,7 @@ class _ItemStream:
             if cut < 0:
                 return []
             try:
-                batch = self._items(self.buf[:cut + 1] + b"]")
+                batch = self._kept_in_place(cut) if self.keep is not None else self._items(self.buf[:cut + 1] + b"]")
             except msgspec.ValidationError as exc:
                 raise _unexpected(self.kind, exc) from None
             except msgspec.DecodeError:
@@ -536,6 +538,24 @@ class _ItemStream:
             del self.buf[1:cut + 2]  # keep "[", drop the items and the comma after them
             return batch
         return []
+
+    def _kept_in_place(self, cut: int) -> list[Any]:
+        """A keep read's batch of the items before ``cut`` (a ``},`` candidate), decoded where they lie in
+        the buffer: the comma after them closes the array while they are split (no copy of the chunk;
+        what is kept is copied out, so nothing refers to the buffer afterwards and it can shrink)."""
+        self.buf[cut + 1] = 0x5D  # "]"
+        try:
+            raws = self._decode(_RAWS, memoryview(self.buf)[:cut + 2])  # the items' boundaries, checked
+            return self._keep(raws, self.buf, cut + 2)
+        finally:
+            self.buf[cut + 1] = 0x2C  # ","
+
+    def _keep(self, raws: list[msgspec.Raw], data: bytes | bytearray, end: int) -> Batch:
+        """Of ``raws``, the items of ``data[:end]``, those the needle occurs in, decoded, as a Batch."""
+        kept = _containing(raws, data, self.keep, end)
+        batch = Batch(self._decode(_ITEMS[self.kind], b"[" + b",".join(kept) + b"]") if kept else ())
+        batch.seen = len(raws)
+        return batch
 
     def _last(self) -> list[Any]:
         close = self.buf.rfind(b"]")
@@ -561,11 +581,8 @@ class _ItemStream:
         """The items of a JSON array of them: all, or (``keep``) those the needle occurs in, as a Batch."""
         if self.keep is None:
             return self._decode(_ITEMS[self.kind], data)
-        raws = self._decode(_RAWS, data)  # the items' boundaries, checked as JSON, nothing built
-        kept = _containing(raws, data, self.keep)
-        batch = Batch(self._decode(_ITEMS[self.kind], b"[" + b",".join(kept) + b"]") if kept else ())
-        batch.seen = len(raws)
-        return batch
+        # the items' boundaries, checked as JSON, nothing built
+        return self._keep(self._decode(_RAWS, data), data, len(data))
 
 
 def stream_list(response: Any, kind: str, counter: list[int], *, batches: bool = False,
