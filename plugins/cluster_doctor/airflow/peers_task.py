@@ -37,6 +37,8 @@ from cluster_doctor.store import peers as stored
 
 log = logging.getLogger(__name__)
 
+TASK_ID = "peers.test"  # the DAG's peer-test task: its pods say so (the reaper's owner)
+
 
 class PeerTest(BaseModel):
     """plan → one mapped ``test`` instance: a match, its nodes' GPUs, and the run's shipped suite code."""
@@ -160,9 +162,10 @@ def _claimed(matches: list[PeerMatch], settings: Settings, store: Any, *, dag_id
 
 # ---------------------------------------------------------------------------- test
 def run_peer_test(peer_test: PeerTest, core_v1: Any, store: Any | None, *, dag_id: str, run_id: str, map_index: int,
-         try_number: int, logger: Any = None) -> list[Attempt]:
+         try_number: int, logger: Any = None, task_id: str = TASK_ID) -> list[Attempt]:
     """Run one peer test to its end (``kube.peers.PeerLauncher``); both sides' attempts, each naming its
-    peer. Written to the results DB here (best effort: the record task writes them from XCom too)."""
+    peer. Written to the results DB here (best effort: the record task writes them from XCom too). The pods
+    carry this try's identity, so the next run's reaper deletes one whose deletion failed."""
     m, config = peer_test.match, peer_test.run_config
     settings = config.settings
     server, client = launcher.sides(m.server, m.client, peer_test.gpus)
@@ -174,7 +177,9 @@ def run_peer_test(peer_test: PeerTest, core_v1: Any, store: Any | None, *, dag_i
     else:
         run = launcher.PeerLauncher(core_v1, settings, server, client, run_id=run_id, configmap=config.configmap,
                                     suite_version=config.suite_version, suite_files=config.suite_files,
-                                    logger=logger).run()
+                                    logger=logger, owner=launcher.owner_labels(
+                                        dag_id=dag_id, task_id=task_id, map_index=map_index,
+                                        try_number=try_number)).run()
         outcomes = run.sides
     attempts = [results.to_attempt(r.outcome, node_name=r.side.node_name, test_name=PEER_SUITE,
                                    gpu_count=r.side.gpu_count, gpu_model=r.side.gpu_model,

@@ -1,5 +1,8 @@
 """Validation pods whose task died: found, their result recorded, removed.
 
+Peer tests' pods too (``kube.peers``: they carry the same identity labels, and each side's result names
+its peer): a peer pod whose deletion failed goes with the next run like any other validation pod.
+
 A validation task deletes its pod as soon as the pod ends (``on_finish_action="delete_pod"``) and
 ``on_kill`` deletes it when the task is stopped. A task process killed hard (OOM, SIGKILL) runs
 neither: its pod runs on to its end and stays, its result is lost (the run records the pair
@@ -64,6 +67,7 @@ ENDED_RUN_STATES = ("success", "failed")
 LOG_TAIL_LINES = 200  # as many as the operator keeps for the verdict
 
 RECORD_AND_DELETE, DELETE, KEEP = "record-and-delete", "delete", "keep"
+PEER_LABEL = f"{podspec.LABEL_PREFIX}/peer"  # kube.peers.PEER_LABEL: a peer test's pod, naming its peer
 
 RunState = Callable[[str, str], Any]
 # (dag_id, run_id, node_name, test_name, try_number) -> the stored row's (status, reason)
@@ -131,8 +135,9 @@ def owner_of(pod: Mapping[str, Any]) -> Owner:
     """The try that created ``pod``; ValueError (one line) when the pod does not say."""
     meta = pod.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    if labels.get("kubernetes_pod_operator") != "True" or not labels.get("dag_id"):
-        raise ValueError("not created by the validation task (no KubernetesPodOperator labels)")
+    # a validation task's pod (the provider's labels) or a peer test's (kube.peers.owner_labels)
+    if (labels.get("kubernetes_pod_operator") != "True" and PEER_LABEL not in labels) or not labels.get("dag_id"):
+        raise ValueError("not created by the validation task (no KubernetesPodOperator or peer-test labels)")
     # Labels are cut to 63 characters and hashed: the full node name and run id are annotations.
     node = annotations.get(f"{podspec.LABEL_PREFIX}/node") or labels.get(f"{podspec.LABEL_PREFIX}/node")
     test = labels.get(f"{podspec.LABEL_PREFIX}/test")
@@ -262,12 +267,13 @@ def _env(pod: Mapping[str, Any], name: str) -> str | None:
 def _identity(pod: Mapping[str, Any], owner: Owner, settings: Settings) -> dict[str, Any]:
     """What the operator passes to ``to_attempt`` for its try, read back from the pod it built."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    peer = annotations.get(PEER_LABEL)  # a peer test's side names its peer, as its task records it
     return dict(
         node_name=owner.node_name, test_name=owner.test_name,
         gpu_count=_gpu_count(pod, settings.gpu_resource), gpu_model=_env(pod, "CLUSTER_DOCTOR_GPU_MODEL"),
         suite_version=annotations.get(f"{podspec.LABEL_PREFIX}/suite-version"),
         pod_name=(pod.get("metadata") or {}).get("name"), dag_id=owner.dag_id, run_id=owner.run_id,
-        map_index=owner.map_index, try_number=owner.try_number)
+        map_index=owner.map_index, try_number=owner.try_number, **({"peer": peer} if peer else {}))
 
 
 def _message(pod: Mapping[str, Any]) -> str | None:

@@ -31,6 +31,11 @@ free-node check, the node watch while it waits, the verdict from its final state
   started, else after ``PEER_GRACE_S`` to end on its own;
 * a ``finally`` deletes both pods on every path (an exception, a killed task: ``stop()``).
 
+**Who made a pod.** Each pod carries the labels of the try that created it (``owner_labels``: the same
+``dag_id``, ``task_id``, ``map_index``, ``try_number`` the provider gives a validation task's pod): when a
+deletion fails (the API away, refused, throttled) or the task dies, the next run's reaper
+(``kube.orphans``) knows whose pod it is, records its side's result once if that try did not, and deletes it.
+
 **Gang scheduling.** ``gang_scheduler`` reads API discovery for the coscheduling PodGroup
 (``scheduling.x-k8s.io/v1alpha1`` ``podgroups``, the scheduler-plugins project) and Kueue
 (``kueue.x-k8s.io``) and the launcher logs what it found. It does not use them: a gang admits the pods
@@ -151,17 +156,23 @@ def peer_env(side: Side, *, address: str | None, port: int, timeout_s: int) -> d
     return env
 
 
+def owner_labels(*, dag_id: str, task_id: str, map_index: int, try_number: int) -> dict[str, str]:
+    """The labels naming the try that creates a peer pod (what the reaper reads: ``orphans.owner_of``)."""
+    return {"dag_id": podspec.label_value(dag_id), "task_id": podspec.label_value(task_id),
+            "map_index": str(map_index), "try_number": str(try_number)}
+
+
 def build_peer_pod(settings: Settings, side: Side, *, run_id: str, configmap: str, suite_version: str,
                    suite_files: list[str] | None, address: str | None, port: int = DEFAULT_PORT,
-                   timeout_s: int | None = None) -> dict[str, Any]:
+                   timeout_s: int | None = None, owner: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The validation pod of one side (``podspec.build_pod``) with the peer labels and environment; a
-    generated name (``cv-fabric-peer-<node>-<random>``)."""
+    generated name (``cv-fabric-peer-<node>-<random>``). ``owner``: ``owner_labels`` of the creating try."""
     pod = podspec.build_pod(settings, node_name=side.node_name, test_name=TEST, gpu_count=side.gpu_count,
                             gpu_model=side.gpu_model, run_id=run_id, configmap=configmap,
                             suite_version=suite_version, suite_files=suite_files, node_gpus=side.node_gpus)
     meta = pod["metadata"]
     meta["generateName"] = meta.pop("name")[:57] + "-"
-    meta["labels"].update({PEER_LABEL: podspec.label_value(side.peer), ROLE_LABEL: side.role})
+    meta["labels"].update({**(owner or {}), PEER_LABEL: podspec.label_value(side.peer), ROLE_LABEL: side.role})
     meta["annotations"][PEER_LABEL] = side.peer
     container = next(c for c in pod["spec"]["containers"] if c.get("name") == "base")
     wait = timeout_s if timeout_s is not None else settings.pending_timeout_s
@@ -182,12 +193,14 @@ class PeerLauncher:
     def __init__(self, core_v1: Any, settings: Settings, server: Side, client: Side, *, run_id: str,
                  configmap: str, suite_version: str, suite_files: list[str] | None = None,
                  port: int = DEFAULT_PORT, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, poll_s: float = POLL_S, logger: Any = None):
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = POLL_S, logger: Any = None,
+                 owner: Mapping[str, str] | None = None):
         if server.role != SERVER or client.role != CLIENT or server.peer != client.node_name:
             raise ValueError("a peer test needs a server and a client naming each other")
         self.core_v1, self.s, self.run_id = core_v1, settings, run_id
         self.by_role = {SERVER: server, CLIENT: client}
-        self.pod_args = dict(configmap=configmap, suite_version=suite_version, suite_files=suite_files, port=port)
+        self.pod_args = dict(configmap=configmap, suite_version=suite_version, suite_files=suite_files, port=port,
+                             owner=owner)
         self.clock, self.sleep, self.poll_s = clock, sleep, poll_s
         self.log = logger or log
         self.runs = {role: lifecycle.PodRun(core_v1, settings, node_name=side.node_name, test_name=TEST,
