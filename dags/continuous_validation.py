@@ -19,7 +19,7 @@ from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
 from cluster_doctor.domain.peers import PEER_SUITE
 from cluster_doctor.kube.peers import PEER_GRACE_S
 
-# Only the pool and the DagRun timeout are fixed at parse time (environment CLUSTER_DOCTOR_*); every
+# Only the pool, the DagRun timeout and the schedule are fixed at parse time (environment CLUSTER_DOCTOR_*); every
 # other setting, per-task timeouts included, is read at run time with the Variable
 # cluster_doctor_settings, and discover refuses a Variable that changes what parsing fixed.
 SETTINGS = Settings.load()
@@ -114,7 +114,7 @@ keys work as `--dag-run-conf` of `airflow backfill create` to walk a node range 
 with DAG(
     dag_id="continuous_validation",
     description="Validate free GPU nodes hourly, stalest first; results in validation_latest",
-    schedule="@hourly",
+    schedule=SETTINGS.schedule,  # @hourly unless the deployment sets CLUSTER_DOCTOR_SCHEDULE
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,

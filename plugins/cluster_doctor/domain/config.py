@@ -123,6 +123,17 @@ def _http_url(value: str) -> str:
     return value.rstrip("/")
 
 
+CRON_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+
+
+def _schedule(value: str) -> str:
+    """schedule: a preset or a five-field cron expression (Airflow's own check runs when the DAG is parsed)."""
+    value = value.strip()
+    if value not in CRON_PRESETS and not re.fullmatch(r"[0-9*/,?LW#A-Za-z-]+( [0-9*/,?LW#A-Za-z-]+){4}", value):
+        raise ValueError(f"{value!r} is not a cron expression like '0 * * * *' or one of {', '.join(CRON_PRESETS)}")
+    return value
+
+
 # What a pod template may not do unless the deployment allows it (pod_allowed_host_fields).
 HOST_FIELDS = ("hostPID", "hostNetwork", "hostIPC", "privileged", "hostPath")
 HostField = Literal["hostPID", "hostNetwork", "hostIPC", "privileged", "hostPath"]
@@ -267,6 +278,9 @@ class Settings(BaseSettings):
         1800, "A planned pair whose task starts later than this after the decision is skipped, no pod.")
     dagrun_timeout_s: PositiveInt = _setting(3300, "A run is stopped after this long, shorter than the hourly schedule.",
                                              parse_time=True)
+    schedule: Annotated[str, AfterValidator(_schedule)] = _setting(
+        "@hourly", "When `continuous_validation` runs: a cron expression or preset (keep `dagrun_timeout_s` shorter "
+                   "than its interval; the fast path's quiet window counts against it).", parse_time=True)
     suite_timeouts_s: dict[str, PositiveInt] = _setting(
         {"gpu_health": 120, "dl_unit": 900, "nccl_loopback": 600, "storage_fio": 900, "nvbandwidth": 900,
          "ib_health": 120, "fabric_peer": 900},

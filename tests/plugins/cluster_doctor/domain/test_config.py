@@ -166,8 +166,17 @@ def test_documentation_and_where_each_setting_may_be_set_come_from_the_model():
     assert DEPLOYMENT_ONLY == {"pod_template_file", "suites_dir", "service_account", "pod_capabilities", "pod_env",
                                "pod_resources", "priority_class", "allowed_images", "spool_dir",
                                "pod_allowed_host_fields", "node_pool_expectations"}
-    assert PARSE_TIME == ("fast_path_minutes", "pool", "dagrun_timeout_s")  # read when the DAG files are parsed
+    assert PARSE_TIME == ("fast_path_minutes", "pool", "dagrun_timeout_s", "schedule")  # read when the DAG files are parsed
     docs = {name: (default, doc) for name, default, doc in Settings.docs()}
     assert docs["tests"][0] == ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
     assert docs["tests"][0] is not Settings().tests  # defaults are copies, never shared
     assert list(docs) == Settings.field_names() == list(Settings().to_dict())
+
+
+def test_the_schedule_is_hourly_unless_the_deployment_sets_a_cron_expression():
+    assert Settings().schedule == "@hourly"
+    assert Settings(schedule="*/2 * * * *").schedule == "*/2 * * * *"
+    with pytest.raises(InvalidSettings, match=r"'every hour' is not a cron expression like '0 \* \* \* \*'"):
+        Settings(schedule="every hour")
+    with pytest.raises(InvalidSettings, match="setting schedule"):
+        Settings(schedule="@daily").check_parse_time(Settings())
