@@ -34,15 +34,35 @@ FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with 
 }
 
 
+# benchmark -> (a figure it compares with the README's, the column its small run measures): each run
+# below is given a README whose table holds a value there it cannot meet
+REGRESSES = {"bench_store.py": ("store.latest_view_ms", "20,000 rows"),
+             "bench_metrics.py": ("metrics.scrape_ms", "60 nodes"),
+             "bench_page.py": ("page.uncached_ms", "60 nodes"),
+             "bench_discovery.py": ("discovery.ratio", "40 nodes")}
+
+
 @pytest.mark.parametrize("bench", sorted(FIGURES))
-def test_a_benchmark_compares_in_one_run_prints_its_figure_last_and_leaves_nothing(bench):
+def test_a_benchmark_compares_in_one_run_prints_its_figure_last_and_leaves_nothing(bench, tmp_path):
+    """... and, against a README figure more than 20 % better than what it measures, says REGRESSION
+    and exits 1 (issue 32: a benchmark that regresses fails loudly in its own output)."""
     args, figure = FIGURES[bench]
+    env = dict(os.environ)
+    if bench in REGRESSES:
+        key, column = REGRESSES[bench]
+        (tmp_path / "README.md").write_text(f"| Figure | {column} |\n|---|---|\n| unreachable (`{key}`) | 0.001 |\n")
+        env["CLUSTER_DOCTOR_BENCH_README"] = str(tmp_path / "README.md")
     out = subprocess.run([sys.executable, str(REPO / "bench" / bench), *args], capture_output=True, text=True,
-                         timeout=300, cwd=REPO)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+                         timeout=300, cwd=REPO, env=env)
     lines = out.stdout.strip().splitlines()
-    assert re.fullmatch(figure, lines[-1]), lines[-1]
+    # the figure line and the cleanup line as in any run: the exit status is the regression's alone
+    assert re.fullmatch(figure, lines[-1]), out.stdout[-2000:] + out.stderr[-2000:]
     assert lines[-2].startswith("cleanup: nothing left behind"), lines[-2]
+    if bench in REGRESSES:
+        assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+        assert any(line.startswith(f"REGRESSION: {key} at {column}: ") for line in lines), lines[-6:]
+    else:
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "Warning" not in out.stderr, out.stderr  # e.g. platformdirs' RuntimeDirWarning
 
 
