@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import time
 
 import psycopg
 import pytest
@@ -17,8 +18,25 @@ from tests.ui import fleet_seed as seed
 WEEK = dt.timedelta(days=7)
 
 
-def read(dsn: dict, now: dt.datetime, *, cold: bool = False):
-    """(assessment, summary, pairs read) of one page-or-scrape read; ``cold``: as a fresh process would."""
+def settle(dsn: dict, timeout_s: float = 60.0) -> None:
+    """Wait until no transaction older than now runs anywhere on the server. The horizon a read keeps is the
+    server-wide snapshot xmin: while another test's transaction (in another database of the same server)
+    stays open, a read rightly fetches again what it cannot prove it has seen, and the counts below would
+    measure the neighbours instead of the kept fleet."""
+    with psycopg.connect(**dsn, autocommit=True) as conn:
+        now_xid = conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+        deadline = time.monotonic() + timeout_s
+        while not conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::text::xid8",
+                               (now_xid,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "a transaction on the server stayed open for a minute"
+            time.sleep(0.05)
+
+
+def read(dsn: dict, now: dt.datetime, *, cold: bool = False, quiet: bool = True):
+    """(assessment, summary, pairs read) of one page-or-scrape read; ``cold``: as a fresh process would;
+    ``quiet``: first wait for the server's older transactions to end (``settle``)."""
+    if quiet:
+        settle(dsn)
     if cold:
         fleet_state.forget()
     with fleet.open_fleet(dsn, tests=seed.TESTS, staleness=WEEK, now=now) as q:
@@ -31,13 +49,13 @@ def view(assessed) -> tuple:
     return ([dataclasses.asdict(n) for n in assessed.nodes.values()], assessed.pairs)
 
 
-def assert_kept_equals_fresh(dsn: dict, now: dt.datetime) -> int:
-    kept, kept_summary, fetched = read(dsn, now)
-    fresh, fresh_summary, _ = read(dsn, now, cold=True)
+def assert_kept_equals_fresh(dsn: dict, now: dt.datetime, *, quiet: bool = True) -> int:
+    kept, kept_summary, fetched = read(dsn, now, quiet=quiet)
+    fresh, fresh_summary, _ = read(dsn, now, cold=True, quiet=quiet)
     assert view(kept) == view(fresh)
     kept_summary.pop("now"), fresh_summary.pop("now")
     assert kept_summary == fresh_summary
-    read(dsn, now)  # warm the copy again for the next step (from the cold one)
+    read(dsn, now, quiet=quiet)  # warm the copy again for the next step (from the cold one)
     return fetched
 
 
@@ -94,7 +112,7 @@ def test_a_transaction_that_commits_after_a_newer_one_is_not_missed(db_dsn, stor
     try:
         slow.execute("SELECT pg_current_xact_id()")  # takes its transaction id now
         store.record([seed.attempt("gpu-006", "dl_unit", "pass", seed.NOW - dt.timedelta(minutes=1))])
-        assert_kept_equals_fresh(db_dsn, seed.NOW)
+        assert_kept_equals_fresh(db_dsn, seed.NOW, quiet=False)  # the slow transaction is open
         slow.execute("INSERT INTO validation_history (node_name, test_name, status, finished_at, dag_id, run_id) "
                      "VALUES ('gpu-006', 'nccl_loopback', 'fail', %s, 'd', 'slow')", (seed.NOW - dt.timedelta(minutes=2),))
         slow.commit()
