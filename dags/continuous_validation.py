@@ -157,7 +157,8 @@ with DAG(
             tasks.log.info("%s", waited)
         settings = runtime.load_settings()
         return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
-                              parsed=SETTINGS, store=runtime.results_store(settings.validation_db_conn_id)).to_xcom()
+                              parsed=SETTINGS, store=runtime.results_store(settings.validation_db_conn_id),
+                              run_id=context["run_id"]).to_xcom()
 
     # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
     # delete them. Reports and carries on: its problems never block this run's planning.

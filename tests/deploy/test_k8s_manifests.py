@@ -340,24 +340,21 @@ def test_quarantine_kustomization_builds(tmp_path):
     assert sorted(d["metadata"]["name"] for d in built) == ["cluster-doctor-quarantine"] * 2
 
 
-# ------------------------------------------------------------------ opt-in reservation permission
-RESERVATION = K8S / "reservation"
-
-
-def test_reservation_role_is_opt_in_and_only_patches_nodes(tmp_path):
-    """Issue 21 §2: exactly the node patch the reservation taint needs, bound to the Airflow side only."""
-    docs = [d for d in yaml.safe_load_all((RESERVATION / "reservation-rbac.yaml").read_text()) if d]
-    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
-        ("ClusterRole", "cluster-doctor-reservation"), ("ClusterRoleBinding", "cluster-doctor-reservation")]
+# ------------------------------------------------------------------ opt-in reservation and gate permissions
+@pytest.mark.parametrize("overlay", ["reservation", "acceptance"])
+def test_reservation_and_acceptance_roles_are_opt_in_and_only_patch_nodes(overlay):
+    """Issue 21 §2 and issue 31 §1: exactly the node patch the reservation's and the acceptance gate's taints
+    need, bound to the Airflow side only, each in its own overlay."""
+    folder, name = K8S / overlay, f"cluster-doctor-{overlay}"
+    docs = [d for d in yaml.safe_load_all((folder / f"{overlay}-rbac.yaml").read_text()) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [("ClusterRole", name), ("ClusterRoleBinding", name)]
     role, binding = sorted(docs, key=lambda d: d["kind"])
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]
     assert not role.get("aggregationRule")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": "cluster-doctor-reservation"}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": AIRFLOW_SA, "namespace": NAMESPACE}]
     for doc in docs:
         assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == K8S_VERSION
-    assert "reservation" not in str(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
-    out = subprocess.run([find_kubectl(), "kustomize", str(RESERVATION)], capture_output=True, text=True, check=True)
-    assert sorted(d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout) if d) == \
-        ["cluster-doctor-reservation"] * 2
+    assert overlay not in str(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    out = subprocess.run([find_kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=True)
+    assert sorted(d["metadata"]["name"] for d in yaml.safe_load_all(out.stdout) if d) == [name] * 2

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import compress
@@ -50,6 +51,26 @@ def read_signals(core_v1: Any, settings: Settings, found: discovery.Discovery,
     if recorded.new or recorded.again:
         log.info("suspects: %s", recorded.describe())
     return recorded
+
+
+def accept(core_v1: Any, settings: Settings, update: inventory.InventoryUpdate | None, store: Any, *, run_id: str,
+           now: dt.datetime, dry_run: bool = False) -> Any:
+    """The acceptance gate (setting ``acceptance``, off by default; ``cluster_doctor.kube.acceptance``): gate the
+    nodes this discovery found new, rebooted or back from quarantine, accept those whose bundle passed. Best
+    effort: the next read tries again; None when disabled or when it could not."""
+    policy = AcceptancePolicy.from_mapping(settings.acceptance)
+    if not policy.enabled:
+        return None
+    from cluster_doctor.kube import acceptance
+
+    if dry_run:  # a run that only plans taints nothing either
+        policy = dataclasses.replace(policy, dry_run=True)
+    try:
+        return acceptance.reconcile(core_v1, store, policy, changes=update.changes if update else (),
+                                    tests=settings.tests, run_id=run_id, node_selector=settings.node_selector, now=now)
+    except Exception as exc:  # noqa: BLE001 - the gate is retried at the next read; validations go on
+        log.warning("acceptance gate not reconciled (%s): the next read tries again", one_line(exc, 300))
+        return None
 
 
 def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now: dt.datetime) -> dict[str, Suspect]:
@@ -121,6 +142,7 @@ def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_r
     except Exception as exc:  # noqa: BLE001 - the signals from the node list still count
         log.warning("GPU node inventory not updated (%s)", one_line(exc, 300))
     read_signals(core_v1, settings, found, update, store, now)
+    accept(core_v1, settings, update, store, run_id="suspect_signals", now=now)
     free = [n.name for n in found.free]
     busy = [n.name for n in found.ineligible if n.reason == discovery.BUSY]
     found_suspects = current_suspects(store, settings.tests, free + busy, now)

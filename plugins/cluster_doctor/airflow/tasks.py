@@ -52,12 +52,13 @@ def _now() -> dt.datetime:
 # ---------------------------------------------------------------------------- 1. discover
 def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
              parsed: Settings | None = None, executors: list[str] | None = None, *,
-             store: Any = None) -> Discovered:
+             store: Any = None, run_id: str = "") -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
     then find the free GPU nodes (and why the others are not). ``executors``: Airflow's configured
     ones (read from its configuration when None), to warn when the spool cannot follow them. With
     ``store``, what discovery saw goes into the GPU node inventory (``store.inventory``): the XCom
-    carries node ranges, the per-node detail stays in the database."""
+    carries node ranges, the per-node detail stays in the database; then the signals and the acceptance
+    gate (``run_id``: the run its taints name)."""
     now = now or _now()
     if parsed is not None:
         settings.check_parse_time(parsed)
@@ -86,6 +87,7 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     inventory_at = now if update is not None else None
     if store:  # the signals between validations (issue 28 §2): suspects, planned first by prioritize
         signals_task.read_signals(core_v1, settings, found, update, store, now)
+        signals_task.accept(core_v1, settings, update, store, run_id=run_id, now=now, dry_run=run.dry_run)
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
     # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
     mounts = volumes.check(core_v1, settings, run.tests)

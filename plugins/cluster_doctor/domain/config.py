@@ -38,6 +38,7 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.peers import PEER_SUITE, PEER_TOPOLOGY_LABELS
 from cluster_doctor.domain.quarantine import QuarantinePolicy
+from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
 from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
 from cluster_doctor.domain.reservation import ReservationPolicy
@@ -393,6 +394,14 @@ class Settings(BaseSettings):
     handoff_retry_minutes: Annotated[float, BeforeValidator(_not_bool), Field(gt=0)] = _setting(
         5.0, "A document the webhook did not take (down, timeout, an HTTP error) is tried again after this long, "
              "doubling with each try up to 6 hours; it is kept until it is taken.")
+    acceptance: JsonObject = _setting(
+        {}, "Opt-in acceptance gate (issue 31): a node first seen, rebooted, or uncordoned after our quarantine gets "
+            "a NoSchedule taint until every enabled suite passed on it (the validation pods tolerate it); a failure "
+            "keeps it out, no answer within max_hold_hours lets it go and reports it, e.g. {\"enabled\": true, "
+            "\"taint_key\": \"cluster-doctor.io/acceptance\", \"changes\": "
+            "[\"new\", \"reboot\", \"uncordoned\"], \"max_nodes\": 50, \"max_hold_hours\": 12, "
+            "\"breaker_nodes\": 20, \"dry_run\": false}; taint_key may name the startup taint the provisioning puts on "
+            "new nodes. Needs the include/k8s/acceptance overlay. Off by default.")
     reservation: JsonObject = _setting(
         {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
             "new user pod lands when their job ends, removed when their validation is done "
@@ -435,7 +444,17 @@ class Settings(BaseSettings):
             tolerations = values.get("tolerations", DEFAULT_TOLERATIONS)
             if isinstance(tolerations, list) and not any(
                     isinstance(t, Mapping) and tolerates(t, RESERVATION_TAINT) for t in tolerations):
-                return {**values, "tolerations": [*tolerations, dict(RESERVATION_TOLERATION)]}
+                values = {**values, "tolerations": [*tolerations, dict(RESERVATION_TOLERATION)]}
+        gate = values.get("acceptance")  # the same for the acceptance gate's taint: its pods validate the node
+        if isinstance(gate, Mapping) and gate.get("enabled") is True:
+            try:
+                policy = AcceptancePolicy.from_mapping(gate)
+            except ValueError:
+                return values  # _policies says what is wrong
+            tolerations = values.get("tolerations", DEFAULT_TOLERATIONS)
+            if isinstance(tolerations, list) and not any(
+                    isinstance(t, Mapping) and tolerates(t, policy.taint) for t in tolerations):
+                values = {**values, "tolerations": [*tolerations, policy.toleration]}
         return values
 
     @model_validator(mode="after")
@@ -443,6 +462,7 @@ class Settings(BaseSettings):
         try:
             BaselinePolicy.from_mapping(self.fleet_verdicts)
             ReservationPolicy.from_mapping(self.reservation)
+            AcceptancePolicy.from_mapping(self.acceptance)
             QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
             ConditionPolicy.from_mapping(self.node_conditions)
         except ValueError as exc:

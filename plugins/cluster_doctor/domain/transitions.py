@@ -22,10 +22,11 @@ REPAIRED = "repaired"  # rebooted while quarantined (a new status.nodeInfo.bootI
 ACCEPTED = "accepted"  # passed the acceptance gate
 RELEASED = "released"
 REPEAT_OFFENDER = "repeat_offender"
-KINDS = (QUARANTINED, REPAIRED, ACCEPTED, RELEASED, REPEAT_OFFENDER)
+GATED = "gated"  # new, rebooted or back from quarantine: the acceptance gate's taint (issue 31 §1)
+KINDS = (QUARANTINED, REPAIRED, ACCEPTED, RELEASED, REPEAT_OFFENDER, GATED)
 # How a kind reads on the pages, in the CLI and the daily report.
 SHOWN = {QUARANTINED: "quarantined", REPAIRED: "repaired", ACCEPTED: "accepted", RELEASED: "released",
-         REPEAT_OFFENDER: "repeat offender"}
+         REPEAT_OFFENDER: "repeat offender", GATED: "gated"}
 # The node-level action of a repeat offender: beyond domain.actions.ACTIONS (an attempt's), never an attempt's.
 REPLACE = "replace"
 

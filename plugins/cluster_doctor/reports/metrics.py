@@ -181,7 +181,7 @@ def lifecycle_families(read: Mapping[str, Any] | None) -> list[Metric]:
     and how long from a repair to the release. ``read`` None: the families without samples (describe)."""
     total = CounterMetricFamily(f"{PREFIX}_node_transitions", "Transitions of GPU nodes recorded so far, by kind: "
                                 "quarantined, repaired (rebooted while quarantined), accepted, released, "
-                                "repeat_offender.", labels=["kind"])
+                                "repeat_offender, gated (the acceptance gate's taint).", labels=["kind"])
     offenders = GaugeMetricFamily(f"{PREFIX}_fleet_repeat_offender_nodes", "GPU nodes that are repeat offenders "
                                   "now (action replace, kept in quarantine until a person releases them).")
     held = GaugeMetricFamily(f"{PREFIX}_quarantine_duration_seconds", "How long the quarantines released in the "

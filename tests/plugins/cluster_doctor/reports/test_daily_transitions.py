@@ -25,10 +25,10 @@ def test_the_report_counts_transitions_and_names_repeat_offenders(store):
         Transition("gpu-001", life.QUARANTINED, now, "the next day: not this report's")])
     data = daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=now)
     assert data["transitions"]["counts"] == {"quarantined": 2, "repaired": 1, "accepted": 0, "released": 1,
-                                             "repeat_offender": 1}
+                                             "repeat_offender": 1, "gated": 0}
     assert [o["node_name"] for o in data["repeat_offenders"]] == ["gpu-002"]
     text = daily.render_markdown(data)
-    assert "quarantined 2, repaired 1, accepted 0, released 1, repeat offender 1 (5 in all)" in text
+    assert "quarantined 2, repaired 1, accepted 0, released 1, repeat offender 1, gated 0 (5 in all)" in text
     assert f"- gpu-002 repeat offender since {at(6):%Y-%m-%d %H:%M} UTC (quarantined 3 times within 30 days): " \
            "action replace" in text
     assert f"gpu-001 {at(4):%Y-%m-%d %H:%M} UTC repaired: rebooted while quarantined" in text
