@@ -29,7 +29,7 @@ from cluster_doctor.domain import quarantine as q
 from cluster_doctor.domain import signals
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.acceptance import ANN_SINCE, ANN_WHY, AcceptancePolicy
-from cluster_doctor.kube.node_patch import patch_node
+from cluster_doctor.kube.node_patch import annotation_time, patch_node, taints
 from cluster_doctor.store import suspects, transitions
 
 log = logging.getLogger(__name__)
@@ -72,25 +72,12 @@ class AcceptanceReport:
         return "; ".join(parts)
 
 
-def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list((node.get("spec") or {}).get("taints") or [])
-
-
-def _annotations(node: Mapping[str, Any]) -> dict[str, str]:
-    return dict((node.get("metadata") or {}).get("annotations") or {})
-
-
 def is_gated(node: Mapping[str, Any], policy: AcceptancePolicy) -> bool:
-    return any(t.get("key") == policy.taint_key for t in _taints(node))
+    return any(t.get("key") == policy.taint_key for t in taints(node))
 
 
 def _since(node: Mapping[str, Any]) -> dt.datetime | None:
-    raw = _annotations(node).get(ANN_SINCE)
-    try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00")) if raw else None
-    except ValueError:
-        return None
-    return value if value is not None and value.tzinfo else None
+    return annotation_time(node, ANN_SINCE)
 
 
 def _quarantined(node: Mapping[str, Any]) -> bool:
@@ -175,7 +162,7 @@ def _close(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str
 
     def build(current: Mapping[str, Any]) -> dict[str, Any]:
         # a merge patch replaces the taint list whole: the node's own taints plus ours
-        others = [t for t in _taints(current) if t.get("key") != policy.taint_key]
+        others = [t for t in taints(current) if t.get("key") != policy.taint_key]
         return {"metadata": {"annotations": {ANN_SINCE: _stamp(now), ANN_WHY: why}},
                 "spec": {"taints": others + [policy.taint]}}
 
@@ -194,7 +181,7 @@ def _open(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str,
         return
     patch_node(core_v1, node, lambda current: {
         "metadata": {"annotations": {ANN_SINCE: None, ANN_WHY: None}},
-        "spec": {"taints": [t for t in _taints(current) if t.get("key") != policy.taint_key]}})
+        "spec": {"taints": [t for t in taints(current) if t.get("key") != policy.taint_key]}})
     transitions.record(store.connect, [life.Transition(name, kind, now, cause, {"taint": policy.taint_key}, run_id)])
     log.warning("acceptance gate: %s %s: taint %s removed (%s)", name, life.SHOWN[kind], policy.taint_key, cause)
 

@@ -5,9 +5,25 @@ whole, so a patch built from a stale read would drop a taint someone else just a
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+def taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The node's taints (a merge patch replaces the list whole: a patch sends the others back with ours)."""
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def annotation_time(node: Mapping[str, Any], key: str) -> dt.datetime | None:
+    """A timezone-aware time we wrote into an annotation (reserved-at, gated-at); None when absent or garbled."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
+    try:
+        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00")) if raw else None
+    except ValueError:
+        return None
+    return value if value is not None and value.tzinfo else None
 
 
 def read_node(core_v1: Any, name: str) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from cluster_doctor.domain.reservation import (
     VALIDATED,
     ReservationPolicy,
 )
-from cluster_doctor.kube.node_patch import patch_node, read_node
+from cluster_doctor.kube.node_patch import annotation_time, patch_node, read_node, taints
 from cluster_doctor.store import reservations as rows
 
 log = logging.getLogger(__name__)
@@ -88,32 +88,23 @@ class ReservationReport:
 
 
 # ---------------------------------------------------------------------------- the node side
-def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list((node.get("spec") or {}).get("taints") or [])
-
-
 def is_reserved(node: Mapping[str, Any]) -> bool:
-    return any(t.get("key") == KEY for t in _taints(node))
+    return any(t.get("key") == KEY for t in taints(node))
 
 
 def _since(node: Mapping[str, Any]) -> dt.datetime | None:
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANN_SINCE)
-    try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00")) if raw else None
-    except ValueError:
-        return None
-    return value if value is not None and value.tzinfo else None
+    return annotation_time(node, ANN_SINCE)
 
 
 def _quarantined(node: Mapping[str, Any]) -> bool:
     labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(q.LABEL) == q.LABEL_VALUE or any(t.get("key") == q.LABEL for t in _taints(node))
+    return labels.get(q.LABEL) == q.LABEL_VALUE or any(t.get("key") == q.LABEL for t in taints(node))
 
 
 def _reserve_body(now: dt.datetime, run_id: str):
     def build(node: Mapping[str, Any]) -> dict[str, Any]:
         # taints are replaced as a whole by a patch: the node's own plus ours
-        others = [t for t in _taints(node) if t.get("key") != KEY]
+        others = [t for t in taints(node) if t.get("key") != KEY]
         return {"metadata": {"annotations": {ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"), ANN_RUN: run_id[:250]}},
                 "spec": {"taints": others + [dict(TAINT)]}}
     return build
@@ -121,7 +112,7 @@ def _reserve_body(now: dt.datetime, run_id: str):
 
 def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": {"annotations": {ANN_SINCE: None, ANN_RUN: None}},
-            "spec": {"taints": [t for t in _taints(node) if t.get("key") != KEY]}}
+            "spec": {"taints": [t for t in taints(node) if t.get("key") != KEY]}}
 
 
 # ---------------------------------------------------------------------------- once per run
