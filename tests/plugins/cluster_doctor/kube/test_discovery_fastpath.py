@@ -4,6 +4,7 @@ server refuses — through the real kubernetes client against the Kubernetes API
 
 from __future__ import annotations
 
+import gc
 import logging
 
 import pytest
@@ -131,3 +132,38 @@ def test_a_list_the_server_streams_reads_the_same(emulator):
         _same(discovery.discover(core, Settings()), expected)
     finally:
         emulator.configure(kubernetes_version="1.31")
+
+
+class _Watching:
+    """core_v1 that notes whether Python's garbage collector is on while each list is asked for."""
+
+    def __init__(self, core, fail: bool = False):
+        self.core, self.fail, self.collector_on = core, fail, []
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+    def list_node(self, **kwargs):
+        self.collector_on.append(gc.isenabled())
+        if self.fail:
+            raise ApiException(status=403, reason="forbidden")
+        return self.core.list_node(**kwargs)
+
+
+def test_the_collector_is_paused_while_discovering_and_given_back_as_it_was(emulator):
+    """Discovery keeps tens of thousands of small objects until it returns; the collector, which would
+    run over and over (and over the whole process) meanwhile, is paused, and is on again afterwards,
+    whether discovery returned or raised; off before, it stays off."""
+    watching = _Watching(emulator.core_v1())
+    found = discovery.discover(watching, Settings())
+    assert watching.collector_on == [False] and gc.isenabled()
+    _same(found, discovery.discover(emulator.core_v1(), Settings(), watch_cache=False))
+    with pytest.raises(ApiException):
+        discovery.discover(_Watching(emulator.core_v1(), fail=True), Settings())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        discovery.discover(emulator.core_v1(), Settings())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
