@@ -348,6 +348,8 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
         if problem:
             exclude(name, *problem)
 
+    order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
+    ranked = sorted(gpu_nodes, key=order)  # now, while the pod list still comes: not after its last byte
     pods_seen = 0
     # pods come as listing.LazyPod, a chunk's worth at a time: their containers are decoded only when
     # their node is still a candidate and they name the GPU resource at all; an unbound (pending) pod's
@@ -369,13 +371,10 @@ def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, ca
     for name, ref in nominations:
         exclude(name, NOMINATED, f"pending {ref} is nominated to the node (preemption)")
 
-    order = lambda n: (hostlist.numeric_sort_key(n), n)  # noqa: E731
-    free = [GpuNode(name, gpus, model, has.get(name)) for name, (gpus, model) in gpu_nodes.items()
-            if name not in ineligible]
-    free.sort(key=lambda n: order(n.name))
+    free = [GpuNode(name, *gpu_nodes[name], has.get(name)) for name in ranked if name not in ineligible]
     return Discovery(
         free=free,
-        ineligible=sorted(ineligible.values(), key=lambda n: order(n.name)),
+        ineligible=[ineligible[name] for name in ranked if name in ineligible],
         api_calls=calls[0],
         nodes_seen=nodes_seen,
         pods_seen=pods_seen,

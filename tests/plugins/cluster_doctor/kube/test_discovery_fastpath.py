@@ -167,3 +167,14 @@ def test_the_collector_is_paused_while_discovering_and_given_back_as_it_was(emul
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+
+def test_free_and_not_eligible_nodes_come_in_numeric_order():
+    """gpu-2 before gpu-10, as a person reads them (the API lists them sorted as strings)."""
+    with EmulatorProcess() as emu:
+        for i in (10, 2, 1, 33, 4):
+            emu.add_gpu_node(f"gpu-{i}", unschedulable=i in (33, 4))
+        found = discovery.discover(emu.core_v1(), Settings())
+    assert [n.name for n in found.free] == ["gpu-1", "gpu-2", "gpu-10"]
+    assert [n.name for n in found.ineligible] == ["gpu-4", "gpu-33"]
