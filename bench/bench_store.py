@@ -10,12 +10,14 @@ per pair). At the first size it copies them into an unindexed table and times
     doubles the disk the run needs),
 each fetched completely by the client; at the second size the view alone. Then one retention pass
 (store.retention, the daily run's) deletes the oldest month, timed, and the view is checked unchanged by
-it. Then it stops and deletes the server and checks that nothing of the run is left (tools/leftovers.py:
+it. Then, for 10,000 nodes (40,000 pairs), the first size again in a database of its own, the view alone
+(it reads one row per pair, whatever the history). Then it stops and deletes the server and checks that
+nothing of the run is left (tools/leftovers.py:
 processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the README's
 table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
-``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>``, values
-per size comma-separated. Exit status 1 also when the view disagrees with the naive query or the
-retention changed it. Disk: about 20 GB at its peak (30 M rows and their indexes).
+``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>
+nodes=<fleet sizes> view_by_nodes_ms=<p50 at the first size per fleet size>``, values comma-separated. Exit status 1 also when the view disagrees with the naive query or the
+retention changed it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).
 """
 
 from __future__ import annotations
@@ -117,26 +119,57 @@ def fetch(dsn: dict, sql: str) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="10000000,30000000", help="history sizes, comma-separated, ascending")
-    parser.add_argument("--nodes", type=int, default=5_000)
+    parser.add_argument("--nodes", default="5000,10000",
+                        help="fleet sizes, comma-separated: every row size at the first; at the others the view "
+                             "at the first row size (a database of its own)")
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--naive-repeats", type=int, default=3)
     args = parser.parse_args()
     args.sizes = [int(n) for n in args.rows.split(",")]
+    fleets = [int(n) for n in args.nodes.split(",")]
+    args.nodes = fleets[0]
     leftovers = Leftovers()
     with leftovers.tempdir("cd-bench-store-") as tmp:
         server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
         try:
-            result = measure(database.libpq_params(server.get_uri()), args)
+            dsn = database.libpq_params(server.get_uri())
+            result = measure(dsn, args)
+            if result is not None:  # the view at the first row size, per fleet size
+                by_nodes = {fleets[0]: result[1][args.sizes[0]]}
+                by_nodes.update({nodes: view_at(dsn, args, nodes) for nodes in fleets[1:]})
         finally:
             server.cleanup()  # before the directory goes: a server in a removed directory runs on
     if result is None:
         return leftovers.finish("latest_view_ms=nan naive_ms=nan speedup=nan rows=0 prune_s=nan pruned=0", ok=False)
     figure, measured = result
-    worse = figures.regressions({("store.latest_view_ms", figures.size_label(rows, "rows")): ms
-                                 for rows, ms in measured.items()})
+    worse = figures.regressions({
+        **{("store.latest_view_ms", figures.size_label(rows, "rows")): ms for rows, ms in measured.items()},
+        **{("store.view_by_nodes_ms", figures.size_label(nodes, "nodes")): ms for nodes, ms in by_nodes.items()}})
     for line in worse:
         print(line, flush=True)
-    return leftovers.finish(figure, ok=not worse)
+    return leftovers.finish(f"{figure} nodes={','.join(map(str, by_nodes))} "
+                            f"view_by_nodes_ms={','.join(f'{ms:.1f}' for ms in by_nodes.values())}", ok=not worse)
+
+
+def view_at(server_dsn: dict, args: argparse.Namespace, nodes: int) -> float:
+    """validation_latest's p50 with ``nodes`` nodes x 4 suites at the first row size, in a database of its
+    own (dropped afterwards: its disk)."""
+    name = f"bench_{nodes}_nodes"
+    with psycopg.connect(**server_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn = {**server_dsn, "dbname": name}
+    try:
+        ResultStore(dsn).upgrade()
+        with psycopg.connect(**dsn, autocommit=True) as conn:
+            loaded = load(conn.cursor(), argparse.Namespace(**{**vars(args), "nodes": nodes}), start=0,
+                          stop=args.sizes[0])
+        ms = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
+        print(f"{nodes:,} nodes, {loaded:,} history rows: latest_view_ms={ms:.1f} (p50, streamed; "
+              f"{nodes * len(TESTS):,} pairs); load average {os.getloadavg()[0]:.2f}", flush=True)
+        return ms
+    finally:
+        with psycopg.connect(**server_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]] | None:

@@ -18,9 +18,9 @@ from tests.conftest import REPO
 sys.path.insert(0, str(REPO / "bench"))  # figures: the README's benchmark tables
 
 FIGURES = {  # benchmark -> small-scale arguments, the figure line (last), with its same-run baseline
-    "bench_store.py": (["--rows", "20000,40000", "--nodes", "100", "--repeats", "3", "--naive-repeats", "2"],
+    "bench_store.py": (["--rows", "20000,40000", "--nodes", "100,200", "--repeats", "3", "--naive-repeats", "2"],
                        r"latest_view_ms=[\d.]+,[\d.]+ naive_ms=[\d.]+ speedup=[\d.]+ rows=20000,40000 "
-                       r"prune_s=[\d.]+ pruned=[1-9]\d*"),
+                       r"prune_s=[\d.]+ pruned=[1-9]\d* nodes=100,200 view_by_nodes_ms=[\d.]+,[\d.]+"),
     "bench_metrics.py": (["--nodes", "60,120", "--runs", "2"],
                          r"scrape_ms=\d+,\d+ growth=[\d.]+ cold_ms=\d+,\d+ bytes=\d+ gzip_bytes=\d+ series=\d+ "
                          r"nodes=60,120 baseline_ms=\d+,\d+ ratio=[\d.]+"),
