@@ -19,7 +19,7 @@ help:
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make test-celery      the DAG under CeleryExecutor, 2 workers + Redis, with a results-DB outage"
 	@echo "make screenshots      the README's Graph view picture, from the real Airflow UI (docs/images/)"
-	@echo "make bench-store      validation_latest at 10M and 30M history rows vs naive query; a retention pass"
+	@echo "make bench-store      validation_latest at 10M and 30M history rows, at 5,000 and 10,000 nodes; naive query; retention"
 	@echo "make bench-discovery  discovery at 150,000 and 300,000 pods: memory, time vs one raw list, XCom"
 	@echo "make bench-guards     one validation's node re-checks at 5,000 nodes / 150,000 pods vs the old ones"
 	@echo "make bench-metrics    Prometheus scrape at 5,000 and 10,000 nodes x 4 tests vs the library's encoder"
