@@ -100,6 +100,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "(default 0.7)")
     p.add_argument("--no-signals", action="store_true",
                    help="no signals: a crashed job does not make its node suspect (the rule before issue 28)")
+    p.add_argument("--bad-repair", type=float, default=0.0,
+                   help="with --faults: a node back from its repair is still broken with this probability "
+                        "(default 0; the README compares at 0.1); counted in returned_broken and "
+                        "jobs_on_returned_broken")
+    p.add_argument("--acceptance", action="store_true",
+                   help="the acceptance gate (setting acceptance): a node back from repair runs its whole bundle "
+                        "before user jobs land on it")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
@@ -122,7 +129,7 @@ def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
                     peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes,
                     sweep_interval_hours=0.0 if args.no_sweep else args.sweep_interval, faults=args.faults,
                     fault_kinds=_shares(args.fault_kinds, "--fault-kinds"), crash_probability=args.crash_probability,
-                    signals=not args.no_signals)
+                    signals=not args.no_signals, bad_repair=args.bad_repair, acceptance=args.acceptance)
     if args.target_staleness and z_h >= target_h:
         raise sim.InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "

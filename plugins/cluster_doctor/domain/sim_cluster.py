@@ -157,6 +157,17 @@ class Cluster:
             self.free_since[n] = at
             self._set(n, math.inf)
 
+    def gate(self, n: int, at: float) -> None:
+        """The acceptance gate (issue 31 §1): a node back from repair is tainted and suspect at ``at``, so no
+        user job lands before its whole bundle ran (released as a reservation is, when it is done)."""
+        self.suspects.setdefault(n, at)
+        if self.faults is not None:
+            self.faults.suspect(n, at)
+        self.reserved.add(n)
+        if not self.busy[n]:
+            self.free_since[n] = at
+            self._set(n, math.inf)
+
     def release(self, n: int, at: float) -> float:
         """Remove the taint at ``at`` (hours); the idle hours the reservation cost."""
         self.reserved.discard(n)

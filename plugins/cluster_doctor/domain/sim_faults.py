@@ -75,6 +75,7 @@ class Fault:
     jobs: int = 0
     suspect_since: float | None = None
     detected_at: float | None = None
+    returned: bool = False  # the node came back from its repair still broken (issue 31: the acceptance gate)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -87,8 +88,9 @@ class Faults:
     report of them."""
 
     def __init__(self, *, nodes: int, hours: float, rate: float, shares: Mapping[str, float],
-                 crash_probability: float, seed: int):
-        times, self._crash = random.Random(seed), random.Random(seed + 1)
+                 crash_probability: float, seed: int, bad_repair: float = 0.0):
+        times, self._crash, self._repair = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
+        self.bad_repair = bad_repair
         per_hour = rate / 1000 / 24
         kinds = [KINDS[name] for name in shares]
         weights = [shares[name] for name in shares]
@@ -158,6 +160,17 @@ class Faults:
         fault = self.active.pop(node)
         fault.detected_at = fault.suspect_since if fault.suspect_since is not None else at
 
+    def back_from_repair(self, node: int, at: float) -> Fault | None:
+        """The node whose fault was detected comes back at ``at``; with the bad-repair probability still
+        broken (the same kind: the part was not the cause, or the new one is bad) — that fault, or None."""
+        if node in self.active or not self._repair.random() < self.bad_repair:
+            return None
+        kind = next(f.kind for f in reversed(self.all) if f.node == node)
+        fault = Fault(node=node, at=at, kind=kind, returned=True)
+        self.active[node] = fault
+        self.all.append(fault)
+        return fault
+
     def cleared(self, node: int) -> None:
         """A validation of the suspect node passed: it is suspect no longer."""
         fault = self.active.get(node)
@@ -169,7 +182,8 @@ class Faults:
         suspect with no user job since, else until ``end``) and ``jobs_on_broken_node`` (mean, p90) over
         every fault, with how many there were and how many no suite saw by the end."""
         if not self.all:
-            return {"faults": 0, "faults_undetected": 0, "time_to_detect_h": None, "jobs_on_broken_node": None}
+            return {"faults": 0, "faults_undetected": 0, "time_to_detect_h": None, "jobs_on_broken_node": None,
+                    "returned_broken": 0, "jobs_on_returned_broken": 0}
         waits = [(f.detected_at if f.detected_at is not None else f.suspect_since if f.suspect_since is not None
                   else end) - f.at for f in self.all]
         jobs = [float(f.jobs) for f in self.all]
@@ -177,4 +191,6 @@ class Faults:
                 "time_to_detect_h": {"median": _quantile(waits, 0.5), "p90": _quantile(waits, 0.9),
                                      "max": max(waits)},
                 "jobs_on_broken_node": {"mean": sum(jobs) / len(jobs), "p90": _quantile(jobs, 0.9)},
+                "returned_broken": sum(f.returned for f in self.all),
+                "jobs_on_returned_broken": sum(f.jobs for f in self.all if f.returned),
                 "faults_by_kind": {k: sum(f.kind.name == k for f in self.all) for k in KINDS}}

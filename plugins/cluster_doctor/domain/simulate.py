@@ -101,6 +101,8 @@ class SimConfig:
     signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
     signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (tainted, with reservation)
     fast_path_minutes: float = 5.0  # the fast path looks for free suspects this often
+    bad_repair: float = 0.0  # a node back from repair is still broken (with faults; issue 31, README)
+    acceptance: bool = False  # the acceptance gate: a node back from repair runs its bundle before users
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -140,6 +142,8 @@ class SimConfig:
                 raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
         if not 0 < self.fast_path_minutes <= 60:
             raise InvalidSimulation(f"fast_path_minutes: must be in (0, 60], got {self.fast_path_minutes!r}")
+        if not 0 <= self.bad_repair <= 1:
+            raise InvalidSimulation(f"bad_repair: must be a share in [0, 1], got {self.bad_repair!r}")
         if not 0 <= self.crash_probability <= 1:
             raise InvalidSimulation(f"crash_probability: must be a share in [0, 1], got {self.crash_probability!r}")
         unknown = [k for k in self.fault_kinds if k not in sim_faults.KINDS]
@@ -208,6 +212,10 @@ class SimResult:
     time_to_detect_h: dict | None = None  # {"median", "p90", "max"}
     jobs_on_broken_node: dict | None = None  # {"mean", "p90"}
     faults_by_kind: dict | None = None
+    # issue 31: nodes back from repair still broken, the user jobs that started on them, the gates applied
+    returned_broken: int = 0
+    jobs_on_returned_broken: int = 0
+    gated: int = 0
     plan_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -364,7 +372,8 @@ class _Simulation:
         self.z_h, self.target_h = cfg.staleness_days * 24, cfg.target_days * 24
         self.rpolicy = cfg.reservation_policy()
         self.faults = sim_faults.Faults(nodes=cfg.nodes, hours=cfg.days * 24, rate=cfg.faults, shares=cfg.fault_kinds,
-                                        crash_probability=cfg.crash_probability, seed=cfg.seed + 5) \
+                                        crash_probability=cfg.crash_probability, seed=cfg.seed + 5,
+                                        bad_repair=cfg.bad_repair) \
             if cfg.faults > 0 else None
         self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
                                signal_h=cfg.signal_minutes / 60 if cfg.signals else None,
@@ -389,6 +398,8 @@ class _Simulation:
         self.reservations = self.most_reserved = self.breaker_runs = self.suspect_taints = self.fast_runs = 0
         self.idle_h = self.plan_s = 0.0
         self.validating: dict[int, float] = {}  # fast-path validations: node -> until (hours)
+        self.repaired: set[int] = set()  # a suite saw their fault in the bundle running now: back after it
+        self.gated = 0
 
     def hour(self, hour: int) -> None:
         self._advance(hour)
@@ -497,6 +508,14 @@ class _Simulation:
                 self.faults.cleared(n)  # still broken (no suite saw it): suspicion cleared all the same
         if ended.done and n in self.cluster.reserved and n in self.reserved_at:
             self._release(n, at + ended.at / 60, reservation.VALIDATED)
+        if n in self.repaired:  # repaired once its bundle is over: back, maybe still broken, maybe gated
+            self.repaired.discard(n)
+            back = at + ended.at / 60
+            self.faults.back_from_repair(n, back)
+            if self.cfg.acceptance and n not in self.cluster.reserved:
+                self.cluster.gate(n, back)
+                self.reserved_at[n] = back
+                self.gated += 1
 
     def _run_bundle(self, bundle: priority.Bundle, start: float, at: float, n: int) -> _Ended:
         """One node's suites on one slot from ``start`` (minutes into the run that began at ``at`` hours), as
@@ -542,6 +561,7 @@ class _Simulation:
         if self.faults is not None and self.faults.sees(n, pair.test_name):
             failed = True
             self.faults.detected(n, at + t / 60)
+            self.repaired.add(n)
         status = Status.FAIL if failed else Status.PASS
         counts.failed += failed
         counts.executed += 1
@@ -586,7 +606,7 @@ class _Simulation:
             reserved_share=gpu_hours / fleet if end else 0.0, breaker_open_runs=self.breaker_runs,
             swept=counts.swept, validation_gpu_hours=validation,
             validation_share=(validation + gpu_hours) / fleet if end else 0.0,
-            suspect_taints=self.suspect_taints, fast_path_runs=self.fast_runs,
+            suspect_taints=self.suspect_taints, fast_path_runs=self.fast_runs, gated=self.gated,
             plan_seconds=self.plan_s, wall_seconds=time.perf_counter() - self.started,
             **(self.faults.figures(end) if self.faults is not None else {}),
             **(self.peer_runs.figures(end) if self.peer_runs is not None else {}))

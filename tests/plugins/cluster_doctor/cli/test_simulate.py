@@ -74,6 +74,7 @@ def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_t
 @pytest.mark.parametrize("argv, message", [
     (["--faults", "-1"], "faults: must be a number >= 0"),
     (["--crash-probability", "1.5"], "crash_probability: must be a share in [0, 1]"),
+    (["--bad-repair", "-0.1"], "bad_repair: must be a share in [0, 1]"),
     (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent"),
     (["--nodes", "0"], "nodes: must be an integer > 0"),
     (["--occupancy", "1.2"], "occupancy: must be a share in [0, 1)"),

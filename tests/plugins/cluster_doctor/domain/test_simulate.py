@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from cluster_doctor.domain import priority, simulate
 
 SMALL = simulate.SimConfig(nodes=60, days=10, slots=2, seed=3)
@@ -173,6 +174,21 @@ def test_the_issue_goal_at_1000_nodes():
     assert result.wall_seconds < 60
     queued = simulate.run(dataclasses.replace(goal, no_gap=True))
     assert queued.time_to_detect_h["median"] <= 2 and queued.swept == 0  # no free node, nothing to sweep
+
+
+def test_the_acceptance_gate_keeps_user_jobs_off_nodes_back_from_repair_still_broken():
+    """Issue 31 acceptance 2: the same faults and the same bad repairs (their own random streams) with and
+    without the gate; without it user jobs land on the nodes that came back broken, with it none does
+    before their bundle saw the fault, and every repaired node is gated."""
+    faulty = dataclasses.replace(BUSY, faults=20, bad_repair=0.3)
+    open_door, gated = simulate.run(faulty), simulate.run(dataclasses.replace(faulty, acceptance=True))
+    assert open_door.returned_broken >= 5 and gated.returned_broken >= 5
+    assert open_door.jobs_on_returned_broken >= open_door.returned_broken // 2  # most got a user job
+    assert gated.jobs_on_returned_broken == 0 and open_door.gated == 0
+    assert gated.gated >= gated.faults - gated.faults_undetected - gated.returned_broken  # every repair
+    assert simulate.run(dataclasses.replace(faulty, bad_repair=0.0)).returned_broken == 0
+    with pytest.raises(simulate.InvalidSimulation, match=r"bad_repair: must be a share in \[0, 1\]"):
+        dataclasses.replace(faulty, bad_repair=1.5)
 
 
 def test_a_fault_is_detected_by_a_suite_that_sees_it_or_from_a_suspect_mark_no_job_broke():
