@@ -89,7 +89,8 @@ taking nodes from users:
    failures, releases the repaired ones that pass again and names repeat offenders (action `replace`,
    kept out until a person removes the label); **handoff** (setting `handoff_conn_id`) posts new repeat
    offenders and failures needing `drain_and_service` to a ticketing webhook; **node_conditions** (setting `node_conditions`) sets every GPU node's
-   `ClusterDoctorHealthy` condition from its latest verdicts.
+   `ClusterDoctorHealthy` condition from its latest verdicts; **accept** (setting `acceptance`) removes
+   the acceptance gate's taint from gated nodes whose whole bundle passed, right after the record.
 
 **Reading the grid.** Each step of the `validate` group is labelled `node · test`, a peer test
 `server ↔ client`. Green: the node passed. Red: the node failed a check or the suite errored — the
@@ -456,6 +457,20 @@ with DAG(
         core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
         return conditions_task.node_conditions(found, store, core_v1).to_dict()
 
+    # Opt-in (setting acceptance): a gated node (new, rebooted, back from quarantine) whose whole bundle just
+    # passed loses the gate's taint now, not at the next read; a failed one keeps it (quarantine takes it).
+    @task(multiple_outputs=False)
+    def accept(recorded: dict) -> dict:
+        from cluster_doctor.airflow import runtime, signals_task
+        from cluster_doctor.domain.payloads import Discovered
+
+        found = Discovered.from_xcom(pulled("discover"))
+        report = signals_task.accept_after_run(
+            found, runtime.results_store(found.settings.validation_db_conn_id),
+            runtime.core_v1(found.settings.kubernetes_conn_id), run_id=get_current_context()["run_id"])
+        return report.to_dict() if report is not None else {"enabled": False}
+
     quarantine(recorded) >> handoff()
     node_conditions(recorded)
+    accept(recorded)
     verdict(summarize(recorded))

@@ -73,6 +73,14 @@ def accept(core_v1: Any, settings: Settings, update: inventory.InventoryUpdate |
         return None
 
 
+def accept_after_run(found: Any, store: Any, core_v1: Any, *, run_id: str, now: dt.datetime | None = None) -> Any:
+    """After a ``continuous_validation`` run recorded its results (``found``: its ``Discovered``): a gated node
+    whose whole bundle passed loses the taint now, not a fast-path tick (or an hour) later; a failed one
+    keeps it. Gates nothing new (no inventory change is read here). None when disabled or when it could not."""
+    return accept(core_v1, found.settings, None, store, run_id=run_id, now=now or dt.datetime.now(dt.UTC),
+                  dry_run=found.params.run_params().dry_run)
+
+
 def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now: dt.datetime) -> dict[str, Suspect]:
     """The suspect nodes among ``nodes``, after writing down the suspicions their bundles answered. Best
     effort: none when the results DB could not say."""

@@ -83,7 +83,9 @@ def test_a_new_node_is_gated_validated_whole_and_first_then_accepted(cluster, st
     tick(cluster, store, config, NOW + 9 * M)
     assert taints(cluster, "gpu-005") == [gate.KEY]  # one suite is not the bundle
     record(store, "gpu-005", "dl_unit", "pass", NOW + 12 * M)
-    tick(cluster, store, config, NOW + 14 * M)
+    # the run's accept task, right after its record: the taint goes now, not at the next tick
+    report = signals_task.accept_after_run(run, store, cluster.core_v1(), run_id=decision.run_id, now=NOW + 13 * M)
+    assert report.accepted == ["gpu-005"] and report.applied == {}
     assert taints(cluster, "gpu-005") == [] and kinds(store, "gpu-005") == [life.GATED, life.ACCEPTED]
     assert not cluster.core_v1().read_node("gpu-005").metadata.annotations.get(gate.ANN_SINCE)
 
