@@ -99,7 +99,9 @@ class AcceptancePolicy:
 @dataclasses.dataclass(frozen=True)
 class Choice:
     gate: list[str]  # to taint now
-    waiting: list[str]  # asked for the gate over the limit: the next read
+    # asked for the gate over max_nodes or past the breaker: not tainted (an inventory change is reported
+    # once, so no later read gates them), still suspect, so validated first
+    waiting: list[str]
     breaker_open: bool = False
     breaker_reason: str | None = None
 

@@ -46,7 +46,8 @@ class AcceptanceReport:
     accepted: list[str] = dataclasses.field(default_factory=list)
     failed: list[str] = dataclasses.field(default_factory=list)  # kept out: a suite failed since the gate
     let_go: list[str] = dataclasses.field(default_factory=list)  # max hold: taint removed, reported
-    waiting: list[str] = dataclasses.field(default_factory=list)  # over the limit or past the breaker
+    # over the limit or past the breaker: not tainted, validated first all the same
+    waiting: list[str] = dataclasses.field(default_factory=list)
     breaker_open: bool = False
     breaker_reason: str | None = None
 
@@ -115,7 +116,10 @@ def reconcile(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Se
         _close(core_v1, store, policy, nodes[name], asking[name], run_id=run_id, now=now)
         report.applied[name] = asking[name]
         report.gated.append(name)
-    _suspect(store, {**asking, **{n: gate.PROVISIONED for n in report.applied if n not in asking}}, now)
+    ungated = ("breaker open, NOT tainted" if choice.breaker_open
+               else f"over acceptance.max_nodes ({policy.max_nodes}), NOT tainted")
+    _suspect(store, {**asking, **{n: gate.PROVISIONED for n in report.applied if n not in asking}}, now,
+             ungated={n: ungated for n in choice.waiting})
     log.info("%s", report.describe())
     return report
 
@@ -186,11 +190,19 @@ def _open(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str,
     log.warning("acceptance gate: %s %s: taint %s removed (%s)", name, life.SHOWN[kind], policy.taint_key, cause)
 
 
-def _suspect(store: Any, why: Mapping[str, str], now: dt.datetime) -> None:
-    """The gated (or breaker-held) nodes are suspect: whole bundle first, the fast path starts it."""
+def _suspect(store: Any, why: Mapping[str, str], now: dt.datetime, *,
+             ungated: Mapping[str, str] | None = None) -> None:
+    """The gated nodes, and those the limit or the breaker left untainted, are suspect: whole bundle first,
+    the fast path starts it. ``ungated``: node -> why it carries no taint, said in its evidence (the fleet
+    page, the node page and ``cluster-doctor status`` show it)."""
     if not why:
         return
-    suspects.record(store.connect, [
-        signals.Evidence(name, SOURCE[kind], f"acceptance {_stamp(now)}",
-                         f"acceptance gate ({kind}): its whole bundle before users", now)
-        for name, kind in sorted(why.items())], seen_at=now)
+    ungated = ungated or {}
+
+    def text(name: str, kind: str) -> str:
+        if name in ungated:
+            return f"acceptance gate ({kind}): {ungated[name]}: its whole bundle first, users not held"
+        return f"acceptance gate ({kind}): its whole bundle before users"
+
+    suspects.record(store.connect, [signals.Evidence(name, SOURCE[kind], f"acceptance {_stamp(now)}", text(name, kind),
+                                                     now) for name, kind in sorted(why.items())], seen_at=now)

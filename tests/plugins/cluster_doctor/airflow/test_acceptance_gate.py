@@ -16,7 +16,8 @@ from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.config import DEFAULT_TOLERATIONS, Settings
 from cluster_doctor.domain.quarantine import LABEL
 from cluster_doctor.domain.quarantine import TOLERATION as QUARANTINE_TOLERATION
-from cluster_doctor.store import transitions
+from cluster_doctor.kube import discovery
+from cluster_doctor.store import inventory, suspects, transitions
 from k8s_emulator import EmulatorProcess
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=20)  # every step is in the past
@@ -59,6 +60,17 @@ def taints(cluster, node):
 def kinds(store, node):
     with store.connect() as conn, conn.cursor() as cur:
         return [t.kind for t in transitions.timeline(cur, node)]
+
+
+def suspect_now(store):
+    with store.connect() as conn, conn.cursor() as cur:
+        return suspects.current(cur, TESTS)
+
+
+def tasks_update(cluster, store, config, at):
+    """What a discovery at ``at`` tells the inventory changed (the fast path's first step)."""
+    found = discovery.discover(cluster.core_v1(), config)
+    return inventory.record_discovery(store.connect, signals_task.seen_nodes(found), seen_at=at, complete=True)
 
 
 def tick(cluster, store, config, at):
@@ -114,6 +126,23 @@ def test_a_mass_reboot_opens_the_breaker_and_each_node_is_still_validated_first(
     assert all(taints(cluster, n) == [] for n in NODES) and all(kinds(store, n) == [] for n in NODES)
     assert "acceptance CIRCUIT BREAKER OPEN: 4 node(s) joined, rebooted or came back at once" in caplog.text
     assert decision.nodes == NODES  # suspects all the same: validated first, without the taint
+    # and each says so wherever suspicion shows (fleet page, node page, cluster-doctor status)
+    assert all("acceptance gate (reboot): breaker open, NOT tainted: its whole bundle first, users not held"
+               in " ".join(s.evidence) for s in suspect_now(store).values())
+
+
+def test_over_max_nodes_the_rest_are_validated_first_untainted_and_say_why(cluster, store):
+    config = settings(max_nodes=1)
+    tasks.discover({}, config, cluster.core_v1(), now=NOW, store=store)
+    cluster.add_gpu_node("gpu-005")
+    cluster.add_gpu_node("gpu-006")
+    report = signals_task.accept(cluster.core_v1(), config, tasks_update(cluster, store, config, NOW + 5 * M), store,
+                                 run_id="r1", now=NOW + 5 * M)
+    assert report.applied == {"gpu-005": "new"} and report.waiting == ["gpu-006"]
+    assert taints(cluster, "gpu-005") == [gate.KEY] and taints(cluster, "gpu-006") == []
+    found = suspect_now(store)
+    assert "its whole bundle before users" in found["gpu-005"].evidence[0]
+    assert "over acceptance.max_nodes (1), NOT tainted" in found["gpu-006"].evidence[0]
 
 
 def test_a_node_no_validation_answered_is_let_go_at_the_maximum_hold_and_reported(cluster, store, caplog):
