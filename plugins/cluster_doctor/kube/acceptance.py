@@ -139,16 +139,16 @@ def _open_or_keep(core_v1: Any, store: Any, policy: AcceptancePolicy, ours: Mapp
             since = now
         verdict = gate.judge({t: states.get((name, t)) for t in tests}, tests, since=since, now=now, policy=policy)
         if verdict == gate.PASSED:
-            _open(core_v1, store, policy, node, life.ACCEPTED, f"every enabled suite passed since {_stamp(since)}",
-                  run_id=run_id, now=now)
-            report.accepted.append(name)
+            if _open(core_v1, store, policy, node, life.ACCEPTED,
+                     f"every enabled suite passed since {_stamp(since)}", run_id=run_id, now=now):
+                report.accepted.append(name)
         elif verdict == gate.MAX_HOLD:
-            _open(core_v1, store, policy, node, life.RELEASED,
-                  f"acceptance gate: max hold ({policy.max_hold_hours:g} h) with no validation answered: let go, "
-                  "not validated", run_id=run_id, now=now)
-            log.error("acceptance gate: %s held %s without a validation answering: taint removed, node NOT "
-                      "validated", name, now - since)
-            report.let_go.append(name)
+            if _open(core_v1, store, policy, node, life.RELEASED,
+                     f"acceptance gate: max hold ({policy.max_hold_hours:g} h) with no validation answered: let go, "
+                     "not validated", run_id=run_id, now=now):
+                log.error("acceptance gate: %s held %s without a validation answering: taint removed, node NOT "
+                          "validated", name, now - since)
+                report.let_go.append(name)
         else:
             report.gated.append(name)
             if verdict == gate.FAILED:
@@ -178,16 +178,29 @@ def _close(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str
 
 
 def _open(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str, Any], kind: str, cause: str, *,
-          run_id: str, now: dt.datetime) -> None:
+          run_id: str, now: dt.datetime) -> bool:
+    """Remove the taint; False when another reader (a fast-path tick beside a run's accept task) removed it
+    first: its transition is already recorded, not twice."""
     name = node["metadata"]["name"]
     if policy.dry_run:
         log.info("acceptance dry run: would remove the taint %s from %s (%s)", policy.taint_key, name, cause)
-        return
-    patch_node(core_v1, node, lambda current: {
-        "metadata": {"annotations": {ANN_SINCE: None, ANN_WHY: None}},
-        "spec": {"taints": [t for t in taints(current) if t.get("key") != policy.taint_key]}})
+        return True
+    gone = []
+
+    def build(current: Mapping[str, Any]) -> dict[str, Any]:
+        kept = [t for t in taints(current) if t.get("key") != policy.taint_key]
+        if len(kept) == len(taints(current)):  # a conflict's re-read: someone else opened it
+            gone.append(True)
+            return {}
+        return {"metadata": {"annotations": {ANN_SINCE: None, ANN_WHY: None}}, "spec": {"taints": kept}}
+
+    patch_node(core_v1, node, build)
+    if gone:
+        log.info("acceptance gate: %s already opened by another read", name)
+        return False
     transitions.record(store.connect, [life.Transition(name, kind, now, cause, {"taint": policy.taint_key}, run_id)])
     log.warning("acceptance gate: %s %s: taint %s removed (%s)", name, life.SHOWN[kind], policy.taint_key, cause)
+    return True
 
 
 def _suspect(store: Any, why: Mapping[str, str], now: dt.datetime, *,

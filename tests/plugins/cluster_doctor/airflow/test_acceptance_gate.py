@@ -178,3 +178,23 @@ def test_a_dry_run_patches_nothing_and_a_provisioning_taint_is_the_gate(cluster,
         record(store, "gpu-006", test, "pass", NOW + 15 * M)
     tick(cluster, store, config, NOW + 16 * M)
     assert taints(cluster, "gpu-006") == [] and kinds(store, "gpu-006") == [life.ACCEPTED]
+
+
+def test_a_gate_two_readers_open_at_once_is_recorded_accepted_once(cluster, store):
+    """A fast-path tick and a run's accept task both judge the node passed from their own reads: the second
+    patch conflicts (its resourceVersion is stale), re-reads, finds the taint gone and records nothing."""
+    from cluster_doctor.kube import acceptance
+    from cluster_doctor.kube.node_patch import read_node
+
+    config = settings()
+    tasks.discover({}, config, cluster.core_v1(), now=NOW, store=store)
+    cluster.add_gpu_node("gpu-005")
+    tick(cluster, store, config, NOW + 5 * M)
+    stale = read_node(cluster.core_v1(), "gpu-005")  # the other reader's view: still gated
+    for test in TESTS:
+        record(store, "gpu-005", test, "pass", NOW + 10 * M)
+    assert tick(cluster, store, config, NOW + 11 * M) is not None and taints(cluster, "gpu-005") == []
+    policy = gate.AcceptancePolicy.from_mapping(config.acceptance)
+    assert not acceptance._open(cluster.core_v1(), store, policy, stale, life.ACCEPTED, "late reader",
+                                run_id="r2", now=NOW + 11 * M)
+    assert kinds(store, "gpu-005") == [life.GATED, life.ACCEPTED]
