@@ -6,8 +6,9 @@ Each node alternates busy (a log-normal job, cut at the job limit) and idle (an 
 the occupancy, or none with ``no_gap``: a queue-backed cluster) periods; a reserved (tainted) node whose
 job ends stays idle until it is released. Events — period ends, faults, suspect marks — are taken in time
 order. With signals, a crashed job, or an Xid a user job raises on a broken GPU, makes its node suspect
-``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, within
-``taint_limit`` tainted nodes, tainted at once so no new user job lands. Pure Python.
+``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, busy and within
+``taint_limit`` tainted nodes, tainted at once so no new user job lands (a free suspect is left to the
+fast path's run, as the DAG does). Pure Python.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Cluster:
         self.crashing: set[int] = set()  # busy nodes whose job ends in a crash
         self.signals: list[tuple[float, int]] = []  # (when a crash makes the node suspect, node)
         self.suspects: dict[int, float] = {}
+        self.fresh: set[int] = set()  # suspects with evidence no fast-path run took yet
         self.tainted: list[tuple[int, float]] = []  # suspects tainted since the simulation last looked
         for n in range(cfg.nodes):
             busy = cfg.no_gap or rnd.random() < cfg.occupancy
@@ -145,17 +147,23 @@ class Cluster:
             heapq.heappush(self.signals, (at + self.signal_h, n))
 
     def _suspect(self, at: float, n: int) -> None:
-        """A crash's signal: the broken node turns suspect and, within the limit, is tainted at once."""
+        """A signal read: the broken node turns suspect (new evidence for the fast path) and, busy, is
+        tainted at once within the limit. A free one is not (the DAG's fast path taints busy suspects only:
+        it triggers a run for the free ones), so a user job may land on it before our pod."""
         if not self.faults.suspect(n, at):
             return  # repaired meanwhile
         self.suspects.setdefault(n, at)
-        if n in self.reserved or len(self.reserved) >= self.taint_limit:
+        self.fresh.add(n)
+        self.taint_busy_suspect(n, at)
+
+    def taint_busy_suspect(self, n: int, at: float) -> None:
+        """Each fast-path read taints the busy suspects not tainted yet, within the limit: no new user job
+        lands once the running one ends (the suspect has no new job since then)."""
+        if not self.busy[n] or n in self.reserved or len(self.reserved) >= self.taint_limit:
             return
         self.reserved.add(n)
         self.tainted.append((n, at))
-        if not self.busy[n]:  # free: no user job lands from now on
-            self.free_since[n] = at
-            self._set(n, math.inf)
+        self.faults.suspect(n, at)
 
     def gate(self, n: int, at: float) -> None:
         """The acceptance gate (issue 31 §1): a node back from repair is tainted and suspect at ``at``, so no
@@ -168,10 +176,12 @@ class Cluster:
             self.free_since[n] = at
             self._set(n, math.inf)
 
-    def release(self, n: int, at: float) -> float:
-        """Remove the taint at ``at`` (hours); the idle hours the reservation cost."""
+    def release(self, n: int, at: float, idle_until: float | None = None) -> float:
+        """Remove the taint at ``at`` (hours); the idle hours the reservation cost: from the job's end to
+        ``idle_until`` (our first pod on the node: its time is validation's, counted once) or to ``at``."""
         self.reserved.discard(n)
-        idle = max(0.0, at - self.free_since.pop(n, at))
+        since = self.free_since.pop(n, at)
+        idle = max(0.0, min(at, idle_until if idle_until is not None else at) - since)
         if not self.busy[n]:
             gap = self._gap()
             if gap > 0:

@@ -28,10 +28,14 @@ try). ``cluster-doctor simulate`` (``cluster_doctor.cli.simulate``) parses its o
 The health sweep (issue 28 §1) comes with the planner: free nodes with no due suite run gpu_health when
 their last check is older than ``sweep_interval_hours``, after the due bundles on the same slots. With
 ``faults`` (``sim_faults``), nodes break at that rate and a broken node crashes user jobs; with
-``signals`` (§2) a crash or an Xid makes the node suspect minutes later (tainted at once with reservation), the
-hourly plan puts its whole bundle first, and a fast path every ``fast_path_minutes`` validates the free
-suspects in between. The result then holds the time to detect, the user jobs on broken nodes, and what
-validation costs (``validation_share``: our pods' GPU-hours and the reserved-idle ones over the fleet's).
+``signals`` (§2) a crash or an Xid makes the node suspect minutes later (a busy one tainted at once with
+reservation, as the DAG's fast path does; a free one is not), the hourly plan puts its whole bundle first,
+and a fast path every ``fast_path_minutes`` triggers a run for the free suspects in between — as the DAG's
+``suspect_signals`` decides: not while a run is running, nor within ``fast_path_quiet_minutes`` of the
+scheduled one, which then waits for the triggered run's end (``max_active_runs`` 1). The result then holds
+the time to detect, the user jobs on broken nodes, and what validation costs (``validation_share``: our
+pods' GPU-hours and the reserved-idle ones — from a reserved node's job end to our first pod on it — over
+the fleet's).
 
 Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
@@ -54,7 +58,10 @@ from cluster_doctor.domain.planning import RunParams
 from cluster_doctor.domain.sim_cluster import Cluster
 from cluster_doctor.domain.status import Status
 
-DEFAULT_SUITE_MINUTES = {"gpu_health": 2.0, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
+# gpu_health reads NVML and the kernel log and runs DCGM's level-1 diagnostic, "quick deployment checks,
+# normally lasting seconds" (dcgmi diag's reference): half a minute, not its 120 s budget; the pod's start
+# (pod_startup_minutes) comes on top of every suite.
+DEFAULT_SUITE_MINUTES = {"gpu_health": 0.5, "dl_unit": 12.0, "nccl_loopback": 6.0, "storage_fio": 10.0}
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 BUSY = "busy"  # why a simulated node is not free: a user job holds it
 
@@ -99,8 +106,9 @@ class SimConfig:
     fault_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_faults.DEFAULT_SHARES))
     crash_probability: float = 0.7  # a job on a broken node crashes (the running one included)
     signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
-    signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (tainted, with reservation)
-    fast_path_minutes: float = 5.0  # the fast path looks for free suspects this often
+    signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (a busy one tainted, with reservation)
+    fast_path_minutes: float = 5.0  # the fast path reads the signals this often (setting fast_path_minutes)
+    fast_path_quiet_minutes: float = 10.0  # no fast-path run this close to the hourly one (the setting)
     bad_repair: float = 0.0  # a node back from repair is still broken (with faults; issue 31, README)
     acceptance: bool = False  # the acceptance gate: a node back from repair runs its bundle before users
 
@@ -136,7 +144,7 @@ class SimConfig:
             raise InvalidSimulation(str(exc)) from None
 
     def _check_faults(self) -> None:
-        for name in ("sweep_interval_hours", "faults", "signal_minutes"):
+        for name in ("sweep_interval_hours", "faults", "signal_minutes", "fast_path_quiet_minutes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
@@ -240,11 +248,13 @@ class _Counts:
 class _Ended:
     """How a bundle on a slot ended: when the slot is free again (minutes into its run), whether the run
     is done with the node (every pair executed, health failed, or a user job claimed it: a reserved node is
-    released then) and whether the node was validated (every pair executed, or health failed)."""
+    released then) and whether the node was validated (every pair executed, or health failed); ``began``:
+    when its first pod took the node (a reserved node stood idle until then; our pods' time is validation's)."""
 
     at: float
     done: bool
     validated: bool
+    began: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,38 +407,43 @@ class _Simulation:
         self.released: dict[str, int] = {}
         self.reservations = self.most_reserved = self.breaker_runs = self.suspect_taints = self.fast_runs = 0
         self.idle_h = self.plan_s = 0.0
-        self.validating: dict[int, float] = {}  # fast-path validations: node -> until (hours)
+        self.run_until = 0.0  # when the run going now ends (hours): the fast path triggers none before
         self.repaired: set[int] = set()  # a suite saw their fault in the bundle running now: back after it
         self.gated = 0
 
     def hour(self, hour: int) -> None:
-        self._advance(hour)
-        now = T0 + dt.timedelta(hours=hour)
+        """The scheduled run of ``hour``: it starts when a fast-path run still going ends (max_active_runs
+        is 1), then the fast path's reads until the next one."""
+        start = max(float(hour), self.run_until)
+        self._advance(start)
+        now = T0 + dt.timedelta(hours=start)
         t = time.perf_counter()
         if self.rpolicy.enabled:
-            self._reserve(hour, now)
+            self._reserve(start, now)
         # Handing the planner only the free nodes is exact (a busy node adds no candidate) and keeps
         # 1,000-node runs in seconds.
         cluster = self.cluster
-        free = [self.nodes[n] for n in sorted(cluster.free) if self.validating.get(n, -1.0) <= hour]
+        free = [self.nodes[n] for n in sorted(cluster.free)]
         peer_due = self.peer_runs.due([f.name for f in free], now) if self.peer_runs is not None else ()
         found = plan_hour(self.cfg, free, self.states, now=now, reserved={self.names[n] for n in cluster.reserved},
                           busy=[self.names[n] for n in range(self.cfg.nodes) if cluster.busy[n]],
                           suspects=self._suspects(free), peer_due=peer_due).bundles
         self.plan_s += time.perf_counter() - t
-        slots = self._validate(hour, found)
+        slots = self._validate(start, found)
         if self.peer_runs is not None:  # the free nodes no bundle took, on the slots the bundles left
             taken = {b.node_name for b in found}
             slots += [0.0] * max(0, self.cfg.slots - len(slots))
             heapq.heapify(slots)
-            self.peer_runs.run(hour, [f.name for f in free if f.name not in taken], slots, cluster, self.index)
+            self.peer_runs.run(start, [f.name for f in free if f.name not in taken], slots, cluster, self.index)
             self.peer_runs.sample(hour)
+        self.run_until = start + max(slots, default=0.0) / 60
         self._sample(hour)
         if self.cfg.signals and self.faults is not None:
             step = self.cfg.fast_path_minutes / 60
             for k in range(1, math.ceil(1 / step)):
-                self._advance(hour + k * step)
-                self._fast_path(hour + k * step)
+                if hour + k * step > start:
+                    self._advance(hour + k * step)
+                    self._fast_path(hour + k * step, hour + 1)
 
     def _advance(self, at: float) -> None:
         """The cluster up to ``at``; the suspects it tainted are held as reservations (max hold included)."""
@@ -445,23 +460,28 @@ class _Simulation:
         return {node.name: f"a user job crashed at {suspects[n]:.2f} h" for node in free
                 if (n := self.index[node.name]) in suspects}
 
-    def _fast_path(self, at: float) -> None:
-        """Issue 28 §2's fast path: a run for the free suspects not yet validated, every few minutes, their
-        whole bundles planned by the same planner. Suspects are few: they take a slot beside the hourly
-        run's (its queue is not modelled)."""
+    def _fast_path(self, at: float, next_run: float) -> None:
+        """One read of issue 28 §2's fast path (the DAG ``suspect_signals``, ``signals_task.tick``): it
+        taints the busy suspects (with reservation) and triggers a run for the free suspects whose evidence
+        no run took yet, as ``signals_task.decide`` does: not while a run is queued or running, nor within
+        the quiet window before the scheduled one (which plans suspects first). The triggered run plans only
+        them (their whole bundles, the same planner) on the pool; the next scheduled run waits for its end."""
         cluster = self.cluster
-        pending = [self.nodes[n] for n in sorted(cluster.suspects)
-                   if n in cluster.free and self.validating.get(n, -1.0) <= at]
+        if self.rpolicy.enabled:
+            for n in sorted(cluster.suspects):
+                cluster.taint_busy_suspect(n, at)
+            self._advance(at)
+        if at < self.run_until or (next_run - at) * 60 <= self.cfg.fast_path_quiet_minutes + 1e-9:
+            return
+        pending = [self.nodes[n] for n in sorted(cluster.fresh) if n in cluster.free]
         if not pending:
             return
+        cluster.fresh.difference_update(self.index[p.name] for p in pending)
         self.fast_runs += 1
         found = plan_hour(self.cfg, pending, self.states, now=T0 + dt.timedelta(hours=at),
                           reserved={self.names[n] for n in cluster.reserved}, suspects=self._suspects(pending))
-        for bundle in found.bundles:
-            n = self.index[bundle.node_name]
-            ended = self._run_bundle(bundle, 0.0, at, n)
-            self.validating[n] = at + ended.at / 60
-            self._finished(n, at, ended)
+        slots = self._validate(at, found.bundles)
+        self.run_until = at + max(slots, default=0.0) / 60
 
     def _reserve(self, hour: int, now: dt.datetime) -> None:
         """The DAG's reserve task: release what was held too long, taint the overdue busy nodes chosen."""
@@ -482,8 +502,8 @@ class _Simulation:
             self.reservations += 1
         self.most_reserved = max(self.most_reserved, len(self.reserved_at))
 
-    def _release(self, n: int, at: float, why: str) -> None:
-        self.idle_h += self.cluster.release(n, at)
+    def _release(self, n: int, at: float, why: str, idle_until: float | None = None) -> None:
+        self.idle_h += self.cluster.release(n, at, idle_until=idle_until)
         del self.reserved_at[n]
         self.released[why] = self.released.get(why, 0) + 1
 
@@ -504,10 +524,11 @@ class _Simulation:
         """After a node's bundle: a suspect validated is suspect no longer; a reserved node done is released."""
         if ended.validated and n in self.cluster.suspects:
             del self.cluster.suspects[n]
+            self.cluster.fresh.discard(n)
             if self.faults is not None:
                 self.faults.cleared(n)  # still broken (no suite saw it): suspicion cleared all the same
         if ended.done and n in self.cluster.reserved and n in self.reserved_at:
-            self._release(n, at + ended.at / 60, reservation.VALIDATED)
+            self._release(n, at + ended.at / 60, reservation.VALIDATED, idle_until=at + ended.began / 60)
         if n in self.repaired:  # repaired once its bundle is over: back, maybe still broken, maybe gated
             self.repaired.discard(n)
             back = at + ended.at / 60
@@ -540,7 +561,7 @@ class _Simulation:
                 self.states[(pair.node_name, pair.test_name)] = priority.PairState(
                     prev.status if prev else None, prev.finished_at if prev else None,
                     now + dt.timedelta(minutes=min(claimed, t + duration)), what)
-                return _Ended(max(t, min(claimed, t + duration)), True, False)
+                return _Ended(max(t, min(claimed, t + duration)), True, False, start)
             t += duration
             counts.validation_h += duration / 60
             if self._executed(pair, n, now, at, t) and pair.test_name == priority.HEALTH_FIRST:
@@ -550,8 +571,8 @@ class _Simulation:
                     self.last[(rest.node_name, rest.test_name)] = at + t / 60
                 counts.skipped += len(pairs) - i - 1
                 counts.health_gated += len(pairs) - i - 1
-                return _Ended(t, True, True)
-        return _Ended(t, True, True)
+                return _Ended(t, True, True, start)
+        return _Ended(t, True, True, start)
 
     def _executed(self, pair: priority.PlannedPair, n: int, now: dt.datetime, at: float, t: float) -> bool:
         """A suite ran to its end ``t`` minutes into the run: it fails at the failure rate, or because the
