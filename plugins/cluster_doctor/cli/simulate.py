@@ -100,13 +100,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "(default 0.7)")
     p.add_argument("--no-signals", action="store_true",
                    help="no signals: a crashed job does not make its node suspect (the rule before issue 28)")
+    p.add_argument("--joins", type=int, default=0,
+                   help="nodes replaced by new ones over the period, each at a random time (no history)")
+    p.add_argument("--reboots", type=float, default=0.0,
+                   help="reboots per node per 30 days (maintenance one node at a time; its job drained first)")
+    p.add_argument("--broken-on-join", type=float, default=0.05,
+                   help="a new node is broken on arrival with this probability (default 0.05, an assumption)")
+    p.add_argument("--broken-on-reboot", type=float, default=0.01,
+                   help="a rebooted node comes back broken with this probability (default 0.01, an assumption)")
     p.add_argument("--bad-repair", type=float, default=0.0,
                    help="with --faults: a node back from its repair is still broken with this probability "
-                        "(default 0; the README compares at 0.1); counted in returned_broken and "
-                        "jobs_on_returned_broken")
+                        "(default 0; the README compares at 0.1). Nodes that joined or returned broken: "
+                        "returned_broken, jobs_on_returned_broken and arrivals in --format json")
     p.add_argument("--acceptance", action="store_true",
-                   help="the acceptance gate (setting acceptance): a node back from repair runs its whole bundle "
-                        "before user jobs land on it")
+                   help="the acceptance gate (setting acceptance): a node that joined, rebooted or came back from "
+                        "repair is tainted at the first read and runs its whole bundle before user jobs land on it")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
@@ -129,7 +137,9 @@ def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
                     peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes,
                     sweep_interval_hours=0.0 if args.no_sweep else args.sweep_interval, faults=args.faults,
                     fault_kinds=_shares(args.fault_kinds, "--fault-kinds"), crash_probability=args.crash_probability,
-                    signals=not args.no_signals, bad_repair=args.bad_repair, acceptance=args.acceptance)
+                    signals=not args.no_signals, bad_repair=args.bad_repair, acceptance=args.acceptance,
+                    joins=args.joins, reboots=args.reboots, broken_on_join=args.broken_on_join,
+                    broken_on_reboot=args.broken_on_reboot)
     if args.target_staleness and z_h >= target_h:
         raise sim.InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
@@ -191,6 +201,11 @@ def fault_lines(result: sim.SimResult) -> list[str]:
             f"signals {'on' if cfg.signals else 'off'}: time to detect median {ttd['median']:.1f} h, p90 "
             f"{ttd['p90']:.1f} h, max {ttd['max']:.1f} h ({result.faults_undetected} seen by no suite by the end); "
             f"user jobs on a broken node mean {jobs['mean']:.2f}, p90 {jobs['p90']:g}")
+    if result.arrivals and any(a["nodes"] for a in result.arrivals.values()):
+        came = ", ".join(f"{a['nodes']:,} {how} ({a['broken']} broken, {a['jobs_on_broken']} user job(s) started on "
+                         "them)" for how, a in result.arrivals.items())
+        gate = f"acceptance gate: {result.gated:,} gated" if cfg.acceptance else "no acceptance gate"
+        lines.append(f"nodes that joined or returned: {came}; {gate}")
     return lines
 
 

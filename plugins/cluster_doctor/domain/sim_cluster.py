@@ -58,6 +58,7 @@ class Cluster:
         self.suspects: dict[int, float] = {}
         self.fresh: set[int] = set()  # suspects with evidence no fast-path run took yet
         self.tainted: list[tuple[int, float]] = []  # suspects tainted since the simulation last looked
+        self.arrived: list[tuple[int, float, str]] = []  # nodes that joined or returned since it last looked
         for n in range(cfg.nodes):
             busy = cfg.no_gap or rnd.random() < cfg.occupancy
             self.busy[n] = busy
@@ -93,20 +94,44 @@ class Cluster:
             self._signal(n, at)
 
     def advance(self, hour: float) -> None:
-        """Every event up to ``hour``, in time order: period ends, faults, suspect marks."""
+        """Every event up to ``hour``, in time order: period ends, faults, joins and reboots, suspect marks."""
         while True:
             event = self.events[0][0] if self.events else math.inf
             fault = self.faults.next_at() if self.faults is not None else math.inf
+            arrival = self.faults.next_arrival_at() if self.faults is not None else math.inf
             signal = self.signals[0][0] if self.signals else math.inf
-            at = min(event, fault, signal)
+            at = min(event, fault, arrival, signal)
             if at > hour:
                 return
             if at == event:
                 self._period_end(*heapq.heappop(self.events))
             elif at == fault:
                 self._fault()
+            elif at == arrival:
+                self._arrive()
             else:
                 self._suspect(*heapq.heappop(self.signals))
+
+    def _arrive(self) -> None:
+        """A node joins (a new one in its place) or reboots: its user job ends (drained first), it comes back
+        free, maybe broken (``Faults.arrive``), and the DAG reads the change at its next read (``arrived``).
+        The next user job lands when the queue sends one: at once on a queue-backed cluster, before any read."""
+        got = self.faults.arrive()
+        if got is None:
+            return
+        n, at, how = got
+        self.crashing.discard(n)
+        if self.busy[n]:
+            self.busy[n] = False
+            self.free.add(n)
+            if n in self.reserved:  # our taint stays through a reboot: no job until it is validated
+                self.free_since[n] = at
+                self._set(n, math.inf)
+            elif (gap := self._gap()) > 0:
+                self._set(n, at + gap)
+            else:
+                self._start_job(n, at)
+        self.arrived.append((n, at, how))
 
     def _period_end(self, at: float, n: int, version: int) -> None:
         if version != self.version[n]:
@@ -165,15 +190,25 @@ class Cluster:
         self.tainted.append((n, at))
         self.faults.suspect(n, at)
 
-    def gate(self, n: int, at: float) -> None:
-        """The acceptance gate (issue 31 §1): a node back from repair is tainted and suspect at ``at``, so no
-        user job lands before its whole bundle ran (released as a reservation is, when it is done)."""
+    def mark_suspect(self, n: int, at: float) -> None:
+        """A change the signals read (a node new, rebooted, back from repair: ``signal_node_changes``) makes
+        ``n`` suspect at ``at``, broken or not; busy, it is tainted within the limit."""
         self.suspects.setdefault(n, at)
+        self.fresh.add(n)
+        self.faults.suspect(n, at)
+        self.taint_busy_suspect(n, at)
+
+    def gate(self, n: int, at: float) -> None:
+        """The acceptance gate (issue 31 §1): a node that joined or returned is tainted and suspect at ``at``,
+        busy or free, so no new user job lands before its whole bundle ran (released as a reservation is,
+        when it is done)."""
+        self.suspects.setdefault(n, at)
+        self.fresh.add(n)
         if self.faults is not None:
             self.faults.suspect(n, at)
         self.reserved.add(n)
         if not self.busy[n]:
-            self.free_since[n] = at
+            self.free_since.setdefault(n, at)
             self._set(n, math.inf)
 
     def release(self, n: int, at: float, idle_until: float | None = None) -> float:

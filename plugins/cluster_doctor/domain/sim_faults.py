@@ -15,6 +15,13 @@ off), else at the failure. A detected fault is repaired at once (it leaves the l
 fault no suite saw yet counts from when it turned suspect if no job came since, else until the end (a
 lower bound; ``faults_undetected`` says how many no suite saw). Pure Python, its
 own random streams: the same faults whatever rule is compared.
+
+Arrivals (issue 31, the acceptance gate): a node that joins (``joins`` nodes replaced by new ones, each at
+a random time), reboots (``reboots`` per node per 30 days: maintenance, a driver rollout one node at a time)
+or comes back from its repair is broken on arrival with its own probability (``broken_on_join``,
+``broken_on_reboot``, ``bad_repair``): a fault from that moment, ``Fault.arrival`` saying how it came. The
+schedule and its broken draws are made up front (one stream), so the same nodes arrive broken whatever
+rule is compared; a repair's draw comes from its own stream.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 CRASH_WITHIN_H = 0.5  # a job started on a broken node that crashes does so within this long
+NEW, REBOOT, REPAIR = "new", "reboot", "repair"  # how a node arrives (joins, or returns to service)
+ARRIVALS = (NEW, REBOOT, REPAIR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +84,7 @@ class Fault:
     jobs: int = 0
     suspect_since: float | None = None
     detected_at: float | None = None
-    returned: bool = False  # the node came back from its repair still broken (issue 31: the acceptance gate)
+    arrival: str | None = None  # broken on arrival: NEW, REBOOT or REPAIR (issue 31: the acceptance gate)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -88,7 +97,8 @@ class Faults:
     report of them."""
 
     def __init__(self, *, nodes: int, hours: float, rate: float, shares: Mapping[str, float],
-                 crash_probability: float, seed: int, bad_repair: float = 0.0):
+                 crash_probability: float, seed: int, bad_repair: float = 0.0, joins: int = 0,
+                 reboots: float = 0.0, broken_on_join: float = 0.0, broken_on_reboot: float = 0.0):
         times, self._crash, self._repair = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
         self.bad_repair = bad_repair
         per_hour = rate / 1000 / 24
@@ -104,6 +114,27 @@ class Faults:
         heapq.heapify(self._pending)
         self.active: dict[int, Fault] = {}
         self.all: list[Fault] = []
+        self.arrivals = dict.fromkeys(ARRIVALS, 0)
+        self._arrivals = _schedule(random.Random(seed + 3), nodes=nodes, hours=hours, joins=joins,
+                                   reboots=reboots, broken={NEW: broken_on_join, REBOOT: broken_on_reboot},
+                                   kinds=kinds, weights=weights)
+
+    def next_arrival_at(self) -> float:
+        """When the next node joins or reboots (inf: none left)."""
+        return self._arrivals[0][0] if self._arrivals else math.inf
+
+    def arrive(self) -> tuple[int, float, str] | None:
+        """The next node that joins or reboots, broken on arrival or not: (node, when, how); None when the
+        node is broken already (it stays as it is: one fault at a time)."""
+        at, node, how, broken = heapq.heappop(self._arrivals)
+        if node in self.active:
+            return None
+        self.arrivals[how] += 1
+        if broken is not None:
+            fault = Fault(node=node, at=at, kind=KINDS[broken], arrival=how)
+            self.active[node] = fault
+            self.all.append(fault)
+        return node, at, how
 
     def next_at(self) -> float:
         """When the next fault breaks a node (inf: none left)."""
@@ -163,10 +194,11 @@ class Faults:
     def back_from_repair(self, node: int, at: float) -> Fault | None:
         """The node whose fault was detected comes back at ``at``; with the bad-repair probability still
         broken (the same kind: the part was not the cause, or the new one is bad) — that fault, or None."""
+        self.arrivals[REPAIR] += 1
         if node in self.active or not self._repair.random() < self.bad_repair:
             return None
         kind = next(f.kind for f in reversed(self.all) if f.node == node)
-        fault = Fault(node=node, at=at, kind=kind, returned=True)
+        fault = Fault(node=node, at=at, kind=kind, arrival=REPAIR)
         self.active[node] = fault
         self.all.append(fault)
         return fault
@@ -181,9 +213,11 @@ class Faults:
         """``time_to_detect_h`` (median, p90, max; a fault not yet seen by a suite counts from when it turned
         suspect with no user job since, else until ``end``) and ``jobs_on_broken_node`` (mean, p90) over
         every fault, with how many there were and how many no suite saw by the end."""
+        arrived = {how: {"nodes": self.arrivals[how], "broken": sum(f.arrival == how for f in self.all),
+                         "jobs_on_broken": sum(f.jobs for f in self.all if f.arrival == how)} for how in ARRIVALS}
         if not self.all:
             return {"faults": 0, "faults_undetected": 0, "time_to_detect_h": None, "jobs_on_broken_node": None,
-                    "returned_broken": 0, "jobs_on_returned_broken": 0}
+                    "returned_broken": 0, "jobs_on_returned_broken": 0, "arrivals": arrived}
         waits = [(f.detected_at if f.detected_at is not None else f.suspect_since if f.suspect_since is not None
                   else end) - f.at for f in self.all]
         jobs = [float(f.jobs) for f in self.all]
@@ -191,6 +225,29 @@ class Faults:
                 "time_to_detect_h": {"median": _quantile(waits, 0.5), "p90": _quantile(waits, 0.9),
                                      "max": max(waits)},
                 "jobs_on_broken_node": {"mean": sum(jobs) / len(jobs), "p90": _quantile(jobs, 0.9)},
-                "returned_broken": sum(f.returned for f in self.all),
-                "jobs_on_returned_broken": sum(f.jobs for f in self.all if f.returned),
+                "returned_broken": sum(f.arrival is not None for f in self.all),
+                "jobs_on_returned_broken": sum(f.jobs for f in self.all if f.arrival is not None),
+                "arrivals": arrived,
                 "faults_by_kind": {k: sum(f.kind.name == k for f in self.all) for k in KINDS}}
+
+
+def _schedule(rnd: random.Random, *, nodes: int, hours: float, joins: int, reboots: float,
+              broken: Mapping[str, float], kinds: Sequence[FaultKind], weights: Sequence[float]) -> list:
+    """The joins and reboots of a simulation, a heap of (when, node, how, the kind it arrives broken with or
+    None): ``joins`` at random times and nodes, ``reboots`` per node per 30 days (a Poisson process)."""
+    out = []
+
+    def add(at: float, node: int, how: str) -> None:
+        bad = rnd.random() < broken[how]
+        out.append((at, node, how, rnd.choices(kinds, weights)[0].name if bad else None))
+
+    for _ in range(joins):
+        add(rnd.random() * hours, rnd.randrange(nodes), NEW)
+    per_hour = reboots / 30 / 24
+    for node in range(nodes if per_hour > 0 else 0):
+        at = rnd.expovariate(per_hour)
+        while at < hours:
+            add(at, node, REBOOT)
+            at += rnd.expovariate(per_hour)
+    heapq.heapify(out)
+    return out

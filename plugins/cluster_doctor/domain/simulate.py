@@ -109,8 +109,14 @@ class SimConfig:
     signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (a busy one tainted, with reservation)
     fast_path_minutes: float = 5.0  # the fast path reads the signals this often (setting fast_path_minutes)
     fast_path_quiet_minutes: float = 10.0  # no fast-path run this close to the hourly one (the setting)
-    bad_repair: float = 0.0  # a node back from repair is still broken (with faults; issue 31, README)
-    acceptance: bool = False  # the acceptance gate: a node back from repair runs its bundle before users
+    # issue 31: nodes that join or return, some broken on arrival (assumed rates: no published ones we know)
+    joins: int = 0  # nodes replaced by new ones over the period, each at a random time (no history)
+    reboots: float = 0.0  # reboots per node per 30 days (maintenance, one node at a time)
+    broken_on_join: float = 0.05  # a new node is broken on arrival (infant mortality)
+    broken_on_reboot: float = 0.01  # a rebooted node comes back broken (a GPU lost at boot, a bad driver)
+    bad_repair: float = 0.0  # a node back from repair is still broken (with faults)
+    acceptance: bool = False  # the acceptance gate: a node that joined or returned runs its bundle before users
+    acceptance_max_nodes: int = 50  # gated at once at most (setting acceptance's max_nodes); the rest: suspects
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -150,8 +156,15 @@ class SimConfig:
                 raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
         if not 0 < self.fast_path_minutes <= 60:
             raise InvalidSimulation(f"fast_path_minutes: must be in (0, 60], got {self.fast_path_minutes!r}")
-        if not 0 <= self.bad_repair <= 1:
-            raise InvalidSimulation(f"bad_repair: must be a share in [0, 1], got {self.bad_repair!r}")
+        for name in ("bad_repair", "broken_on_join", "broken_on_reboot"):
+            if isinstance(getattr(self, name), bool) or not 0 <= getattr(self, name) <= 1:
+                raise InvalidSimulation(f"{name}: must be a share in [0, 1], got {getattr(self, name)!r}")
+        if isinstance(self.joins, bool) or not isinstance(self.joins, int) or self.joins < 0:
+            raise InvalidSimulation(f"joins: must be an integer >= 0, got {self.joins!r}")
+        if isinstance(self.reboots, bool) or not 0 <= self.reboots < math.inf:
+            raise InvalidSimulation(f"reboots: must be a number >= 0, got {self.reboots!r}")
+        if not isinstance(self.acceptance_max_nodes, int) or self.acceptance_max_nodes < 1:
+            raise InvalidSimulation(f"acceptance_max_nodes: must be an integer >= 1, got {self.acceptance_max_nodes!r}")
         if not 0 <= self.crash_probability <= 1:
             raise InvalidSimulation(f"crash_probability: must be a share in [0, 1], got {self.crash_probability!r}")
         unknown = [k for k in self.fault_kinds if k not in sim_faults.KINDS]
@@ -220,10 +233,13 @@ class SimResult:
     time_to_detect_h: dict | None = None  # {"median", "p90", "max"}
     jobs_on_broken_node: dict | None = None  # {"mean", "p90"}
     faults_by_kind: dict | None = None
-    # issue 31: nodes back from repair still broken, the user jobs that started on them, the gates applied
+    # issue 31: nodes that joined or returned broken (new, rebooted, back from repair), the user jobs that
+    # started on them before a suite saw it, the gates applied; ``arrivals``: by how they came, {"nodes",
+    # "broken", "jobs_on_broken"}
     returned_broken: int = 0
     jobs_on_returned_broken: int = 0
     gated: int = 0
+    arrivals: dict | None = None
     plan_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -383,8 +399,9 @@ class _Simulation:
         self.rpolicy = cfg.reservation_policy()
         self.faults = sim_faults.Faults(nodes=cfg.nodes, hours=cfg.days * 24, rate=cfg.faults, shares=cfg.fault_kinds,
                                         crash_probability=cfg.crash_probability, seed=cfg.seed + 5,
-                                        bad_repair=cfg.bad_repair) \
-            if cfg.faults > 0 else None
+                                        bad_repair=cfg.bad_repair, joins=cfg.joins, reboots=cfg.reboots,
+                                        broken_on_join=cfg.broken_on_join, broken_on_reboot=cfg.broken_on_reboot) \
+            if cfg.faults > 0 or cfg.joins or cfg.reboots else None
         self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
                                signal_h=cfg.signal_minutes / 60 if cfg.signals else None,
                                taint_limit=self.rpolicy.limit(cfg.nodes) if self.rpolicy.enabled else 0)
@@ -410,6 +427,7 @@ class _Simulation:
         self.run_until = 0.0  # when the run going now ends (hours): the fast path triggers none before
         self.repaired: set[int] = set()  # a suite saw their fault in the bundle running now: back after it
         self.gated = 0
+        self.gated_now: set[int] = set()  # nodes the acceptance gate holds now
 
     def hour(self, hour: int) -> None:
         """The scheduled run of ``hour``: it starts when a fast-path run still going ends (max_active_runs
@@ -438,7 +456,7 @@ class _Simulation:
             self.peer_runs.sample(hour)
         self.run_until = start + max(slots, default=0.0) / 60
         self._sample(hour)
-        if self.cfg.signals and self.faults is not None:
+        if (self.cfg.signals or self.cfg.acceptance) and self.faults is not None:
             step = self.cfg.fast_path_minutes / 60
             for k in range(1, math.ceil(1 / step)):
                 if hour + k * step > start:
@@ -446,13 +464,36 @@ class _Simulation:
                     self._fast_path(hour + k * step, hour + 1)
 
     def _advance(self, at: float) -> None:
-        """The cluster up to ``at``; the suspects it tainted are held as reservations (max hold included)."""
+        """The cluster up to ``at`` (a read: the hourly run's discovery or a fast-path tick); the nodes that
+        joined or returned meanwhile are read (``_arrived``); the suspects it tainted are held as reservations
+        (max hold included)."""
         self.cluster.advance(at)
+        for n, since, how in self.cluster.arrived:
+            self._arrived(n, since, how, at)
+        self.cluster.arrived.clear()
         for n, since in self.cluster.tainted:
             self.reserved_at[n] = since
             self.suspect_taints += 1
         self.cluster.tainted.clear()
         self.most_reserved = max(self.most_reserved, len(self.reserved_at))
+
+    def _arrived(self, n: int, since: float, how: str, at: float) -> None:
+        """A node that joined (``since``: a new one, no history: its staleness counts from then) or returned
+        is read at ``at``: the acceptance gate taints it, busy or free, and makes it suspect (its whole bundle
+        first, released when done; over ``acceptance_max_nodes`` gated at once, a suspect untainted, as the
+        DAG does); without the gate, the signals read the change (a node new or rebooted) and make it suspect,
+        tainted only if busy."""
+        if how == sim_faults.NEW:
+            for test in self.cfg.tests:
+                self.states.pop((self.names[n], test), None)
+                self.last[(self.names[n], test)] = since
+        if self.cfg.acceptance and len(self.gated_now) < self.cfg.acceptance_max_nodes:
+            self.cluster.gate(n, at)
+            self.reserved_at.setdefault(n, at)
+            self.gated_now.add(n)
+            self.gated += 1
+        elif self.cfg.signals or self.cfg.acceptance:
+            self.cluster.mark_suspect(n, at)
 
     def _suspects(self, free: Sequence[GpuNode]) -> dict[str, str]:
         """The free suspect nodes, each with its evidence (what the planner puts first)."""
@@ -504,6 +545,7 @@ class _Simulation:
 
     def _release(self, n: int, at: float, why: str, idle_until: float | None = None) -> None:
         self.idle_h += self.cluster.release(n, at, idle_until=idle_until)
+        self.gated_now.discard(n)
         del self.reserved_at[n]
         self.released[why] = self.released.get(why, 0) + 1
 
@@ -521,22 +563,27 @@ class _Simulation:
         return slots
 
     def _finished(self, n: int, at: float, ended: _Ended) -> None:
-        """After a node's bundle: a suspect validated is suspect no longer; a reserved node done is released."""
-        if ended.validated and n in self.cluster.suspects:
-            del self.cluster.suspects[n]
-            self.cluster.fresh.discard(n)
+        """After a node's bundle: a suspect validated is suspect no longer; a node whose fault a suite saw is
+        repaired and back when its bundle is over (maybe still broken), read like a reboot — a gated one stays
+        gated through its repair (the gate's taint stays on a fail); a reserved node done is released."""
+        cluster = self.cluster
+        if ended.validated and n in cluster.suspects:
+            del cluster.suspects[n]
+            cluster.fresh.discard(n)
             if self.faults is not None:
                 self.faults.cleared(n)  # still broken (no suite saw it): suspicion cleared all the same
-        if ended.done and n in self.cluster.reserved and n in self.reserved_at:
-            self._release(n, at + ended.at / 60, reservation.VALIDATED, idle_until=at + ended.began / 60)
-        if n in self.repaired:  # repaired once its bundle is over: back, maybe still broken, maybe gated
+        if n in self.repaired:
             self.repaired.discard(n)
             back = at + ended.at / 60
             self.faults.back_from_repair(n, back)
-            if self.cfg.acceptance and n not in self.cluster.reserved:
-                self.cluster.gate(n, back)
-                self.reserved_at[n] = back
+            if n in self.gated_now:  # idle until our pod; gated again at once, from its return
+                self.idle_h += max(0.0, at + ended.began / 60 - cluster.free_since.pop(n, math.inf))
+                cluster.gate(n, back)
                 self.gated += 1
+                return
+            cluster.arrived.append((n, back, sim_faults.REPAIR))
+        if ended.done and n in cluster.reserved and n in self.reserved_at:
+            self._release(n, at + ended.at / 60, reservation.VALIDATED, idle_until=at + ended.began / 60)
 
     def _run_bundle(self, bundle: priority.Bundle, start: float, at: float, n: int) -> _Ended:
         """One node's suites on one slot from ``start`` (minutes into the run that began at ``at`` hours), as

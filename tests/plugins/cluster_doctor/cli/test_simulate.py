@@ -71,8 +71,31 @@ def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_t
     assert "signals on: time to detect median" in out and "user jobs on a broken node mean" in out
 
 
+def test_cli_acceptance_json_reports_the_user_jobs_on_nodes_that_joined_or_returned_broken(capsys):
+    """Issue 31 acceptance 2: --joins, --reboots and --bad-repair bring nodes in, some broken on arrival;
+    --format json says how many and how many user jobs started on them, with and without --acceptance."""
+    argv = ["simulate", "--nodes", "200", "--days", "7", "--slots", "6", "--reserve", "--faults", "30",
+            "--joins", "40", "--reboots", "2", "--broken-on-join", "0.3", "--broken-on-reboot", "0.1",
+            "--bad-repair", "0.3", "--no-signals", "--format", "json"]
+    assert cli.main(argv) == 0
+    open_door = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "--acceptance"]) == 0
+    gated = json.loads(capsys.readouterr().out)
+    for data in (open_door, gated):
+        assert set(data["arrivals"]) == {"new", "reboot", "repair"}
+        assert all(set(a) == {"nodes", "broken", "jobs_on_broken"} for a in data["arrivals"].values())
+        assert data["returned_broken"] >= 10 and data["config"]["joins"] == 40
+        assert data["config"]["broken_on_join"] == 0.3 and data["config"]["broken_on_reboot"] == 0.1
+    assert open_door["jobs_on_returned_broken"] > open_door["returned_broken"] and open_door["gated"] == 0
+    assert gated["jobs_on_returned_broken"] <= 0.1 * open_door["jobs_on_returned_broken"] and gated["gated"] > 100
+    assert cli.main([*argv[:-2], "--acceptance"]) == 0
+    assert "nodes that joined or returned: " in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--faults", "-1"], "faults: must be a number >= 0"),
+    (["--joins", "-2"], "joins: must be an integer >= 0"),
+    (["--broken-on-join", "2"], "broken_on_join: must be a share in [0, 1]"),
     (["--crash-probability", "1.5"], "crash_probability: must be a share in [0, 1]"),
     (["--bad-repair", "-0.1"], "bad_repair: must be a share in [0, 1]"),
     (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent"),

@@ -176,19 +176,96 @@ def test_the_issue_goal_at_1000_nodes():
     assert queued.time_to_detect_h["median"] <= 2 and queued.swept == 0  # no free node, nothing to sweep
 
 
-def test_the_acceptance_gate_keeps_user_jobs_off_nodes_back_from_repair_still_broken():
-    """Issue 31 acceptance 2: the same faults and the same bad repairs (their own random streams) with and
-    without the gate; without it user jobs land on the nodes that came back broken, with it none does
-    before their bundle saw the fault, and every repaired node is gated."""
-    faulty = dataclasses.replace(BUSY, faults=20, bad_repair=0.3)
-    open_door, gated = simulate.run(faulty), simulate.run(dataclasses.replace(faulty, acceptance=True))
-    assert open_door.returned_broken >= 5 and gated.returned_broken >= 5
-    assert open_door.jobs_on_returned_broken >= open_door.returned_broken // 2  # most got a user job
-    assert gated.jobs_on_returned_broken == 0 and open_door.gated == 0
-    assert gated.gated >= gated.faults - gated.faults_undetected - gated.returned_broken  # every repair
-    assert simulate.run(dataclasses.replace(faulty, bad_repair=0.0)).returned_broken == 0
-    with pytest.raises(simulate.InvalidSimulation, match=r"bad_repair: must be a share in \[0, 1\]"):
-        dataclasses.replace(faulty, bad_repair=1.5)
+def test_nodes_that_join_or_return_broken_take_user_jobs_unless_the_acceptance_gate_holds_them():
+    """Issue 31 acceptance 2: nodes join (new, no history), reboot and come back from repair, some broken on
+    arrival (rates raised here to see enough of them), the same schedule whatever the rule. With nothing
+    reading the changes user jobs land on them; the signals (a new or rebooted node is suspect) catch most;
+    the gate taints every one at the first read, so only a job landing before that read reaches one."""
+    cfg = dataclasses.replace(BUSY, faults=20, joins=60, reboots=2, broken_on_join=0.2, broken_on_reboot=0.05,
+                              bad_repair=0.3)
+    runs = {(signals, gate): simulate.run(dataclasses.replace(cfg, signals=signals, acceptance=gate))
+            for signals in (False, True) for gate in (False, True)}
+    for r in runs.values():
+        came = r.arrivals
+        assert 55 <= came["new"]["nodes"] <= 60 and came["reboot"]["nodes"] > 200 and came["repair"]["nodes"] > 50
+        assert came["new"]["broken"] >= 5 and came["reboot"]["broken"] >= 5 and came["repair"]["broken"] >= 20
+        assert r.returned_broken == sum(a["broken"] for a in came.values())
+        assert r.jobs_on_returned_broken == sum(a["jobs_on_broken"] for a in came.values())
+    blind, signals, gated = runs[(False, False)], runs[(True, False)], runs[(True, True)]
+    assert blind.jobs_on_returned_broken >= 2 * blind.returned_broken  # nothing looks: users find them
+    assert gated.jobs_on_returned_broken < signals.jobs_on_returned_broken < blind.jobs_on_returned_broken / 5
+    assert gated.jobs_on_returned_broken <= 0.05 * gated.returned_broken
+    assert runs[(False, True)].jobs_on_returned_broken <= 0.05 * blind.returned_broken  # the gate alone too
+    assert blind.gated == signals.gated == 0
+    assert gated.gated >= sum(a["nodes"] for a in gated.arrivals.values())  # every arrival (and each repair)
+    assert gated.validation_share < signals.validation_share + 0.005  # whole bundles for ~500 arrivals
+    for r in runs.values():
+        assert r.worst_staleness_h <= 7 * 24
+
+
+def test_a_new_node_has_no_history_and_its_whole_bundle_runs_before_users_behind_the_gate(monkeypatch):
+    """A join replaces a node by a new one: its pairs are never executed (planned first, whole) and its
+    staleness counts from its arrival; the gate keeps it free of user jobs until its bundle is done."""
+    from cluster_doctor.domain import run_plan
+
+    planned = []
+    real = run_plan.plan
+
+    def spy(given, **kwargs):
+        found = real(given, **kwargs)
+        planned.append({(p.node_name, p.test_name): (p.why, p.last_status) for p in found.pairs})
+        return found
+
+    monkeypatch.setattr(run_plan, "plan", spy)
+    cfg = simulate.SimConfig(nodes=20, days=2, slots=2, occupancy=0.5, joins=3, broken_on_join=0.0,
+                             acceptance=True, sweep_interval_hours=0, seed=3)
+    sim = simulate._Simulation(cfg)
+    joined, read = [], sim._arrived
+
+    def arrived(n, since, how, at):
+        read(n, since, how, at)
+        joined.append((n, since, n in sim.cluster.reserved))  # tainted at the first read
+
+    sim._arrived = arrived
+    for hour in range(48):
+        sim.hour(hour)
+    assert sim.faults.arrivals["new"] == 3 and sim.gated == 3 and [j[2] for j in joined] == [True] * 3
+    node, since = sim.names[joined[0][0]], joined[0][1]
+    whys = [{t: w for (n, t), w in plan.items() if n == node} for plan in planned]
+    whole = [w for w in whys if set(w) == set(cfg.tests)]
+    assert whole and set(whole[0].values()) == {("suspect", None)}  # every suite first, none executed before
+    assert all(sim.last[(node, t)] >= since > 0 for t in cfg.tests)  # from its arrival, not from the start
+    assert not sim.gated_now  # each released once its bundle passed
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("bad_repair", 1.5, r"bad_repair: must be a share in \[0, 1\]"),
+    ("broken_on_join", -0.1, r"broken_on_join: must be a share in \[0, 1\]"),
+    ("broken_on_reboot", True, r"broken_on_reboot: must be a share in \[0, 1\]"),
+    ("joins", 2.5, r"joins: must be an integer >= 0"),
+    ("reboots", -1, r"reboots: must be a number >= 0"),
+    ("acceptance_max_nodes", 0, r"acceptance_max_nodes: must be an integer >= 1"),
+])
+def test_arrival_settings_are_checked(field, value, message):
+    with pytest.raises(simulate.InvalidSimulation, match=message):
+        dataclasses.replace(BUSY, **{field: value})
+
+
+def test_the_arrival_schedule_is_the_same_whatever_the_rule_and_follows_its_rates():
+    def faults():
+        return sim_faults.Faults(nodes=500, hours=24 * 30, rate=0, shares=sim_faults.DEFAULT_SHARES,
+                                 crash_probability=0.7, seed=11, joins=40, reboots=1.0, broken_on_join=0.25,
+                                 broken_on_reboot=0.0)
+    a, b = faults(), faults()
+    got = []
+    while a.next_arrival_at() < float("inf"):
+        assert a.next_arrival_at() == b.next_arrival_at()
+        got.append((a.arrive(), b.arrive()))
+    assert all(x == y for x, y in got)
+    assert a.arrivals["new"] == 40 and 400 < a.arrivals["reboot"] < 600  # 1 per node per 30 days
+    broken = [f for f in a.all if f.arrival is not None]
+    assert {f.arrival for f in broken} == {"new"} and 4 <= len(broken) <= 18  # 25 % of 40, none on reboot
+    assert all(f.node in a.active for f in broken)  # broken from the moment they arrive
 
 
 def test_a_fault_is_detected_by_a_suite_that_sees_it_or_from_a_suspect_mark_no_job_broke():
