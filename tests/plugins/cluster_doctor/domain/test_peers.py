@@ -215,9 +215,12 @@ def test_the_simulator_runs_peer_tests_on_two_slots_and_reports_their_staleness(
     base = simulate.SimConfig(nodes=40, days=10, slots=2, seed=3, occupancy=0.5, max_job_hours=8)
     without, with_peers = simulate.run(base), simulate.run(dataclasses.replace(base, peer_tests=True))
     assert without.peer_worst_staleness_h is None and with_peers.peer_executed > 0
-    # every node was peer-tested within about one cadence, and the peer tests took pool time from bundles
+    # every node was peer-tested within about one cadence, on the slots the bundles left: the bundles'
+    # coverage is what it was without them (how many pods ran is no invariant: the health sweep fills
+    # whatever slots and free nodes are left, so that count moves either way with the seed)
     assert with_peers.peer_never == 0 and with_peers.peer_worst_staleness_h <= 9 * 24
-    assert with_peers.executed <= without.executed
+    assert with_peers.never_validated == without.never_validated == 0
+    assert with_peers.within_target_share >= without.within_target_share - 0.005
     assert "peer staleness per node: worst over the period" in simulate_cli.render(with_peers)
     assert cli.main(["simulate", "--nodes", "30", "--days", "3", "--peer-tests", "--peer-cadence", "2d",
                      "--format", "json"]) == 0
