@@ -51,7 +51,7 @@ TEST_WORKERS ?= 2
 # may (root or passwordless sudo); otherwise the tests that need them say so in pytest's first and last lines.
 test: $(STAMP)
 	@bash tools/system-packages
-	$(BIN)/python -m pytest -m "not slow" --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow" --durations=30 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # Scenarios that take many minutes by nature (e.g. a results-DB outage through every retry of two
 # DagRuns, end to end); their faster task-level counterparts run in `make test`.

@@ -193,7 +193,20 @@ def missing_tools() -> list[str]:
     return sorted(tool for tool, command in SYSTEM_TOOLS.items() if shutil.which(command) is None)
 
 
+# Files that start real servers (an Airflow stack, DagRuns, Chromium, a pytest of their own) run first,
+# the longest first: with two workers and --dist loadfile a long file taken last runs alone at the end.
+# make test passes --no-loadscope-reorder, so this order, not the number of tests per file, is the schedule.
+RUN_FIRST = ("tests/stack/", "tests/e2e/test_continuous_validation.py", "tests/test_clock.py", "tests/readme/",
+             "tests/e2e/", "tests/deploy/", "tests/ui/")
+
+
+def _run_first(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((i for i, prefix in enumerate(RUN_FIRST) if path.startswith(prefix)), len(RUN_FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_run_first)  # stable: a file's tests keep their order
     missing = set(missing_tools())
     for item in items:
         for mark in item.iter_markers("requires_tool"):

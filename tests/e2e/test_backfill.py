@@ -28,21 +28,21 @@ def test_backfill_runs_walk_the_range_without_repeats(runner, cluster, db_dsn, d
     # every node validated two days ago (fresh by the 7-day rule); the driver upgrade was an hour ago
     ResultStore(db_url).record([{"node_name": n, "test_name": "gpu_health", "status": "pass", "run_id": "before",
                                  "finished_at": now - dt.timedelta(days=2, minutes=i)} for i, n in enumerate(nodes)])
-    conf = {"node_range": "gpu-[001-006]", "stale_before": (now - dt.timedelta(hours=1)).isoformat(), "max_pairs": 2}
+    conf = {"node_range": "gpu-[001-004]", "stale_before": (now - dt.timedelta(hours=1)).isoformat(), "max_pairs": 2}
     first_date = dt.datetime(2026, 11, 20, tzinfo=dt.UTC)
 
     covered = []
-    for hour in range(4):
+    for hour in range(3):
         result = runner.run(conf, logical_date=first_date + dt.timedelta(hours=hour))
         assert result["state"] == "success"
         with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
             cur.execute("SELECT node_name FROM validation_history WHERE run_id = %s ORDER BY 1", (result["run_id"],))
             covered.append([r[0] for r in cur.fetchall()])
 
-    # the stalest first (gpu-006 was validated earliest), two per run, no repeats, nothing outside the range
-    assert covered[:3] == [["gpu-005", "gpu-006"], ["gpu-003", "gpu-004"], ["gpu-001", "gpu-002"]]
-    assert covered[3] == []
-    assert sorted(p["node"] for p in validation_pods(cluster)) == nodes[:6]
+    # the stalest of the range first (gpu-004 was validated earliest in it; gpu-005..008, staler still, are
+    # outside it), two per run, no repeats, then nothing
+    assert covered == [["gpu-003", "gpu-004"], ["gpu-001", "gpu-002"], []]
+    assert sorted(p["node"] for p in validation_pods(cluster)) == nodes[:4]
 
 
 def test_the_documented_backfill_command_validates_its_conf(airflow_home):

@@ -287,12 +287,20 @@ def test_db_claims_lists_the_live_claims(db_url):
     assert "gpu-003" not in out and "2 node(s) claimed by live runs" in out
 
 
-def test_db_replay_records_the_spool(db_url, tmp_path):
+def test_db_replay_records_the_spool(db_url, tmp_path, monkeypatch):
+    from cluster_doctor.store import history
+
+    # the store's real retries, without their half minute of real waiting: the waits are recorded
+    waits: list[float] = []
+    store = history.ResultStore
+    monkeypatch.setattr(cli_module, "ResultStore", lambda conn: store(conn, sleep=waits.append))
     box = spool.Spool(tmp_path / "spool")
     box.put([Attempt.from_dict(good("gpu-001", run_id="r1", dag_id="continuous_validation")),
              Attempt.from_dict(good("gpu-002", run_id="r1", dag_id="continuous_validation"))])
     code, out, _ = run("db", "replay", "--spool-dir", str(box.directory), "--db-url", "postgresql://postgres@127.0.0.1:1/x")
     assert code == 1 and len(box) == 2  # the database is still down: the spool stays
+    # after backing off as a recording task does: 1, 2, 4, 8, 16 s, each with its ±20 % jitter
+    assert len(waits) == 5 and all(0.8 * 2 ** i <= w <= 1.2 * 2 ** i for i, w in enumerate(waits)), waits
     code, out, _ = run("db", "replay", "--spool-dir", str(box.directory), "--db-url", db_url)
     assert code == 0 and "2 recorded" in out and len(box) == 0 and count(db_url) == 2
     code, out, _ = run("db", "replay", "--spool-dir", str(box.directory), "--db-url", db_url)
