@@ -6,9 +6,9 @@ Each node alternates busy (a log-normal job, cut at the job limit) and idle (an 
 the occupancy, or none with ``no_gap``: a queue-backed cluster) periods; a reserved (tainted) node whose
 job ends stays idle until it is released. Events — period ends, faults, suspect marks — are taken in time
 order. With signals, a crashed job, or an Xid a user job raises on a broken GPU, makes its node suspect
-``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, busy and within
-``taint_limit`` tainted nodes, tainted at once so no new user job lands (a free suspect is left to the
-fast path's run, as the DAG does). Pure Python.
+``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, within
+``taint_limit`` tainted nodes, tainted at once, busy or free, so no new user job lands before its
+validation (as the DAG's fast path does). Pure Python.
 """
 
 from __future__ import annotations
@@ -172,31 +172,35 @@ class Cluster:
             heapq.heappush(self.signals, (at + self.signal_h, n))
 
     def _suspect(self, at: float, n: int) -> None:
-        """A signal read: the broken node turns suspect (new evidence for the fast path) and, busy, is
-        tainted at once within the limit. A free one is not (the DAG's fast path taints busy suspects only:
-        it triggers a run for the free ones), so a user job may land on it before our pod."""
+        """A signal read: the broken node turns suspect (new evidence for the fast path) and is tainted at
+        once within the limit, busy or free (``taint_suspect``)."""
         if not self.faults.suspect(n, at):
             return  # repaired meanwhile
         self.suspects.setdefault(n, at)
         self.fresh.add(n)
-        self.taint_busy_suspect(n, at)
+        self.taint_suspect(n, at)
 
-    def taint_busy_suspect(self, n: int, at: float) -> None:
-        """Each fast-path read taints the busy suspects not tainted yet, within the limit: no new user job
-        lands once the running one ends (the suspect has no new job since then)."""
-        if not self.busy[n] or n in self.reserved or len(self.reserved) >= self.taint_limit:
+    def taint_suspect(self, n: int, at: float) -> None:
+        """Each fast-path read taints the suspects not tainted yet, within the limit: no new user job lands
+        on it — a busy one once its running job ends, a free one from now (its next job, which had not
+        started, does not; it stays idle until its validation is done, the idle time counted as a
+        reservation's)."""
+        if n in self.reserved or len(self.reserved) >= self.taint_limit:
             return
         self.reserved.add(n)
         self.tainted.append((n, at))
+        if not self.busy[n]:
+            self.free_since.setdefault(n, at)
+            self._set(n, math.inf)
         self.faults.suspect(n, at)
 
     def mark_suspect(self, n: int, at: float) -> None:
         """A change the signals read (a node new, rebooted, back from repair: ``signal_node_changes``) makes
-        ``n`` suspect at ``at``, broken or not; busy, it is tainted within the limit."""
+        ``n`` suspect at ``at``, broken or not; it is tainted within the limit, busy or free."""
         self.suspects.setdefault(n, at)
         self.fresh.add(n)
         self.faults.suspect(n, at)
-        self.taint_busy_suspect(n, at)
+        self.taint_suspect(n, at)
 
     def gate(self, n: int, at: float) -> None:
         """The acceptance gate (issue 31 §1): a node that joined or returned is tainted and suspect at ``at``,

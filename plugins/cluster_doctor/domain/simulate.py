@@ -28,9 +28,9 @@ try). ``cluster-doctor simulate`` (``cluster_doctor.cli.simulate``) parses its o
 The health sweep (issue 28 §1) comes with the planner: free nodes with no due suite run gpu_health when
 their last check is older than ``sweep_interval_hours``, after the due bundles on the same slots. With
 ``faults`` (``sim_faults``), nodes break at that rate and a broken node crashes user jobs; with
-``signals`` (§2) a crash or an Xid makes the node suspect minutes later (a busy one tainted at once with
-reservation, as the DAG's fast path does; a free one is not), the hourly plan puts its whole bundle first,
-and a fast path every ``fast_path_minutes`` triggers a run for the free suspects in between — as the DAG's
+``signals`` (§2) a crash or an Xid makes the node suspect minutes later (tainted at once with reservation,
+busy or free, as the DAG's fast path does), the hourly plan puts its whole bundle first, and a fast path
+every ``fast_path_minutes`` triggers a run for the free suspects in between — as the DAG's
 ``suspect_signals`` decides: not while a run is running, nor within ``fast_path_quiet_minutes`` of the
 scheduled one, which then waits for the triggered run's end (``max_active_runs`` 1). The result then holds
 the time to detect, the user jobs on broken nodes, and what validation costs (``validation_share``: our
@@ -482,7 +482,7 @@ class _Simulation:
         is read at ``at``: the acceptance gate taints it, busy or free, and makes it suspect (its whole bundle
         first, released when done; over ``acceptance_max_nodes`` gated at once, a suspect untainted, as the
         DAG does); without the gate, the signals read the change (a node new or rebooted) and make it suspect,
-        tainted only if busy."""
+        tainted within the reservation's limit, busy or free."""
         if how == sim_faults.NEW:
             for test in self.cfg.tests:
                 self.states.pop((self.names[n], test), None)
@@ -503,14 +503,15 @@ class _Simulation:
 
     def _fast_path(self, at: float, next_run: float) -> None:
         """One read of issue 28 §2's fast path (the DAG ``suspect_signals``, ``signals_task.tick``): it
-        taints the busy suspects (with reservation) and triggers a run for the free suspects whose evidence
-        no run took yet, as ``signals_task.decide`` does: not while a run is queued or running, nor within
-        the quiet window before the scheduled one (which plans suspects first). The triggered run plans only
-        them (their whole bundles, the same planner) on the pool; the next scheduled run waits for its end."""
+        taints the suspects, busy or free (with reservation, within its limit), and triggers a run for the
+        free suspects whose evidence no run took yet, as ``signals_task.decide`` does: not while a run is
+        queued or running, nor within the quiet window before the scheduled one (which plans suspects first).
+        The triggered run plans only them (their whole bundles, the same planner) on the pool; the next
+        scheduled run waits for its end."""
         cluster = self.cluster
         if self.rpolicy.enabled:
             for n in sorted(cluster.suspects):
-                cluster.taint_busy_suspect(n, at)
+                cluster.taint_suspect(n, at)
             self._advance(at)
         if at < self.run_until or (next_run - at) * 60 <= self.cfg.fast_path_quiet_minutes + 1e-9:
             return
