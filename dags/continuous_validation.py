@@ -64,8 +64,8 @@ taking nodes from users:
    and starts a run for new free suspects when none is going).
    Then **reap_orphans**: pods of tasks that died hard (OOM, SIGKILL) are recorded from the pod and deleted.
 2. **load_latest** — their latest results from `validation_latest` (`validation_db`).
-   **reserve** (opt-in, setting `reservation`): overdue busy nodes get a NoSchedule taint so their next
-   free moment is ours; they are validated first when they free, then released.
+   **reserve** (opt-in, setting `reservation`): suspect nodes, busy or free, and overdue busy nodes get a
+   NoSchedule taint so their next free moment is ours; they are validated first when they free, then released.
 3. **prioritize** — suspect nodes' whole bundles first, then never-validated pairs, then the oldest;
    failed pairs are retested after 6 h; a chosen node runs **every due suite** (its bundle), at most `max_pairs` pairs. The planned
    nodes are claimed in the results DB (`validation_claims`): a node another live run holds (backfill,

@@ -24,8 +24,10 @@ Every {SETTINGS.fast_path_minutes:g} minute(s) (setting `fast_path_minutes`) **r
 nodes (two lists from the API server's watch cache), records the inventory and reads the signals the cluster
 already has — allocatable GPUs below capacity, node conditions of node-problem-detector / NVSentinel, node
 events, failed user pods, the DCGM exporter's metrics in Prometheus, new / rebooted / uncordoned nodes
-(settings `signal_*`, `prometheus_url`). A signal makes a node **suspect**, never failed. A busy suspect gets
-the reservation taint at once (setting `reservation`). For free suspects no earlier tick took, it
+(settings `signal_*`, `prometheus_url`). A signal makes a node **suspect**, never failed. A suspect, busy or
+free, gets the reservation taint at once (setting `reservation`; its limit and breaker apply, never on a
+quarantined node), so no new user job lands on it before its validation even while no run can be triggered;
+the run that validates it removes the taint. For free suspects no earlier tick took, it
 **triggers** a `{TARGET_DAG}` run with `node_range` set to them — only when no run of `{TARGET_DAG}` is queued
 or running and the scheduled one is not due within `fast_path_quiet_minutes` (either plans the suspects
 first anyway), so the two never starve each other. **mark_triggered** records which run took them.

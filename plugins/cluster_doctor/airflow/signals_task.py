@@ -4,9 +4,10 @@ the fast path, the DAG ``suspect_signals`` that does not wait for the hour.
 Every ``continuous_validation`` run reads the signals after its discovery (``read_signals``) and plans the
 suspect nodes first (``current_suspects``, read by prioritize and reserve). The fast path runs every
 ``fast_path_minutes``: a discovery of the whole cluster (the two lists from the watch cache) and the
-signals, recorded the same way; a busy suspect is reserved at once (with reservation on); and for the free
-suspects no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to
-them (``decide``). It triggers only when no run of that DAG is queued or running (the run going on, or the
+signals, recorded the same way; a suspect, busy or free, is reserved at once (with reservation on: no new
+user job lands on it before its validation, even while no run can be triggered); and for the free suspects
+no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to them
+(``decide``). It triggers only when no run of that DAG is queued or running (the run going on, or the
 one after it, plans the suspects first: no queue of runs builds up, which would hold the hourly run back,
 issue 33's cadence) and when the scheduled run is not due within ``fast_path_quiet_minutes`` (it takes them
 first itself, so a run started just before the hour never holds that run back for long).
@@ -138,8 +139,8 @@ def decide(fresh: Iterable[str], free: Iterable[str], *, paused: bool, active_ru
 
 def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_runs: int,
          next_run: dt.datetime | None, now: dt.datetime | None = None) -> Decision:
-    """One run of the fast path: discover, record the inventory and the signals, reserve the busy suspects
-    (setting reservation), and decide on a run for the free ones (``decide``)."""
+    """One run of the fast path: discover, record the inventory and the signals, reserve the suspects, busy
+    or free (setting reservation), and decide on a run for the free ones (``decide``)."""
     now = now or dt.datetime.now(dt.UTC)
     if paused:  # one switch: pausing continuous_validation stops the fast path's taints and runs too
         return Decision([], why_not=f"{TARGET_DAG} is paused: signals not read")
@@ -154,7 +155,7 @@ def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_r
     free = [n.name for n in found.free]
     busy = [n.name for n in found.ineligible if n.reason == discovery.BUSY]
     found_suspects = current_suspects(store, settings.tests, free + busy, now)
-    reserved = _reserve(core_v1, store, settings, [n for n in busy if n in found_suspects],
+    reserved = _reserve(core_v1, store, settings, [n for n in free + busy if n in found_suspects],
                         gpu_nodes=len(found.free) + len(found.ineligible), now=now)
     with store.connection() as conn, conn.cursor() as cur:
         fresh = suspects.untriggered(cur, settings.tests)
@@ -181,19 +182,20 @@ def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:
     return seen
 
 
-def _reserve(core_v1: Any, store: Any, settings: Settings, busy: list[str], *, gpu_nodes: int,
+def _reserve(core_v1: Any, store: Any, settings: Settings, found_suspects: list[str], *, gpu_nodes: int,
              now: dt.datetime) -> list[str]:
-    """Taint the busy suspects now (setting reservation); the nodes tainted."""
+    """Taint the suspects, busy or free, now (setting reservation); the nodes tainted."""
     policy = ReservationPolicy.from_mapping(settings.reservation)
-    if not policy.enabled or not busy:
+    if not policy.enabled or not found_suspects:
         return []
     from cluster_doctor.kube import reservation
 
     try:
-        report = reservation.reserve_suspects(core_v1, store.connect, policy, busy=busy, gpu_nodes=gpu_nodes,
-                                              run_id="suspect_signals", node_selector=settings.node_selector, now=now)
+        report = reservation.reserve_suspects(core_v1, store.connect, policy, suspects=found_suspects,
+                                              gpu_nodes=gpu_nodes, run_id="suspect_signals",
+                                              node_selector=settings.node_selector, now=now)
     except Exception as exc:  # noqa: BLE001 - the next tick, or the run's reserve task, tries again
-        log.warning("busy suspects not reserved (%s)", one_line(exc, 300))
+        log.warning("suspects not reserved (%s)", one_line(exc, 300))
         return []
     return report.applied
 

@@ -141,9 +141,10 @@ def load_latest(discovered: Discovered, store: Any) -> Latest:
 def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
             now: dt.datetime | None = None) -> Any:
     """Reservation of overdue busy nodes (setting ``reservation``, off by default): release what is done or
-    held too long, taint the overdue busy nodes within the limit; the reserved nodes that freed are
-    planned first. An open breaker reserves nothing new and fails the run at its verdict, never its
-    validations."""
+    held too long, taint the suspects not tainted yet (busy or free) and the overdue busy nodes within the
+    limit; the reserved nodes that are free are planned first. A run limited to a node range leaves the
+    taints outside it alone. An open breaker reserves nothing new and fails the run at its verdict, never
+    its validations."""
     from cluster_doctor.kube import reservation
 
     settings = discovered.settings
@@ -159,7 +160,8 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
         latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
         node_selector=settings.node_selector, now=now,
-        suspects=signals_task.current_suspects(store, settings.tests, busy + free, now or _now()))
+        suspects=signals_task.current_suspects(store, settings.tests, busy + free, now or _now()),
+        node_range=run.node_range)
     log.info("%s", report.describe())
     return report
 

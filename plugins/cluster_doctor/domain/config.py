@@ -403,8 +403,9 @@ class Settings(BaseSettings):
             "\"breaker_nodes\": 20, \"dry_run\": false}; taint_key may name the startup taint the provisioning puts on "
             "new nodes. Needs the include/k8s/acceptance overlay. Off by default.")
     reservation: JsonObject = _setting(
-        {}, "Opt-in reservation of overdue busy nodes: a NoSchedule taint `cluster-doctor.io/reserved` so no "
-            "new user pod lands when their job ends, removed when their validation is done "
+        {}, "Opt-in reservation of overdue busy nodes and of suspect ones, busy or free: a NoSchedule taint "
+            "`cluster-doctor.io/reserved` so no new user pod lands when their job ends (on a free suspect: from "
+            "the signals' read), removed when their validation is done "
             "([docs/reservation.md](docs/reservation.md)), e.g. {\"enabled\": true, \"target_days\": 7, "
             "\"lead_hours\": 30, \"max_nodes\": 200, \"max_share\": 0.2, \"max_hold_hours\": 36, "
             "\"breaker_share\": 0.3, \"dry_run\": false}. Enabled, the validation pods tolerate the taint. Off by "

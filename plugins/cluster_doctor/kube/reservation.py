@@ -1,8 +1,9 @@
 """Reservation of overdue nodes (issue 21 §2, opt-in): our NoSchedule taint on busy nodes that will exceed
 their staleness target soon, so that no new user pod lands when their job ends and the next run
-validates them; removed when their validation is done, at the maximum hold, or when they are no longer
-overdue. The policy is ``cluster_doctor.domain.reservation``; what was done and what it cost is in the
-results database (``cluster_doctor.store.reservations``, table ``node_reservations``).
+validates them — and on suspect nodes (issue 28 §2), busy or free, so that none lands before their
+validation; removed when their validation is done, at the maximum hold, or when they are no longer
+overdue (or suspect). The policy is ``cluster_doctor.domain.reservation``; what was done and what it cost
+is in the results database (``cluster_doctor.store.reservations``, table ``node_reservations``).
 
 Once per run, before planning (``reconcile``):
 
@@ -10,10 +11,12 @@ Once per run, before planning (``reconcile``):
   them busy); free → noted as free since now at the latest, and planned first; held longer than
   ``max_hold_hours``, no longer overdue (another run validated them), cordoned, not ready or
   quarantined → the taint is removed;
-* new reservations: busy nodes (never cordoned, not ready, tainted by others or quarantined) with a due
-  pair whose oldest pair reaches the target within the lead, stalest first, within the limit at once;
-  when more than ``breaker_share`` of the GPU nodes are overdue at once, none (the breaker: the run
-  fails, a human decides).
+* new reservations: suspect nodes (issue 28 §2: a signal said they may be broken), busy or free, first;
+  then busy nodes (never cordoned, not ready, tainted by others or quarantined) with a due pair whose
+  oldest pair reaches the target within the lead, stalest first; within the limit at once; when more
+  than ``breaker_share`` of the GPU nodes are overdue at once, none (the breaker: the run fails, a human
+  decides). A run limited to a node range (a manual one, or the fast path's) leaves the taints on nodes
+  outside it as they are (they still count against the limit).
 
 Removals need no breaker (they only give capacity back). Every taint applied or removed is logged and
 counted (a row opened or closed). A dry run computes and logs everything, patches nothing, writes no
@@ -32,6 +35,7 @@ from typing import Any
 from cluster_doctor.domain import priority
 from cluster_doctor.domain import quarantine as q
 from cluster_doctor.domain import reservation as policy_of
+from cluster_doctor.domain.nodes import NodeRange
 from cluster_doctor.domain.reservation import (
     ANN_RUN,
     ANN_SINCE,
@@ -131,12 +135,14 @@ def reconcile(
     node_selector: str = "",
     now: dt.datetime | None = None,
     suspects: Collection[str] = (),
+    node_range: NodeRange | None = None,
 ) -> ReservationReport:
     """One run's reservations; see the module docstring. ``busy``/``free``: this run's discovery (busy: a
-    user pod holds the GPUs; eligible otherwise); ``latest``: the pair states of those nodes; ``suspects``:
-    nodes a signal made suspect (issue 28 §2): a busy one is reserved first, within the same limit and
-    breaker, and kept until validated. Makes no call at all when disabled. Long: the steps read in the
-    order they happen, each a few lines."""
+    user pod holds the GPUs; eligible otherwise) within ``node_range`` (None: every GPU node); ``latest``:
+    the pair states of those nodes; ``suspects``: nodes a signal made suspect (issue 28 §2): one not
+    reserved yet, busy or free, is reserved first, within the same limit and breaker, and kept until
+    validated (a free one is planned first, released when its bundle is done). Makes no call at all when
+    disabled. Long: the steps read in the order they happen, each a few lines."""
     if not policy.enabled:
         return ReservationReport(enabled=False)
     from cluster_doctor.kube import discovery
@@ -147,38 +153,23 @@ def reconcile(
     kwargs = {"label_selector": node_selector} if node_selector else {}
     nodes = {n["metadata"]["name"]: n for n in discovery.paginate(core_v1.list_node, [0], **kwargs)}
     ours = {name: n for name, n in nodes.items() if is_reserved(n)}
+    # a ranged run did not discover the others: their taints are not its business (it would release them)
+    elsewhere = {name for name in ours if node_range is not None and not node_range.matches(name)}
     busy_set, free_set = set(busy), set(free)
     overdue_now = {o.node_name for o in policy_of.overdue(
         sorted(busy_set | free_set), tests, latest, now=now, due_policy=due_policy, policy=policy)}
     overdue_now |= set(suspects) & (busy_set | free_set)  # a suspect is due whatever its staleness
-    known = {} if policy.dry_run else rows.open_reservations(connect)
+    _review(core_v1, connect, policy, report, {name: n for name, n in ours.items() if name not in elsewhere},
+            busy=busy_set, free=free_set, overdue_now=overdue_now, now=now)
 
-    for name, node in sorted(ours.items()):
-        since = _since(node) or (known[name].reserved_at if name in known else None)
-        why = None
-        if (name not in busy_set and name not in free_set) or _quarantined(node):
-            why = NOT_ELIGIBLE  # cordoned, not ready, tainted by someone else, quarantined, gone from range
-        elif name not in overdue_now:
-            why = NOT_OVERDUE
-        elif since is not None and now - since >= policy.max_hold():
-            why = MAX_HOLD
-        if why:
-            _release(core_v1, connect, node, policy, why, now, free=name in free_set)
-            report.released[name] = why
-            continue
-        report.reserved.append(name)
-        if name in free_set:
-            report.free.append(name)
-        if not policy.dry_run:
-            rows.seen(connect, name, busy=name in busy_set, at=now)
-
-    first = [policy_of.Overdue(n, None) for n in sorted(set(suspects) & (busy_set - set(ours)))]
+    # a free suspect too: a user job could land on it any moment before our pod does
+    first = [policy_of.Overdue(n, None) for n in sorted(set(suspects) & ((busy_set | free_set) - set(ours)))]
     candidates = [o for o in first + [o for o in policy_of.overdue(
         sorted(busy_set - set(ours)), tests, latest, now=now, due_policy=due_policy, policy=policy)
         if o.node_name not in set(suspects)] if not _quarantined(nodes.get(o.node_name) or {})]
-    choice = policy_of.choose(candidates, reserved=len(report.reserved),
-                              overdue_reserved=len(set(report.reserved) & overdue_now), gpu_nodes=gpu_nodes,
-                              policy=policy)
+    choice = policy_of.choose(candidates, reserved=len(report.reserved) + len(elsewhere),
+                              overdue_reserved=len(set(report.reserved) & overdue_now) + len(elsewhere),
+                              gpu_nodes=gpu_nodes, policy=policy)
     report.waiting = [o.node_name for o in choice.waiting]
     if choice.breaker_open:
         report.breaker_open, report.breaker_reason = True, choice.breaker_reason
@@ -191,17 +182,48 @@ def reconcile(
                      suspect=overdue.node_name in suspects)
             report.applied.append(overdue.node_name)
             report.reserved.append(overdue.node_name)
+            if overdue.node_name in free_set:  # planned first and released when its bundle is done
+                report.free.append(overdue.node_name)
     return report
 
 
-def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, busy: Collection[str],
+def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: ReservationReport,
+            ours: Mapping[str, Mapping[str, Any]], *, busy: Collection[str], free: Collection[str],
+            overdue_now: Collection[str], now: dt.datetime) -> None:
+    """``reconcile``'s first step: each taint of ours this run discovered is kept (noted busy, or free since
+    now at the latest) or removed, and why (into ``report``)."""
+    known = {} if policy.dry_run else rows.open_reservations(connect)
+    for name, node in sorted(ours.items()):
+        since = _since(node) or (known[name].reserved_at if name in known else None)
+        why = None
+        if (name not in busy and name not in free) or _quarantined(node):
+            why = NOT_ELIGIBLE  # cordoned, not ready, tainted by someone else, quarantined, gone from range
+        elif name not in overdue_now:
+            why = NOT_OVERDUE
+        elif since is not None and now - since >= policy.max_hold():
+            why = MAX_HOLD
+        if why:
+            _release(core_v1, connect, node, policy, why, now, free=name in free)
+            report.released[name] = why
+            continue
+        report.reserved.append(name)
+        if name in free:
+            report.free.append(name)
+        if not policy.dry_run:
+            rows.seen(connect, name, busy=name in busy, at=now)
+
+
+def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, suspects: Collection[str],
                      gpu_nodes: int, run_id: str, node_selector: str = "",
                      now: dt.datetime | None = None) -> ReservationReport:
-    """The fast path's part (issue 28 §2): taint the busy suspects ``busy`` now, so no new user job lands on
-    them before their validation; within the same limit and breaker as ``reconcile`` (every node carrying
-    our taint counts against the limit, and as overdue for the breaker). Releases are left to the run's
-    ``reconcile``. Makes no call at all when disabled or when no suspect is busy."""
-    if not policy.enabled or not busy:
+    """The fast path's part (issue 28 §2): taint the suspects ``suspects`` now, busy or free (never a
+    quarantined node), so no new user job lands on them before their validation — a busy one once its
+    running job ends, a free one from now (its idle time until our pod is counted as a reservation's);
+    within the same limit and breaker as ``reconcile`` (every node carrying our taint counts against the
+    limit, and as overdue for the breaker). Releases are left to the run that validates them
+    (``release_after_validation``) and the runs' ``reconcile``. Makes no call at all when disabled or when
+    there is no suspect."""
+    if not policy.enabled or not suspects:
         return ReservationReport(enabled=policy.enabled)
     now = now or dt.datetime.now(dt.UTC)
     report = ReservationReport(enabled=True, dry_run=policy.dry_run, gpu_nodes=gpu_nodes,
@@ -211,8 +233,8 @@ def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, b
     kwargs = {"label_selector": node_selector} if node_selector else {}
     nodes = {n["metadata"]["name"]: n for n in discovery.paginate(core_v1.list_node, [0], **kwargs)}
     report.reserved = sorted(name for name, n in nodes.items() if is_reserved(n))
-    candidates = [policy_of.Overdue(n, None) for n in sorted(busy) if n in nodes and n not in report.reserved
-                  and not _quarantined(nodes[n])]
+    candidates = [policy_of.Overdue(n, None) for n in sorted(suspects)
+                  if n in nodes and n not in report.reserved and not _quarantined(nodes[n])]
     choice = policy_of.choose(candidates, reserved=len(report.reserved), overdue_reserved=len(report.reserved),
                               gpu_nodes=gpu_nodes, policy=policy)
     report.waiting = [o.node_name for o in choice.waiting]
@@ -238,8 +260,8 @@ def _reserve(core_v1: Any, connect: Any, node: Mapping[str, Any], overdue: polic
         return
     patch_node(core_v1, node, _reserve_body(now, run_id))
     rows.opened(connect, overdue.node_name, gpu_count=_gpus(node), run_id=run_id, at=now)
-    log.warning("reserved %s: taint %s:NoSchedule, no new user pod lands on it; it is validated when its "
-                "job ends (oldest result: %s)", overdue.node_name, KEY, oldest)
+    log.warning("reserved %s: taint %s:NoSchedule, no new user pod lands on it; it is validated once free "
+                "(oldest result: %s)", overdue.node_name, KEY, oldest)
 
 
 def _gpus(node: Mapping[str, Any]) -> int:

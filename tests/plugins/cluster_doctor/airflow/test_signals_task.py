@@ -1,6 +1,7 @@
 """The signals in Airflow's task bodies (issue 28 §2): prioritize plans a suspect's whole bundle first, the
 fast path's tick reads the signals against the emulator and triggers a run only when it does not hold the
-hourly one back, and a busy suspect is reserved at once."""
+hourly one back, and a suspect, busy or free, is reserved at once; a free one's taint goes when the run that
+validates it is done with it, pass or fail."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 from cluster_doctor.airflow import signals_task, tasks
 from cluster_doctor.domain import priority
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import Discovered, Latest
+from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, Latest, RunConfig
+from cluster_doctor.domain.reservation import KEY, VALIDATED
 from cluster_doctor.domain.signals import Evidence
-from cluster_doctor.store import suspects
+from cluster_doctor.store import reservations, suspects
 from k8s_emulator import EmulatorProcess
 
 NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # the pure decisions'
@@ -20,11 +22,16 @@ QUIET = dt.timedelta(minutes=10)
 TESTS = ["gpu_health", "dl_unit"]
 
 
-def discovered(free):
+def discovered(free, *, settings=None, node_range="", busy=(), started_at=NOW):
     return Discovered.from_xcom({
-        "settings": Settings(tests=TESTS).to_dict(), "started_at": NOW.isoformat(),
-        "params": {"node_range": "", "tests": TESTS, "stale_before": None, "max_pairs": 2, "dry_run": False},
-        "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free], "ineligible": []})
+        "settings": (settings or Settings(tests=TESTS)).to_dict(), "started_at": started_at.isoformat(),
+        "params": {"node_range": node_range, "tests": TESTS, "stale_before": None, "max_pairs": 2, "dry_run": False},
+        "free": [{"name": n, "gpu_count": 8, "gpu_model": "NVIDIA H200"} for n in free],
+        "ineligible": [{"name": n, "reason": "busy", "detail": "", "gpu_count": 8, "gpu_model": None} for n in busy]})
+
+
+def _taints(emu, name):
+    return [t.key for t in emu.core_v1().read_node(name).spec.taints or []]
 
 
 def test_prioritize_plans_a_suspects_whole_bundle_first_whatever_its_staleness(store):
@@ -65,8 +72,11 @@ def emu():
         yield emu
 
 
-def test_a_tick_records_the_signals_triggers_for_free_suspects_and_reserves_busy_ones(emu, store):
-    settings = Settings(tests=TESTS, reservation={"enabled": True})
+RESERVE = {"enabled": True, "max_share": 1.0, "breaker_share": 1.0}  # 3 nodes: the default shares allow 1
+
+
+def test_a_tick_records_the_signals_triggers_for_free_suspects_and_reserves_them_all(emu, store):
+    settings = Settings(tests=TESTS, reservation=RESERVE)
     first = dt.datetime.now(dt.UTC)
     signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None, now=first)
     emu.add_user_pod("gpu-003", name="trainer-0")
@@ -76,12 +86,69 @@ def test_a_tick_records_the_signals_triggers_for_free_suspects_and_reserves_busy
     later = dt.datetime.now(dt.UTC)  # the events' own time: they count within the window before a read
     decision = signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
                                  now=later)
-    assert decision.nodes == ["gpu-001", "gpu-002"] and decision.reserved == ["gpu-003"]
-    node = emu.core_v1().read_node("gpu-003")
-    assert [t.key for t in node.spec.taints or []] == ["cluster-doctor.io/reserved"]
+    # free or busy, every suspect is tainted: no new user job lands before its validation
+    assert decision.nodes == ["gpu-001", "gpu-002"] and decision.reserved == ["gpu-001", "gpu-002", "gpu-003"]
+    for name in ("gpu-001", "gpu-002", "gpu-003"):
+        assert _taints(emu, name) == [KEY]
     assert signals_task.triggered(store, decision.to_xcom()).startswith(f"run {decision.run_id} of continuous_validation")
     again = signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
                               now=later + dt.timedelta(minutes=5))
     assert again.nodes == [] and again.why_not == "no new free suspect"  # triggered once per evidence
     with store.connect() as conn, conn.cursor() as cur:
         assert sorted(suspects.current(cur, TESTS)) == ["gpu-001", "gpu-002", "gpu-003"]
+
+
+@pytest.mark.parametrize("status", ["pass", "fail"])
+def test_a_free_suspect_is_tainted_while_no_run_can_start_and_the_run_that_validates_it_frees_it(emu, store, status):
+    """A user job crashed with an Xid on gpu-001, now free: tainted at the read even though a run is going
+    (no run triggered), so no new user job lands meanwhile. The fast path's run (limited to it) keeps the
+    busy suspect's taint, plans gpu-001 first as reserved, and its finish_node removes the taint once the
+    bundle is done — pass or fail (a fail is the quarantine policy's business, as for any reserved node:
+    the failure is its verdict, no longer a suspicion, so no later run taints it again); the idle GPU-hours
+    from the taint to then are counted."""
+    settings = Settings(tests=TESTS, reservation=RESERVE)
+    core = emu.core_v1()
+    signals_task.tick(settings, core, store, paused=False, active_runs=0, next_run=None, now=dt.datetime.now(dt.UTC))
+    emu.add_user_pod("gpu-003", name="trainer-0")
+    emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
+    emu.node_event("gpu-003", "XidHardwareFailure", "NVRM: Xid (PCI:0000:1b:00): 48")
+    seen = dt.datetime.now(dt.UTC)
+    held = signals_task.tick(settings, core, store, paused=False, active_runs=1, next_run=None, now=seen)
+    assert held.nodes == [] and held.why_not.startswith("1 run(s) of continuous_validation queued or running")
+    assert held.reserved == ["gpu-001", "gpu-003"] and _taints(emu, "gpu-001") == [KEY]
+    # the run ends: the next tick triggers one for it (the real clock from here: results are never in the future)
+    go = signals_task.tick(settings, core, store, paused=False, active_runs=0, next_run=None,
+                           now=dt.datetime.now(dt.UTC))
+    assert go.nodes == ["gpu-001"] and go.reserved == []  # already ours
+
+    run_at = dt.datetime.now(dt.UTC)
+    found = discovered(["gpu-001"], settings=settings, node_range="gpu-001", started_at=run_at)
+    reserved = tasks.reserve(found, store, core, run_id=go.run_id, now=run_at)
+    assert reserved.free == ["gpu-001"] and reserved.released == {}  # gpu-003 is outside its range: kept
+    assert _taints(emu, "gpu-003") == [KEY]
+    plan = tasks.prioritize(found, tasks.load_latest(found, store), run_at, store=store,
+                            dag_id="continuous_validation", run_id=go.run_id, reserved=reserved.free)
+    assert plan.reserved == ["gpu-001"] and [(p.node_name, p.why) for p in plan.pairs] == [
+        ("gpu-001", priority.SUSPECT), ("gpu-001", priority.SUSPECT)]
+
+    done = dt.datetime.now(dt.UTC)
+    ran = [{"node_name": "gpu-001", "test_name": t, "status": status if t == "gpu_health" else "pass",
+            "started_at": run_at.isoformat(), "finished_at": done.isoformat(),
+            "dag_id": "continuous_validation", "run_id": go.run_id, "map_index": 0, "try_number": 1}
+           for t in (TESTS if status == "pass" else ["gpu_health"])]
+    bundle = Bundle(node_name="gpu-001", gpu_count=8, planned_at=run_at, reserved=True,
+                    steps=[BundleStep(test_name=t) for t in TESTS],
+                    run_config=RunConfig(settings=settings, configmap="cm", suite_version="v"))
+    said = tasks.finish_node(bundle, ran, store, core, dag_id="continuous_validation", run_id=go.run_id)
+    assert said.endswith("; reservation released") and _taints(emu, "gpu-001") == []
+    with store.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT release_reason, idle_gpu_hours FROM node_reservations WHERE node_name = 'gpu-001'")
+        [(why, idle)] = cur.fetchall()
+    assert why == VALIDATED and idle > 0  # from the taint (seen) to the release, 8 GPUs: counted
+    assert reservations.open_reservations(store.connect).keys() == {"gpu-003"}
+
+    store.record(ran)  # the run's record task: the suspicion is answered, cleared or confirmed
+    later = dt.datetime.now(dt.UTC)
+    hourly = discovered(["gpu-001", "gpu-002"], settings=settings, busy=["gpu-003"], started_at=later)
+    assert "gpu-001" not in tasks.reserve(hourly, store, core, run_id="scheduled__1", now=later).applied
+    assert _taints(emu, "gpu-001") == []
