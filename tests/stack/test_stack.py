@@ -90,11 +90,17 @@ class Api:
                                      headers={"Content-Type": "application/json", "Accept": "application/json",
                                               **({"Authorization": f"Bearer {self.token}"}
                                                  if getattr(self, "token", None) else {})})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
+        # A read is retried on a 5xx: on a loaded box the api-server's database pool can time out once
+        # ("Database error"), which says nothing about the product; a write is never repeated.
+        for attempt in range(4 if method == "GET" else 1):
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    status, raw = resp.status, resp.read()
+            except urllib.error.HTTPError as exc:
+                status, raw = exc.code, exc.read()
+            if status < 500:
+                break
+            time.sleep(2 * (attempt + 1))
         assert status == expect, f"{method} {path}: {status} {raw[:2000]!r}"
         return json.loads(raw) if raw else None
 
