@@ -15,7 +15,10 @@ from cluster_doctor.store import claims, database
 
 from tests.e2e.conftest import Runner, script_result, validation_pods
 
-pytestmark = pytest.mark.e2e
+# make test-slow (two DagRuns at once, then three in a row): in make test, the stack test's overlapping
+# runs (a real scheduler) never validate or hold the same node, and the claims' own tests
+# (store/test_claims.py) cover concurrent runs and a run that ended without releasing.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def _waiting_for_claims(cur) -> int:

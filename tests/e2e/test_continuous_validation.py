@@ -182,7 +182,7 @@ def test_results_db_down_during_record_then_back_rows_arrive_once(runner, cluste
 # 6 ------------------------------------------------------------------------------------------------
 # make test-slow (five DagRuns, ~1.5 min): in make test, test_backfill walks a range stalest first two per
 # run without repeats and re-validates it after a cutoff, test_bundles runs a node's suites as one bundle,
-# and test_concurrent_runs never puts two of our pods on a node.
+# and the stack test's overlapping runs never put two of our pods on a node.
 @pytest.mark.slow
 def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly_its_nodes(runner, cluster, db_dsn):
     runner.env_overrides["CLUSTER_DOCTOR_TESTS"] = "gpu_health,storage_fio"
