@@ -187,11 +187,8 @@ class Cluster:
         reservation's)."""
         if n in self.reserved or len(self.reserved) >= self.taint_limit:
             return
-        self.reserved.add(n)
+        self._taint(n, at)
         self.tainted.append((n, at))
-        if not self.busy[n]:
-            self.free_since.setdefault(n, at)
-            self._set(n, math.inf)
         self.faults.suspect(n, at)
 
     def mark_suspect(self, n: int, at: float) -> None:
@@ -210,6 +207,11 @@ class Cluster:
         self.fresh.add(n)
         if self.faults is not None:
             self.faults.suspect(n, at)
+        self._taint(n, at)
+
+    def _taint(self, n: int, at: float) -> None:
+        """Our taint on ``n`` from ``at``: a free node's next user job does not start (idle from ``at`` until
+        released); a busy one's running job goes on."""
         self.reserved.add(n)
         if not self.busy[n]:
             self.free_since.setdefault(n, at)
