@@ -39,7 +39,10 @@ $(STAMP): $(REQS)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	@# The project itself, editable: `cluster-doctor`, `python -m cluster_doctor` and the Airflow
 	@# plugin entry point work from the venv without PYTHONPATH.
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt \
+	@# --compile-bytecode: uv writes no .pyc by default, and PYTHONDONTWRITEBYTECODE (above: no
+	@# __pycache__ in the tree) keeps Python from writing them later, so every process that imports
+	@# Airflow would compile its ~4,000 modules from source again (about 6 s each: a DagRun, a CLI call).
+	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
 		-e ".[airflow,embedded,dev,celery]" -r $(SUITES_REQS)
 	touch $(STAMP)
 
