@@ -15,8 +15,6 @@ judge: the ports are a visible not-run.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import shutil
 
@@ -25,13 +23,13 @@ from .checkers import ib_counters, ib_hcas, ib_ports, roce_counters
 from .harness.context import Context
 from .harness.files import safe_name
 from .harness.mounts import MOUNTINFO, mount_of
+from .harness.previous import BOOT_ID, previous_sample, read_boot_id
 from .harness.inventory import gpu_inventory
 from .harness.checks import SuiteError
 from .harness.runner import main_entry, run_suite
-from .harness.text import iso, one_line, utcnow
+from .harness.text import iso, utcnow
 
 SUITE = "ib_health"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def add_arguments(p) -> None:
@@ -114,8 +112,8 @@ def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dic
     """Sample every port's counters, judge them (first sample: thresholds; later: growth; flaps: a
     window), and keep this sample and the flaps in the window in the result for the next run."""
     ctx.set_phase("error counters")
-    boot = _read(a.boot_id_file)
-    previous, why = _previous(ctx, a)
+    boot = read_boot_id(a.boot_id_file)
+    previous, why = previous_sample(ctx, SUITE, "ib_counters", a.previous, lambda s: bool(s.get("ports")))
     if previous is not None and boot and previous.get("boot_id") and previous["boot_id"] != boot:
         why = f"the node rebooted since the previous sample of {previous.get('taken_at', '?')}"
     ethtool = shutil.which(a.ethtool)
@@ -149,43 +147,6 @@ def _state_kept(ctx: Context, a) -> None:
         ctx.warn(f"{where} is on the container's own root filesystem ({m.fstype}), not a volume: the next run will "
                  "not find this sample (counter growth and the flap window need the shared results volume, or "
                  "--previous)")
-
-
-def _previous(ctx: Context, a) -> tuple[dict | None, str]:
-    """The counters sample of the previous run: --previous, else the newest result of this node in
-    the output directory that carries one."""
-    if a.previous:
-        paths = [a.previous]
-    else:
-        node = safe_name(a.node)
-        paths = sorted(glob.glob(os.path.join(a.output_dir, SUITE, node, f"{SUITE}_{node}_*.json")),
-                       key=_stamp, reverse=True)
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError) as exc:
-            ctx.warn(f"previous ib_health result {path} unreadable: {one_line(exc, 120)}")
-            continue
-        sample = (data.get("environment") or {}).get("ib_counters") if isinstance(data, dict) else None
-        if isinstance(sample, dict) and sample.get("ports") and data.get("node") in (None, a.node):
-            ctx.environment["ib_counters_previous"] = path
-            return sample, ""
-    where = a.previous or os.path.join(a.output_dir, SUITE, safe_name(a.node))
-    return None, f"no previous ib_health sample of this node ({where})"
-
-
-def _stamp(path: str) -> int:
-    tail = os.path.basename(path).rsplit("_", 1)[-1].split(".", 1)[0]
-    return int(tail) if tail.isdigit() else 0
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
 
 
 DESCRIPTION = __doc__.split("\n\n")[0]
