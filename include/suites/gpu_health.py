@@ -1,14 +1,20 @@
 """gpu_health: seconds, no load. GPU count, Xid events and every other driver error in the kernel
 log (and live NVML events), ECC, row remapping / retired pages, the driver's recovery action,
-clocks and throttle reasons, PCIe link, NVLink, NVSwitch fabric, leftover processes, and
-`dcgmi diag -r 1` — one checker per concern (checkers/), each judged against what the node's
-model should have (baselines.yaml `expect`, overridable with --expect).
+clocks and throttle reasons, thermal throttling under load since the previous run, PCIe link,
+NVLink, NVSwitch fabric, leftover processes, and `dcgmi diag -r 1` — one checker per concern
+(checkers/), each judged against what the node's model should have (baselines.yaml `expect`,
+overridable with --expect).
 
 Data comes from NVML (nvidia-ml-py) or, when NVML cannot be loaded, from `nvidia-smi -q -x` and
 `nvidia-smi nvlink -s` (gpu_state.py). Every expected check appears in every result: pass, fail, or
 skip with the reason it could not run.
 
     python -m cluster_doctor_suites.gpu_health [--expected-gpus 8] [--dcgm-level 1]
+
+Thermal throttling that happened under load (a failing thermal interface or sensor: the GPU is cool
+while idle) is seen in NVML's cumulative thermal violation time, judged by its growth since the
+previous gpu_health result of this node (`<output-dir>/gpu_health/<node>/`, or --previous); the
+first run, and the first after a reboot, keep the baseline and say so (skip).
 
 CPU mode (--device cpu) judges what exists without a GPU: the GPU count against --expected-gpus
 (0 by default) and the kernel log; everything that needs NVML is reported as `skip`.
@@ -22,17 +28,18 @@ import shutil
 from . import gpu_state
 from .baselines import Baselines, expectations, model_for_node
 from .checkers import (clocks, dcgm, driver_log, ecc, fabric, kernel_log, log_evidence, nvlink, pcie, processes,
-                       recovery, retired_pages, row_remap, xid)
+                       recovery, retired_pages, row_remap, thermal_violation, xid)
 from .harness.checks import Check, SuiteError
 from .harness.context import Context
 from .harness.inventory import NvmlUnavailable, nvml_init
+from .harness.previous import BOOT_ID, previous_sample, read_boot_id
 from .harness.runner import main_entry, run_suite
-from .harness.text import fmt, one_line
+from .harness.text import fmt, one_line, utcnow
 
 SUITE = "gpu_health"
 # checks every GPU must have a result for, and the node-level ones (a missing one is added as `skip`)
-GPU_CHECKS = ("ecc_uncorrected_volatile", "row_remap", "recovery_action", "clock_throttle", "pcie_width",
-              "pcie_gen", "nvlink")
+GPU_CHECKS = ("ecc_uncorrected_volatile", "row_remap", "recovery_action", "clock_throttle", "thermal_violation",
+              "pcie_width", "pcie_gen", "nvlink")
 NODE_CHECKS = ("gpu_count", "xid", "driver_log", "gpu_fallen_off_bus", "dcgm_diag")
 LOG_CHECKS = ("xid", "driver_log", "gpu_fallen_off_bus")  # what the kernel log proves
 # names that stand for an expected check (row_remap_pending satisfies row_remap, ...)
@@ -82,6 +89,10 @@ def add_arguments(p) -> None:
     )
     g.add_argument("--journalctl", default="journalctl", help="journalctl binary (with --journal-dir)")
     g.add_argument("--no-kernel-log", action="store_true", help="do not read the kernel log for Xids")
+    g.add_argument("--previous", default=os.environ.get("CLUSTER_DOCTOR_GPU_PREVIOUS") or None,
+                   help="a previous gpu_health result JSON to judge the thermal violation counters' growth against "
+                   "(default: the newest in <output-dir>/gpu_health/<node>/) [CLUSTER_DOCTOR_GPU_PREVIOUS]")
+    g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
 
 
 def default_timeout(args) -> float:
@@ -102,6 +113,7 @@ def run(ctx: Context) -> None:
         if ok and gpus:
             ctx.set_phase(f"judge {len(gpus)} GPU(s) from {source}")
             _judge_gpus(ctx, gpus, model, expect, settings, (state or {}).get("nvlink_unmapped") or [])
+            _judge_thermal(ctx, a, gpus, settings, source)
         _judge_driver_log(ctx, a, gpus, settings, nv)
         _judge_dcgm(ctx, a, gpus)
         _ensure_expected(ctx, gpus, None if state is not None else "no GPU state: " + "; ".join(why_none))
@@ -213,6 +225,23 @@ def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: d
     for s in statuses:
         ctx.metric(f"nvlinks_active_cuda{s.gpu_index}", s.active)
     ctx.metric("ecc_uncorrected_volatile_total", sum(g.get("volatile_uncorrected") or 0 for g in live), summary=True)
+
+
+def _judge_thermal(ctx: Context, a, gpus: list[dict], settings: dict, source: str | None) -> None:
+    """Thermal throttling under load since the previous gpu_health run of this node, from each GPU's
+    cumulative thermal violation time (checkers/thermal_violation.py); this run's counters are kept
+    in the result (`environment.thermal_violation`) as the next run's baseline."""
+    at = utcnow()
+    boot = read_boot_id(a.boot_id_file)
+    previous, why = previous_sample(ctx, SUITE, thermal_violation.KEY, a.previous, thermal_violation.usable)
+    base = thermal_violation.baseline(previous, why, boot)
+    share = float(settings.get("thermal_violation_max_share", 0.02))
+    samples = [thermal_violation.observe(g, source) for g in gpus if not g.get("lost")]
+    for s in samples:
+        ctx.record(thermal_violation.to_check(s, base, at, share))
+        if s.ns is not None:
+            ctx.metric(f"thermal_violation_s_cuda{s.gpu_index}", s.ns / 1e9)
+    ctx.environment[thermal_violation.KEY] = thermal_violation.to_json(samples, boot, at, source)
 
 
 def _judge_driver_log(ctx: Context, a, gpus: list[dict], settings: dict, nv) -> None:

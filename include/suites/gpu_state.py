@@ -102,6 +102,7 @@ def collect_nvml(nv) -> dict:
             "pstate": pstate if isinstance(pstate, int) and pstate < 32 else None,
             "temp_c": _q(nv, "nvmlDeviceGetTemperature", h, 0, lost=lost),  # NVML_TEMPERATURE_GPU
             "slowdown_temp_c": _q(nv, "nvmlDeviceGetTemperatureThreshold", h, 1, lost=lost),  # THRESHOLD_SLOWDOWN
+            "thermal_violation_ns": _thermal_violation(nv, h, lost),
             "fabric_state": None,
             "fabric_status": None,
             "recovery_action": None,
@@ -149,6 +150,14 @@ def _sample_throttle(nv, gpus: list[dict], handles: dict, rounds: int = 3, inter
         names = set().union(*samples)
         g["throttle_active"] = sorted(n for n in names if sum(n in x for x in samples) * 2 > len(samples))
         g["throttle_transient"] = sorted(names - set(g["throttle_active"]))
+
+
+def _thermal_violation(nv, h, lost: list) -> int | None:
+    """Nanoseconds thermal limits have held this GPU below its requested clocks since the driver
+    loaded (nvmlDeviceGetViolationStatus, NVML_PERF_POLICY_THERMAL = 1: nvmlViolationTime_t's
+    violationTime, in ns; checkers/thermal_violation.py judges its growth). None: not supported."""
+    v = _q(nv, "nvmlDeviceGetViolationStatus", h, getattr(nv, "NVML_PERF_POLICY_THERMAL", 1), lost=lost)
+    return int(v.violationTime) if v is not None else None
 
 
 def _nvml_nvlinks(nv, h) -> dict | None:

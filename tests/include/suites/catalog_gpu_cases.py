@@ -2,16 +2,19 @@
 from what the node should have, per-GPU results matched against the GPUs, fatal events that stay
 fatal until a reset is shown, a kernel log that must reach back to the boot, bits that flip on a
 single GPU. Each replays genuine outputs (fixtures/SOURCES.md) or the declared derivations written
-here, through fake tools on PATH with the real tools' exit codes."""
+here, through fake tools on PATH with the real tools' exit codes. And thermal throttling under load
+between two gpu_health runs, through the fake NVML module (fake_nvml.py) of one healthy H100."""
 
 from __future__ import annotations
 
+import datetime as dt
 import stat
 from pathlib import Path
 
 import torch
 from cluster_doctor_suites import dl_unit, gpu_health, nvbandwidth
 from cluster_doctor_suites.dl.devices import current_device
+from tests.include.suites.fake_nvml import FakeNVML
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
@@ -48,6 +51,23 @@ CASES = [
     # one device whose results change between two identical runs (every other matmul one bit off)
     dict(id="determinism_single_device", suite="dl_unit", status="fail", check="determinism",
          code="NONDETERMINISTIC_GPU", device="cpu:0", action="drain_and_service"),
+    # two gpu_health runs an hour apart, a training job between them: the GPU's cooling fails under load
+    # (cool and unthrottled while idle), its thermal violation time grows by 300 s of the 3600 (8.3 %)
+    dict(id="thermal_violation_under_load", suite="gpu_health", status="fail", check="thermal_violation",
+         code="THERMAL_VIOLATION_UNDER_LOAD", device="cuda:0", reason="thermal limits held the clocks down for 300 s",
+         action="drain_and_service"),
+    # 20 s of the 3600 (0.56 %): within gpu_health.thermal_violation_max_share (2 %), a warning
+    dict(id="thermal_violation_growing", suite="gpu_health", status="pass", check="thermal_violation",
+         code="THERMAL_VIOLATION_GROWING", device="cuda:0", check_status="warn", action="none"),
+    # the node rebooted between the runs (another boot id): the counter started again, and its 40 s after
+    # the reboot (5 s before it) are not read as growth
+    dict(id="thermal_violation_after_reboot", suite="gpu_health", status="pass", check="thermal_violation",
+         code="THERMAL_VIOLATION_REBOOTED", device="cuda:0", reason="could not run", check_status="skip",
+         action="none"),
+    # the driver answers nvmlDeviceGetViolationStatus with NOT_SUPPORTED: a visible not-run, never a pass
+    dict(id="thermal_violation_not_supported", suite="gpu_health", status="pass", check="thermal_violation",
+         code="THERMAL_VIOLATION_UNAVAILABLE", device="cuda:0", reason="could not run", check_status="skip",
+         action="none"),
 ]
 IDS = {c["id"] for c in CASES}
 # seconds since boot the suite reads (/proc/uptime): three days after the event for the old ones
@@ -93,6 +113,8 @@ def dcgm_table(fid: str) -> str:
 def run(fault, run_inproc, monkeypatch, tmp_path):
     if fault.suite == "nvbandwidth":
         return _run_nvbw(run_inproc, tmp_path)
+    if fault.id.startswith("thermal_violation_"):
+        return _run_thermal(run_inproc, monkeypatch, tmp_path, fault.id)
     if fault.suite == "dl_unit":
         _flip_every_other(monkeypatch, "cpu:0")
         return run_inproc(dl_unit, "--device", "cpu", "--cpu-devices", "1", "--only", "numerics,agreement")
@@ -104,17 +126,55 @@ def _run_gpu_health(run_inproc, tmp_path, fault):
     (tmp_path / "nvlink.txt").write_text(nvlink_text(fid))
     smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{A100_XML}" ;; nvlink) cat "{tmp_path / "nvlink.txt"}" ;; '
                                       f'*) exit 3 ;; esac')
-    (tmp_path / "kmsg").write_text(kernel_log(fid))
-    dmesg = _tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
-    (tmp_path / "dcgm.txt").write_text(dcgm_table(fid))
-    # a dcgmi without -j (it rejects the flag), then its table; exit 0 as the run passed
-    dcgmi = _tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
-                                   f'*) cat "{tmp_path / "dcgm.txt"}" ;; esac')
-    args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--dcgmi", dcgmi, "--xid-window-hours", "24"]
+    args = ["--source", "nvidia-smi", "--nvidia-smi", smi, *_log_and_dcgmi(tmp_path, fid), "--xid-window-hours", "24"]
     if fid == "kernel_log_empty_journal":
         (tmp_path / "journal").mkdir()
         args += ["--journal-dir", str(tmp_path / "journal"), "--journalctl", _tool(bindir, "journalctl", "exit 0")]
     return run_inproc(gpu_health, *args, *(fault.args or ("--expected-gpus", "1")))
+
+
+def _log_and_dcgmi(tmp_path, fid: str) -> list[str]:
+    """A dmesg printing the case's kernel log, and a dcgmi without -j (it rejects the flag) that prints
+    DCGM#253's table, exit 0 as the run passed."""
+    bindir = tmp_path / "bin"
+    (tmp_path / "kmsg").write_text(kernel_log(fid))
+    dmesg = _tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
+    (tmp_path / "dcgm.txt").write_text(dcgm_table(fid))
+    dcgmi = _tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
+                                   f'*) cat "{tmp_path / "dcgm.txt"}" ;; esac')
+    return ["--dmesg", dmesg, "--dcgmi", dcgmi]
+
+
+S = 10**9  # NVML's violation time is in ns
+
+
+def _run_thermal(run_inproc, monkeypatch, tmp_path, fid: str):
+    """One healthy H100 through the fake NVML. The first gpu_health run, an hour ago, keeps its thermal
+    violation counter (5 s since the driver loaded); a training job runs; the second run judges the
+    growth. The suite's clock is the only thing set: an hour between two runs of one test."""
+    nv = FakeNVML(sick=False, count=1)
+    nv.thermal_ns[0] = 5 * S
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)
+    now = dt.datetime.now(dt.timezone.utc)
+    clock = [now - dt.timedelta(hours=1)]
+    monkeypatch.setattr(gpu_health, "utcnow", lambda: clock[0])
+    boot = tmp_path / "boot_id"
+    boot.write_text("5f0c2f61-0b7e-4b8e-9a43-3c1d2b0e7a10\n")
+    args = ["--source", "nvml", *_log_and_dcgmi(tmp_path, fid), "--boot-id-file", str(boot),
+            "--expected-gpus", "1", "--xid-listen-seconds", "0"]
+    if fid == "thermal_violation_not_supported":
+        nv.thermal_unsupported.add(0)
+        return run_inproc(gpu_health, *args)
+    run_inproc(gpu_health, *args)
+    clock[0] = now
+    if fid == "thermal_violation_under_load":
+        nv.thermal_ns[0] += 300 * S
+    elif fid == "thermal_violation_growing":
+        nv.thermal_ns[0] += 20 * S
+    elif fid == "thermal_violation_after_reboot":
+        boot.write_text("c2a9e0d4-7f3b-4a61-8e25-9b0f1d6c4e37\n")
+        nv.thermal_ns[0] = 40 * S
+    return run_inproc(gpu_health, *args)
 
 
 def _run_nvbw(run_inproc, tmp_path):

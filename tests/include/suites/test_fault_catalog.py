@@ -753,9 +753,10 @@ CLASSES = {
         "rm_init_adapter_failed", "nvlink_training_failed", "memory_poison_no_xid", "driver_error_unrecognised",
         "fallen_off_bus_no_xid"],
     "checks never vanish": ["dcgmi_missing", "row_remap_na", "nvlink_all_inactive", "kernel_log_unreadable",
-                            "ib_counter_saturated"],
+                            "ib_counter_saturated", "thermal_violation_not_supported"],
     "counters judged by their growth since the previous run, not by old values": [
-        "ib_link_flapped", "ib_link_errors", "roce_link_errors", "ib_discards_growing"],
+        "ib_link_flapped", "ib_link_errors", "roce_link_errors", "ib_discards_growing",
+        "thermal_violation_under_load", "thermal_violation_growing", "thermal_violation_after_reboot"],
     "a slow link named by its GPUs, against the SKU and the node's own median": [
         "nvbw_pair_below_floor", "nvbw_pair_slow_vs_peers", "nvbw_host_link_low"],
     "bit-exact silent-data-corruption checks": [

@@ -1,12 +1,17 @@
 """gpu_health: CPU mode for real; the GPU paths through public nvidia-smi / dcgmi / dmesg outputs
-(fixtures/SOURCES.md) printed by fake tools, and a fake NVML module."""
+(fixtures/SOURCES.md) printed by fake tools, and a fake NVML module (fake_nvml.py): thermal throttling
+under load judged across two runs that share the results directory."""
 
 from __future__ import annotations
 
-import ctypes
+import datetime as dt
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cluster_doctor_suites import gpu_health
+from tests.include.suites.fake_nvml import FakeNVML
 
 XML_590 = "nvidia-smi-q-x_590.44.01_2xRTX-A5000.xml"  # driver 590.44.01, 2 GPUs: 81:00.0 and C1:00.0
 NVLINK_2 = "nvidia-smi-nvlink-s_2xA100-SXM4-80GB.txt"  # 2 GPUs x 12 links
@@ -120,7 +125,12 @@ def test_healthy_node_of_driver_590_passes_and_says_what_it_could_not_check(run_
     assert {c["status"] for c in ecc.values()} == {"skip"} and "ECC is disabled" in ecc["cuda:0"]["message"]
     left = by_name(ns, "leftover_processes")
     assert left["cuda:0"]["status"] == "warn" and "22430 MiB" in left["cuda:0"]["message"]
-    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 3 check(s) could not run")
+    # 2x ECC off, 2x the thermal violation counter (NVML only), dcgmi not installed
+    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 5 check(s) could not run")
+    thermal = by_name(ns, "thermal_violation")
+    assert sorted(thermal) == ["cuda:0", "cuda:1"]
+    assert {c["code"] for c in thermal.values()} == {"THERMAL_VIOLATION_UNAVAILABLE"}
+    assert "came from nvidia-smi" in thermal["cuda:0"]["message"] and thermal["cuda:0"]["status"] == "skip"
     assert by_name(ns, "dcgm_diag")[None]["code"] == "DCGM_UNAVAILABLE"  # dcgmi not installed: visible
     assert "dcgmi-not-installed not installed" in by_name(ns, "dcgm_diag")[None]["message"]
     assert by_name(ns, "xid")[None]["status"] == "pass" and by_name(ns, "driver_log")[None]["status"] == "pass"
@@ -226,8 +236,8 @@ def test_unreadable_kernel_log_is_a_visible_skip_never_a_clean_pass(run_cli, too
         assert c["status"] == "skip" and c["code"] == "KERNEL_LOG_UNREADABLE", name
         assert "read kernel buffer failed: Operation not permitted" in c["message"]
     assert ns.summary["incomplete"] is True and ns.result["incomplete"] is True
-    # 2x ECC off, the three kernel-log checks, dcgmi not installed
-    assert ns.summary["reason"].startswith("pass, 6 check(s) could not run: ")
+    # 2x ECC off, 2x the thermal violation counter (NVML only), the three kernel-log checks, dcgmi not installed
+    assert ns.summary["reason"].startswith("pass, 8 check(s) could not run: ")
     assert {"name": "xid", "status": "skip"}.items() <= next(
         c for c in ns.summary["checks"] if c["name"] == "xid"
     ).items()
@@ -246,7 +256,8 @@ def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, f
     assert {c["code"] for c in xid} == {"XID_APPLICATION"} and "node journal" in xid[0]["message"]
     # the excerpt does not reach back to the boot: what it does not hold is not proven absent (issue 29)
     skipped = {(c["name"], c["code"]) for c in ns.result["checks"] if c["status"] == "skip"}
-    assert skipped == {("ecc_uncorrected_volatile", "ECC_COUNTERS_UNAVAILABLE"), ("dcgm_diag", "DCGM_UNAVAILABLE")} | {
+    assert skipped == {("ecc_uncorrected_volatile", "ECC_COUNTERS_UNAVAILABLE"), ("dcgm_diag", "DCGM_UNAVAILABLE"),
+                       ("thermal_violation", "THERMAL_VIOLATION_UNAVAILABLE")} | {
         (n, "KERNEL_LOG_INCOMPLETE") for n in ("xid", "driver_log", "gpu_fallen_off_bus")}
 
 
@@ -446,175 +457,6 @@ def test_dcgm_json_without_hostengine_is_skipped_without_a_second_run(run_cli, t
 
 
 # ------------------------------------------------------------------ NVML path with a fake module
-class FakeNVMLError(Exception):
-    def __init__(self, value):
-        super().__init__({3: "Not Supported", 15: "GPU is lost", 10: "Timeout"}.get(value, "error"))
-        self.value = value
-
-
-class FabricInfo(ctypes.Structure):
-    _fields_ = [("status", ctypes.c_uint), ("state", ctypes.c_uint)]
-
-
-class Handle:
-    """Opaque like nvmlDevice_t: code that passes an index where a handle belongs breaks."""
-
-    def __init__(self, i):
-        self.i = i
-
-
-class FakeNVML:
-    """The subset of nvidia-ml-py gpu_health uses; GPU 1 is sick, GPU 2 has fallen off the bus."""
-
-    NVML_NVLINK_MAX_LINKS = 18
-    nvmlEventTypeXidCriticalError = 8
-    c_nvmlGpuFabricInfo_t = FabricInfo
-
-    def __init__(self):
-        self.samples = {}
-        self.shutdown = False
-        self.live_xids = [(0, 79)]
-
-    def nvmlShutdown(self):
-        self.shutdown = True
-
-    def nvmlSystemGetDriverVersion(self):
-        return "570.124.06"
-
-    def nvmlSystemGetCudaDriverVersion(self):
-        return 12080
-
-    def nvmlDeviceGetCount(self):
-        return 3
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return Handle(i)
-
-    def nvmlDeviceGetName(self, h):
-        h = h.i
-        if h == 2:
-            raise FakeNVMLError(15)
-        return "NVIDIA H100 80GB HBM3"
-
-    def nvmlDeviceGetUUID(self, h):
-        h = h.i
-        return f"GPU-{h}"
-
-    def nvmlDeviceGetPciInfo(self, h):
-        h = h.i
-        return type("P", (), {"busId": f"00000000:{0x18 + h:02X}:00.0".encode()})()
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        h = h.i
-        self.samples[h] = self.samples.get(h, 0) + 1
-        if h == 0 and self.samples[h] == 1:
-            return 0x1 | 0x8  # HW slowdown in one sample only: transient
-        return 0x1  # idle
-
-    def nvmlDeviceGetEccMode(self, h):
-        h = h.i
-        return [1, 1]
-
-    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
-        h = h.i
-        return 0
-
-    def nvmlDeviceGetRemappedRows(self, h):
-        h = h.i
-        return (0, 3, 0, 1) if h == 1 else (0, 0, 0, 0)
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        h = h.i
-        raise FakeNVMLError(3)  # Hopper: row remapping instead of page retirement
-
-    def nvmlDeviceGetRetiredPages(self, h, cause):
-        h = h.i
-        raise FakeNVMLError(3)
-
-    def nvmlDeviceGetPerformanceState(self, h):
-        h = h.i
-        return 0
-
-    def nvmlDeviceGetComputeRunningProcesses(self, h):
-        h = h.i
-        return []
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
-        h = h.i
-        return 5
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        h = h.i
-        return 5
-
-    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h):
-        h = h.i
-        return 5
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        h = h.i
-        return 16
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        h = h.i
-        return 16
-
-    def nvmlDeviceGetPcieReplayCounter(self, h):
-        h = h.i
-        return 0
-
-    def nvmlDeviceGetTemperature(self, h, sensor):
-        h = h.i
-        return 35
-
-    def nvmlDeviceGetTemperatureThreshold(self, h, kind):
-        h = h.i
-        return 89
-
-    def nvmlDeviceGetNvLinkState(self, h, link):
-        h = h.i
-        if link >= 18:
-            raise FakeNVMLError(3)
-        return 0 if (h == 1 and link == 3) else 1
-
-    def nvmlDeviceGetGpuFabricInfo(self, h, ref):
-        h = h.i
-        ref._obj.state, ref._obj.status = 3, 0  # Completed / NVML_SUCCESS
-
-    recovery = {0: 0, 1: 0}  # nvmlGpuRecoveryAction_t per GPU index (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
-
-    def nvmlDeviceGetFieldValues(self, h, ids):
-        """Like nvidia-ml-py: an array of c_nvmlFieldValue_t; unsupported fields carry nvmlReturn 3."""
-        import pynvml
-
-        out = (pynvml.c_nvmlFieldValue_t * len(ids))()
-        for slot, fid in zip(out, ids):
-            slot.fieldId = fid
-            if fid == 230 and h.i in self.recovery:
-                slot.nvmlReturn, slot.value.uiVal = 0, self.recovery[h.i]
-            elif fid in (226, 227) and h.i in self.recovery:
-                slot.nvmlReturn, slot.value.uiVal = 0, 0
-            else:
-                slot.nvmlReturn = 3
-        return out
-
-    def nvmlEventSetCreate(self):
-        return "set"
-
-    def nvmlDeviceRegisterEvents(self, h, kind, es):
-        h = h.i
-        pass
-
-    def nvmlEventSetWait(self, es, timeout_ms):
-        if not self.live_xids:
-            raise FakeNVMLError(10)
-        dev, xid = self.live_xids.pop()
-        return type("E", (), {"device": Handle(dev), "eventData": xid})()
-
-    def nvmlEventSetFree(self, es):
-        pass
-
-
 def test_nvml_path(run_inproc, h, monkeypatch, tools):
     fake = FakeNVML()
     monkeypatch.setattr(gpu_health, "nvml_init", lambda: fake)
@@ -672,3 +514,137 @@ def test_the_sku_is_the_bar_when_nothing_else_says(run_inproc, tools, h):
     ns = run_inproc(gpu_health, "--gpu-model", "NVIDIA-H100-80GB-HBM3", *tools())
     c = next(c for c in ns.result["checks"] if c["name"] == "gpu_count")
     assert c["status"] == "fail" and "expected 8 GPUs, found 2" in c["message"] and "h100-sxm" in c["message"]
+
+
+# ------------------------------------------------------------------ thermal throttling under load
+S = 10**9  # NVML's violation time is in ns
+BOOT_A, BOOT_B = "8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11", "3d0b9c42-61e7-4f0a-b5d8-2e7a9c1f4b60"
+
+
+@pytest.fixture
+def thermal(run_inproc, tools, monkeypatch, tmp_path):
+    """Two healthy H100s through the fake NVML and gpu_health runs sharing one output directory (each
+    reads the previous run's result there); the suite's clock moves by what `run(later_s)` says."""
+    nv = FakeNVML(sick=False, count=2)
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)
+    clock = [dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)]
+    monkeypatch.setattr(gpu_health, "utcnow", lambda: clock[0])
+    boot = tmp_path / "boot_id"
+    boot.write_text(BOOT_A + "\n")
+    args = tools()
+    args[args.index("--source") + 1] = "auto"
+    args += ["--boot-id-file", str(boot), "--expected-gpus", "2", "--xid-listen-seconds", "0"]
+
+    def run(later_s: float = 0, *extra: str):
+        clock[0] += dt.timedelta(seconds=later_s)
+        return run_inproc(gpu_health, *args, *extra)
+
+    return SimpleNamespace(nv=nv, run=run, boot=boot)
+
+
+def thermal_of(ns) -> dict:
+    return {d: (c["status"], c["code"]) for d, c in by_name(ns, "thermal_violation").items()}
+
+
+def test_thermal_throttling_under_load_between_two_runs_fails_the_gpu_that_throttled(thermal, h):
+    """Idle, both GPUs are cool and unthrottled. The first run keeps their counters (not judged: no
+    baseline); in the hour after, a job loads them: GPU 1's cooling fails (300 s held down by thermal
+    limits), GPU 0 is held 30 s. The second run fails GPU 1 and warns for GPU 0."""
+    thermal.nv.thermal_ns = {0: 4 * S, 1: 12 * S}
+    first = thermal.run()
+    h.check_artifacts(first, status="pass", suite="gpu_health")
+    assert thermal_of(first) == {"cuda:0": ("skip", "THERMAL_VIOLATION_NO_BASELINE"),
+                                 "cuda:1": ("skip", "THERMAL_VIOLATION_NO_BASELINE")}
+    kept = first.result["environment"]["thermal_violation"]
+    assert kept["boot_id"] == BOOT_A and kept["source"] == "NVML"
+    assert [(g["index"], g["uuid"], g["pci_bus_id"], g["ns"]) for g in kept["gpus"]] == [
+        (0, "GPU-0", "00000000:18:00.0", 4 * S), (1, "GPU-1", "00000000:19:00.0", 12 * S)]
+    assert first.result["metrics"]["thermal_violation_s_cuda1"] == 12
+    assert {c["status"] for c in by_name(first, "clock_throttle").values()} == {"pass"}  # idle: nothing to see
+
+    thermal.nv.thermal_ns[0] += 30 * S
+    thermal.nv.thermal_ns[1] += 300 * S
+    second = thermal.run(3600)
+    h.check_artifacts(second, status="fail", suite="gpu_health")
+    assert {(c["name"], c["device"]) for c in h.failing(second)} == {("thermal_violation", "cuda:1")}
+    assert thermal_of(second) == {"cuda:0": ("warn", "THERMAL_VIOLATION_GROWING"),
+                                  "cuda:1": ("fail", "THERMAL_VIOLATION_UNDER_LOAD")}
+    bad = by_name(second, "thermal_violation")["cuda:1"]
+    assert bad["value"] == 300 and bad["action"] == second.summary["action"] == "drain_and_service"
+    assert "held the clocks down for 300 s of the 3600 s" in bad["message"] and "(00000000:19:00.0)" in bad["message"]
+    assert by_name(second, "thermal_violation")["cuda:0"]["value"] == 30
+    assert second.result["environment"]["thermal_violation_previous"] == first.summary["result_path"]
+    assert second.summary["reason"].startswith("thermal_violation[cuda:1]: thermal limits held")
+
+
+def test_thermal_no_growth_since_the_previous_run_passes(thermal, h):
+    thermal.nv.thermal_ns = {0: 4 * S, 1: 0}
+    thermal.run()
+    ns = thermal.run(3600)
+    assert thermal_of(ns) == {"cuda:0": ("pass", None), "cuda:1": ("pass", None)}
+    assert "no thermal throttling in the 3600 s" in by_name(ns, "thermal_violation")["cuda:0"]["message"]
+
+
+def test_a_reboot_between_runs_starts_a_new_baseline(thermal, h):
+    """After a reboot the counters count from 0 again: 40 s now against 4 s before is no growth of
+    36 s; the run after is judged against the sample taken after the reboot."""
+    thermal.nv.thermal_ns = {0: 4 * S, 1: 4 * S}
+    thermal.run()
+    thermal.boot.write_text(BOOT_B + "\n")
+    thermal.nv.thermal_ns = {0: 40 * S, 1: 400 * S}
+    ns = thermal.run(3600)
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert set(thermal_of(ns).values()) == {("skip", "THERMAL_VIOLATION_REBOOTED")}
+    assert "rebooted since the previous sample" in by_name(ns, "thermal_violation")["cuda:1"]["message"]
+    ns = thermal.run(3600)
+    assert set(thermal_of(ns).values()) == {("pass", None)}
+
+
+def test_thermal_counter_lower_than_before_is_a_new_baseline_not_a_pass(thermal, h):
+    """The driver reloaded (or the GPU was reset) without a reboot: GPU 0's counter is lower than last
+    time; not judged now, judged against its new value from the next run."""
+    thermal.nv.thermal_ns = {0: 50 * S, 1: 0}
+    thermal.run()
+    thermal.nv.thermal_ns[0] = 1 * S
+    ns = thermal.run(3600)
+    assert thermal_of(ns) == {"cuda:0": ("skip", "THERMAL_VIOLATION_COUNTER_RESET"), "cuda:1": ("pass", None)}
+    thermal.nv.thermal_ns[0] += 300 * S
+    ns = thermal.run(3600)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert thermal_of(ns)["cuda:0"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+
+
+def test_thermal_gpus_matched_by_uuid_when_the_index_order_changes(thermal, h):
+    """The second run enumerates the GPUs the other way round: GPU-1, which throttled, is cuda:0 now
+    and is judged against its own previous counter, not GPU-0's."""
+    thermal.nv.thermal_ns = {0: 500 * S, 1: 4 * S}
+    thermal.run()
+    thermal.nv.order = [1, 0]
+    thermal.nv.thermal_ns[1] += 300 * S
+    ns = thermal.run(3600)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    assert thermal_of(ns) == {"cuda:0": ("fail", "THERMAL_VIOLATION_UNDER_LOAD"), "cuda:1": ("pass", None)}
+    assert "(00000000:19:00.0)" in by_name(ns, "thermal_violation")["cuda:0"]["message"]
+
+
+def test_thermal_counter_not_supported_is_a_visible_skip(thermal, h):
+    thermal.nv.thermal_unsupported = {0, 1}
+    thermal.run()
+    ns = thermal.run(3600)
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert set(thermal_of(ns).values()) == {("skip", "THERMAL_VIOLATION_UNAVAILABLE")}
+    assert "not supported" in by_name(ns, "thermal_violation")["cuda:0"]["message"]
+    assert ns.result["environment"]["thermal_violation"]["gpus"][0]["ns"] is None
+
+
+def test_thermal_baseline_from_previous_names_a_result_elsewhere(thermal, h, tmp_path):
+    """--previous: the baseline from a result the output directory does not hold (copied elsewhere)."""
+    thermal.nv.thermal_ns = {0: 0, 1: 0}
+    first = thermal.run()
+    kept = tmp_path / "elsewhere.json"
+    kept.write_text(Path(first.summary["result_path"]).read_text())
+    shutil.rmtree(Path(first.summary["result_path"]).parent)
+    thermal.nv.thermal_ns[0] = 200 * S
+    ns = thermal.run(3600, "--previous", str(kept))
+    assert thermal_of(ns)["cuda:0"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+    assert ns.result["environment"]["thermal_violation_previous"] == str(kept)
