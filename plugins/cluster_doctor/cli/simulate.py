@@ -93,7 +93,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="inject faults: this many per 1,000 node-days (Meta's research clusters: 6.5); adds the "
                         "time to detect and the user jobs on broken nodes")
     p.add_argument("--fault-kinds", default=",".join(f"{k}={v:g}" for k, v in sim.sim_faults.DEFAULT_SHARES.items()),
-                   help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {', '.join(k.suites)}"
+                   help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {k.seen_by}"
                                                           for k in sim.sim_faults.FAULT_KINDS))
     p.add_argument("--crash-probability", type=float, default=0.7,
                    help="a user job on a broken node crashes with this probability, the running one included "

@@ -41,8 +41,9 @@ ARRIVALS = (NEW, REBOOT, REPAIR)
 @dataclasses.dataclass(frozen=True)
 class FaultKind:
     """A kind of fault by what can see it: the suites that fail on a node with it, whether user jobs on the
-    node crash, whether a user job on it makes the driver log an Xid (both signals); ``share``: of all
-    faults, by default."""
+    node crash, whether a user job on it makes the driver log an Xid (both signals); ``after_load``: idle
+    suites that see it only once a user job ran on the node since the fault (a counter that grows under
+    load); ``share``: of all faults, by default."""
 
     name: str
     share: float
@@ -50,6 +51,13 @@ class FaultKind:
     crashes: bool
     xid: bool
     what: str
+    after_load: tuple[str, ...] = ()  # suites that see it once a user job loaded the node since the fault
+
+    @property
+    def seen_by(self) -> str:
+        """The suites that see it, for people ('dl_unit; gpu_health after a user job')."""
+        later = f"; {', '.join(self.after_load)} after a user job" if self.after_load else ""
+        return ", ".join(self.suites) + later
 
 
 # Shares from Meta's Llama 3 training run (The Llama 3 Herd of Models, 2024, Table 5: 419 unexpected
@@ -66,8 +74,13 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     # no Xid: the job's NCCL errors (a crash) or a suite over the fabric tells
     FaultKind("network", 42 / 310, ("ib_health", "nccl_loopback", "fabric_peer"), True, False,
               "an HCA, its cable or switch port (Llama 3: 35 switch/cable + 7 NIC)"),
-    FaultKind("silent", 12 / 310, ("dl_unit",), False, False,
-              "silent data corruption, thermal slowdown: seen under load only, no crash, no Xid (Llama 3: 6 + 6)"),
+    FaultKind("silent", 6 / 310, ("dl_unit",), False, False,
+              "silent data corruption: wrong results under load only, no crash, no Xid (Llama 3: 6)"),
+    # clocks cut under load: dl_unit's GEMM rate sees it, and gpu_health's thermal-violation counter, which
+    # NVML keeps across jobs, grown since its previous sample once a user job has loaded the GPU
+    FaultKind("thermal", 6 / 310, ("dl_unit",), False, False,
+              "a GPU's cooling (thermal interface, sensor): clocks cut under load, no crash, no Xid (Llama 3: 6)",
+              after_load=("gpu_health",)),
 )
 KINDS = {k.name: k for k in FAULT_KINDS}
 DEFAULT_SHARES = {k.name: round(k.share, 4) for k in FAULT_KINDS}
@@ -183,7 +196,9 @@ class Faults:
     def sees(self, node: int, test: str) -> bool:
         """Whether ``test`` fails on ``node`` because of its fault."""
         fault = self.active.get(node)
-        return fault is not None and test in fault.kind.suites
+        if fault is None:
+            return False
+        return test in fault.kind.suites or (test in fault.kind.after_load and fault.jobs > 0)
 
     def detected(self, node: int, at: float) -> None:
         """A suite saw the fault at ``at``: detected (since the node turned suspect, if no job came

@@ -46,7 +46,8 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
         description="Seconds, no load: GPU count, PCIe generation/width and NVLinks per GPU vs what the node's "
                     "model should have; Xids judged by NVIDIA's catalog and every other driver error in the "
                     "kernel log (fail-closed); uncorrected ECC, row remapping / retired pages, the driver's "
-                    "recovery action, throttle reasons, NVSwitch fabric; DCGM diag level 1 (not run: said so).",
+                    "recovery action, throttle reasons and thermal throttling under load since the previous run "
+                    "(NVML's violation counter), NVSwitch fabric; DCGM diag level 1 (not run: said so).",
         module="cluster_doctor_suites.gpu_health", cpu="1", memory="2Gi",
         key_metrics=("gpus_visible", "xid_events"),
     ),

@@ -59,7 +59,8 @@ def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_t
     assert set(data["jobs_on_broken_node"]) == {"mean", "p90"}
     assert 0 < data["validation_share"] < 0.05 and data["swept"] > 0
     assert data["config"]["sweep_interval_hours"] == 1 and data["config"]["signals"] is True
-    assert data["config"]["fault_kinds"] == {"gpu": 0.5935, "hbm": 0.2323, "network": 0.1355, "silent": 0.0387}
+    assert data["config"]["fault_kinds"] == {"gpu": 0.5935, "hbm": 0.2323, "network": 0.1355, "silent": 0.0194,
+                                            "thermal": 0.0194}
     assert cli.main([*argv, "--no-sweep", "--no-signals"]) == 0
     today = json.loads(capsys.readouterr().out)
     assert today["config"]["sweep_interval_hours"] == 0 and today["config"]["signals"] is False
@@ -98,7 +99,7 @@ def test_cli_acceptance_json_reports_the_user_jobs_on_nodes_that_joined_or_retur
     (["--broken-on-join", "2"], "broken_on_join: must be a share in [0, 1]"),
     (["--crash-probability", "1.5"], "crash_probability: must be a share in [0, 1]"),
     (["--bad-repair", "-0.1"], "bad_repair: must be a share in [0, 1]"),
-    (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent"),
+    (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent, thermal"),
     (["--nodes", "0"], "nodes: must be an integer > 0"),
     (["--occupancy", "1.2"], "occupancy: must be a share in [0, 1)"),
     (["--target-staleness", "soon"], "--target-staleness: expected a duration like 7d"),

@@ -195,16 +195,16 @@ def test_a_suspect_is_tainted_busy_or_free_and_a_free_one_takes_no_user_job_unti
 
 
 def test_the_issue_goal_at_1000_nodes():
-    """Issue 28 §3's command: median ≤ 1 h, every suite within its staleness target; with --no-gap median
-    ≤ 2 h. Its p90 ≤ 6 h holds over the README's five seeds (2.6 h) but not at this one, seed 7 (8.3 h
-    since free suspects are tainted, 5.8 h before: network faults, with no Xid, whose first job survived
-    make the tail, and which of them do moves with the user jobs' draws), as the README says: bounded
-    here so that a real regression still shows. (Its jobs and validation-share goals: README, the
-    measured table.)"""
+    """Issue 28 §3's command: median ≤ 1 h, p90 ≤ 6 h, jobs on a broken node ≤ 1.5 on average, validation
+    share ≤ 1 %, every suite within its staleness target; with --no-gap median ≤ 2 h. At this seed (7, the
+    command's) the README measures 0.08 h, 1.9 h, 1.47 and 0.94 %: the jobs goal holds narrowly, and the
+    p90 (the 17th longest of 169 waits, among network faults whose first job survived) moves with the
+    random draws — a change that moves it past the goal has to say why in the README's table."""
     goal = simulate.SimConfig(nodes=1000, occupancy=0.85, days=28, slots=24, reserve=True, faults=6.5,
                               staleness_days=5.5, target_days=7)
     result = simulate.run(goal)
-    assert result.time_to_detect_h["median"] <= 1 and result.time_to_detect_h["p90"] <= 10
+    assert result.time_to_detect_h["median"] <= 1 and result.time_to_detect_h["p90"] <= 6
+    assert result.jobs_on_broken_node["mean"] <= 1.5 and result.validation_share <= 0.01
     assert result.worst_staleness_h <= 7 * 24 and result.within_target_share == 1.0
     assert result.wall_seconds < 60
     queued = simulate.run(dataclasses.replace(goal, no_gap=True))
@@ -301,6 +301,20 @@ def test_the_arrival_schedule_is_the_same_whatever_the_rule_and_follows_its_rate
     broken = [f for f in a.all if f.arrival is not None]
     assert {f.arrival for f in broken} == {"new"} and 4 <= len(broken) <= 18  # 25 % of 40, none on reboot
     assert all(f.node in a.active for f in broken)  # broken from the moment they arrive
+
+
+def test_a_thermal_fault_is_seen_by_the_idle_health_check_only_once_a_user_job_loaded_the_node():
+    """gpu_health judges NVML's thermal-violation counter by its growth since its previous sample: a GPU
+    whose cooling failed throttles under load only, so the sweep sees it after a user job, never before;
+    dl_unit (its own load) sees it at once; no crash, no Xid."""
+    faults = sim_faults.Faults(nodes=2, hours=1000, rate=1000, shares={"thermal": 1.0}, crash_probability=1.0,
+                               seed=1)
+    fault = faults.inject()
+    n = fault.node
+    assert not faults.sees(n, "gpu_health") and faults.sees(n, "dl_unit") and not faults.raises_xid(n)
+    assert faults.job_started(n, fault.at + 1, 5.0) is None and fault.jobs == 1  # runs on, slower
+    assert faults.sees(n, "gpu_health") and not faults.sees(n, "nccl_loopback")
+    assert sim_faults.KINDS["thermal"].seen_by == "dl_unit; gpu_health after a user job"
 
 
 def test_a_fault_is_detected_by_a_suite_that_sees_it_or_from_a_suspect_mark_no_job_broke():
