@@ -10,6 +10,7 @@ from tests.e2e.conftest import NAMESPACE, script_result, summary, validation_pod
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.slow  # covered fast by kube/test_retry.py (discovery through 429/500, a lost create read back)
 def test_429_500_503_and_a_lost_create_answer_during_a_run_are_retried(runner, cluster, db_dsn):
     nodes = ["gpu-001", "gpu-002"]
     for node in nodes:
@@ -66,6 +67,7 @@ def never_failing(result) -> None:
     assert result["state"] == "success"
 
 
+@pytest.mark.slow  # covered fast by airflow/test_operator_control_plane.py (the same restart, recorded once)
 def test_an_apiserver_restart_while_the_validation_pod_runs_records_the_suites_result_once(
         runner, cluster, db_dsn):
     """The apiserver goes away (connections refused), comes back answering 403 while its authorizer is
@@ -82,6 +84,7 @@ def test_an_apiserver_restart_while_the_validation_pod_runs_records_the_suites_r
     # the cluster fixture asserts no validation pod is left
 
 
+@pytest.mark.slow  # covered fast by airflow/test_operator_control_plane.py (the same storm, waited out)
 def test_a_429_storm_on_pod_reads_records_the_suites_result_once(runner, cluster, db_dsn):
     slow_pass(cluster, "gpu-001", run_seconds=3)
     cluster.add_gpu_node("gpu-001")

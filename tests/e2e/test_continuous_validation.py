@@ -77,6 +77,7 @@ def max_concurrent(pods) -> int:
 
 
 # 2 ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # covered fast by airflow/test_operator_lifecycle.py (the pending window)
 def test_a_pod_that_never_schedules_times_out_and_frees_its_slot(runner, cluster, db_dsn):
     runner.env_overrides["CLUSTER_DOCTOR_PENDING_TIMEOUT_S"] = "4"
     cluster.add_gpu_node("gpu-001")
@@ -96,6 +97,7 @@ def test_a_pod_that_never_schedules_times_out_and_frees_its_slot(runner, cluster
 
 
 # 3 ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # covered fast by airflow/test_operator_lifecycle.py (same scenario)
 def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(runner, cluster, db_dsn, db_url):
     cluster.add_gpu_node("gpu-001")
     cluster.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})

@@ -84,6 +84,7 @@ def test_a_hard_killed_validation_task_leaks_its_pod_and_the_next_run_records_an
     assert result["states"][("reap_orphans", -1)] == "success"
 
 
+@pytest.mark.slow  # covered fast by kube/test_orphans.py (the next run's reaper records it, deletes it)
 def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner, cluster, db_dsn):
     """Issue 30: the task recorded its pass but the API refused the deletion, so the Completed pod stayed.
     The next run does not take it for one "its task may still be handling": the row of its try says the
