@@ -14,7 +14,8 @@ skip with the reason it could not run.
 Thermal throttling that happened under load (a failing thermal interface or sensor: the GPU is cool
 while idle) is seen in NVML's cumulative thermal violation time, judged by its growth since the
 previous gpu_health result of this node (`<output-dir>/gpu_health/<node>/`, or --previous); the
-first run, and the first after a reboot, keep the baseline and say so (skip).
+first run, and the first after a reboot, keep the baseline and say so (skip). A GPU that failed it
+fails every run for `thermal_violation_window_hours` (24), through idle runs and reboots alike.
 
 CPU mode (--device cpu) judges what exists without a GPU: the GPU count against --expected-gpus
 (0 by default) and the kernel log; everything that needs NVML is reported as `skip`.
@@ -230,18 +231,24 @@ def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: d
 def _judge_thermal(ctx: Context, a, gpus: list[dict], settings: dict, source: str | None) -> None:
     """Thermal throttling under load since the previous gpu_health run of this node, from each GPU's
     cumulative thermal violation time (checkers/thermal_violation.py); this run's counters are kept
-    in the result (`environment.thermal_violation`) as the next run's baseline."""
+    in the result (`environment.thermal_violation`) as the next run's baseline, with each GPU's failure,
+    which fails every run of that GPU for `thermal_violation_window_hours`."""
     at = utcnow()
     boot = read_boot_id(a.boot_id_file)
     previous, why = previous_sample(ctx, SUITE, thermal_violation.KEY, a.previous, thermal_violation.usable)
     base = thermal_violation.baseline(previous, why, boot)
     share = float(settings.get("thermal_violation_max_share", 0.02))
+    window_h = float(settings.get("thermal_violation_window_hours", thermal_violation.WINDOW_H))
     samples = [thermal_violation.observe(g, source) for g in gpus if not g.get("lost")]
+    records = {}
     for s in samples:
-        ctx.record(thermal_violation.to_check(s, base, at, share))
+        v = thermal_violation.judge(s, base, at, share, window_h)
+        ctx.record(v.check)
+        records[s.gpu_index] = v.record
         if s.ns is not None:
             ctx.metric(f"thermal_violation_s_cuda{s.gpu_index}", s.ns / 1e9)
-    ctx.environment[thermal_violation.KEY] = thermal_violation.to_json(samples, boot, at, source)
+    unseen = thermal_violation.unseen(samples, base.previous, at, window_h)  # lost now: their failure kept
+    ctx.environment[thermal_violation.KEY] = thermal_violation.to_json(samples, boot, at, source, records, unseen)
 
 
 def _judge_driver_log(ctx: Context, a, gpus: list[dict], settings: dict, nv) -> None:

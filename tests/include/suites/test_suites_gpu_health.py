@@ -627,6 +627,44 @@ def test_thermal_gpus_matched_by_uuid_when_the_index_order_changes(thermal, h):
     assert "(00000000:19:00.0)" in by_name(ns, "thermal_violation")["cuda:0"]["message"]
 
 
+def test_a_thermal_failure_fails_its_gpu_through_idle_runs_and_a_reboot_until_its_window_ends(thermal, h):
+    """GPU 1 throttled under load and failed; the retest of the drained node sees no load, so no growth,
+    and passed it (the next user job landed on it). Now it fails again while its failure is inside
+    thermal_violation_window_hours (24), after a reboot too; past the window it is judged normally."""
+    thermal.nv.thermal_ns = {0: 0, 1: 0}
+    thermal.run()
+    thermal.nv.thermal_ns[1] += 300 * S
+    failed = thermal.run(3600)
+    assert thermal_of(failed)["cuda:1"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+    assert failed.result["environment"]["thermal_violation"]["gpus"][1]["under_load"]["throttled_s"] == 300
+    retest = thermal.run(600)
+    h.check_artifacts(retest, status="fail", suite="gpu_health")
+    assert thermal_of(retest) == {"cuda:0": ("pass", None), "cuda:1": ("fail", "THERMAL_VIOLATION_UNDER_LOAD")}
+    bad = by_name(retest, "thermal_violation")["cuda:1"]
+    assert "(300 s of 3600 s), within the 24 h window" in bad["message"]
+    assert retest.summary["action"] == "drain_and_service"
+    thermal.boot.write_text(BOOT_B + "\n")
+    thermal.nv.thermal_ns = {0: 0, 1: 0}
+    rebooted = thermal.run(3600)
+    assert thermal_of(rebooted) == {"cuda:0": ("skip", "THERMAL_VIOLATION_REBOOTED"),
+                                    "cuda:1": ("fail", "THERMAL_VIOLATION_UNDER_LOAD")}
+    assert thermal_of(thermal.run(20 * 3600))["cuda:1"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")  # 21.2 h after
+    past = thermal.run(3 * 3600)  # 24.2 h after the failure
+    h.check_artifacts(past, status="pass", suite="gpu_health")
+    assert thermal_of(past) == {"cuda:0": ("pass", None), "cuda:1": ("pass", None)}
+
+
+def test_a_replaced_gpu_in_the_slot_of_a_thermal_failure_starts_clean(thermal, h):
+    thermal.nv.thermal_ns = {0: 0, 1: 0}
+    thermal.run()
+    thermal.nv.thermal_ns[1] += 300 * S
+    assert thermal_of(thermal.run(3600))["cuda:1"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+    thermal.nv.nvmlDeviceGetUUID = lambda handle: "GPU-new" if handle.i == 1 else f"GPU-{handle.i}"
+    ns = thermal.run(600)
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    assert thermal_of(ns) == {"cuda:0": ("pass", None), "cuda:1": ("skip", "THERMAL_VIOLATION_NO_BASELINE")}
+
+
 def test_thermal_counter_not_supported_is_a_visible_skip(thermal, h):
     thermal.nv.thermal_unsupported = {0, 1}
     thermal.run()

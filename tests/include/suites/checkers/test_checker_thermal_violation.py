@@ -113,6 +113,82 @@ def test_a_stored_sample_is_usable_only_with_a_time_and_a_counter():
     assert not tv.usable({"gpus": [{"uuid": "GPU-a", "ns": 1}]})
 
 
+# ------------------------------------------------------------------ a failure carried forward in its window
+def failed_then(*now_gpus, boot=BOOT, at=NOW):
+    """The sample of a run (at NOW) that failed GPU-a (300 s of 3600 s), as the next run reads it."""
+    before = gpu(0, "GPU-a", 5 * S)
+    v = tv.judge(gpu(0, "GPU-a", 305 * S), tv.baseline(previous(before), "", BOOT), NOW, 0.02)
+    assert (v.check.status, v.record) == ("fail", {"at": "2026-03-02T10:00:00.000Z", "throttled_s": 300,
+                                                   "elapsed_s": 3600})
+    return tv.to_json([gpu(0, "GPU-a", 305 * S), gpu(1, "GPU-b", 0)], BOOT, NOW, "NVML", {0: v.record, 1: None})
+
+
+def rejudge(now, prev, hours, boot=BOOT, window_h=24):
+    return tv.judge(now, tv.baseline(prev, "", boot), NOW + dt.timedelta(hours=hours), 0.02, window_h)
+
+
+def test_the_run_after_a_failure_fails_again_inside_the_window_with_no_growth():
+    """The retest of the drained node: no load, no growth; the GPU still fails and carries the record."""
+    prev = failed_then()
+    assert prev["gpus"][0]["under_load"]["at"] == "2026-03-02T10:00:00.000Z" and "under_load" not in prev["gpus"][1]
+    v = rejudge(gpu(0, "GPU-a", 305 * S), prev, 1)
+    assert (v.check.status, v.check.code, v.check.action, v.check.value) == (
+        "fail", "THERMAL_VIOLATION_UNDER_LOAD", "drain_and_service", 300)
+    assert ("thermal throttling under load seen at 2026-03-02T10:00:00.000Z (300 s of 3600 s), within the 24 h "
+            "window") in v.check.message and "this run: no thermal throttling in the 3600 s" in v.check.message
+    assert v.record == prev["gpus"][0]["under_load"], "carried forward unchanged: the window counts from the failure"
+    nxt = tv.to_json([gpu(0, "GPU-a", 305 * S)], BOOT, NOW + dt.timedelta(hours=1), "NVML", {0: v.record})
+    assert rejudge(gpu(0, "GPU-a", 305 * S), nxt, 23.5).check.status == "fail", "still inside, two runs on"
+    v = rejudge(gpu(1, "GPU-b", 0), prev, 1)
+    assert (v.check.status, v.record) == ("pass", None), "the other GPU of the node inherits nothing"
+
+
+def test_past_the_window_the_gpu_is_judged_by_its_growth_again():
+    prev = failed_then()
+    v = rejudge(gpu(0, "GPU-a", 305 * S), prev, 24)
+    assert (v.check.status, v.record) == ("pass", None)
+    v = rejudge(gpu(0, "GPU-a", 305 * S), prev, 2, window_h=1)
+    assert v.check.status == "pass", "the window is the setting"
+    v = rejudge(gpu(0, "GPU-a", 3305 * S), prev, 25)
+    assert v.check.status == "fail" and v.record["at"] != prev["gpus"][0]["under_load"]["at"], "a new failure, a new record"
+
+
+def test_a_failure_is_carried_across_a_reboot_and_a_counter_reset():
+    prev = failed_then()
+    v = rejudge(gpu(0, "GPU-a", 0), prev, 2, boot="another-boot")
+    assert (v.check.status, v.check.code) == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+    assert "rebooted since the previous sample" in v.check.message and v.record == prev["gpus"][0]["under_load"]
+    v = rejudge(gpu(0, "GPU-a", 1 * S), prev, 2)
+    assert (v.check.status, v.check.code) == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
+    assert "driver was reloaded or the GPU reset" in v.check.message
+    v = rejudge(tv.ViolationSample(0, "GPU-a", "00000000:18:00.0", None, "not supported"), prev, 2)
+    assert v.check.status == "fail" and "not supported" in v.check.message, "no counter now: still failed"
+
+
+def test_another_gpu_in_the_slot_does_not_inherit_the_failure():
+    """The GPU was replaced: a new UUID at the old bus id starts with no record (and no baseline)."""
+    v = rejudge(gpu(0, "GPU-new", 0, "00000000:18:00.0"), failed_then(), 1)
+    assert (v.check.status, v.check.code, v.record) == ("skip", "THERMAL_VIOLATION_NO_BASELINE", None)
+    prev = failed_then()
+    for g in prev["gpus"]:
+        g["uuid"] = None
+    v = rejudge(tv.ViolationSample(0, None, "00000000:18:00.0", 305 * S), prev, 1)
+    assert v.check.status == "fail", "without UUIDs the bus id matches"
+
+
+def test_a_gpu_missing_from_a_run_keeps_its_failure_for_when_it_is_back():
+    """GPU-a is lost in the run after its failure (not judged by this check): its record stays in the
+    sample, and the run after that, with GPU-a back, fails it."""
+    prev = failed_then()
+    later = NOW + dt.timedelta(hours=1)
+    kept = tv.unseen([gpu(1, "GPU-b", 0)], prev, later)
+    assert [(g["uuid"], g["ns"], g["under_load"]) for g in kept] == [("GPU-a", None, prev["gpus"][0]["under_load"])]
+    assert tv.unseen([gpu(0, "GPU-a", 305 * S), gpu(1, "GPU-b", 0)], prev, later) == [], "judged now: not twice"
+    assert tv.unseen([gpu(1, "GPU-b", 0)], prev, NOW + dt.timedelta(hours=24)) == [], "past the window: dropped"
+    nxt = tv.to_json([gpu(1, "GPU-b", 0)], BOOT, later, "NVML", {1: None}, kept)
+    assert rejudge(gpu(0, "GPU-a", 305 * S), nxt, 2).check.status == "fail"
+
+
 # ------------------------------------------------------------------ gpu_state: the NVML query
 def test_nvidia_ml_py_names_the_policy_and_the_struct_as_the_code_uses_them():
     assert pynvml.NVML_PERF_POLICY_THERMAL == 1
