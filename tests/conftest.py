@@ -194,7 +194,7 @@ def missing_tools() -> list[str]:
 
 
 # Files that start real servers (an Airflow stack, DagRuns, Chromium, a pytest of their own) run first,
-# the longest first: with two workers and --dist loadfile a long file taken last runs alone at the end.
+# the longest first: with --dist loadfile a long file taken last runs alone at the end.
 # make test passes --no-loadscope-reorder, so this order, not the number of tests per file, is the schedule.
 RUN_FIRST = ("tests/stack/", "tests/e2e/test_continuous_validation.py", "tests/test_clock.py", "tests/readme/",
              "tests/e2e/", "tests/deploy/", "tests/ui/")
