@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..harness.checks import Check
-from ..harness.text import one_line
+from ..harness.text import one_line, read_line
 
 CODES = ("IB_LINK_FLAPPED", "IB_LINK_ERRORS", "IB_DISCARDS_GROWING", "IB_COUNTER_SATURATED", "IB_COUNTERS_UNAVAILABLE")
 # PortCounters widths in bits (drivers/infiniband/core/sysfs.c, PORT_PMA_ATTR); the 64-bit data and
@@ -100,7 +100,7 @@ class PortSample:
 
 def read_sysfs(root: str, device: str, port: int, names) -> PortSample:
     base = os.path.join(root, device, "ports", str(port))
-    s = PortSample(f"{device}:{port}", "sysfs", _guid(os.path.join(base, "gids", "0")) or _guid(
+    s = PortSample(f"{device}:{port}", "sysfs", read_line(os.path.join(base, "gids", "0")) or read_line(
         os.path.join(root, device, "node_guid")))
     bad = []
     for name in names:
@@ -118,14 +118,6 @@ def read_sysfs(root: str, device: str, port: int, names) -> PortSample:
     if not s.values:
         s.unavailable = ("counters unreadable: " + ", ".join(bad[:3])) if bad else f"no counters under {base}/counters"
     return s
-
-
-def _guid(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
 
 
 def judge(now: PortSample, previous: dict | None, why_no_previous: str, rules: dict[str, CounterRule],

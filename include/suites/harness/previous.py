@@ -12,7 +12,7 @@ import os
 from typing import Callable
 
 from .files import safe_name
-from .text import one_line
+from .text import one_line, read_line
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
@@ -51,8 +51,4 @@ def _stamp(path: str) -> int:
 
 def read_boot_id(path: str) -> str | None:
     """The kernel's boot id (a new one after every reboot); None when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
+    return read_line(path)

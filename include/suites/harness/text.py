@@ -34,3 +34,12 @@ def fmt(x: Any) -> str:
     return f"{x:.4g}"
 
 
+
+
+def read_line(path: str) -> str | None:
+    """A one-value file's content (sysfs, /proc), stripped; None when it is empty or cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
