@@ -63,7 +63,6 @@ from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperato
 from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction, PodLaunchTimeoutException
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
 from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
 
 from cluster_doctor.airflow import provider_errors
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
@@ -483,7 +482,8 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             final = ApiClient().sanitize_for_serialization(self.pod_manager.read_pod(pod))
         except Exception:
             return
-        disrupted = results.classify(final, node_name=self.node_name, test_name=self.test_name)
+        disrupted = results.classify(final, node_name=self.node_name, test_name=self.test_name,
+                                      now=dt.datetime.now(dt.UTC))
         if disrupted.status == Status.PREEMPTED:
             raise Ended(Status.PREEMPTED, disrupted.reason) from cause
 
@@ -581,6 +581,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             outcome,
             node_name=self.node_name,
             test_name=self.test_name,
+            now=dt.datetime.now(dt.UTC),
             gpu_count=self.gpu_count,
             gpu_model=self.gpu_model,
             suite_version=self.run_config.suite_version,

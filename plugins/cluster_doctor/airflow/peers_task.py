@@ -184,7 +184,8 @@ def run_peer_test(peer_test: PeerTest, core_v1: Any, store: Any | None, *, dag_i
     attempts = [results.to_attempt(r.outcome, node_name=r.side.node_name, test_name=PEER_SUITE,
                                    gpu_count=r.side.gpu_count, gpu_model=r.side.gpu_model,
                                    suite_version=config.suite_version, pod_name=r.pod_name, dag_id=dag_id,
-                                   run_id=run_id, map_index=map_index, try_number=try_number, peer=r.side.peer)
+                                   run_id=run_id, map_index=map_index, try_number=try_number, peer=r.side.peer,
+                                   now=_now())
                 for r in outcomes]
     if store is not None:
         try:

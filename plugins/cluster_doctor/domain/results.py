@@ -408,12 +408,13 @@ def classify(
     *,
     node_name: str,
     test_name: str,
+    now: dt.datetime,
     log_tail: Sequence[str] = (),
     run_budget_s: int | None = None,
-    now: dt.datetime | None = None,
 ) -> PodOutcome:
-    """How a validation pod that reached Running ended. Never raises on anything the pod reported."""
-    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    """How a validation pod that reached Running ended, observed at ``now`` (the caller's clock: this
+    layer reads none). Never raises on anything the pod reported."""
+    now = now.astimezone(dt.UTC)
     if not isinstance(pod, Mapping):
         return PodOutcome(Status.PREEMPTED,
                           "the pod was deleted while running (scheduler preemption, eviction or a user)")
@@ -487,6 +488,7 @@ def to_attempt(
     *,
     node_name: str,
     test_name: str,
+    now: dt.datetime,
     gpu_count: int | None = None,
     gpu_model: str | None = None,
     suite_version: str | None = None,
@@ -495,13 +497,13 @@ def to_attempt(
     run_id: str = "",
     map_index: int = -1,
     try_number: int = 1,
-    now: dt.datetime | None = None,
     peer: str | None = None,
 ) -> Attempt:
     """The attempt of one try. Never raises for anything in ``outcome``: should a value still be
     refused, the attempt is kept with the outcome's status (``error`` where the suite ran) and why.
-    Only an invalid node or test name (the caller's own identity) raises ``InvalidAttempt``."""
-    now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    Only an invalid node or test name (the caller's own identity) raises ``InvalidAttempt``. ``now``: when
+    the outcome was observed, the finish of an attempt that has none of its own."""
+    now = now.astimezone(dt.UTC)
     summary = outcome.summary or {}
     finished = outcome.finished_at if isinstance(outcome.finished_at, dt.datetime) else now
     began = outcome.started_at if isinstance(outcome.started_at, dt.datetime) else None
@@ -560,13 +562,12 @@ def attempt_from_pod(
     *,
     node_name: str,
     test_name: str,
+    now: dt.datetime,
     log_tail: Sequence[str] = (),
     run_budget_s: int | None = None,
-    now: dt.datetime | None = None,
     **identity: Any,
 ) -> Attempt:
     """``classify`` then ``to_attempt``: the whole boundary from a finished pod to its attempt."""
-    now = now or dt.datetime.now(dt.UTC)
     outcome = classify(pod, node_name=node_name, test_name=test_name, log_tail=log_tail,
                        run_budget_s=run_budget_s, now=now)
     return to_attempt(outcome, node_name=node_name, test_name=test_name, now=now, **identity)

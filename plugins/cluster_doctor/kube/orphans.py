@@ -288,6 +288,7 @@ def attempt_of(orphan: Orphan, settings: Settings, *, log_tail: list[str] | None
                now: dt.datetime | None = None) -> Attempt:
     """The orphan's attempt: its result when it ended, else ``skipped`` with why it was removed."""
     identity = _identity(orphan.pod, orphan.owner, settings)
+    now = now or dt.datetime.now(dt.UTC)
     if orphan.decision.action == RECORD_AND_DELETE:
         return results.attempt_from_pod(orphan.pod, log_tail=log_tail or (),
                                         run_budget_s=settings.suite_timeout(orphan.owner.test_name), now=now,

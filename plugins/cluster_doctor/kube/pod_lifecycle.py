@@ -17,6 +17,7 @@ here (the layer contract): the API client comes in as an argument.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -148,11 +149,12 @@ def waiting_message(pod: Mapping[str, Any] | None) -> str:
 
 # ---------------------------------------------------------------------------- collect the result
 def collect(pod: Mapping[str, Any] | None, settings: Settings, *, node_name: str, test_name: str,
-            log_tail: Iterable[str] = ()) -> results.PodOutcome:
-    """The verdict from the pod's final state (its termination message, exit code and conditions):
-    ``domain.results.classify`` within the suite's run budget. None: the pod was gone."""
+            log_tail: Iterable[str] = (), now: dt.datetime | None = None) -> results.PodOutcome:
+    """The verdict from the pod's final state (its termination message, exit code and conditions), as
+    of ``now`` (the clock's): ``domain.results.classify`` within the suite's run budget. None: the pod
+    was gone."""
     return results.classify(pod, node_name=node_name, test_name=test_name, log_tail=list(log_tail),
-                            run_budget_s=settings.suite_timeout(test_name))
+                            run_budget_s=settings.suite_timeout(test_name), now=now or dt.datetime.now(dt.UTC))
 
 
 def vanished(*, reached_running: bool, while_pending: str = " (preempted or deleted)") -> results.PodOutcome:

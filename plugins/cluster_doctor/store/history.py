@@ -526,9 +526,11 @@ class ResultStore:
                 problems.append(f"{key[0]} · {key[1]}: view {act} != history {exp}")
         return problems
 
-    def future_attempts(self, *, limit: int = 50) -> list[dict[str, Any]]:
-        """Stored attempts that finish in the future beyond the clock skew: each one pins its pair's
-        latest state until that time passes (written before the store refused them)."""
+    def future_attempts(self, *, limit: int = 50, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+        """Stored attempts that finish in the future beyond the clock skew of ``now`` (this host's clock,
+        the one the attempts were judged against when written): each one pins its pair's latest state until
+        that time passes (written before the store refused them)."""
+        now = now or dt.datetime.now(dt.UTC)
         return self._query(
             "SELECT id, node_name, test_name, status, finished_at FROM validation_history "
-            "WHERE finished_at > now() + %s ORDER BY finished_at DESC LIMIT %s", (MAX_CLOCK_SKEW, limit))
+            "WHERE finished_at > %s ORDER BY finished_at DESC LIMIT %s", (now + MAX_CLOCK_SKEW, limit))

@@ -132,12 +132,12 @@ def _previous_flags(cur, history_id: int, node: str, test: str, finished_at: dt.
 
 _INSERT = (
     "INSERT INTO validation_verdicts (history_id, node_name, test_name, metric, kind, value, gpu_model, "
-    "fleet_median, fleet_mad, fleet_nodes, percentile, own_median, own_samples, confirmed) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "fleet_median, fleet_mad, fleet_nodes, percentile, own_median, own_samples, confirmed, judged_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (history_id, metric, kind) DO UPDATE SET value = EXCLUDED.value, "
     "fleet_median = EXCLUDED.fleet_median, fleet_mad = EXCLUDED.fleet_mad, fleet_nodes = EXCLUDED.fleet_nodes, "
     "percentile = EXCLUDED.percentile, own_median = EXCLUDED.own_median, own_samples = EXCLUDED.own_samples, "
-    "confirmed = EXCLUDED.confirmed, judged_at = now()"
+    "confirmed = EXCLUDED.confirmed, judged_at = EXCLUDED.judged_at"
 )
 
 
@@ -145,9 +145,11 @@ def judge_recorded(connect: Any, attempts: Sequence[Mapping[str, Any]], policy: 
                    *, now: dt.datetime | None = None) -> list[Verdict]:
     """Judge recorded attempts (dicts with the attempt identity and status) against the stored history
     and store the verdicts, in one transaction. Idempotent: judging the same attempt again replaces its
-    verdicts with the same ones."""
+    verdicts with the same ones. ``now``: the judgement's time (this host's clock, as every time the
+    product compares: never the database server's), and the end of the windows, else each attempt's finish."""
     if not policy.enabled or not attempts:
         return []
+    judged_at = now or dt.datetime.now(dt.UTC)
     conn = _connect(connect)()
     verdicts: list[Verdict] = []
     try:
@@ -169,7 +171,7 @@ def judge_recorded(connect: Any, attempts: Sequence[Mapping[str, Any]], policy: 
                 for v in found:
                     cur.execute(_INSERT, (v.history_id, v.node_name, v.test_name, v.metric, v.kind, v.value,
                                           v.gpu_model, v.fleet_median, v.fleet_mad, v.fleet_nodes, v.percentile,
-                                          v.own_median, v.own_samples, v.confirmed))
+                                          v.own_median, v.own_samples, v.confirmed, judged_at))
                     _flag(cache[(test, model)][v.metric].get(v.node_name, []), v.history_id, v.kind)
                 verdicts.extend(found)
         conn.commit()

@@ -263,7 +263,7 @@ def test_db_check_reports_an_attempt_that_finishes_in_the_future(db_url):
     assert run("db", "check", "--db-url", db_url)[0] == 0
     with psycopg.connect(db_url) as conn:  # written before the store refused such rows
         conn.execute("INSERT INTO validation_history (node_name, test_name, status, finished_at) "
-                     "VALUES ('gpu-001', 'dl_unit', 'pass', now() + interval '3 days')")
+                     "VALUES ('gpu-001', 'dl_unit', 'pass', %s)", (dt.datetime.now(dt.UTC) + dt.timedelta(days=3),))
     code, out, err = run("db", "check", "--db-url", db_url)
     assert code == 1 and "gpu-001 · dl_unit" in out and "finish in the future" in err
 

@@ -195,8 +195,8 @@ def test_the_attempt_names_its_peer_from_the_report_or_the_orchestrator():
     report = {"node": "gpu-001", "suite": PEER_SUITE, "status": "fail", "finished_at": T0.isoformat(), "peer": "gpu-002"}
     assert from_suite_result(report).peer == "gpu-002"
     outcome = PodOutcome(status="fail", reason="low bandwidth", summary={"peer": "gpu-002"}, finished_at=T0)
-    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE).peer == "gpu-002"
-    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-009").peer == "gpu-009"
+    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE, now=T0).peer == "gpu-002"
+    assert to_attempt(outcome, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-009", now=T0).peer == "gpu-009"
     # the orchestrator knows the peer it paired: its name wins over whatever the report says
     bad = PodOutcome(status="fail", reason="x", summary={"peer": "Not A Node"}, finished_at=T0)
     kept = to_attempt(bad, node_name="gpu-001", test_name=PEER_SUITE, peer="gpu-003", now=T0)

@@ -1,29 +1,39 @@
-"""How a validation pod's end is read. Pod dicts are shaped like the API's (sanitize_for_serialization)."""
+"""How a validation pod's end is read. Pod dicts are shaped like the API's (sanitize_for_serialization).
+The pod's times are minutes before one ``NOW``, which is also the time the pod is observed at."""
 
+import datetime as dt
 import json
 
 import pytest
 from cluster_doctor.domain import results
 
+from tests import clock
+
 NODE, TEST = "gpu-004", "dl_unit"
+NOW = clock.now()
+STARTED, FINISHED = NOW - dt.timedelta(minutes=5), NOW - dt.timedelta(minutes=1)
+
+
+def iso(at: dt.datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")  # as the API writes a time
 
 
 def summary(status="pass", **kw):
     base = {"schema_version": "1", "suite": TEST, "node": NODE, "status": status,
             "reason": "all 10 checks passed" if status == "pass" else "gemm_bf16_tflops on cuda:3: 512.3 < 657.0 TFLOPS",
-            "started_at": "2026-11-22T10:00:00Z", "finished_at": "2026-11-22T10:04:00Z",
+            "started_at": iso(STARTED), "finished_at": iso(FINISHED - dt.timedelta(seconds=1)),
             "duration_s": 240.0, "suite_version": "sha256:0123456789abcdef", "gpu_model": "NVIDIA H100 80GB HBM3",
             "gpu_count": 8, "metrics": {"gemm_bf16_tflops_min": 512.3}, "checks": [], "truncated": False,
             "check_counts": {"pass": 10, "fail": 0, "warn": 0, "error": 0, "skip": 0},
-            "log_path": "/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_1763805600.log",
-            "result_path": "/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_1763805600.json"}
+            "log_path": f"/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_{STARTED.timestamp():.0f}.log",
+            "result_path": f"/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_{STARTED.timestamp():.0f}.json"}
     base.update(kw)
     return base
 
 
 def pod(exit_code=0, message=None, reason=None, phase=None, conditions=None, pod_reason=None, deleting=False):
     terminated = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error"),
-                  "startedAt": "2026-11-22T10:00:00Z", "finishedAt": "2026-11-22T10:04:01Z"}
+                  "startedAt": iso(STARTED), "finishedAt": iso(FINISHED)}
     if message is not None:
         terminated["message"] = message
     out = {"apiVersion": "v1", "kind": "Pod",
@@ -35,18 +45,18 @@ def pod(exit_code=0, message=None, reason=None, phase=None, conditions=None, pod
     if pod_reason:
         out["status"]["reason"] = pod_reason
     if deleting:
-        out["metadata"]["deletionTimestamp"] = "2026-11-22T10:04:00Z"
+        out["metadata"]["deletionTimestamp"] = iso(FINISHED - dt.timedelta(seconds=1))
     return out
 
 
 def classify(p, **kw):
-    return results.classify(p, node_name=NODE, test_name=TEST, **kw)
+    return results.classify(p, node_name=NODE, test_name=TEST, now=NOW, **kw)
 
 
 def test_pass_from_the_termination_message():
     out = classify(pod(0, json.dumps(summary())))
     assert out.status == "pass" and out.summary["metrics"]["gemm_bf16_tflops_min"] == 512.3
-    assert out.started_at.isoformat() == "2026-11-22T10:00:00+00:00"
+    assert out.started_at == STARTED and out.finished_at == FINISHED
 
 
 def test_fail_with_checks():
@@ -66,7 +76,7 @@ def test_the_recommended_action_of_a_suite_reaches_the_attempt():
                          "action": "reset_gpu", "message": "row remapping pending"}])
     out = classify(pod(1, json.dumps(s)))
     assert out.status == "fail" and out.summary["action"] == "reset_gpu"
-    attempt = results.to_attempt(out, node_name=NODE, test_name=TEST)
+    attempt = results.to_attempt(out, node_name=NODE, test_name=TEST, now=NOW)
     assert attempt.checks[0]["action"] == "reset_gpu"
     bad = classify(pod(1, json.dumps(summary("fail", action="format_the_disk"))))
     assert bad.status == "error"  # an action outside the fixed set breaks the contract
@@ -78,13 +88,13 @@ def test_an_incomplete_pass_reaches_the_attempt_with_its_count():
     s = summary(action="none", incomplete=True, truncated=True, checks_omitted=3,
                 check_counts={"pass": 9, "fail": 0, "warn": 0, "error": 0, "skip": 3},
                 checks=[{"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none"}])
-    attempt = results.attempt_from_pod(pod(0, json.dumps(s)), node_name=NODE, test_name=TEST)
+    attempt = results.attempt_from_pod(pod(0, json.dumps(s)), node_name=NODE, test_name=TEST, now=NOW)
     assert attempt.status == "pass"
     assert (attempt.action, attempt.incomplete, attempt.checks_not_run) == ("none", True, 3)
 
 
 def test_an_error_the_orchestrator_judged_is_retested():
-    attempt = results.attempt_from_pod(pod(137, reason="OOMKilled"), node_name=NODE, test_name=TEST)
+    attempt = results.attempt_from_pod(pod(137, reason="OOMKilled"), node_name=NODE, test_name=TEST, now=NOW)
     assert attempt.status == "error" and attempt.action == "retest"
 
 

@@ -278,7 +278,8 @@ def test_hostile_termination_messages_go_through_the_operators_boundary(cluster,
     listed = as_dict(cluster, pod)
     owner = orphans.owner_of(listed)
     expected = results.attempt_from_pod(
-        listed, node_name="gpu-001", test_name="gpu_health", run_budget_s=settings().suite_timeout("gpu_health"),
+        listed, node_name="gpu-001", test_name="gpu_health", now=dt.datetime.now(dt.UTC),
+        run_budget_s=settings().suite_timeout("gpu_health"),
         gpu_count=8, gpu_model="NVIDIA-H100-80GB-HBM3", suite_version="sha256:0000000000000000",
         pod_name=pod.metadata.name, dag_id=DAG_ID, run_id=owner.run_id, map_index=0, try_number=1)
 
