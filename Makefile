@@ -44,6 +44,10 @@ $(STAMP): $(REQS)
 	@# Airflow would compile its ~4,000 modules from source again (about 6 s each: a DagRun, a CLI call).
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
 		-e ".[airflow,embedded,dev,celery]" -r $(SUITES_REQS)
+	@# The moved-clock test runs (tests/clock.py) move the clock of every Python program a test starts:
+	@# this hook, inert unless TESTS_CLOCK_OFFSET_S is set, puts tests/clock_site (a sitecustomize) on its path.
+	echo 'import os, sys; os.environ.get("TESTS_CLOCK_OFFSET_S") and sys.path.append("$(CURDIR)/tests/clock_site")' \
+		> "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cluster_doctor_tests_clock.pth"
 	touch $(STAMP)
 
 # Three workers, one test file each at a time: files share their module fixtures (the stack test's

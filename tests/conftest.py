@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import shutil
+import tempfile
 import uuid
 import warnings
 
@@ -22,6 +24,9 @@ from tests import clock
 MOVED = clock.move_from_env()
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# What a missing schema's error says whatever else the server holds (its hint depends on the server's other
+# databases: the one holding a schema is pointed to, with none or several it is `db upgrade`).
+NO_SCHEMA = "no results schema in database '{}'"
 LOCAL_URL = os.environ.get("CLUSTER_DOCTOR_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -36,17 +41,26 @@ def _admin_dsn_local() -> dict | None:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_dsn(tmp_path_factory) -> dict:
-    """libpq keywords of a superuser connection to a real PostgreSQL server."""
+def pg_admin_dsn() -> dict:
+    """libpq keywords of a superuser connection to a real PostgreSQL server. It keeps the real clock in a
+    moved-clock run too (tests/clock.py says why that is enough)."""
     dsn = _admin_dsn_local()
     if dsn is not None:
         yield dsn
         return
+    # Not under pytest's basetemp: every pytest that starts (a test may run one) makes pytest-of-<user>
+    # private again, and as root the server runs as a user of its own, which then cannot reach its data.
+    pgdata = tempfile.mkdtemp(prefix="cd-test-pg-")
     try:
-        server = database.embedded_server(tmp_path_factory.mktemp("pgserver"), cleanup_mode="stop")
+        server = database.embedded_server(pgdata, cleanup_mode="delete")
     except database.DatabaseUnavailable as exc:
+        shutil.rmtree(pgdata, ignore_errors=True)
         pytest.fail(f"no PostgreSQL for the tests: {LOCAL_URL} is unreachable and the embedded one failed: {exc}")
-    yield database.libpq_params(server.get_uri())
+    try:
+        yield database.libpq_params(server.get_uri())
+    finally:
+        database.stop_embedded(server)
+        shutil.rmtree(pgdata, ignore_errors=True)
 
 
 def _admin(dsn: dict):
@@ -183,7 +197,7 @@ def kubectl() -> str:
 # marked @pytest.mark.requires_tool("fio") is skipped when the program is missing, and pytest's first
 # and last lines say which tests could not run and why: never a wall of failures, never silence.
 SYSTEM_TOOLS = {"fio": "fio", "chromium": "chromium", "docker-compose": "docker-compose",
-                "redis-server": "redis-server", "faketime": "faketime", "promtool": "promtool"}
+                "redis-server": "redis-server", "promtool": "promtool"}
 _SKIP_PREFIX = "not installed here:"
 
 
@@ -196,7 +210,7 @@ def missing_tools() -> list[str]:
 # Files that start real servers (an Airflow stack, DagRuns, Chromium, a pytest of their own) run first,
 # the longest first: with --dist loadfile a long file taken last runs alone at the end.
 # make test passes --no-loadscope-reorder, so this order, not the number of tests per file, is the schedule.
-RUN_FIRST = ("tests/stack/", "tests/e2e/test_continuous_validation.py", "tests/test_clock.py", "tests/readme/",
+RUN_FIRST = ("tests/test_clock.py", "tests/stack/", "tests/e2e/test_continuous_validation.py", "tests/readme/",
              "tests/e2e/", "tests/deploy/", "tests/ui/")
 
 
@@ -205,8 +219,24 @@ def _run_first(item) -> int:
     return next((i for i, prefix in enumerate(RUN_FIRST) if path.startswith(prefix)), len(RUN_FIRST))
 
 
+def _keeps_the_real_clock(item) -> str | None:
+    mark = item.get_closest_marker(clock.MARKER)
+    reason = None
+    if mark is not None:
+        reason = mark.args[0] if mark.args else mark.kwargs.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{clock.MARKER} needs its reason, e.g. "
+                                    f'@pytest.mark.{clock.MARKER}("compares with a server that keeps the real clock")')
+    return clock.real_clock_reason(item.nodeid, reason)
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_run_first)  # stable: a file's tests keep their order
+    real = [item for item in items if _keeps_the_real_clock(item) is not None]
+    if MOVED and real:  # a moved run runs every test but those that say why they cannot
+        config.hook.pytest_deselected(items=real)
+        kept = set(map(id, real))
+        items[:] = [item for item in items if id(item) not in kept]
     missing = set(missing_tools())
     for item in items:
         for mark in item.iter_markers("requires_tool"):
@@ -224,6 +254,11 @@ def _tools_line() -> str | None:
         return None
     return (f"cluster-doctor: could not run the tests that need {', '.join(missing)} (not installed, no root "
             "to install them: see tools/system-packages); they are reported as skipped")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{clock.MARKER}(reason): keeps the real clock: left out of the moved-clock "
+                                       "run (tests/clock.py), and says why")
 
 
 def pytest_report_header(config):

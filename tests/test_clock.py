@@ -1,7 +1,7 @@
-"""Tests pass on any date and at any minute: the date-sensitive tests (marker ``clock``: they compare
-stored times with the clock) run again here with the clock moved a month ahead, to just before the
-hour turns and to just before midnight UTC (tests/clock.py: time-machine in the pytest process,
-libfaketime for the programs it starts)."""
+"""Tests pass on any date and at any minute: every test runs again here with the clock moved — a month
+ahead and to just before midnight UTC in ``make test``, to just before the hour and a year ahead in
+``make test-slow`` — but those that say why they keep the real clock (tests/clock.py: time-machine in the
+pytest process and in every Python program it starts)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -19,10 +20,13 @@ from tests.conftest import REPO
 
 @pytest.mark.parametrize(("real", "spec", "moved_to"), [
     ("2026-11-28T02:13:16", "month-ahead", "2026-12-29T02:13:16"),
+    ("2026-11-28T02:13:16", "year-ahead", "2027-11-29T02:13:16"),
     ("2026-11-28T02:13:16", "before-hour", "2026-11-28T02:59:20"),
     ("2026-11-28T23:59:50", "before-hour", "2026-11-29T00:59:20"),  # already past: the next hour's end
     ("2026-11-28T02:13:16", "before-midnight", "2026-11-28T23:59:20"),
     ("2026-12-31T23:59:30", "month-ahead", "2027-01-31T23:59:30"),
+    ("2026-11-28T02:13:16", "month-ahead,before-midnight", "2026-12-29T23:59:20"),
+    ("2026-12-31T23:59:50", "month-ahead,before-midnight", "2027-02-01T23:59:20"),
     ("2026-11-28T02:13:16", "+60", "2026-11-28T02:14:16"),
 ])
 def test_where_a_moved_run_moves_the_clock(real, spec, moved_to):
@@ -32,59 +36,129 @@ def test_where_a_moved_run_moves_the_clock(real, spec, moved_to):
 
 def test_an_unknown_clock_is_named():
     with pytest.raises(ValueError, match="CLUSTER_DOCTOR_TEST_CLOCK: expected one of month-ahead"):
-        clock.offset("tomorrow", dt.datetime.now(dt.UTC))
+        clock.offset("month-ahead,tomorrow", dt.datetime.now(dt.UTC))
 
 
-def marked_files() -> list[str]:
-    """The test files with date-sensitive tests (collecting only them, not the whole tree, saves a minute)."""
-    here = pathlib.Path(__file__).resolve()
+def test_only_the_named_folders_and_marked_tests_keep_the_real_clock():
+    assert clock.real_clock_reason("tests/e2e/test_backfill.py::test_x", None)
+    assert clock.real_clock_reason("tests/plugins/cluster_doctor/domain/test_results.py::test_x", None) is None
+    assert clock.real_clock_reason("tests/plugins/x.py::test_y", "a server of its own") == "a server of its own"
+
+
+def opt_outs() -> list[str]:
+    """The test files that mark tests to keep the real clock (the folder list aside)."""
     return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
-                  if p != here and "mark.clock" in p.read_text())
+                  if f"mark.{clock.MARKER}(" in p.read_text() and p.name != "test_clock.py")
 
 
-def test_the_date_sensitive_tests_are_marked():
-    assert "tests/plugins/cluster_doctor/cli/test_metrics_exporter.py" in marked_files()
+def test_the_opt_out_list_stays_short():
+    """Every test runs moved unless it says why it cannot: the exceptions stay few enough to read."""
+    assert len(clock.REAL_CLOCK_FOLDERS) <= 3 and all(clock.REAL_CLOCK_FOLDERS.values())
+    assert len(opt_outs()) <= 5, opt_outs()
 
 
-# In `make test` the month ahead (what a seed at a fixed date fails first); the hour's and the day's
-# last minute in `make test-slow` (each run costs about a minute of both CPUs on a 2-core machine).
-IN_MAKE_TEST = ("month-ahead",)
+def moved_pytest(spec: str, args: list[str], out: pathlib.Path, *, workers: int = 0) -> subprocess.Popen:
+    """pytest with the clock moved by ``spec``, its output in ``out/out.txt``."""
+    assert clock.hook_installed(), f"{clock.HOOK} is missing from the venv: `make .venv` installs it"
+    env = {**os.environ, clock.ENV: spec}
+    for leaked in (clock.OFFSET_ENV, "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST",
+                   "PYTEST_ADDOPTS"):
+        env.pop(leaked, None)
+    parallel = ["-n", str(workers), "--dist", "loadfile"] if workers else ["-p", "no:xdist"]
+    log = (out / "out.txt").open("w")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--basetemp", str(out / "basetemp"),
+             *parallel, *args], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    finally:
+        log.close()
+
+
+def the_suite(extra: tuple[str, ...] = ()) -> list[str]:
+    """The whole suite as make test runs it, less the folders that keep the real clock (not even collected)."""
+    ignored = [f"--ignore={folder.rstrip('/')}" for folder in clock.REAL_CLOCK_FOLDERS]
+    return ["-m", "not slow", "-q", "--tb=short", "-p", "no:randomly", *ignored, *extra, "tests"]
 
 
 @pytest.fixture(scope="module")
 def moved_runs(request, tmp_path_factory):
-    """The marked tests under each moved clock this session selected, those runs at once (most of their
-    time is waiting for the programs they start: the exporter, the Airflow api-server, Chromium)."""
+    """The suite under each moved clock this session selected, those runs at once (most of a run's time
+    is waiting for the programs its tests start: servers, the Airflow api-server, Chromium)."""
     wanted = [spec for spec in clock.SPECS if any(
-        item.name == f"test_the_date_sensitive_tests_pass_with_the_clock_moved[{spec}]" for item in request.session.items)]
+        item.name == f"test_the_suite_passes_with_the_clock_moved[{spec}]" for item in request.session.items)]
     runs = {}
     for spec in wanted:
-        env = {**os.environ, clock.ENV: spec}
-        for leaked in ("FAKETIME", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST"):
-            env.pop(leaked, None)
-        out = tmp_path_factory.mktemp(spec)
-        log = (out / "out.txt").open("w+")
-        runs[spec] = (subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-m", "clock", "-p", "no:xdist", "-p", "no:cacheprovider",
-             "--basetemp", str(out / "basetemp"), *marked_files()],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True), log)
+        out = tmp_path_factory.mktemp(spec.replace(",", "_"))
+        runs[spec] = (moved_pytest(spec, the_suite(), out, workers=2), out / "out.txt")
     yield runs
-    for proc, log in runs.values():
+    for proc, _ in runs.values():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        log.close()
 
 
-@pytest.mark.requires_tool("faketime")
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("spec", [spec if spec in IN_MAKE_TEST else pytest.param(spec, marks=pytest.mark.slow)
+@pytest.mark.real_clock("it is the moved run: it starts one")
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("spec", [spec if spec in clock.IN_MAKE_TEST else pytest.param(spec, marks=pytest.mark.slow)
                                   for spec in clock.SPECS])
-def test_the_date_sensitive_tests_pass_with_the_clock_moved(spec, moved_runs):
+def test_the_suite_passes_with_the_clock_moved(spec, moved_runs):
     proc, log = moved_runs[spec]
-    code = proc.wait(timeout=850)
-    log.seek(0)
-    out = log.read()[-8000:]
-    assert code == 0, out
-    assert f"{clock.ENV}={spec}: the clock moved by" in out, out  # the header line
-    assert " passed" in out and " skipped" not in out, out  # every marked test ran
+    code = proc.wait(timeout=1450)
+    out = log.read_text()
+    assert code == 0, out[-12000:]
+    assert f"{clock.ENV}={spec}: the clock moved by" in out, out[-4000:]  # the header line
+    assert " passed" in out and " skipped" not in out, out[-4000:]  # every test ran
+
+
+# A test as the three that broke the build were written: dates typed in the day it was written, read
+# against the clock by the code under test (here: Python's clock, and a program's the test starts).
+PROBE = '''
+import datetime as dt
+import subprocess
+import sys
+
+import pytest
+
+WRITTEN = dt.datetime.fromisoformat("{written}")
+WINDOW = dt.timedelta(days=7)  # e.g. how old a pod's finish may be
+
+
+def test_a_fixed_date_against_pythons_clock():
+    assert dt.datetime.now(dt.UTC) - WRITTEN < WINDOW
+
+
+def test_a_fixed_date_against_a_programs_clock():
+    shown = subprocess.run([sys.executable, "-c", "import datetime as dt; print(dt.datetime.now(dt.UTC).isoformat())"],
+                           capture_output=True, text=True).stdout
+    assert dt.datetime.fromisoformat(shown.strip()) - WRITTEN < WINDOW
+
+
+@pytest.mark.real_clock("kept out on purpose: the guard must leave it alone")
+def test_kept_on_the_real_clock():
+    assert dt.datetime.now(dt.UTC) - WRITTEN < WINDOW
+'''
+
+
+@pytest.mark.real_clock("it starts a moved run of its own")
+@pytest.mark.timeout(300)
+def test_the_guard_fails_an_unmarked_fixed_date_fixture(tmp_path):
+    """An unmarked test with a date typed in today passes on the real clock and fails the moved run —
+    whether it reads Python's clock or a program's — while a marked one is left out."""
+    probe_dir = tmp_path / "tests_probe"
+    probe_dir.mkdir()
+    written = clock.now().isoformat()
+    (probe_dir / "test_probe.py").write_text(textwrap.dedent(PROBE.format(written=written)))
+    args = ["-p", "tests.conftest", "--rootdir", str(probe_dir), "-c", os.devnull, "-rA", str(probe_dir)]
+
+    real = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=240,
+                          env={k: v for k, v in os.environ.items() if k not in (clock.ENV, clock.OFFSET_ENV)})
+    assert real.returncode == 0 and "3 passed" in real.stdout, real.stdout[-3000:]
+
+    (tmp_path / "moved").mkdir()
+    proc = moved_pytest(clock.IN_MAKE_TEST[0], [*args, "-v"], tmp_path / "moved")
+    assert proc.wait(timeout=240) == 1
+    out = (tmp_path / "moved" / "out.txt").read_text()
+    for name in ("pythons_clock", "a_programs_clock"):
+        assert f"test_probe.py::test_a_fixed_date_against_{name} FAILED" in out, out[-3000:]
+    assert "2 failed, 1 deselected" in out, out[-3000:]

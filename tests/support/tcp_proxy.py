@@ -1,10 +1,12 @@
 """A TCP forwarder that can be switched down (connection refused) and up again on the same port.
 
-Used to make a real PostgreSQL server look briefly unreachable to the code under test."""
+Used to make a real PostgreSQL server look briefly unreachable to the code under test. The server may
+listen on TCP or, like an embedded one, on a Unix socket only (a directory as the host, libpq's way)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 
@@ -60,7 +62,7 @@ class TcpProxy:
             except OSError:
                 return
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                upstream = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
@@ -69,6 +71,19 @@ class TcpProxy:
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        host, port = self.target
+        if not host.startswith("/"):
+            return socket.create_connection(self.target, timeout=5)
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(5)
+        try:
+            upstream.connect(os.path.join(host, f".s.PGSQL.{port}"))  # libpq's socket name in that directory
+        except OSError:
+            upstream.close()
+            raise
+        return upstream
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:

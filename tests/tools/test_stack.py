@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import stack
 
 from tests.conftest import REPO
@@ -42,6 +43,8 @@ def test_up_refuses_a_busy_port_before_starting_anything(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no record, no database, nothing started
 
 
+@pytest.mark.real_clock("compares the record's time with the kernel's process start times (/proc), which no "
+                        "moved clock moves")
 def test_up_refuses_to_start_twice(tmp_path):
     # a recorded stack whose process still runs: up points at make down instead of starting another
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
@@ -77,6 +80,8 @@ def test_the_airflow_configuration_mirrors_the_compose_file(tmp_path, monkeypatc
     assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.real_clock("compares the record's time with the kernel's process start times (/proc), which no "
+                        "moved clock moves")
 def test_its_processes_are_found_by_session_or_marker_and_nothing_else(tmp_path):
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     started = time.time() - 1

@@ -25,7 +25,7 @@ from tests.ui import fleet_seed as seed
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
 # clock: the api-server computes ages with the real clock (tests/test_clock.py moves it)
-pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium"), pytest.mark.clock]
+pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
 NEVER_ATTEMPTED = "gpu-012"  # a GPU node discovery saw and nothing ever ran on (issue 21 §4)

@@ -21,7 +21,7 @@ from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.ui import fleet_seed as seed
 from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
-pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium"), pytest.mark.clock]
+pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
 BUSY = "gpu-012"  # seen busy, nothing ever ran on it

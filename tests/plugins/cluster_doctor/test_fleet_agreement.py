@@ -10,7 +10,6 @@ import datetime as dt
 import io
 import re
 
-import pytest
 from cluster_doctor.cli import main as cli
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, RunSummary
@@ -44,7 +43,6 @@ def seed_fleet(store, now: dt.datetime) -> dict[str, list[str]]:
             "never": ["gpu-006", "gpu-012", "gpu-013"]}
 
 
-@pytest.mark.clock  # the CLI and the exporter read the real clock
 def test_page_daily_report_status_metrics_and_run_summary_agree(store, db_dsn, db_url, monkeypatch):
     now = dt.datetime.now(dt.UTC)
     expected = seed_fleet(store, now)

@@ -19,8 +19,6 @@ from cluster_doctor.reports import metrics
 from tests.conftest import dsn_to_url
 from tests.plugins.cluster_doctor.reports.test_metrics import samples, value
 
-# The exporter reads the real clock against the seeded fleet (tests/test_clock.py moves it)
-pytestmark = pytest.mark.clock
 
 
 def test_exporter_once(small_db, capsys, monkeypatch):

@@ -3,12 +3,9 @@
 import datetime as dt
 import json
 
-import pytest
-
 from tests.plugins.cluster_doctor.cli.test_cli import cli
 
 
-@pytest.mark.clock  # status reads the real clock
 def test_status_names_suspect_and_blamed_peers(db_url, tmp_path):
     now = dt.datetime.now(dt.UTC)
 

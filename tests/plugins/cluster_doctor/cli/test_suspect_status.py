@@ -4,7 +4,6 @@ fails: its first failing evidence (a signal its failure confirmed) and its last 
 import datetime as dt
 import json
 
-import pytest
 from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import suspects
 from cluster_doctor.store.history import ResultStore
@@ -12,7 +11,6 @@ from cluster_doctor.store.history import ResultStore
 from tests.plugins.cluster_doctor.cli.test_cli import cli
 
 
-@pytest.mark.clock  # status reads the real clock
 def test_status_shows_suspects_and_failing_since(db_url, tmp_path):
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     hours = lambda h: (now - dt.timedelta(hours=h)).isoformat()  # noqa: E731

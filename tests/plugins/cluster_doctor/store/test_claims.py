@@ -12,6 +12,8 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.store import claims, database
 from cluster_doctor.store.history import SchemaMissing
 
+from tests.conftest import NO_SCHEMA
+
 DAG = "continuous_validation"
 TTL = 600.0
 
@@ -185,7 +187,7 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(connect, db_dsn, kw
 
 
 def test_an_old_schema_is_refused_clearly(empty_db_dsn):
-    with pytest.raises(SchemaMissing, match="db upgrade"):
+    with pytest.raises(SchemaMissing, match=NO_SCHEMA.format(empty_db_dsn["dbname"])):
         claims.claim(database.params_connector(empty_db_dsn), cands("gpu-001"), dag_id=DAG, run_id="r", limit=1)
 
 

@@ -13,7 +13,7 @@ from cluster_doctor.reports import summary as report
 from cluster_doctor.store import database, fleet
 from cluster_doctor.store.history import ResultStore, SchemaMissing
 
-from tests.conftest import _fresh_database
+from tests.conftest import NO_SCHEMA, _fresh_database
 from tests.ui import fleet_seed as seed
 
 WEEK = dt.timedelta(days=7)
@@ -216,7 +216,7 @@ def test_open_fleet_is_read_only(fq):
 
 
 def test_open_fleet_reports_missing_schema_and_unreachable_database(empty_db_dsn, small_db):
-    with pytest.raises(SchemaMissing, match="db upgrade"):
+    with pytest.raises(SchemaMissing, match=NO_SCHEMA.format(empty_db_dsn["dbname"])):
         with fleet.open_fleet(empty_db_dsn, tests=seed.TESTS, staleness=WEEK):
             pass
     with pytest.raises(database.DatabaseUnavailable, match="cannot connect"):

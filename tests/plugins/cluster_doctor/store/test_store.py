@@ -12,6 +12,7 @@ from cluster_doctor.store.history import ResultStore, RetryPolicy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import NO_SCHEMA
 from tests.support.tcp_proxy import TcpProxy
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -234,7 +235,7 @@ def test_gives_up_after_the_retry_budget_with_a_clear_message(db_dsn):
 def test_reading_without_schema_says_how_to_fix(empty_db_dsn):
     from cluster_doctor.store.history import SchemaMissing
 
-    with pytest.raises(SchemaMissing, match="db upgrade"):
+    with pytest.raises(SchemaMissing, match=NO_SCHEMA.format(empty_db_dsn["dbname"])):
         ResultStore(empty_db_dsn).latest()
 
 
