@@ -159,3 +159,167 @@ def test_the_length_scan_finds_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "mod.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
     assert long_functions(tmp_path) == ["mod.py:5 long (81 lines)"]
+
+
+# ------------------------------------------------------------------------------------ the clock
+# The domain takes the time as an argument: its callers read the clock, and its tests pass one ``now``.
+WALL_CLOCK_CALLS = {"now", "utcnow", "today", "time", "time_ns", "gmtime", "localtime"}
+
+
+def wall_clock_reads(root: pathlib.Path) -> list[str]:
+    """Calls that read the date (datetime.now(), date.today(), time.time(), …) under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        in_file = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in WALL_CLOCK_CALLS \
+                    and not (node.func.attr in ("gmtime", "localtime") and node.args):  # with an argument: a conversion
+                owner = node.func.value
+                owner_name = getattr(owner, "id", None) or getattr(owner, "attr", None)
+                if owner_name in ("datetime", "date", "time", "dt"):
+                    in_file.append((node.lineno, node.col_offset,
+                                    f"{path.relative_to(root).as_posix()}:{node.lineno} {ast.unparse(node)}"))
+        found += [text for *_, text in sorted(in_file)]
+    return found
+
+
+def test_the_domain_reads_no_clock():
+    assert wall_clock_reads(PACKAGE / "domain") == [], "the domain takes `now` from its caller"
+
+
+def test_the_clock_scan_finds_a_read(tmp_path):
+    (tmp_path / "mod.py").write_text("import datetime as dt, time\n"
+                                     "def f(now=None):\n    return now or dt.datetime.now(dt.UTC)\n"
+                                     "def g():\n    return time.time(), time.monotonic(), dt.date.today()\n")
+    assert wall_clock_reads(tmp_path) == ["mod.py:3 dt.datetime.now(dt.UTC)", "mod.py:5 time.time()",
+                                          "mod.py:5 dt.date.today()"]
+
+
+# A test asserts what happened, not how long it took: on a loaded machine any bound on a measured
+# duration fails some day (speed belongs in `make bench-…`, which prints figures). Found: an assert
+# that bounds from above a duration measured with a clock (time.monotonic(), perf_counter(), time.time(),
+# datetime.now(), … minus an earlier reading, or a name holding one), or an instant against a deadline.
+# A lower bound ("it waited at least 2 s") cannot fail from load and is allowed. The exceptions: a
+# deadline that only ends a wait loop, its message saying what did not happen.
+STOPWATCHES = {"monotonic", "perf_counter", "time", "monotonic_ns", "perf_counter_ns", "time_ns",
+               "process_time", "default_timer", "now", "utcnow"}
+# Names that hold a duration measured elsewhere (a program's own report, a result's wall time).
+DURATION_NAMES = {"seconds", "elapsed", "took", "wall_seconds", "wall_s", "elapsed_s", "elapsed_ms"}
+WAIT_LOOP_DEADLINES = {
+    ("tests/stack/test_grid_labels.py", "runs"):
+        "ends the wait for the scenario's runs; the message lists their states",
+    ("tests/plugins/cluster_doctor/store/test_fleet_state.py", "settle"):
+        "ends the wait for the server to close its transaction: a minute, not a speed",
+    ("tests/tools/k8s_emulator/test_process.py", "test_cli_serve_writes_kubeconfig_for_client_and_kubectl"):
+        "ends the wait for the emulator's port file; the message is its stderr",
+}
+
+
+def _is_clock_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or node.args[1:]:
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+    return name in STOPWATCHES and (name != "time" or isinstance(f, ast.Attribute))
+
+
+class _TimingBounds(ast.NodeVisitor):
+    """Per function: names holding a clock reading (instants) or a difference of two (durations)."""
+
+    def __init__(self, rel: str):
+        self.rel, self.found, self.scope = rel, [], ["<module>"]
+        self.instants: set[str] = set()
+        self.durations: set[str] = set()
+
+    def _kind(self, node: ast.AST) -> str | None:
+        """'instant', 'duration' or None for an expression."""
+        if _is_clock_call(node) or (isinstance(node, ast.Name) and node.id in self.instants):
+            return "instant"
+        if isinstance(node, ast.Name) and (node.id in self.durations or node.id in DURATION_NAMES) \
+                or isinstance(node, ast.Attribute) and node.attr in DURATION_NAMES \
+                or isinstance(node, ast.Subscript) and getattr(node.slice, "value", None) in DURATION_NAMES:
+            return "duration"
+        if isinstance(node, ast.BinOp):
+            left, right = self._kind(node.left), self._kind(node.right)
+            if isinstance(node.op, ast.Sub) and left == right == "instant":
+                return "duration"
+            if isinstance(node.op, ast.Sub) and left == "instant" or isinstance(node.op, ast.Add) \
+                    and "instant" in (left, right):
+                return "instant"  # a deadline: an instant plus (minus) a span
+            if "duration" in (left, right):
+                return "duration"  # scaled, in ms, ...
+        if isinstance(node, ast.Call):  # round(d, 2), d.total_seconds(), float(d)
+            inner = [*node.args, *([node.func.value] if isinstance(node.func, ast.Attribute) else [])]
+            if any(self._kind(a) == "duration" for a in inner):
+                return "duration"
+        return None
+
+    def visit_FunctionDef(self, node):
+        saved = self.instants, self.durations
+        self.instants, self.durations = set(self.instants), set(self.durations)
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+        self.instants, self.durations = saved
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Assign(self, node):
+        kind = self._kind(node.value)
+        for target in node.targets:
+            if isinstance(target, ast.Name) and kind:
+                (self.instants if kind == "instant" else self.durations).add(target.id)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node):
+        kind = self._kind(node.value)
+        if kind:
+            (self.instants if kind == "instant" else self.durations).add(node.target.id)
+        self.generic_visit(node)
+
+    def visit_Assert(self, node):
+        for compare in (n for n in ast.walk(node.test) if isinstance(n, ast.Compare)):
+            sides = [compare.left, *compare.comparators]
+            for op, small, large in zip(compare.ops, sides, sides[1:]):
+                if isinstance(op, (ast.Gt, ast.GtE)):
+                    small, large = large, small
+                elif not isinstance(op, (ast.Lt, ast.LtE)):
+                    continue
+                # now < deadline bounds the time left; deadline - 1 <= now says it waited: a lower bound
+                bounded = self._kind(small) == "duration" or (
+                    self._kind(small) == self._kind(large) == "instant" and not _is_clock_call(large))
+                if bounded and (self.rel, self.scope[-1]) not in WAIT_LOOP_DEADLINES:
+                    self.found.append(f"{self.rel}:{node.lineno} {self.scope[-1]}: {ast.unparse(compare)}")
+        self.generic_visit(node)
+
+
+def timing_bounds(root: pathlib.Path, repo: pathlib.Path = REPO) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        scan = _TimingBounds(path.relative_to(repo).as_posix())
+        scan.visit(ast.parse(path.read_text(encoding="utf-8")))
+        found += scan.found
+    return found
+
+
+def test_no_test_bounds_a_measured_duration():
+    assert timing_bounds(REPO / "tests") == [], ("assert what happened (an event, a count, an order), or move "
+                                                 "the figure to a make bench-… benchmark")
+
+
+def test_the_timing_scan_finds_a_bound_and_leaves_a_lower_bound(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import time, datetime as dt\n"
+        "def test_a():\n    t0 = time.monotonic()\n    work()\n    assert time.monotonic() - t0 < 5\n"
+        "def test_b():\n    started = time.perf_counter()\n    took = round(time.perf_counter() - started, 2)\n"
+        "    assert 0 < took <= GOAL_S\n"
+        "def test_c():\n    t = time.monotonic()\n    assert time.monotonic() - t >= 1.0  # it waited\n"
+        "def test_d():\n    deadline = time.monotonic() + 2\n    assert time.monotonic() < deadline\n"
+        "def test_e():\n    start = dt.datetime.now()\n"
+        "    assert (dt.datetime.now() - start).total_seconds() < 3\n"
+        "def test_f(result, summary):\n    assert result.wall_seconds < 60 and 5 > summary['seconds']\n")
+    assert [f.split(" ", 1)[0] for f in timing_bounds(tmp_path / "tests", tmp_path)] == [
+        "tests/test_x.py:5", "tests/test_x.py:9", "tests/test_x.py:15", "tests/test_x.py:18", "tests/test_x.py:20",
+        "tests/test_x.py:20"]

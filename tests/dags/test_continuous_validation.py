@@ -1,6 +1,7 @@
 """The DAG as Airflow loads it: no import errors or warnings, the contract of its shape."""
 
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -175,17 +176,23 @@ def test_params_form(dagbag):
                                                                    "storage_fio"]
 
 
-def test_parse_time_is_small():
-    """The DAG file itself (after Airflow is imported) must parse fast; reported, not asserted tight."""
-    code = ("import time, airflow.sdk, airflow.providers.cncf.kubernetes.operators.pod as p, runpy\n"
-            "t = time.perf_counter(); runpy.run_path('dags/continuous_validation.py'); "
-            "print(time.perf_counter() - t)")
+# What parsing the DAG file may import besides Airflow and the provider: the library and a few small
+# packages. The parse time itself is a figure of make bench-discovery; a heavy import (torch, numpy, the
+# kubernetes models, ...) added at parse time shows up here, on any machine, whatever its load.
+IMPORTED_AT_PARSE = {"airflow", "cluster_doctor", "cluster_doctor_suites", "croniter", "dotenv", "hostlist",
+                     "packaging", "psycopg", "psycopg_binary", "pydantic", "pydantic_settings"}
+
+
+def test_parsing_the_dag_file_imports_nothing_heavy():
+    code = ("import json, sys, airflow.sdk, airflow.providers.cncf.kubernetes.operators.pod, runpy\n"
+            "before = set(sys.modules)\nrunpy.run_path('dags/continuous_validation.py')\n"
+            "new = {m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)\n"
+            "print(json.dumps(sorted(new)))")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    seconds = float(out.stdout.strip().splitlines()[-1])
-    print(f"DAG file parse time: {seconds:.3f} s")
-    assert seconds < 5  # generous: a sanity bound, the benchmark reports the real figure
+    imported = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert imported <= IMPORTED_AT_PARSE, sorted(imported - IMPORTED_AT_PARSE)
 
 
 def test_the_default_trigger_form_is_valid_and_tests_render_as_a_multi_select(dagbag):

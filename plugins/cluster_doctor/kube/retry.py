@@ -380,12 +380,13 @@ def sibling(core_v1: Any, api_class: Callable[[Any], Any]) -> Any:
     return Retrying(api, core_v1.retry_policy) if isinstance(core_v1, Retrying) else api
 
 
-def own_pod(api: Any, deadline: Callable[[], float]) -> Retrying:
+def own_pod(api: Any, deadline: Callable[[], float], sleep: Callable[[float], None] = time.sleep) -> Retrying:
     """The API a task drives its own pod with: every transient failure retried until ``deadline()``
     (``OWN_POD_POLICY``; its log under ``OWN_POD_LOG_POLICY``), then ``OutOfTime``. Over a copy of
-    ``api``'s client whose urllib3 layer answers a 429/503 instead of sleeping on it (as ``core_v1``)."""
+    ``api``'s client whose urllib3 layer answers a 429/503 instead of sleeping on it (as ``core_v1``).
+    ``sleep``: how it waits between tries."""
     inner = api._api if isinstance(api, Retrying) else api
-    return Retrying(_status_answered(inner), OWN_POD_POLICY, deadline=deadline, methods=OWN_POD_METHODS)
+    return Retrying(_status_answered(inner), OWN_POD_POLICY, sleep, deadline=deadline, methods=OWN_POD_METHODS)
 
 
 def _status_answered(api: Any) -> Any:
@@ -399,11 +400,13 @@ def _status_answered(api: Any) -> Any:
     return type(api)(type(api_client)(configuration=configuration))
 
 
-def core_v1(api_client: Any, policy: RetryPolicy = DEFAULT_POLICY) -> Retrying:
+def core_v1(api_client: Any, policy: RetryPolicy = DEFAULT_POLICY,
+            sleep: Callable[[float], None] = time.sleep) -> Retrying:
     """The CoreV1Api our code gets, over a client like ``api_client`` (same class and configuration)
-    whose urllib3 layer answers a 429/503 instead of sleeping on it (see the module doc)."""
+    whose urllib3 layer answers a 429/503 instead of sleeping on it (see the module doc). ``sleep``: how
+    it waits between tries."""
     from kubernetes import client
 
     configuration = api_client.configuration
     configuration.retries = urllib3.Retry(total=3, respect_retry_after_header=False)
-    return Retrying(client.CoreV1Api(type(api_client)(configuration=configuration)), policy)
+    return Retrying(client.CoreV1Api(type(api_client)(configuration=configuration)), policy, sleep)

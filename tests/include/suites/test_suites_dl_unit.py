@@ -4,16 +4,12 @@ cluster_doctor_suites.dl)."""
 
 from __future__ import annotations
 
-import time
-
 from tests.include.suites.dl.faults import statuses
 
 
 def test_cpu_mode_full_run_passes(run_cli, h):
-    t0 = time.monotonic()
     ns = run_cli("dl_unit", "--device", "cpu", "--cpu-devices", "2", timeout=180)
     h.check_artifacts(ns, status="pass", suite="dl_unit")
-    assert time.monotonic() - t0 < 60
     names = {c["name"] for c in ns.result["checks"]}
     for op in (
         "matmul_fp32",

@@ -4,8 +4,6 @@ tool's exit codes, on a faked 8x H100 inventory."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from cluster_doctor_suites import nccl_loopback, nccl_worker, parsers
 from cluster_doctor_suites.harness.checks import SuiteError
@@ -58,10 +56,8 @@ def run_gpu(run_inproc, monkeypatch, binary, *args, name=H100, n=8):
 
 
 def test_cpu_mode_gloo_all_reduce_passes(run_cli, h):
-    t0 = time.monotonic()
     ns = run_cli("nccl_loopback", "--device", "cpu", timeout=120)
     h.check_artifacts(ns, status="pass", suite="nccl_loopback")
-    assert time.monotonic() - t0 < 30
     checks = {c["name"]: c for c in ns.result["checks"]}
     assert checks["allreduce_values"]["status"] == "pass" and checks["allreduce_values"]["value"] == 0
     assert checks["transport"]["status"] == "skip"

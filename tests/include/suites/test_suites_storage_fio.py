@@ -41,10 +41,8 @@ def scratch_left(out: Path) -> list:
 
 @needs_fio
 def test_real_fio_cpu_mode_passes(run_cli, h, tmp_path):
-    t0 = time.monotonic()
     ns = run_cli("storage_fio", "--device", "cpu")
     h.check_artifacts(ns, status="pass", suite="storage_fio")
-    assert time.monotonic() - t0 < 30
     names = {c["name"] for c in ns.result["checks"]}
     assert {
         "seq_read_bw",

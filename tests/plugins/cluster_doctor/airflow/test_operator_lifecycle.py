@@ -122,13 +122,12 @@ def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(cluste
 
     arrival = threading.Thread(target=user_job_arrives, daemon=True)
     arrival.start()
-    started = time.monotonic()
     ti, written, _, raised = run(operator())
     arrival.join(5)
     assert isinstance(raised, AirflowSkipException)
     (attempt,) = written
+    # preempted, not the pending window's timeout: the user pod's arrival ended the wait
     assert attempt.status == "preempted" and "default/llm-pretrain-0" in attempt.reason
-    assert time.monotonic() - started < 20  # well inside the 30 s pending window
     assert all(p["deleted"] for p in cluster.pod_history(POD_SELECTOR))
 
 

@@ -206,7 +206,6 @@ def test_the_issue_goal_at_1000_nodes():
     assert result.time_to_detect_h["median"] <= 1 and result.time_to_detect_h["p90"] <= 6
     assert result.jobs_on_broken_node["mean"] <= 1.5 and result.validation_share <= 0.01
     assert result.worst_staleness_h <= 7 * 24 and result.within_target_share == 1.0
-    assert result.wall_seconds < 60
     queued = simulate.run(dataclasses.replace(goal, no_gap=True))
     assert queued.time_to_detect_h["median"] <= 2 and queued.swept == 0  # no free node, nothing to sweep
 

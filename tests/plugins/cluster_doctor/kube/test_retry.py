@@ -41,8 +41,21 @@ def fresh_health():
     retry.HEALTH.reset()
 
 
-def core_v1(emu, policy=FAST) -> retry.Retrying:
-    return retry.core_v1(emu.api_client(), policy)
+class Sleeps(list):
+    """The waits a retrying client planned, as (when, seconds), each slept for real: a retry's bounds are
+    read from what it planned, which no load on the machine changes."""
+
+    def __call__(self, seconds: float) -> None:
+        self.append((time.monotonic(), seconds))
+        time.sleep(seconds)
+
+    @property
+    def total(self) -> float:
+        return sum(s for _, s in self)
+
+
+def core_v1(emu, policy=FAST, sleep=time.sleep) -> retry.Retrying:
+    return retry.core_v1(emu.api_client(), policy, sleep)
 
 
 def retries_logged(caplog) -> list[str]:
@@ -66,18 +79,17 @@ def test_discovery_survives_429_500_500_then_success(emu, caplog):
 
 def test_retry_after_is_honoured(emu):
     emu.inject_faults("/api/v1/nodes", [429], method="GET", retry_after=1)
-    started = time.monotonic()
-    core_v1(emu).list_node()
-    waited = time.monotonic() - started
-    assert waited >= 1.0, f"retried after {waited:.2f} s, the server asked for 1 s"  # backoff alone: 0.05 s
+    slept = Sleeps()
+    core_v1(emu, sleep=slept).list_node()
+    assert [s for _, s in slept] >= [1.0], f"retried after {slept}, the server asked for 1 s"  # backoff: 0.05 s
 
 
 def test_a_retry_after_beyond_the_time_bound_gives_up_at_once(emu):
     emu.inject_faults("/api/v1/nodes", [429], method="GET", retry_after=30)
-    started = time.monotonic()
+    slept = Sleeps()
     with pytest.raises(retry.GaveUp) as exc:
-        core_v1(emu, retry.RetryPolicy(attempts=5, initial_s=0.05, total_s=5.0)).list_node()
-    assert time.monotonic() - started < 2 and exc.value.status == 429
+        core_v1(emu, retry.RetryPolicy(attempts=5, initial_s=0.05, total_s=5.0), slept).list_node()
+    assert slept == [] and exc.value.status == 429 and emu.faults()[0]["hits"] == 1  # no wait, no second try
     assert "gave up after 1 attempt(s)" in str(exc.value)
 
 
@@ -92,11 +104,13 @@ def test_a_persistent_500_gives_up_after_the_bound_with_one_clear_error(emu, cap
     assert "\n" not in message and exc.value.status == 500 and isinstance(exc.value, ApiException)
     assert message.startswith("Kubernetes API 500 Internal Server Error: Internal error occurred: etcdserver")
     assert "list_node: gave up after 4 attempt(s) in" in message
-    # the time bound: many attempts allowed, 0.6 s in all
-    started = time.monotonic()
-    with pytest.raises(retry.GaveUp):
-        core_v1(emu, retry.RetryPolicy(attempts=100, initial_s=0.1, max_wait_s=0.1, total_s=0.6)).list_node()
-    assert time.monotonic() - started < 1.2
+    # the time bound: many attempts allowed, 0.6 s in all; it stops on time, never planning past it
+    slept, hits = Sleeps(), emu.faults()[0]["hits"]
+    with pytest.raises(retry.GaveUp) as exc:
+        core_v1(emu, retry.RetryPolicy(attempts=100, initial_s=0.1, max_wait_s=0.1, total_s=0.6), slept).list_node()
+    tries = emu.faults()[0]["hits"] - hits
+    assert 1 <= tries < 100 and len(slept) == tries - 1 and slept.total <= 0.6
+    assert f"gave up after {tries} attempt(s)" in str(exc.value)
     # discovery: the cached read gives up, the paged read too; one line for the run's log
     caplog.set_level(logging.WARNING)
     with pytest.raises(retry.GaveUp) as exc:
@@ -258,27 +272,29 @@ def test_a_call_on_our_own_pod_retries_until_the_tasks_deadline_then_is_out_of_t
     emu.add_gpu_node("gpu-001")
     emu.storm(["get"], "nodes", seconds=60, retry_after=1)
     deadline = time.monotonic() + 2.5
-    api = retry.own_pod(emu.core_v1(), lambda: deadline)
-    started = time.monotonic()
+    slept = Sleeps()
+    api = retry.own_pod(emu.core_v1(), lambda: deadline, slept)
     with pytest.raises(retry.OutOfTime) as exc:
         api.read_node("gpu-001")
-    assert 2.0 <= time.monotonic() - started < 4.0
+    assert time.monotonic() >= deadline - 1.0  # it kept trying while the deadline left room for a wait
+    assert slept and all(when + span < deadline for when, span in slept)  # no wait past the deadline
     assert exc.value.status is None and exc.value.last_status == 429
     assert "the task's time for the API ran out" in str(exc.value)
     assert not _should_retry_api(exc.value)  # the provider does not start over
-    assert emu.storms()[0]["hits"] >= 2
-    started = time.monotonic()
+    hits = emu.storms()[0]["hits"]
+    assert hits >= 2
+    slept.clear()
     with pytest.raises(retry.OutOfTime):  # past the deadline: one try, no wait
         api.read_node("gpu-001")
-    assert time.monotonic() - started < 1.0
+    assert slept == [] and emu.storms()[0]["hits"] == hits + 1
 
 
 def test_our_pods_log_behind_an_unreachable_kubelet_is_not_retried(emu):
     emu.add_gpu_node("gpu-001")
     pod = emu.add_user_pod("gpu-001", name="job-0")
     emu.configure(unreachable_kubelets=["gpu-001"])
-    api = retry.own_pod(emu.core_v1(), lambda: time.monotonic() + 60)
-    started = time.monotonic()
+    slept = Sleeps()
+    api = retry.own_pod(emu.core_v1(), lambda: time.monotonic() + 60, slept)
     with pytest.raises(ApiException) as exc:
         api.read_namespaced_pod_log(pod["metadata"]["name"], "default", _preload_content=False)
-    assert exc.value.status == 500 and time.monotonic() - started < 1.0
+    assert exc.value.status == 500 and slept == []  # not retried: no wait

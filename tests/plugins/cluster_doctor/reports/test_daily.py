@@ -7,7 +7,6 @@ import json
 import os
 import pathlib
 import re
-import time
 
 import pytest
 from cluster_doctor.domain.attempts import Attempt
@@ -295,17 +294,11 @@ def test_bounded_size_at_5000_nodes(store):
                           checks=[GEMM_FAIL, ECC_FAIL, OK_CHECK]))
         else:
             rows.append(a(node, "dl_unit", "pass", at(-1), metrics={"gemm_bf16_tflops_min": 700 + i % 30}))
-    started = time.perf_counter()
     for chunk in range(0, len(rows), 2000):  # one transaction takes an advisory lock per pair: keep it small
         store.record(rows[chunk:chunk + 2000])
-    seeded_s = time.perf_counter() - started
-    started = time.perf_counter()
     data = daily.build(store, D, tests=["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
                        staleness_days=7, now=NOW)
     md, page = daily.render_markdown(data), daily.render_html(data)
-    report_s = time.perf_counter() - started
-    print(f"seeded 15,000 attempts in {seeded_s:.1f} s; report in {report_s:.2f} s; "
-          f"markdown {len(md) / 1e3:.0f} kB, HTML {len(page) / 1e3:.0f} kB")
     assert data["fleet"]["nodes"] == 5000 and data["fleet"]["failing_total"] == 1000
     assert len(data["fleet"]["failing"]) == daily.DEFAULT_MAX_ROWS and len(data["failures"]) == daily.DEFAULT_MAX_ROWS
     assert data["fleet"]["counts"]["stale"] == 2500 and data["fleet"]["counts"]["never"] == 5000
@@ -313,7 +306,6 @@ def test_bounded_size_at_5000_nodes(store):
     groups = {(g["test_name"], g["state"]): g for g in data["fleet"]["stale_groups"]}
     assert groups[("storage_fio", "never")]["nodes"] == "gpu-[0001-5000]"
     assert len(md.encode()) < 1_000_000 and len(page.encode()) < 1_500_000
-    assert report_s < 30  # a sanity bound on a 2-core machine; the print above is the real figure
 
 
 def test_markdown_neutralises_links_and_control_characters(store):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 
 import pytest
 from cluster_doctor.domain.config import Settings
@@ -323,13 +322,9 @@ def big_db(pg_admin_dsn, template_db):
 
 def test_5000_nodes_page_is_bounded_and_pages(big_db):
     c = make_client(big_db)
-    started = time.perf_counter()
     r = c.get("/cluster-doctor/")
-    elapsed = time.perf_counter() - started
     assert r.status_code == 200
-    print(f"\n5,000 nodes x 4 tests: first page {len(r.content) / 1024:.0f} KiB in {elapsed * 1000:.0f} ms")
-    assert len(r.content) < 300_000
-    assert elapsed < 3.0
+    assert len(r.content) < 300_000  # its speed: make bench-page
     assert "5000 nodes" in r.text and "page 1 of 50" in r.text
     assert rows(r.text)[:2] == ["gpu-0001", "gpu-0002"] and len(rows(r.text)) == 100
     last = c.get("/cluster-doctor/?page=50")
