@@ -231,7 +231,7 @@ def _target_ready(ctx: Context, target: str, patterns: list[str]) -> bool:
     """The target exists and is on the storage to measure; else the finding, and every pattern not run."""
     if not os.path.isdir(target):
         ctx.check("storage_writable", "fail", value="ENOENT", device=target, code="STORAGE_MISSING",
-                  message=f"target directory {target} does not exist on this node (volume not mounted?)")
+                  message="the target directory does not exist on this node (volume not mounted?)")
         not_run(ctx, patterns, target, "the target directory does not exist")
         return False
     a = ctx.args
@@ -256,7 +256,7 @@ def judge_mount(target: str, want: str, mountinfo: str = MOUNTINFO, cpu: bool = 
         if on_root or (m is not None and m.mount_point == "/"):
             return Check("storage_mount", "error", "/", threshold="a mounted volume", device=target,
                          code="STORAGE_NOT_MOUNTED",
-                         message=f"{target} is on the container's root filesystem ({where}, the device of /), not on "
+                         message=f"on the container's root filesystem ({where}, the device of /), not on "
                          "a mounted volume: fio would measure the image's own disk. The pod has no volume there "
                          "(the template's `results` volume, or --dir / CLUSTER_DOCTOR_FIO_DIR)")
         if m is None and on_root is None:

@@ -10,6 +10,7 @@ from .. import codes
 from .text import fmt
 
 CHECK_STATUSES = ("pass", "fail", "warn", "error", "skip")
+MAX_DEVICE_IN_HEADLINE = 80  # characters of a check's device in the reason (a reason keeps 300 in all)
 
 
 class SuiteError(Exception):
@@ -70,7 +71,13 @@ class Check:
         }
 
     def headline(self) -> str:
-        where = f"[{self.device}]" if self.device else ""
+        """``name[device]: message``; a long device (a path) keeps its ends, so the message that says what
+        is wrong still fits a one-line reason."""
+        device = self.device or ""
+        if len(device) > MAX_DEVICE_IN_HEADLINE:
+            keep = (MAX_DEVICE_IN_HEADLINE - 3) // 2
+            device = f"{device[:keep]}...{device[-keep:]}"
+        where = f"[{device}]" if device else ""
         msg = self.message or f"value {fmt(self.value)}{' ' + self.unit if self.unit else ''}" + (
             f" vs {self.threshold}" if self.threshold else ""
         )

@@ -403,3 +403,16 @@ def test_standalone_results_go_where_the_user_can_write_and_say_so(tmp_path, mon
     # the shared layout wins where it exists and is writable (validation pods, Slurm with the mount)
     (tmp_path / "no-shared-volume").mkdir()
     assert cli.default_output_dir() == str(tmp_path / "no-shared-volume")
+
+
+def test_a_long_device_keeps_the_message_in_the_one_line_reason():
+    """A check's device may be a long path; the reason (one line, 300 characters) still says what is wrong."""
+    from cluster_doctor_suites.harness.checks import MAX_DEVICE_IN_HEADLINE, Check
+    from cluster_doctor_suites.harness.verdict import decide
+
+    path = "/data/" + "/".join(f"level-{i:02d}" for i in range(40)) + "/not-mounted"
+    check = Check("storage_writable", "fail", device=path, message="the target directory does not exist on this node")
+    status, reason = decide([check], None)
+    assert status == "fail" and reason.endswith("does not exist on this node")
+    assert reason.startswith("storage_writable[/data/level-00") and "/not-mounted]" in reason
+    assert len(reason.split("]", 1)[0]) <= len("storage_writable[") + MAX_DEVICE_IN_HEADLINE
