@@ -295,15 +295,17 @@ class ResultStore:
         values = ", ".join(["(" + ", ".join(casts) + ")"] * len(skipped))
         # derived columns left out: a row stored before 0004 (NULL there) and its re-write are one attempt
         content = [c for c in Attempt.COLUMNS if c not in KEY_COLUMNS and c not in Attempt.DERIVED]
+        # which columns differ, named in the message: what a person needs to tell a replayed file from a bug
+        differing = ", ".join(f"CASE WHEN h.{c} IS DISTINCT FROM v.{c} THEN '{c}' END" for c in content)
         cur.execute(
             f"WITH v ({', '.join(Attempt.COLUMNS)}) AS (VALUES {values}) "
-            f"SELECT {', '.join('v.' + c for c in KEY_COLUMNS)} FROM v JOIN validation_history h "
-            f"USING ({', '.join(KEY_COLUMNS)}) "
+            f"SELECT {', '.join('v.' + c for c in KEY_COLUMNS)}, array_remove(ARRAY[{differing}], NULL) "
+            f"FROM v JOIN validation_history h USING ({', '.join(KEY_COLUMNS)}) "
             f"WHERE ({', '.join('h.' + c for c in content)}) IS DISTINCT FROM ({', '.join('v.' + c for c in content)})",
             [v for row in skipped for v in row])
-        return [f"{node} · {test} (dag {dag_id}, run {run_id}, try {try_number})"
-                for node, test, dag_id, run_id, try_number in
-                ((r[2], r[3], r[0], r[1], r[4]) for r in cur.fetchall())]
+        return [f"{node} · {test} (dag {dag_id}, run {run_id}, try {try_number}; differs in {', '.join(columns)})"
+                for node, test, dag_id, run_id, try_number, columns in
+                ((r[2], r[3], r[0], r[1], r[4], r[5]) for r in cur.fetchall())]
 
     def record_over_placeholder(self, attempt: Attempt, *, placeholder_reason: str = UNREPORTED,
                                 now: dt.datetime | None = None) -> str:
