@@ -7,7 +7,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SUITES_REQS := include/suites/requirements.txt
 REQS := pyproject.toml $(SUITES_REQS) constraints.txt
-export PYTHONDONTWRITEBYTECODE := 1
+# Bytecode outside the tree, in .venv/pycache: every process imports compiled modules (Airflow's ~4,000,
+# compiled there by make .venv; the project's, the tools' and the tests' on first use), and pytest keeps its
+# assertion-rewritten test modules there too: with PYTHONDONTWRITEBYTECODE (which some machines set in the
+# environment) every pytest process rewrote all ~300 test files again, half of its collection's 14 s.
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
 
 .PHONY: .venv test test-slow test-celery screenshots demo up down bench-store bench-discovery bench-guards bench-metrics bench-page bench-healthy bench-backfill bench constraints requirements clean help
 
@@ -39,9 +44,8 @@ $(STAMP): $(REQS)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	@# The project itself, editable: `cluster-doctor`, `python -m cluster_doctor` and the Airflow
 	@# plugin entry point work from the venv without PYTHONPATH.
-	@# --compile-bytecode: uv writes no .pyc by default, and PYTHONDONTWRITEBYTECODE (above: no
-	@# __pycache__ in the tree) keeps Python from writing them later, so every process that imports
-	@# Airflow would compile its ~4,000 modules from source again (about 6 s each: a DagRun, a CLI call).
+	@# --compile-bytecode, into PYTHONPYCACHEPREFIX (above): uv writes no .pyc by default, and a process
+	@# that imports Airflow would otherwise compile its ~4,000 modules first (about 6 s: a DagRun, a CLI call).
 	$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -c constraints.txt \
 		-e ".[airflow,embedded,dev,celery]" -r $(SUITES_REQS)
 	@# The moved-clock test runs (tests/clock.py) move the clock of every Python program a test starts:

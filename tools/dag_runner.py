@@ -35,7 +35,6 @@ def airflow_env(home: str | os.PathLike, *, extra: dict | None = None) -> dict:
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "PYTHONDONTWRITEBYTECODE": "1",
     })
     env.update(extra or {})
     return env

@@ -48,7 +48,6 @@ def airflow_env(home: pathlib.Path, *, users: Mapping[str, str], passwords_file:
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(40),
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
         "AIRFLOW_CONN_VALIDATION_DB": results_db_url,
-        "PYTHONDONTWRITEBYTECODE": "1",
         **(extra or {}),  # e.g. CLUSTER_DOCTOR_* settings of the test
     })
     return env
