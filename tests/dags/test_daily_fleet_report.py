@@ -44,7 +44,10 @@ print("STATE", run.state)
 """
 
 
+# covered fast by airflow/test_daily_tasks.py and reports/test_daily.py; the DAG runs for real in
+# tests/readme/test_quick_start.py (make demo runs it after continuous_validation)
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_real_run_writes_the_report(store, db_url, tmp_path):
     """dag.test() on a migrated SQLite metadata DB: the task reads the results DB through the
     validation_db connection and writes both files under reports_dir."""

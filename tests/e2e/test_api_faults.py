@@ -130,6 +130,7 @@ def test_a_result_not_read_in_time_is_not_judged_then_recorded_by_the_next_run(r
                      message=f"the kept pod {kept['name']} gone")
 
 
+@pytest.mark.slow  # covered fast by airflow/test_operator_control_plane.py (the same 403, recorded skipped)
 def test_a_persistent_403_is_reported_as_the_missing_permission(runner, cluster, db_dsn):
     script_result(cluster, "gpu-001")
     cluster.add_gpu_node("gpu-001")

@@ -35,6 +35,10 @@ def validate_states(result) -> dict:
 
 
 # 1 ------------------------------------------------------------------------------------------------
+# covered fast by kube/test_against_emulator.py (who is free, and why not), airflow/test_tasks.py (not_eligible
+# in the summary), airflow/test_operator_lifecycle.py (a pass recorded, its pod deleted); pods and rows of a
+# real scheduler's run, pool slots included: the stack test
+@pytest.mark.slow
 def test_only_free_gpu_nodes_are_validated_and_the_others_are_explained(runner, cluster, db_dsn):
     for i in range(1, 11):
         product = "NVIDIA-H200" if i % 2 else "NVIDIA-H100-80GB-HBM3"
@@ -126,26 +130,33 @@ def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(runner
 
 
 # 4 ------------------------------------------------------------------------------------------------
-def test_failing_crashing_and_garbage_suites(runner, cluster, db_dsn):
-    for node in ("gpu-001", "gpu-002", "gpu-003"):
+def test_failing_crashing_hung_and_garbage_suites(runner, cluster, db_dsn):
+    """One run, four ways a suite can go wrong: each node's row says which, and the run fails."""
+    # the hung pod's deadline: pending window + budget, 13 s (a pod is Running in well under a second)
+    runner.env_overrides.update({"CLUSTER_DOCTOR_PENDING_TIMEOUT_S": "10",
+                                 "CLUSTER_DOCTOR_SUITE_TIMEOUTS_S": '{"gpu_health": 3}'})
+    for node in ("gpu-001", "gpu-002", "gpu-003", "gpu-004"):
         cluster.add_gpu_node(node)
     check = {"name": "ecc_uncorrected", "status": "fail", "device": "GPU 3", "value": 2, "unit": "errors",
              "threshold": "== 0", "message": "volatile uncorrected ECC errors on GPU 3"}
     script_result(cluster, "gpu-001", status="fail", checks=[check])
     cluster.set_script("gpu-002", "crash", exit_code=139, log="Segmentation fault (core dumped)")
     cluster.set_script("gpu-003", "exit", exit_code=0, log="ok ok ok\n%%% not json %%%")
+    cluster.set_script("gpu-004", "run")  # hangs: only activeDeadlineSeconds ends it
 
     result = runner.run()
 
     assert result["state"] == "failed"  # this run found a bad node: the DagRun says so
     assert result["states"][("verdict", -1)] == "failed"
-    assert validate_states(result) == {f"gpu-00{i} · gpu_health": "failed" for i in (1, 2, 3)}
+    assert validate_states(result) == {f"gpu-00{i} · gpu_health": "failed" for i in (1, 2, 3, 4)}
     by_node = {r["node_name"]: r for r in rows(db_dsn)}
     assert by_node["gpu-001"]["status"] == "fail"
     assert by_node["gpu-001"]["checks"][0]["device"] == "GPU 3" and "GPU 3" in by_node["gpu-001"]["reason"]
     assert by_node["gpu-002"]["status"] == "error" and "Segmentation fault" in by_node["gpu-002"]["reason"]
     assert by_node["gpu-003"]["status"] == "error" and "without a result" in by_node["gpu-003"]["reason"]
+    assert by_node["gpu-004"]["status"] == "error" and "run-time budget" in by_node["gpu-004"]["reason"]
     assert "FAIL  ecc_uncorrected [GPU 3] value=2 errors" in runner.last_log
+    assert all(p["deleted"] for p in validation_pods(cluster))  # the hung one killed at its deadline too
 
 
 # 5 ------------------------------------------------------------------------------------------------
@@ -225,22 +236,18 @@ def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly
 
 
 # 7 ------------------------------------------------------------------------------------------------
-def test_non_gpu_nodes_and_an_empty_plan_create_no_pod(runner, cluster, db_dsn, db_url):
+def test_non_gpu_nodes_and_a_dry_run_create_no_pod(runner, cluster, db_dsn, db_url):
+    """Nodes without GPUs are not GPU nodes; a dry run plans (gpu-002 is due, gpu-001 fresh) and creates no
+    pod. A run that plans nothing at all: test_backfill's last run; its summary: airflow/test_tasks.py."""
     cluster.add_gpu_node("cpu-001", gpus=0)
     cluster.add_gpu_node("cpu-002", gpus=0)
     cluster.add_gpu_node("gpu-001")
+    cluster.add_gpu_node("gpu-002")
     ResultStore(db_url).record([{"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass",
                                  "finished_at": dt.datetime.now(dt.UTC), "run_id": "earlier"}])
-    result = runner.run()
-    assert result["state"] == "success"
-    assert validation_pods(cluster) == []
-    assert result["summary"] is not None, result["states"]
-    assert result["summary"]["planned"] == 0 and result["summary"]["gpu_nodes"] == 1
-    assert len(rows(db_dsn)) == 1
-    # dry run: a plan but no pod
-    cluster.add_gpu_node("gpu-002")
     dry = runner.run({"dry_run": True})
-    assert dry["state"] == "success" and dry["summary"]["planned"] == 1
+    assert dry["state"] == "success", dry["states"]
+    assert dry["summary"]["planned"] == 1 and dry["summary"]["gpu_nodes"] == 2
     assert validation_pods(cluster) == [] and len(rows(db_dsn)) == 1
 
 
@@ -257,6 +264,7 @@ def test_a_bad_node_range_is_refused_before_any_pod(runner, cluster, db_dsn):
     assert validation_pods(cluster) == [] and rows(db_dsn) == []
 
 
+@pytest.mark.slow  # covered fast by tests/dags/test_continuous_validation.py (the Param's pattern refuses it)
 def test_an_obviously_bad_node_range_is_refused_at_trigger_time(runner, cluster, db_dsn):
     cluster.add_gpu_node("gpu-001")
     with pytest.raises(AssertionError, match="dag_runner failed"):
@@ -265,21 +273,10 @@ def test_an_obviously_bad_node_range_is_refused_at_trigger_time(runner, cluster,
     assert validation_pods(cluster) == [] and rows(db_dsn) == []
 
 
-# a hung suite ------------------------------------------------------------------------------------
-def test_a_hung_suite_is_killed_at_its_deadline_and_recorded_as_error(runner, cluster, db_dsn):
-    runner.env_overrides.update({"CLUSTER_DOCTOR_PENDING_TIMEOUT_S": "3",
-                                 "CLUSTER_DOCTOR_SUITE_TIMEOUTS_S": '{"gpu_health": 3}'})
-    cluster.add_gpu_node("gpu-001")
-    cluster.set_script("gpu-001", "run")  # runs forever: only activeDeadlineSeconds ends it
-    result = runner.run()
-    assert result["state"] == "failed"
-    assert validate_states(result) == {"gpu-001 · gpu_health": "failed"}
-    (row,) = rows(db_dsn)
-    assert row["status"] == "error" and "run-time budget" in row["reason"]
-    assert all(p["deleted"] for p in validation_pods(cluster))
-
-
 # at submit time ----------------------------------------------------------------------------------
+# covered fast by airflow/test_operator_pending_node.py (the pre-submit check: no longer free, no pod); in a
+# DagRun, test_bundles' user pod between suites meets the same check
+@pytest.mark.slow
 def test_no_pod_when_the_node_became_busy_after_planning(runner, cluster, db_dsn):
     for node in ("gpu-001", "gpu-002"):
         cluster.add_gpu_node(node)
@@ -334,6 +331,7 @@ def test_a_variable_changing_what_parsing_fixed_is_refused_before_any_pod(runner
 
 
 # the results volume ------------------------------------------------------------------------------
+@pytest.mark.slow  # covered fast by kube/test_volumes.py (a missing claim: one reason, nothing planned, the verdict fails)
 def test_a_missing_results_pvc_fails_the_run_with_its_reason_before_any_pod(runner, cluster, db_dsn):
     # the default 20-minute pending timeout: had a pod been created to wait for the claim, the run
     # could not end within the runner's limit; the claim is read once, before any pod
