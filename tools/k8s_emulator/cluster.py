@@ -171,4 +171,6 @@ class Cluster:
             out = [dict(r) for r in self.history.values()]
         out = [r for r in out if (not namespace or r["namespace"] == namespace)
                and (lsel is None or lsel.matches(r["labels"]))]
-        return sorted(out, key=lambda r: (r["created"] or "", r["namespace"], r["name"]))
+        # in creation order: a creationTimestamp has whole seconds, and pods created in the same second (a
+        # node's suites, one after another) must not come back in the order of their names
+        return out

@@ -293,7 +293,7 @@ def test_a_different_attempt_under_a_stored_identity_is_a_conflict_not_a_duplica
     assert (same.inserted, same.duplicates, same.conflicts) == (0, 1, ())  # jsonb normalisation is no conflict
     other = store.record([attempt(run="r1", status="fail"), attempt(node="gpu-002", run="r1")])
     assert (other.inserted, other.duplicates, len(other.conflicts)) == (1, 0, 1)
-    assert "gpu-001 · dl_unit" in other.conflicts[0] and other.conflicts[0].endswith("differs in status)")
+    assert "gpu-001 · dl_unit" in other.conflicts[0] and "; differs in status" in other.conflicts[0]
     from cluster_doctor.store.history import AttemptConflict
 
     with pytest.raises(AttemptConflict):
