@@ -77,7 +77,7 @@ def moved_pytest(spec: str, args: list[str], out: pathlib.Path, *, workers: int 
 def the_suite(extra: tuple[str, ...] = ()) -> list[str]:
     """The whole suite as make test runs it, less the folders that keep the real clock (not even collected)."""
     ignored = [f"--ignore={folder.rstrip('/')}" for folder in clock.REAL_CLOCK_FOLDERS]
-    return ["-m", "not slow", "-q", "--tb=short", "-p", "no:randomly", *ignored, *extra, "tests"]
+    return ["-m", "not slow", "--tb=short", *ignored, *extra, "tests"]  # not -q: the header says the clock moved
 
 
 @pytest.fixture(scope="module")

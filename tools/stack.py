@@ -324,7 +324,6 @@ def airflow_env(state: pathlib.Path, *, port: int, stack_id: str, socket_dir: st
     env.update({
         MARKER: stack_id,
         PART: "airflow",
-        "PYTHONDONTWRITEBYTECODE": "1",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         # the plugin comes from the installed distribution's entry point, as in a real deployment
@@ -489,7 +488,7 @@ def start_cluster(record: Record, cluster_dir: pathlib.Path, *, nodes: int, chur
                   seed: int | None) -> tuple[subprocess.Popen, pathlib.Path]:
     """The simulated cluster's process (tools/stack_cluster.py), started, not waited for."""
     cluster_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    cluster_env.update({MARKER: record.stack_id, PART: "cluster", "PYTHONDONTWRITEBYTECODE": "1"})
+    cluster_env.update({MARKER: record.stack_id, PART: "cluster"})
     (cluster_dir / "ready.json").unlink(missing_ok=True)
     argv = [sys.executable, str(REPO / "tools" / "stack_cluster.py"), "--state-dir", str(cluster_dir),
             "--nodes", str(nodes), "--interval", str(churn_interval)]
