@@ -323,3 +323,41 @@ def test_the_timing_scan_finds_a_bound_and_leaves_a_lower_bound(tmp_path):
     assert [f.split(" ", 1)[0] for f in timing_bounds(tmp_path / "tests", tmp_path)] == [
         "tests/test_x.py:5", "tests/test_x.py:9", "tests/test_x.py:15", "tests/test_x.py:18", "tests/test_x.py:20",
         "tests/test_x.py:20"]
+
+
+# A test that failed once and passed on a retry is a bug to fix, not to hide: no plugin or marker reruns one.
+RERUN_PLUGINS = ("pytest-rerunfailures", "pytest-retry", "flaky", "pytest-flakefinder", "pytest-replay")
+RERUN_WORDS = re.compile(r"--reruns\b|\breruns\s*=|--only-rerun|\bmark\.(flaky|retry)\b|@flaky\b")
+
+
+def automatic_reruns(repo: pathlib.Path = REPO) -> list[str]:
+    found = []
+    for rel in ("pyproject.toml", "constraints.txt", "requirements.txt", "Makefile", ".ci/run"):
+        path = repo / rel
+        text = path.read_text(encoding="utf-8").lower() if path.exists() else ""
+        found += [f"{rel}: {name}" for name in RERUN_PLUGINS if re.search(rf"(^|[\s\"'=]){re.escape(name)}\b", text, re.M)]
+        found += [f"{rel}: {m.group(0)}" for m in RERUN_WORDS.finditer(text)]
+    for path in sorted((repo / "tests").rglob("*.py")):
+        if path.name == "test_architecture.py":
+            continue
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if RERUN_WORDS.search(line):
+                found.append(f"{path.relative_to(repo).as_posix()}:{lineno}: {line.strip()}")
+    return found
+
+
+def test_no_test_is_rerun_automatically():
+    import importlib.metadata as metadata
+    installed = {d.metadata["Name"].lower() for d in metadata.distributions()}
+    assert automatic_reruns() == [] and installed.isdisjoint(RERUN_PLUGINS), (
+        "a flaky test is a bug to fix, not to retry silently")
+
+
+def test_the_rerun_scan_finds_a_plugin_and_a_marker(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pyproject.toml").write_text('dev = ["pytest==9.0.1", "pytest-rerunfailures==15.0"]\n'
+                                            'addopts = "-ra --reruns 2"\n')
+    (tmp_path / "tests" / "test_x.py").write_text("@pytest.mark.flaky(reruns=3)\ndef test_a():\n    pass\n"
+                                                  "def test_b():\n    # reruns nothing\n    pass\n")
+    assert [f.split(":", 1)[0] for f in automatic_reruns(tmp_path)] == [
+        "pyproject.toml", "pyproject.toml", "tests/test_x.py"]
