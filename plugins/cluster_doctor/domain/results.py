@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from cluster_doctor.domain import actions, suites
+from cluster_doctor.domain import actions, suites, timestamps
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import EXECUTED, Status
@@ -241,19 +241,6 @@ def sanitize_summary(summary: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
 
 
 # ---------------------------------------------------------------------------- parsing
-def _ts(value: Any) -> dt.datetime | None:
-    """A Kubernetes timestamp, or None when absent or unreadable (never raises)."""
-    try:
-        if isinstance(value, dt.datetime):
-            return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        if isinstance(value, str) and value:
-            ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return (ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
-    except (ValueError, OverflowError):
-        return None
-    return None
-
-
 @functools.lru_cache(maxsize=1)
 def _summary_validator():
     try:
@@ -316,14 +303,14 @@ def _last_line(text: str | None) -> str:
 def _pod_timing(pod: Mapping[str, Any], terminated: Mapping[str, Any], now: dt.datetime,
                 notes: list[str]) -> tuple[dt.datetime | None, dt.datetime]:
     """The container's start and finish, bounded by the pod's creation and now (see the module doc)."""
-    created = _ts(_get(pod, "metadata", "creationTimestamp"))
+    created = timestamps.parse(_get(pod, "metadata", "creationTimestamp"))
     try:
         lower = (created - CLOCK_SKEW) if created else now - MAX_POD_AGE
     except OverflowError:  # a creation time at the start of the calendar
         lower = dt.datetime.min.replace(tzinfo=dt.UTC)
     upper = now + CLOCK_SKEW
 
-    finished = _ts(terminated.get("finishedAt"))
+    finished = timestamps.parse(terminated.get("finishedAt"))
     if finished is None:
         if terminated.get("finishedAt") not in (None, ""):
             _note(notes, f"finishedAt {_show(terminated.get('finishedAt'))} is unreadable; the observation time is used")
@@ -336,7 +323,7 @@ def _pod_timing(pod: Mapping[str, Any], terminated: Mapping[str, Any], now: dt.d
 
     started = None
     for source, raw in (("startedAt", terminated.get("startedAt")), ("startTime", _get(pod, "status", "startTime"))):
-        candidate = _ts(raw)
+        candidate = timestamps.parse(raw)
         if candidate is None:
             continue
         if lower <= candidate <= finished + CLOCK_SKEW:

@@ -25,11 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import acceptance as gate
-from cluster_doctor.domain import quarantine as q
-from cluster_doctor.domain import signals
+from cluster_doctor.domain import signals, timestamps
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.acceptance import ANN_SINCE, ANN_WHY, AcceptancePolicy
-from cluster_doctor.kube.node_patch import annotation_time, patch_node, taints
+from cluster_doctor.kube.node_patch import annotation_time, is_quarantined, patch_node, taints
 from cluster_doctor.store import suspects, transitions
 
 log = logging.getLogger(__name__)
@@ -81,14 +80,6 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     return annotation_time(node, ANN_SINCE)
 
 
-def _quarantined(node: Mapping[str, Any]) -> bool:
-    return ((node.get("metadata") or {}).get("labels") or {}).get(q.LABEL) == q.LABEL_VALUE
-
-
-def _stamp(now: dt.datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def reconcile(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Sequence[signals.NodeChange],
               tests: Sequence[str], run_id: str, node_selector: str = "",
               now: dt.datetime | None = None) -> AcceptanceReport:
@@ -106,7 +97,7 @@ def reconcile(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Se
     _open_or_keep(core_v1, store, policy, ours, tests, report, run_id=run_id, now=now)
 
     asking = {c.node_name: c.kind for c in changes if c.kind in policy.changes and c.node_name in nodes
-              and c.node_name not in ours and not _quarantined(nodes[c.node_name])}
+              and c.node_name not in ours and not is_quarantined(nodes[c.node_name])}
     choice = gate.choose(list(asking), gated=len(report.gated), policy=policy)
     report.waiting = choice.waiting
     if choice.breaker_open:
@@ -135,12 +126,12 @@ def _open_or_keep(core_v1: Any, store: Any, policy: AcceptancePolicy, ours: Mapp
             provisioned[name] = gate.PROVISIONED
             if not policy.dry_run:
                 patch_node(core_v1, node, lambda _n: {"metadata": {"annotations": {
-                    ANN_SINCE: _stamp(now), ANN_WHY: gate.PROVISIONED}}})
+                    ANN_SINCE: timestamps.rfc3339(now), ANN_WHY: gate.PROVISIONED}}})
             since = now
         verdict = gate.judge({t: states.get((name, t)) for t in tests}, tests, since=since, now=now, policy=policy)
         if verdict == gate.PASSED:
             if _open(core_v1, store, policy, node, life.ACCEPTED,
-                     f"every enabled suite passed since {_stamp(since)}", run_id=run_id, now=now):
+                     f"every enabled suite passed since {timestamps.rfc3339(since)}", run_id=run_id, now=now):
                 report.accepted.append(name)
         elif verdict == gate.MAX_HOLD:
             if _open(core_v1, store, policy, node, life.RELEASED,
@@ -167,7 +158,7 @@ def _close(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str
     def build(current: Mapping[str, Any]) -> dict[str, Any]:
         # a merge patch replaces the taint list whole: the node's own taints plus ours
         others = [t for t in taints(current) if t.get("key") != policy.taint_key]
-        return {"metadata": {"annotations": {ANN_SINCE: _stamp(now), ANN_WHY: why}},
+        return {"metadata": {"annotations": {ANN_SINCE: timestamps.rfc3339(now), ANN_WHY: why}},
                 "spec": {"taints": others + [policy.taint]}}
 
     patch_node(core_v1, node, build)
@@ -217,5 +208,6 @@ def _suspect(store: Any, why: Mapping[str, str], now: dt.datetime, *,
             return f"acceptance gate ({kind}): {ungated[name]}: its whole bundle first, users not held"
         return f"acceptance gate ({kind}): its whole bundle before users"
 
-    suspects.record(store.connect, [signals.Evidence(name, SOURCE[kind], f"acceptance {_stamp(now)}", text(name, kind),
-                                                     now) for name, kind in sorted(why.items())], seen_at=now)
+    at = timestamps.rfc3339(now)
+    suspects.record(store.connect, [signals.Evidence(name, SOURCE[kind], f"acceptance {at}", text(name, kind), now)
+                                    for name, kind in sorted(why.items())], seen_at=now)

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import conditions as policy_of
+from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.conditions import CONDITION_TYPE, FALSE, TRUE, ConditionPolicy, ConditionReport
 from cluster_doctor.store.conditions import latest_by_node
 from cluster_doctor.store.transitions import repeat_offenders_now
@@ -59,23 +60,11 @@ def current(node: Mapping[str, Any]) -> dict[str, Any] | None:
     return next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == CONDITION_TYPE), None)
 
 
-def _time(value: Any) -> dt.datetime | None:
-    try:
-        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else None
-
-
-def _rfc3339(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _body(cond: policy_of.Condition, cur: Mapping[str, Any] | None, now: dt.datetime) -> dict[str, Any]:
     since = cur.get("lastTransitionTime") if cur and cur.get("status") == cond.status else None
     return {"status": {"conditions": [{
         "type": CONDITION_TYPE, "status": cond.status, "reason": cond.reason, "message": cond.message,
-        "lastHeartbeatTime": _rfc3339(now), "lastTransitionTime": since or _rfc3339(now)}]}}
+        "lastHeartbeatTime": timestamps.rfc3339(now), "lastTransitionTime": since or timestamps.rfc3339(now)}]}}
 
 
 def reconcile(
@@ -104,7 +93,7 @@ def reconcile(
             wanted[name] = policy_of.repeat_offender(wanted[name], offender)
     window = dt.timedelta(hours=policy.window_hours)
     report.in_window = sum(1 for n in gpu.values() if (c := current(n)) and c.get("status") == FALSE
-                           and (t := _time(c.get("lastTransitionTime"))) and now - t < window)
+                           and (t := timestamps.parse(c.get("lastTransitionTime"))) and now - t < window)
     turning = [name for name, cond in wanted.items() if cond.status == FALSE and (current(gpu[name]) or {}).get("status") != FALSE]
     if turning and report.in_window + len(turning) > report.limit:
         report.breaker_open, report.held_back = True, turning

@@ -27,7 +27,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import datetime as dt
 import gc
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 
 import hostlist
 
+from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import InvalidNodeName, NodeRange, validate_node_name
 from cluster_doctor.domain.quarantine import LABEL as QUARANTINE_LABEL
@@ -391,17 +391,9 @@ def node_facts(node: listing.LazyNode, whole: Mapping[str, Any], settings: Setti
     watched = settings.signal_node_conditions
     conditions = tuple(
         ConditionSeen(str(c.get("type")), str(c.get("status")), c.get("reason") or "", c.get("message") or "",
-                      _time(c.get("lastTransitionTime")))
+                      timestamps.parse(c.get("lastTransitionTime")))
         for c in (whole.get("status") or {}).get("conditions") or [] if c.get("type") in watched)
     return NodeFacts(node.boot_id or None, node.label(QUARANTINE_LABEL) == QUARANTINE_VALUE, conditions)
-
-
-def _time(value: Any) -> dt.datetime | None:
-    """An RFC 3339 time of the API (``2026-11-28T10:04:00Z``), None when absent or unreadable."""
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
 
 
 def node_gpus(node: listing.LazyNode, resource: str) -> tuple[int, str] | None:

@@ -10,20 +10,25 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cluster_doctor.domain import quarantine as q
+from cluster_doctor.domain import timestamps
+
 
 def taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The node's taints (a merge patch replaces the list whole: a patch sends the others back with ours)."""
     return list((node.get("spec") or {}).get("taints") or [])
 
 
+def is_quarantined(node: Mapping[str, Any]) -> bool:
+    """Our quarantine label or our quarantine taint: either alone (a half-finished patch, a hand edit)
+    still keeps the node from users' and from the reservation's and the acceptance gate's hands."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(q.LABEL) == q.LABEL_VALUE or any(t.get("key") == q.LABEL for t in taints(node))
+
+
 def annotation_time(node: Mapping[str, Any], key: str) -> dt.datetime | None:
     """A timezone-aware time we wrote into an annotation (reserved-at, gated-at); None when absent or garbled."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
-    try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00")) if raw else None
-    except ValueError:
-        return None
-    return value if value is not None and value.tzinfo else None
+    return timestamps.parse(((node.get("metadata") or {}).get("annotations") or {}).get(key))
 
 
 def read_node(core_v1: Any, name: str) -> dict[str, Any]:

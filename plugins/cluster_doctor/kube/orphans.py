@@ -49,7 +49,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster_doctor.domain import fleet_verdicts, results
+from cluster_doctor.domain import fleet_verdicts, results, timestamps
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, is_not_judged, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
@@ -114,16 +114,6 @@ Report = OrphanReport
 
 
 # ---------------------------------------------------------------------------- reading a pod (pure)
-def _time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
-
-
 def _int(value: Any, default: int) -> int:
     try:
         return int(value)
@@ -157,14 +147,14 @@ def owner_of(pod: Mapping[str, Any]) -> Owner:
 def ended_at(pod: Mapping[str, Any]) -> dt.datetime | None:
     """When the pod's containers finished (None when the pod does not say)."""
     status = pod.get("status") or {}
-    finished = [_time(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+    finished = [timestamps.parse(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
                 for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)]
     finished = [f for f in finished if f is not None]
     if finished:
         return max(finished)
     for condition in status.get("conditions") or []:  # no container ever ran: when it stopped being ready
         if isinstance(condition, Mapping) and (condition.get("type"), condition.get("status")) == ("Ready", "False"):
-            return _time(condition.get("lastTransitionTime"))
+            return timestamps.parse(condition.get("lastTransitionTime"))
     return None
 
 
@@ -187,7 +177,7 @@ def decide(pod: Mapping[str, Any], owner: Owner, *, now: dt.datetime, settings: 
     phase = status.get("phase")
     if meta.get("deletionTimestamp"):
         return Decision(KEEP, "already being deleted")
-    created = _time(meta.get("creationTimestamp"))
+    created = timestamps.parse(meta.get("creationTimestamp"))
     if created is None:
         return Decision(KEEP, "no creation time")
     if recorded is not None:

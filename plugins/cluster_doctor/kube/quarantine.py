@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import actions as action_rules
+from cluster_doctor.domain import timestamps
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operators and tests use)
     ANN_ACTION,
@@ -81,14 +82,7 @@ def _nodes(core_v1: Any, **kwargs: Any) -> list[dict[str, Any]]:
 
 
 def _since(node: Mapping[str, Any]) -> dt.datetime | None:
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(ANN_SINCE)
-    if not raw:
-        return None
-    try:
-        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return value if value.tzinfo else None
+    return timestamps.parse(((node.get("metadata") or {}).get("annotations") or {}).get(ANN_SINCE))
 
 
 def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool, repeat: str | None = None):
@@ -98,7 +92,7 @@ def _quarantine_body(failures: Sequence[Failure], now: dt.datetime, taint: bool,
             "annotations": {
                 ANN_TESTS: ",".join(sorted({f.test_name for f in failures}))[:_MAX_ANNOTATION],
                 ANN_CODES: "; ".join(f"{f.test_name}: {f.code}" for f in failures)[:_MAX_ANNOTATION],
-                ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                ANN_SINCE: timestamps.rfc3339(now),
                 ANN_ACTION: life.REPLACE if repeat else _action_of(failures),
                 **({ANN_REPEAT: repeat[:_MAX_ANNOTATION]} if repeat else {}),
             }}}

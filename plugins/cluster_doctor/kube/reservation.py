@@ -33,8 +33,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import priority
-from cluster_doctor.domain import quarantine as q
 from cluster_doctor.domain import reservation as policy_of
+from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.nodes import NodeRange
 from cluster_doctor.domain.reservation import (
     ANN_RUN,
@@ -47,7 +47,7 @@ from cluster_doctor.domain.reservation import (
     VALIDATED,
     ReservationPolicy,
 )
-from cluster_doctor.kube.node_patch import annotation_time, patch_node, read_node, taints
+from cluster_doctor.kube.node_patch import annotation_time, is_quarantined, patch_node, read_node, taints
 from cluster_doctor.store import reservations as rows
 
 log = logging.getLogger(__name__)
@@ -100,16 +100,11 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     return annotation_time(node, ANN_SINCE)
 
 
-def _quarantined(node: Mapping[str, Any]) -> bool:
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    return labels.get(q.LABEL) == q.LABEL_VALUE or any(t.get("key") == q.LABEL for t in taints(node))
-
-
 def _reserve_body(now: dt.datetime, run_id: str):
     def build(node: Mapping[str, Any]) -> dict[str, Any]:
         # taints are replaced as a whole by a patch: the node's own plus ours
         others = [t for t in taints(node) if t.get("key") != KEY]
-        return {"metadata": {"annotations": {ANN_SINCE: now.strftime("%Y-%m-%dT%H:%M:%SZ"), ANN_RUN: run_id[:250]}},
+        return {"metadata": {"annotations": {ANN_SINCE: timestamps.rfc3339(now), ANN_RUN: run_id[:250]}},
                 "spec": {"taints": others + [dict(TAINT)]}}
     return build
 
@@ -166,7 +161,7 @@ def reconcile(
     first = [policy_of.Overdue(n, None) for n in sorted(set(suspects) & ((busy_set | free_set) - set(ours)))]
     candidates = [o for o in first + [o for o in policy_of.overdue(
         sorted(busy_set - set(ours)), tests, latest, now=now, due_policy=due_policy, policy=policy)
-        if o.node_name not in set(suspects)] if not _quarantined(nodes.get(o.node_name) or {})]
+        if o.node_name not in set(suspects)] if not is_quarantined(nodes.get(o.node_name) or {})]
     choice = policy_of.choose(candidates, reserved=len(report.reserved) + len(elsewhere),
                               overdue_reserved=len(set(report.reserved) & overdue_now) + len(elsewhere),
                               gpu_nodes=gpu_nodes, policy=policy)
@@ -196,7 +191,7 @@ def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: Reser
     for name, node in sorted(ours.items()):
         since = _since(node) or (known[name].reserved_at if name in known else None)
         why = None
-        if (name not in busy and name not in free) or _quarantined(node):
+        if (name not in busy and name not in free) or is_quarantined(node):
             why = NOT_ELIGIBLE  # cordoned, not ready, tainted by someone else, quarantined, gone from range
         elif name not in overdue_now:
             why = NOT_OVERDUE
@@ -234,7 +229,7 @@ def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, s
     nodes = {n["metadata"]["name"]: n for n in discovery.paginate(core_v1.list_node, [0], **kwargs)}
     report.reserved = sorted(name for name, n in nodes.items() if is_reserved(n))
     candidates = [policy_of.Overdue(n, None) for n in sorted(suspects)
-                  if n in nodes and n not in report.reserved and not _quarantined(nodes[n])]
+                  if n in nodes and n not in report.reserved and not is_quarantined(nodes[n])]
     choice = policy_of.choose(candidates, reserved=len(report.reserved), overdue_reserved=len(report.reserved),
                               gpu_nodes=gpu_nodes, policy=policy)
     report.waiting = [o.node_name for o in choice.waiting]

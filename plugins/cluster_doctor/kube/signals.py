@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import signals
+from cluster_doctor.domain import signals, timestamps
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.signals import Evidence, SignalPolicy
 from cluster_doctor.kube.discovery import VALIDATION_APP_LABEL, Discovery
@@ -88,13 +88,6 @@ def _list(call: Callable[..., Any], reading: Reading, field_selector: str) -> li
     return json.loads(response.data).get("items") or []
 
 
-def _time(value: Any) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
-    except ValueError:
-        return None
-
-
 # ---------------------------------------------------------------------------- events
 def node_events(core_v1: Any, reading: Reading) -> list[signals.EventSeen]:
     """The events whose object is a node (node-problem-detector's, the kubelet's), each at its last
@@ -103,8 +96,8 @@ def node_events(core_v1: Any, reading: Reading) -> list[signals.EventSeen]:
     for e in _list(core_v1.list_event_for_all_namespaces, reading, NODE_EVENTS):
         obj, meta = e.get("involvedObject") or {}, e.get("metadata") or {}
         series = e.get("series") or {}
-        at = _time(e.get("lastTimestamp")) or _time(series.get("lastObservedTime")) or _time(e.get("eventTime")) \
-            or _time(e.get("firstTimestamp")) or _time(meta.get("creationTimestamp"))
+        at = timestamps.parse(e.get("lastTimestamp")) or timestamps.parse(series.get("lastObservedTime")) or timestamps.parse(e.get("eventTime")) \
+            or timestamps.parse(e.get("firstTimestamp")) or timestamps.parse(meta.get("creationTimestamp"))
         source = e.get("source") or {}
         seen.append(signals.EventSeen(
             node_name=obj.get("name") or "", uid=meta.get("uid") or meta.get("name") or "", reason=e.get("reason") or "",
@@ -141,9 +134,9 @@ def _failure(node: str, meta: Mapping[str, Any], status: Mapping[str, Any]) -> s
             reasons.append(term.get("reason") or "")
             messages.append(term.get("message") or "")
             exit_code = term.get("exitCode") if exit_code is None else exit_code
-            if (at := _time(term.get("finishedAt"))) is not None:
+            if (at := timestamps.parse(term.get("finishedAt"))) is not None:
                 ended.append(at)
-    at = max(ended) if ended else _time(status.get("startTime")) or _time(meta.get("creationTimestamp"))
+    at = max(ended) if ended else timestamps.parse(status.get("startTime")) or timestamps.parse(meta.get("creationTimestamp"))
     return signals.PodFailure(
         node_name=node, pod=f"{meta.get('namespace')}/{meta.get('name')}", uid=meta.get("uid") or meta.get("name") or "",
         reason=", ".join(dict.fromkeys(r for r in reasons if r)), message=" | ".join(m for m in messages if m),
