@@ -15,7 +15,7 @@ over the free nodes. Measured in this one run, per size, alternately:
 - ``xcom_kb``: the discover task's XCom (``Discovered``: settings, params, node ranges).
 
 Goals at both sizes: peak ≤ 300 MiB, discovery ≤ 1.2 × the raw list, XCom ≤ 50 KB. A figure more than
-20 % worse than the README's table says REGRESSION and the run exits 1 (bench/figures.py). Nothing is
+20 % worse than bench/figures.toml's says REGRESSION and the run exits 1 (bench/figures.py). Nothing is
 left running (tools/leftovers.py); the last line reads ``discovery_s=… raw_list_s=… ratio=… peak_mib=…
 xcom_kb=… api_calls=… nodes=… pods=…``, values per size comma-separated.
 """

@@ -17,7 +17,7 @@ data:
 Also, per size: the cold scrape (a fresh process: every pair read and assessed, every line written), the
 cached one (within the cache's lifetime) and the load average. Then the server is stopped and deleted and
 the run checks that nothing of it is left (tools/leftovers.py). A figure more than 20 % worse than the
-README's table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
+one in bench/figures.toml says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
 ``scrape_ms=<p50 per size> growth=<x> cold_ms=<p50 per size> bytes=<n> gzip_bytes=<n> series=<n>
 nodes=<sizes> baseline_ms=<p50 per size> ratio=<x>``, values per size comma-separated.
 """

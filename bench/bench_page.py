@@ -16,7 +16,7 @@ fills the 30-day coverage samples cache, as the first visit after a restart woul
   fleet bands cached after the first visit, which is printed apart).
 
 Then the server is stopped and deleted and the run checks that nothing of it is left (tools/leftovers.py).
-A figure more than 20 % worse than the README's table says REGRESSION and the run exits 1. Last line,
+A figure more than 20 % worse than bench/figures.toml's says REGRESSION and the run exits 1. Last line,
 values per size comma-separated: ``uncached_ms=<p50> growth=<x> page_ms=<p50> node_ms=<p50> nodes=<sizes>``.
 """
 

@@ -13,8 +13,8 @@ each fetched completely by the client; at the second size the view alone. Then o
 it. Then, for 10,000 nodes (40,000 pairs), the first size again in a database of its own, the view alone
 (it reads one row per pair, whatever the history). Then it stops and deletes the server and checks that
 nothing of the run is left (tools/leftovers.py:
-processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the README's
-table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
+processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the one
+recorded in bench/figures.toml says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
 ``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>
 nodes=<fleet sizes> view_by_nodes_ms=<p50 at the first size per fleet size>``, values comma-separated. Exit status 1 also when the view disagrees with the naive query or the
 retention changed it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).

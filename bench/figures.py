@@ -1,10 +1,11 @@
-"""The benchmarks' last recorded figures, read from the README's benchmark tables, and the REGRESSION
-lines of a run that is more than 20 % worse than one of them.
+"""The benchmarks' last recorded figures, read from bench/figures.toml, and the REGRESSION lines of a run
+that is more than 20 % worse than one of them.
 
-A table row names its figure in code (`` `metrics.scrape_ms` ``) in its first cell; the header names the
-sizes (``5,000 nodes``, ``10,000 nodes``, ``10 M rows`` ...) and each cell under a size holds the number
-last measured there (units in the row's label). A benchmark compares what it measured at a size the
-table has; sizes the table lacks (the small runs of tests/tools/test_benchmarks.py) are not compared.
+Each figure is keyed in the file (``metrics.scrape_ms``) and holds the number last measured at each size
+(``5,000 nodes``, ``10 M rows`` ...; units in its label). A benchmark compares what it measured at a size
+the file has; sizes the file lacks (the small runs of tests/tools/test_benchmarks.py) are not compared.
+docs/benchmarks.md quotes the figures in tables whose first cell names the key; ``quoted`` reads them
+back, so a test can check that what the page says is what the file holds.
 """
 
 from __future__ import annotations
@@ -12,48 +13,37 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import tomllib
 
-# the README whose tables hold the last figures ($CLUSTER_DOCTOR_BENCH_README: another one, for tests)
-README = pathlib.Path(os.environ.get("CLUSTER_DOCTOR_BENCH_README") or
-                      pathlib.Path(__file__).resolve().parents[1] / "README.md")
-TOLERANCE = 0.20  # a figure more than 20 % worse than the README's is a regression
+# the file holding the last figures ($CLUSTER_DOCTOR_BENCH_FIGURES: another one, for tests)
+FIGURES = pathlib.Path(os.environ.get("CLUSTER_DOCTOR_BENCH_FIGURES") or
+                       pathlib.Path(__file__).resolve().with_name("figures.toml"))
+TOLERANCE = 0.20  # a figure more than 20 % worse than the recorded one is a regression
 _KEY = re.compile(r"`([a-z_]+\.[a-z0-9_]+)`")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+def load(text: str | None = None) -> dict:
+    """The whole file (or ``text`` in its format) as a dict."""
+    return tomllib.loads(FIGURES.read_text() if text is None else text)
 
 
 def size_label(size: int, unit: str) -> str:
-    """How a table header names a size: 5,000 nodes; 10 M rows (millions as M)."""
+    """How the file names a size: 5,000 nodes; 10 M rows (millions as M)."""
     if unit == "rows" and size >= 1_000_000 and size % 1_000_000 == 0:
         return f"{size // 1_000_000} M rows"
     return f"{size:,} {unit}"
 
 
 def recorded(key: str, column: str, text: str | None = None) -> float | None:
-    """The number in the README's row of figure ``key`` under the header ``column``, if there is one."""
-    text = README.read_text() if text is None else text
-    header: list[str] | None = None
-    for line in text.splitlines():
-        if not line.lstrip().startswith("|"):
-            header = None
-            continue
-        cells = _cells(line)
-        if header is None:
-            header = cells
-            continue
-        keys = _KEY.findall(cells[0]) if cells else []
-        if key in keys and column in header:
-            found = _NUMBER.search(cells[header.index(column)] if header.index(column) < len(cells) else "")
-            return float(found.group().replace(",", "")) if found else None
-    return None
+    """The number recorded for figure ``key`` at size ``column``, if there is one."""
+    value = load(text).get("figures", {}).get(key, {}).get(column)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def regressions(measured: dict[tuple[str, str], float], *, higher_is_worse: bool = True,
                 text: str | None = None) -> list[str]:
-    """A REGRESSION line per figure more than TOLERANCE worse than the README's; ``measured``:
+    """A REGRESSION line per figure more than TOLERANCE worse than the recorded one; ``measured``:
     {(figure key, size column): value}."""
     lines = []
     for (key, column), value in measured.items():
@@ -62,6 +52,31 @@ def regressions(measured: dict[tuple[str, str], float], *, higher_is_worse: bool
             continue
         worse = (value - before) / before if higher_is_worse else (before - value) / before
         if worse > TOLERANCE:
-            lines.append(f"REGRESSION: {key} at {column}: {value:g} against {before:g} in the README "
+            lines.append(f"REGRESSION: {key} at {column}: {value:g} against {before:g} in bench/figures.toml "
                          f"({worse:+.0%}, more than {TOLERANCE:.0%} worse)")
     return lines
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def quoted(markdown: str) -> dict[tuple[str, str], float]:
+    """{(key, column): number} of every table row of ``markdown`` whose first cell names a figure key in
+    code (`` `metrics.scrape_ms` ``), under each header cell that names a size."""
+    found: dict[tuple[str, str], float] = {}
+    header: list[str] | None = None
+    for line in markdown.splitlines():
+        if not line.lstrip().startswith("|"):
+            header = None
+            continue
+        cells = _cells(line)
+        if header is None:
+            header = cells
+            continue
+        for key in _KEY.findall(cells[0]):
+            for column, cell in zip(header[1:], cells[1:]):
+                number = _NUMBER.search(cell)
+                if re.fullmatch(r"[\d,]+ (nodes|M rows)", column) and number:
+                    found[(key, column)] = float(number.group().replace(",", ""))
+    return found

@@ -1,8 +1,8 @@
-"""Write or check README.md's settings table: generated from the settings model
+"""Write or check docs/configuration.md's settings table: generated from the settings model
 (``cluster_doctor.domain.config.Settings``: names, types, defaults, descriptions, where each may be set).
 
-    python tools/settings_table.py          # rewrite the table between the README's markers
-    python tools/settings_table.py --check  # exit 1 when the README's table differs
+    python tools/settings_table.py          # rewrite the table between the page's markers
+    python tools/settings_table.py --check  # exit 1 when the page's table differs
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import annotated_types
 from cluster_doctor.domain.config import DEPLOYMENT_ONLY, ENV_PREFIX, PARSE_TIME, Settings
 from pydantic.fields import FieldInfo
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 START = "<!-- settings-table: generated from cluster_doctor.domain.config.Settings by tools/settings_table.py -->"
 END = "<!-- /settings-table -->"
 
@@ -54,7 +54,8 @@ def _meaning(name: str, field: FieldInfo) -> str:
         text = f"*Deployment only* (environment {variable}). {text}"
     if name in PARSE_TIME:
         text += f" Read when the DAG is parsed: set it in the environment ({variable})."
-    return text.replace("|", "\\|")
+    # the descriptions link docs/ pages from the repository root; the table lives in docs/ itself
+    return text.replace("|", "\\|").replace("](docs/", "](")
 
 
 def render() -> str:
@@ -66,23 +67,24 @@ def render() -> str:
     return "\n".join([START, *rows, END])
 
 
-def current(readme: str) -> str:
-    """The README's generated block, markers included."""
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md has no settings table markers ({START} ... {END})")
-    head, rest = readme.split(START, 1)
+def current(page: str) -> str:
+    """The page's generated block, markers included."""
+    if START not in page or END not in page:
+        raise SystemExit(f"{PAGE.name} has no settings table markers ({START} ... {END})")
+    head, rest = page.split(START, 1)
     return START + rest.split(END, 1)[0] + END
 
 
 def main(argv: list[str]) -> int:
-    readme = README.read_text()
-    block, fresh = current(readme), render()
+    page = PAGE.read_text()
+    block, fresh = current(page), render()
     if "--check" in argv:
         if block != fresh:
-            print("README.md's settings table is not the one Settings generates: run python tools/settings_table.py")
+            print("docs/configuration.md's settings table is not the one Settings generates: "
+                  "run python tools/settings_table.py")
             return 1
         return 0
-    README.write_text(readme.replace(block, fresh))
+    PAGE.write_text(page.replace(block, fresh))
     return 0
 
 

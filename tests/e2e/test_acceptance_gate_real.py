@@ -4,7 +4,7 @@ stays Pending meanwhile, and the validation run's own accept task removes the ta
 
 A real Airflow 3.3 (api-server, scheduler, dag-processor; LocalExecutor on the e2e harness's SQLite metadata DB)
 runs both DAGs unpaused against the Kubernetes API emulator and a real PostgreSQL, the fast path every 30 s
-(5 minutes by default). The figures it prints are the README's ("New and repaired nodes").
+(5 minutes by default). The figures it prints are those of docs/node-lifecycle.md (the acceptance gate).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the fast path's runs never starve each other. With max_active_runs=1 Airflow creates no scheduled run while
 another run is active, so a fast-path run over the scheduled time would push the scheduled run back; the
 fast path triggers only when no run is queued or running and the scheduled one is not due within
-fast_path_quiet_minutes (README "Signals between validations").
+fast_path_quiet_minutes (docs/signals.md, "The hour and the fast path never starve each other").
 
 A real Airflow 3.3 (tests/e2e/real_airflow.py) runs both DAGs unpaused against the Kubernetes API emulator
 and a real PostgreSQL, scaled down: the fast path every 30 s with a quiet window of 150 s (a run of the DAG

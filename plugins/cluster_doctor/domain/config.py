@@ -395,7 +395,7 @@ class Settings(BaseSettings):
         5.0, "A document the webhook did not take (down, timeout, an HTTP error) is tried again after this long, "
              "doubling with each try up to 6 hours; it is kept until it is taken.")
     acceptance: JsonObject = _setting(
-        {}, "Opt-in acceptance gate (issue 31): a node first seen, rebooted, or uncordoned after our quarantine gets "
+        {}, "Opt-in acceptance gate: a node first seen, rebooted, or uncordoned after our quarantine gets "
             "a NoSchedule taint until every enabled suite passed on it (the validation pods tolerate it); a failure "
             "keeps it out, no answer within max_hold_hours lets it go and reports it, e.g. {\"enabled\": true, "
             "\"taint_key\": \"cluster-doctor.io/acceptance\", \"changes\": "
