@@ -14,10 +14,18 @@ import warnings
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 from cluster_doctor.store import database
 from cluster_doctor.store.history import ResultStore, RetryPolicy
 
 from tests import clock
+
+# Property tests judge what the code does, never how fast: no per-example deadline and no "too slow"
+# health check (both fail a correct test on a loaded machine), and a failure prints the blob that
+# replays its example (@reproduce_failure), so a rare failing input is a bug report, not a flake.
+settings.register_profile("cluster_doctor", deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("cluster_doctor")
 
 # A moved-clock run (tests/clock.py) moves the clock here, when the first conftest loads: before any
 # other conftest or test module reads it.

@@ -361,3 +361,35 @@ def test_the_rerun_scan_finds_a_plugin_and_a_marker(tmp_path):
                                                   "def test_b():\n    # reruns nothing\n    pass\n")
     assert [f.split(":", 1)[0] for f in automatic_reruns(tmp_path)] == [
         "pyproject.toml", "pyproject.toml", "tests/test_x.py"]
+
+
+def hypothesis_timing(root: pathlib.Path, repo: pathlib.Path = REPO) -> list[str]:
+    """Hypothesis settings that time a test: a per-example deadline, or a list of suppressed health
+    checks that drops the profile's ``too_slow`` (a test's own list replaces the profile's)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+                    in ("settings", "register_profile")):
+                continue
+            for kw in node.keywords:
+                timed = ((kw.arg == "deadline" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None))
+                         or (kw.arg == "suppress_health_check" and "too_slow" not in ast.unparse(kw.value)
+                             and "list(HealthCheck)" not in ast.unparse(kw.value)))
+                if timed:
+                    found.append(f"{path.relative_to(repo).as_posix()}:{node.lineno}: {ast.unparse(kw)}")
+    return found
+
+
+def test_no_property_test_is_timed():
+    assert hypothesis_timing(REPO / "tests") == [], "deadline=None, and keep HealthCheck.too_slow suppressed"
+
+
+def test_the_hypothesis_scan_finds_a_deadline_and_a_dropped_too_slow(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "@settings(max_examples=5, deadline=200)\ndef test_a(): pass\n"
+        "@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])\ndef test_b(): pass\n"
+        "@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])\ndef test_c(): pass\n")
+    assert [f.split(": ", 1)[0] for f in hypothesis_timing(tmp_path / "tests", tmp_path)] == [
+        "tests/test_x.py:1", "tests/test_x.py:3"]

@@ -330,7 +330,7 @@ def fuzz_files(tmp_path_factory):
     return [str(d / n) for n in files] + [str(d)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_any_arguments_exit_0_1_or_2_without_a_traceback(db_url, fuzz_files, data):
     value = st.one_of(st.sampled_from(INTERESTING), st.sampled_from(fuzz_files), st.text(max_size=40),

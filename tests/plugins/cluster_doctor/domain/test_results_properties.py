@@ -220,7 +220,7 @@ def test_the_boundary_never_raises_and_never_passes_without_support(one_try):
     check_attempt(attempt, pod, tail, "gpu-001", 1)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(NODES).flatmap(lambda n: st.tuples(st.just(n), tries(n))),
                           st.integers(0, 3600 * 24).map(lambda s: NOW - dt.timedelta(seconds=s))),
                 min_size=1, max_size=8))

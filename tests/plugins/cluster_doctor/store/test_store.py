@@ -145,7 +145,7 @@ history_st = st.lists(
     min_size=1, max_size=40)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history_st, st.randoms(use_true_random=False), st.integers(1, 4))
 def test_view_matches_the_contract_for_any_history_in_any_order(pg_admin_dsn, template_db, history, rnd, batches):
     from tests.conftest import _fresh_database
