@@ -23,7 +23,7 @@ def node_conditions(discovered: Discovered, store: Any, core_v1: Any, now: dt.da
     from cluster_doctor.kube import conditions
 
     settings = discovered.settings
-    report = conditions.reconcile(
+    report = conditions.publish_conditions(
         core_v1, store.connect, ConditionPolicy.from_mapping(settings.node_conditions), tests=list(settings.tests),
         stale_after=dt.timedelta(days=settings.staleness_days), gpu_resource=settings.gpu_resource,
         node_selector=settings.node_selector, now=now)

@@ -67,7 +67,7 @@ def accept(core_v1: Any, settings: Settings, update: inventory.InventoryUpdate |
     if dry_run:  # a run that only plans taints nothing either
         policy = dataclasses.replace(policy, dry_run=True)
     try:
-        return acceptance.reconcile(core_v1, store, policy, changes=update.changes if update else (),
+        return acceptance.gate_new_nodes(core_v1, store, policy, changes=update.changes if update else (),
                                     tests=settings.tests, run_id=run_id, node_selector=settings.node_selector, now=now)
     except Exception as exc:  # noqa: BLE001 - the gate is retried at the next read; validations go on
         log.warning("acceptance gate not reconciled (%s): the next read tries again", one_line(exc, 300))

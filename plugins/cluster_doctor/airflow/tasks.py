@@ -156,7 +156,7 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
         policy = dataclasses.replace(policy, dry_run=True)
     busy = [n.name for n in discovered.ineligible if n.reason == discovery.BUSY]
     free = [n.name for n in discovered.free]
-    report = reservation.reconcile(
+    report = reservation.reserve_and_release(
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
         latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
         node_selector=settings.node_selector, now=now,
@@ -467,7 +467,7 @@ def quarantine(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str 
     from cluster_doctor.kube import quarantine as q
 
     settings = discovered.settings
-    report = q.reconcile(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
+    report = q.quarantine_failing(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
                          tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
                          node_selector=settings.node_selector, now=now, repeat=RepeatPolicy.of(settings),
                          run_id=run_id)

@@ -1,6 +1,6 @@
 """The acceptance gate on the nodes (issue 31 §1, opt-in; the policy is ``cluster_doctor.domain.acceptance``).
 
-Once per read of the cluster (every fast-path tick and every run's discovery, ``reconcile``):
+Once per read of the cluster (every fast-path tick and every run's discovery, ``gate_new_nodes``):
 
 * nodes carrying the gate's taint key: a pass of every enabled suite since the gate closed removes the taint
   (transition ``accepted``); a failure keeps it (the quarantine policy takes the node; a later pass, after
@@ -80,7 +80,7 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     return annotation_time(node, ANN_SINCE)
 
 
-def reconcile(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Sequence[signals.NodeChange],
+def gate_new_nodes(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Sequence[signals.NodeChange],
               tests: Sequence[str], run_id: str, node_selector: str = "",
               now: dt.datetime | None = None) -> AcceptanceReport:
     """One read's gate; see the module docstring. ``changes``: what the inventory says changed with this

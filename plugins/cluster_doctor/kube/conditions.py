@@ -67,7 +67,7 @@ def _body(cond: policy_of.Condition, cur: Mapping[str, Any] | None, now: dt.date
         "lastHeartbeatTime": timestamps.rfc3339(now), "lastTransitionTime": since or timestamps.rfc3339(now)}]}}
 
 
-def reconcile(
+def publish_conditions(
     core_v1: Any,
     connect: Any,
     policy: ConditionPolicy,

@@ -128,7 +128,7 @@ def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
         return False
 
 
-def reconcile(
+def quarantine_failing(
     core_v1: Any,
     connect: Any,
     policy: QuarantinePolicy,

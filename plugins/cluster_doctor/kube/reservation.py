@@ -5,7 +5,7 @@ validation; removed when their validation is done, at the maximum hold, or when 
 overdue (or suspect). The policy is ``cluster_doctor.domain.reservation``; what was done and what it cost
 is in the results database (``cluster_doctor.store.reservations``, table ``node_reservations``).
 
-Once per run, before planning (``reconcile``):
+Once per run, before planning (``reserve_and_release``):
 
 * nodes carrying our taint: still busy → noted (the idle cost is counted from the last time a run saw
   them busy); free → noted as free since now at the latest, and planned first; held longer than
@@ -115,7 +115,7 @@ def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- once per run
-def reconcile(
+def reserve_and_release(
     core_v1: Any,
     connect: Any,
     policy: ReservationPolicy,
@@ -185,7 +185,7 @@ def reconcile(
 def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: ReservationReport,
             ours: Mapping[str, Mapping[str, Any]], *, busy: Collection[str], free: Collection[str],
             overdue_now: Collection[str], now: dt.datetime) -> None:
-    """``reconcile``'s first step: each taint of ours this run discovered is kept (noted busy, or free since
+    """``reserve_and_release``'s first step: each taint of ours this run discovered is kept (noted busy, or free since
     now at the latest) or removed, and why (into ``report``)."""
     known = {} if policy.dry_run else rows.open_reservations(connect)
     for name, node in sorted(ours.items()):
@@ -214,9 +214,9 @@ def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, s
     """The fast path's part (issue 28 §2): taint the suspects ``suspects`` now, busy or free (never a
     quarantined node), so no new user job lands on them before their validation — a busy one once its
     running job ends, a free one from now (its idle time until our pod is counted as a reservation's);
-    within the same limit and breaker as ``reconcile`` (every node carrying our taint counts against the
+    within the same limit and breaker as ``reserve_and_release`` (every node carrying our taint counts against the
     limit, and as overdue for the breaker). Releases are left to the run that validates them
-    (``release_after_validation``) and the runs' ``reconcile``. Makes no call at all when disabled or when
+    (``release_after_validation``) and the runs' ``reserve_and_release``. Makes no call at all when disabled or when
     there is no suspect."""
     if not policy.enabled or not suspects:
         return ReservationReport(enabled=policy.enabled)

@@ -169,7 +169,7 @@ def test_a_repeat_offender_is_named_kept_out_until_a_person_releases_it_and_post
     assert report.quarantined == ["gpu-002"] and report.repeat_offenders[0].startswith("gpu-002: confirmed failing")
     label, ann, taints = labels(cluster, "gpu-002")
     assert ann[ANN_ACTION] == life.REPLACE and "9.0 days after its release" in ann[ANN_REPEAT] and taints == [LABEL]
-    conditions.reconcile(cluster.core_v1(), store.connect, ConditionPolicy(enabled=True, max_share=0.5), tests=TESTS,
+    conditions.publish_conditions(cluster.core_v1(), store.connect, ConditionPolicy(enabled=True, max_share=0.5), tests=TESTS,
                          stale_after=7 * 24 * H, now=NOW + M)
     got = {c.type: c for c in cluster.core_v1().read_node("gpu-002").status.conditions}[CONDITION_TYPE]
     assert (got.status, got.reason) == ("False", "RepeatOffender") and "action replace" in got.message

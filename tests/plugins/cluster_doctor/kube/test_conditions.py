@@ -71,8 +71,8 @@ def patches(emu) -> int:
     return emu.counters()["by_verb_resource"].get("patch nodes/status", 0)
 
 
-def reconcile(emu, store, policy=ON, now=NOW):
-    return c.reconcile(emu.core_v1(), store.connect, policy, tests=TESTS, stale_after=WEEK, now=now)
+def publish(emu, store, policy=ON, now=NOW):
+    return c.publish_conditions(emu.core_v1(), store.connect, policy, tests=TESTS, stale_after=WEEK, now=now)
 
 
 def test_set_true_false_and_unknown_and_leave_the_kubelets_conditions(cluster, store):
@@ -82,7 +82,7 @@ def test_set_true_false_and_unknown_and_leave_the_kubelets_conditions(cluster, s
     record(store, "gpu-006", "ib_health", "error", NOW - dt.timedelta(hours=1),
            [{"name": "nvbw", "status": "error", "code": "TOOL_MISSING"}], "retest")
     # gpu-019, gpu-020: never validated
-    report = reconcile(cluster, store)
+    report = publish(cluster, store)
     assert report.set_false == ["gpu-004"] and not report.breaker_open and report.gpu_nodes == 20
     assert sorted(report.set_unknown) == ["gpu-005", "gpu-006", "gpu-019", "gpu-020"] and len(report.set_true) == 15
     flap = cond(cluster, "gpu-004")
@@ -104,14 +104,14 @@ def test_set_true_false_and_unknown_and_leave_the_kubelets_conditions(cluster, s
 def test_update_changes_only_what_changed_and_keeps_the_transition_time(cluster, store):
     healthy(store, [f"gpu-{i:03d}" for i in range(1, 21)])
     record(store, "gpu-007", "gpu_health", "fail", NOW - dt.timedelta(hours=1), XID, "reboot")
-    reconcile(cluster, store)
+    publish(cluster, store)
     cluster.reset_counters()
-    again = reconcile(cluster, store)  # nothing new: nothing patched
+    again = publish(cluster, store)  # nothing new: nothing patched
     assert again.unchanged == 20 and patches(cluster) == 0
     later = NOW + dt.timedelta(hours=4)
     record(store, "gpu-007", "gpu_health", "pass", later - dt.timedelta(minutes=30))
     healthy(store, [f"gpu-{i:03d}" for i in range(1, 21) if i != 7], at=later - dt.timedelta(hours=1))
-    fixed = reconcile(cluster, store, now=later)
+    fixed = publish(cluster, store, now=later)
     assert "gpu-007" in fixed.set_true and not fixed.set_false
     now_true = cond(cluster, "gpu-007")
     assert now_true["status"] == "True" and now_true["last_transition_time"] == later
@@ -122,7 +122,7 @@ def test_update_changes_only_what_changed_and_keeps_the_transition_time(cluster,
 
 def test_clear_removes_the_condition_and_nothing_else(cluster, store):
     healthy(store, ["gpu-001", "gpu-002"])
-    reconcile(cluster, store)
+    publish(cluster, store)
     cleared = c.clear(cluster.core_v1())
     assert len(cleared) == 20
     for node in ("gpu-001", "gpu-019"):
@@ -133,11 +133,11 @@ def test_clear_removes_the_condition_and_nothing_else(cluster, store):
 
 def test_breaker_holds_back_a_fleet_wide_failure(cluster, store, caplog):
     healthy(store, [f"gpu-{i:03d}" for i in range(1, 21)])
-    reconcile(cluster, store)
+    publish(cluster, store)
     for node in ("gpu-010", "gpu-011", "gpu-012"):  # 20 nodes, 5 %: at most 1 may turn False per 24 h
         record(store, node, "gpu_health", "fail", NOW + dt.timedelta(minutes=10), XID, "reboot")
     with caplog.at_level(logging.ERROR, logger="cluster_doctor.kube.conditions"):
-        report = reconcile(cluster, store, now=NOW + dt.timedelta(hours=1))
+        report = publish(cluster, store, now=NOW + dt.timedelta(hours=1))
     assert report.breaker_open and report.limit == 1 and report.held_back == ["gpu-010", "gpu-011", "gpu-012"]
     assert "CIRCUIT BREAKER OPEN" in caplog.text and "CIRCUIT BREAKER OPEN" in report.describe()
     assert {cond(cluster, n)["status"] for n in report.held_back} == {"True"}  # left as they were
@@ -149,19 +149,19 @@ def test_breaker_counts_the_nodes_already_turned_false_in_the_window(cluster, st
     healthy(store, [f"gpu-{i:03d}" for i in range(1, 21)])
     for node in ("gpu-001", "gpu-002"):
         record(store, node, "gpu_health", "fail", NOW - dt.timedelta(hours=1), XID, "reboot")
-    assert reconcile(cluster, store, policy).set_false == ["gpu-001", "gpu-002"]
+    assert publish(cluster, store, policy).set_false == ["gpu-001", "gpu-002"]
     record(store, "gpu-003", "gpu_health", "fail", NOW + dt.timedelta(hours=1), XID, "reboot")
-    blocked = reconcile(cluster, store, policy, now=NOW + dt.timedelta(hours=2))
+    blocked = publish(cluster, store, policy, now=NOW + dt.timedelta(hours=2))
     assert blocked.breaker_open and blocked.in_window == 2 and blocked.held_back == ["gpu-003"]
-    passed = reconcile(cluster, store, policy, now=NOW + dt.timedelta(hours=30))  # outside the window
+    passed = publish(cluster, store, policy, now=NOW + dt.timedelta(hours=30))  # outside the window
     assert "gpu-003" in passed.set_false and not passed.breaker_open
 
 
 def test_disabled_makes_no_call_and_dry_run_writes_nothing(cluster, store):
     healthy(store, ["gpu-001"])
-    assert reconcile(cluster, store, ConditionPolicy()).enabled is False
+    assert publish(cluster, store, ConditionPolicy()).enabled is False
     assert cluster.counters()["total"] == 0
-    dry = reconcile(cluster, store, ConditionPolicy(enabled=True, dry_run=True))
+    dry = publish(cluster, store, ConditionPolicy(enabled=True, dry_run=True))
     assert dry.set_true == ["gpu-001"] and len(dry.set_unknown) == 19 and patches(cluster) == 0
     assert "would set" in dry.describe() and cond(cluster, "gpu-001") is None
 
@@ -170,7 +170,7 @@ def test_without_the_opt_in_role_the_patch_is_refused_and_said_so(cluster, store
     cluster.configure(rbac_rules=rules("include/k8s/rbac-cluster.yaml") + rules("include/k8s/quarantine/quarantine-rbac.yaml"))
     healthy(store, ["gpu-001"])
     with pytest.raises(PermissionError, match="apply include/k8s/conditions"):
-        reconcile(cluster, store)  # the quarantine role (patch nodes) does not grant nodes/status
+        publish(cluster, store)  # the quarantine role (patch nodes) does not grant nodes/status
 
 
 def test_the_airflow_task_fails_on_an_open_breaker(cluster, store):

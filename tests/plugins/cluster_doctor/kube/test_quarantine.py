@@ -66,7 +66,7 @@ def test_quarantine_then_release(cluster, store):
     policy = q.QuarantinePolicy(enabled=True, taint=True)
     core = cluster.core_v1()
 
-    report = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW)
+    report = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW)
     assert report.quarantined == ["gpu-004"] and not report.breaker_open and report.gpu_nodes == 20
     node = _node(cluster, "gpu-004")
     assert node["metadata"]["labels"][q.LABEL] == "fail"
@@ -79,12 +79,12 @@ def test_quarantine_then_release(cluster, store):
     assert q.LABEL not in (_node(cluster, "gpu-005")["metadata"]["labels"] or {})
 
     # a second run changes nothing
-    again = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=1))
+    again = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=1))
     assert again.quarantined == [] and again.already == ["gpu-004"] and again.released == []
 
     # repaired: it passes the failing test again (and every other one), so it is released
     _record(store, "gpu-004", "nccl_loopback", ["pass"], start=NOW + dt.timedelta(hours=2))
-    released = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=3))
+    released = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=3))
     assert released.released == ["gpu-004"]
     node = _node(cluster, "gpu-004")
     assert q.LABEL not in (node["metadata"]["labels"] or {})
@@ -99,10 +99,10 @@ def test_other_taints_and_a_label_set_by_a_person_are_left_alone(cluster, store)
     _record(store, "gpu-006", "gpu_health", ["fail", "fail"])
     policy = q.QuarantinePolicy(enabled=True, taint=True)
     core = cluster.core_v1()
-    assert q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW).quarantined == ["gpu-006"]
+    assert q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW).quarantined == ["gpu-006"]
     assert {t["key"] for t in _node(cluster, "gpu-006")["spec"]["taints"]} == {"nvidia.com/gpu", q.LABEL}
     _record(store, "gpu-006", "gpu_health", ["pass"], start=NOW + dt.timedelta(hours=1))
-    report = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=2))
+    report = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=2))
     assert report.released == ["gpu-006"]
     assert [t["key"] for t in _node(cluster, "gpu-006")["spec"]["taints"]] == ["nvidia.com/gpu"]
     assert _node(cluster, "gpu-007")["metadata"]["labels"][q.LABEL] == "fail"  # a person's label stays
@@ -117,7 +117,7 @@ def test_confirmed_verdict_quarantines(cluster, store):
                     "fleet_median, confirmed) VALUES (%s, 'gpu-008', 'nccl_loopback', 'nccl_busbw_gbps', "
                     "'straggler', 400, 480, true)", (hid,))
         conn.commit()
-    report = q.reconcile(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS, now=NOW)
+    report = q.quarantine_failing(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS, now=NOW)
     assert report.quarantined == ["gpu-008"]
     node = _node(cluster, "gpu-008")
     assert node["metadata"]["annotations"][q.ANN_CODES] == "nccl_loopback: straggler:nccl_busbw_gbps"
@@ -129,7 +129,7 @@ def test_breaker_trips_when_too_many_nodes_fail_at_once(cluster, store, caplog):
     for node in ("gpu-010", "gpu-011", "gpu-012"):
         _record(store, node, "nccl_loopback", ["fail", "fail"])
     with caplog.at_level(logging.ERROR, logger="cluster_doctor.kube.quarantine"):
-        report = q.reconcile(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS,
+        report = q.quarantine_failing(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS,
                              now=NOW)
     assert report.breaker_open and report.limit == 1
     assert report.quarantined == [] and report.held_back == ["gpu-010", "gpu-011", "gpu-012"]
@@ -144,19 +144,19 @@ def test_breaker_counts_the_window(cluster, store):
     core = cluster.core_v1()
     _record(store, "gpu-001", "gpu_health", ["fail", "fail"])
     _record(store, "gpu-002", "gpu_health", ["fail", "fail"])
-    assert q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW).quarantined == ["gpu-001", "gpu-002"]
+    assert q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW).quarantined == ["gpu-001", "gpu-002"]
     _record(store, "gpu-003", "gpu_health", ["fail", "fail"], start=NOW)
-    blocked = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=7))
+    blocked = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=7))
     assert blocked.breaker_open and blocked.in_window == 2 and blocked.held_back == ["gpu-003"]
     # a day later the earlier two are out of the window: the third one may go
-    later = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=25))
+    later = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW + dt.timedelta(hours=25))
     assert not later.breaker_open and later.quarantined == ["gpu-003"]
 
 
 def test_dry_run_patches_nothing_and_says_what_it_would_do(cluster, store, caplog):
     _record(store, "gpu-004", "nccl_loopback", ["fail", "fail"])
     with caplog.at_level(logging.INFO, logger="cluster_doctor.kube.quarantine"):
-        report = q.reconcile(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True, dry_run=True, taint=True),
+        report = q.quarantine_failing(cluster.core_v1(), store.connect, q.QuarantinePolicy(enabled=True, dry_run=True, taint=True),
                              tests=TESTS, now=NOW)
     assert report.dry_run and report.quarantined == ["gpu-004"]
     assert "would label and taint gpu-004 (nccl_loopback: nccl_busbw (unknown))" in caplog.text
@@ -167,7 +167,7 @@ def test_dry_run_patches_nothing_and_says_what_it_would_do(cluster, store, caplo
 
 def test_disabled_makes_no_call_at_all(cluster, store):
     _record(store, "gpu-004", "nccl_loopback", ["fail", "fail"])
-    report = q.reconcile(cluster.core_v1(), store.connect, q.QuarantinePolicy(), tests=TESTS, now=NOW)
+    report = q.quarantine_failing(cluster.core_v1(), store.connect, q.QuarantinePolicy(), tests=TESTS, now=NOW)
     assert not report.enabled and report.quarantined == []
     assert cluster.api_calls() == 0
     assert "disabled" in report.describe()
@@ -184,7 +184,7 @@ def test_a_concurrent_edit_is_retried_not_overwritten(cluster, store):
         return response
 
     core.list_node = list_then_edit
-    q.reconcile(core, store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS, now=NOW)
+    q.quarantine_failing(core, store.connect, q.QuarantinePolicy(enabled=True), tests=TESTS, now=NOW)
     labels = _node(cluster, "gpu-004")["metadata"]["labels"]
     assert labels["team"] == "infra" and labels[q.LABEL] == "fail"
     assert _patches(cluster) == 2  # the first one conflicted on the resourceVersion
@@ -263,7 +263,7 @@ def test_quarantine_acts_only_on_the_actions_it_is_given(cluster, store):
     _record_action(store, "gpu-003", "gpu_health", "retest")
     policy = q.QuarantinePolicy(enabled=True, max_nodes=10, max_share=1.0)
     core = cluster.core_v1()
-    report = q.reconcile(core, store.connect, policy, tests=TESTS, now=NOW)
+    report = q.quarantine_failing(core, store.connect, policy, tests=TESTS, now=NOW)
     assert report.quarantined == ["gpu-001"]
     assert report.not_acted_on == ["gpu-002 (nccl_loopback: nccl_busbw (check_fabric))",
                                    "gpu-003 (gpu_health: nccl_busbw (retest))"]
@@ -271,7 +271,7 @@ def test_quarantine_acts_only_on_the_actions_it_is_given(cluster, store):
     assert _node(cluster, "gpu-001")["metadata"]["annotations"][q.ANN_ACTION] == "reboot"
     # keyed on the fabric too: now it goes
     fabric = q.QuarantinePolicy(enabled=True, max_nodes=10, max_share=1.0, actions=["check_fabric", "reboot"])
-    assert q.reconcile(core, store.connect, fabric, tests=TESTS, now=NOW).quarantined == ["gpu-002"]
+    assert q.quarantine_failing(core, store.connect, fabric, tests=TESTS, now=NOW).quarantined == ["gpu-002"]
 
 
 def test_the_actions_setting_loads_and_is_checked():

@@ -47,7 +47,7 @@ def _validated(store, node, days):
 
 def _reconcile(cluster, store, *, busy, free=(), policy=POLICY, now=NOW, gpu_nodes=6):
     nodes = [*busy, *free]
-    return r.reconcile(cluster.core_v1(), store.connect, policy, busy=list(busy), free=list(free), gpu_nodes=gpu_nodes,
+    return r.reserve_and_release(cluster.core_v1(), store.connect, policy, busy=list(busy), free=list(free), gpu_nodes=gpu_nodes,
                        tests=TESTS, latest=store.pair_states(nodes, TESTS), due_policy=DUE, run_id="scheduled__1",
                        now=now)
 

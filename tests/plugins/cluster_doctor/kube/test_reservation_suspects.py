@@ -42,15 +42,15 @@ def test_a_busy_suspect_is_reserved_first_and_kept_while_suspect(store):
         _validated(store, "gpu-003", 1)
         one = ReservationPolicy(**{**POLICY.__dict__, "max_nodes": 1})
 
-        def reconcile(policy, suspects):
-            return r.reconcile(emu.core_v1(), store.connect, policy, busy=["gpu-001", "gpu-002", "gpu-003"], free=[],
+        def reserve(policy, suspects):
+            return r.reserve_and_release(emu.core_v1(), store.connect, policy, busy=["gpu-001", "gpu-002", "gpu-003"], free=[],
                                gpu_nodes=3, tests=TESTS, latest=store.pair_states(["gpu-001", "gpu-002", "gpu-003"], TESTS),
                                due_policy=DUE, run_id="scheduled__1", now=NOW, suspects=suspects)
 
-        report = reconcile(one, ["gpu-001"])
+        report = reserve(one, ["gpu-001"])
         assert report.applied == ["gpu-001"] and report.waiting == ["gpu-002"]  # the suspect first, the limit holds
-        assert reconcile(one, ["gpu-001"]).released == {}  # not overdue, but suspect: kept
-        assert reconcile(one, []).released == {"gpu-001": NOT_OVERDUE}  # no longer suspect: released
+        assert reserve(one, ["gpu-001"]).released == {}  # not overdue, but suspect: kept
+        assert reserve(one, []).released == {"gpu-001": NOT_OVERDUE}  # no longer suspect: released
         assert _taints(emu, "gpu-001") == []
         fast = r.reserve_suspects(emu.core_v1(), store.connect, POLICY, suspects=["gpu-003"], gpu_nodes=3,
                                   run_id="fast")
@@ -81,7 +81,7 @@ def test_a_free_suspect_is_tainted_at_once_never_a_quarantined_one_and_its_valid
         assert _taints(emu, "gpu-003") == [] and sorted(rows.open_reservations(store.connect)) == ["gpu-001", "gpu-002"]
 
         later = NOW + dt.timedelta(minutes=10)  # the triggered run: free, ours, suspect: kept, planned first
-        report = r.reconcile(emu.core_v1(), store.connect, two, busy=["gpu-002"], free=["gpu-001", "gpu-003"],
+        report = r.reserve_and_release(emu.core_v1(), store.connect, two, busy=["gpu-002"], free=["gpu-001", "gpu-003"],
                              gpu_nodes=4, tests=TESTS, latest={}, due_policy=DUE, run_id="suspects__1", now=later,
                              suspects=["gpu-001", "gpu-002", "gpu-003"])
         assert report.released == {} and report.free == ["gpu-001"] and report.waiting == ["gpu-003"]
@@ -103,7 +103,7 @@ def test_the_hourly_run_reserves_a_free_suspect_first_and_plans_it_as_reserved(s
         _validated(store, "gpu-003", 6)  # free and overdue: the plan takes it, no taint needed
         one = ReservationPolicy(**{**POLICY.__dict__, "max_nodes": 1})
         nodes = ["gpu-001", "gpu-002", "gpu-003"]
-        report = r.reconcile(emu.core_v1(), store.connect, one, busy=["gpu-002"], free=["gpu-001", "gpu-003"],
+        report = r.reserve_and_release(emu.core_v1(), store.connect, one, busy=["gpu-002"], free=["gpu-001", "gpu-003"],
                              gpu_nodes=3, tests=TESTS, latest=store.pair_states(nodes, TESTS), due_policy=DUE,
                              run_id="scheduled__1", now=NOW, suspects=["gpu-001"])
         assert report.applied == ["gpu-001"] and report.free == ["gpu-001"] and report.waiting == ["gpu-002"]
@@ -122,7 +122,7 @@ def test_a_run_limited_to_a_node_range_leaves_the_taints_outside_it_alone(store)
                            run_id="suspect_signals", now=NOW)
 
         def ranged(node_range):
-            return r.reconcile(emu.core_v1(), store.connect, two, busy=[], free=["gpu-001", "gpu-003"], gpu_nodes=3,
+            return r.reserve_and_release(emu.core_v1(), store.connect, two, busy=[], free=["gpu-001", "gpu-003"], gpu_nodes=3,
                                tests=TESTS, latest={}, due_policy=DUE, run_id="suspects__1", now=NOW,
                                suspects=["gpu-001", "gpu-003"], node_range=node_range)
 
