@@ -16,6 +16,7 @@ from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain import priority, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
+from cluster_doctor.domain.payloads import PeerTest, PeerTests
 from cluster_doctor.domain.peers import PEER_SUITE
 from cluster_doctor.kube.peers import PEER_GRACE_S
 
@@ -260,7 +261,7 @@ with DAG(
             reported = [reported]
         reported = list(reported) + peers_task.reported(
             context["ti"].xcom_pull(task_ids=["peers.test"], key="attempts"),
-            peers_task.PeerTests.from_xcom(pulled("peers.plan")), dag_id=dag.dag_id, run_id=context["run_id"])
+            PeerTests.from_xcom(pulled("peers.plan")), dag_id=dag.dag_id, run_id=context["run_id"])
         settings = Discovered.from_xcom(discovered).settings
         store = runtime.results_store(settings.validation_db_conn_id)
         return tasks.record(Plan.from_xcom(planned), list(reported), store, dag_id=dag.dag_id,
@@ -336,7 +337,7 @@ with DAG(
             from cluster_doctor.airflow import peers_task, runtime
 
             context = get_current_context()
-            found = peers_task.PeerTest.from_xcom(peer_test)
+            found = PeerTest.from_xcom(peer_test)
             context["label"] = found.label  # the instance's label in the grid
             ti, settings = context["ti"], found.run_config.settings
             attempts = peers_task.run_peer_test(
@@ -355,7 +356,7 @@ with DAG(
             if discovered is None:
                 return "no peer test"
             store = runtime.results_store(Discovered.from_xcom(discovered).settings.validation_db_conn_id)
-            return peers_task.finish(peers_task.PeerTests.from_xcom(pulled("peers.plan")), store, dag_id=dag.dag_id,
+            return peers_task.finish(PeerTests.from_xcom(pulled("peers.plan")), store, dag_id=dag.dag_id,
                                      run_id=get_current_context()["run_id"])
 
         peer_tests = plan()

@@ -21,13 +21,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from cluster_doctor.domain import results
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
-from cluster_doctor.domain.payloads import Discovered, Plan, RunConfig
+from cluster_doctor.domain.payloads import Discovered, PeerTest, PeerTests, Plan, RunConfig
 from cluster_doctor.domain.peers import PEER_SUITE, PeerCandidate, PeerMatch, match_peers
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.kube import peers as launcher
@@ -38,44 +36,6 @@ from cluster_doctor.store import peers as stored
 log = logging.getLogger(__name__)
 
 TASK_ID = "peers.test"  # the DAG's peer-test task: its pods say so (the reaper's owner)
-
-
-class PeerTest(BaseModel):
-    """plan → one mapped ``test`` instance: a match, its nodes' GPUs, and the run's shipped suite code."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    match: PeerMatch
-    # node -> (gpu_count, gpu_model[, the GPUs the node has])
-    gpus: dict[str, tuple[int, str | None] | tuple[int, str | None, int | None]]
-    planned_at: dt.datetime
-    run_config: RunConfig
-    label: str = ""  # the grid's label: "server ↔ client"
-
-    def to_xcom(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-    @classmethod
-    def from_xcom(cls, data: Mapping[str, Any]) -> PeerTest:
-        return cls.model_validate(data)
-
-
-class PeerTests(BaseModel):
-    """What plan hands on: the tests to run (possibly none) and why none, for the log and the record."""
-
-    tests: list[PeerTest] = Field(default_factory=list)
-    why_empty: str | None = None
-
-    def nodes(self) -> list[str]:
-        return [n for t in self.tests for n in t.match.nodes]
-
-    def to_xcom(self) -> list[dict[str, Any]]:
-        """What the mapped ``test`` task expands over: one item per test (the reason for none is logged)."""
-        return [t.to_xcom() for t in self.tests]
-
-    @classmethod
-    def from_xcom(cls, data: Any) -> PeerTests:
-        return cls(tests=[PeerTest.from_xcom(item) for item in data or []])
 
 
 def _now() -> dt.datetime:

@@ -10,7 +10,7 @@ The chain: ``Discovered`` (discover) → ``Latest`` (load_latest) → ``Plan`` (
 ``Bundle`` per node (ship_suites → the mapped validate task group, ``RunConfig`` inside; ``Validation``
 is one step's arguments) →
 ``Recorded`` (record) → ``RunSummary`` (summarize → verdict); ``OrphanReport`` (reap_orphans);
-``PeerPlan`` (the run's peer tests, issue 23 §2).
+``PeerTests`` (peers.plan → the mapped ``PeerTest`` per peer test).
 """
 
 from __future__ import annotations
@@ -319,21 +319,6 @@ class Plan(Payload):
         return list(dict.fromkeys(p.node_name for p in self.pairs))
 
 
-# ---------------------------------------------------------------------------- peer tests (issue 23 §2)
-class PeerPlan(Payload):
-    """The run's peer tests (``peers.match_peers``) → the peer launcher: each match's two nodes run
-    ``fabric_peer`` together. ``settings``: the run's (its peer settings and pod settings)."""
-
-    planned_at: Timestamp
-    settings: RunSettings | None = None
-    matches: list[PeerMatch] = Field(default_factory=list)
-    why_empty: str | None = None  # one line when nothing was matched
-
-    def nodes(self) -> list[str]:
-        """Every node of the planned peer tests, in plan order."""
-        return [n for m in self.matches for n in m.nodes]
-
-
 # ---------------------------------------------------------------------------- ship_suites → validate
 class RunConfig(Payload):
     """What every validation pod of the run shares: the settings and the shipped suite code."""
@@ -407,6 +392,40 @@ class Bundle(Payload):
         return Validation(node_name=self.node_name, test_name=test, gpu_count=self.gpu_count,
                           gpu_model=self.gpu_model, node_gpus=self.node_gpus, planned_at=self.planned_at,
                           why=step.why if step else None, run_config=self.run_config)
+
+
+# ---------------------------------------------------------------------------- peers.plan → peers.test
+class PeerTest(Payload):
+    """peers.plan → one mapped ``peers.test`` instance: a match, its nodes' GPUs, and the run's shipped
+    suite code. Version 0: the same keys without ``version`` (written before it was versioned)."""
+
+    match: PeerMatch
+    # node -> (gpu_count, gpu_model[, the GPUs the node has])
+    gpus: dict[str, tuple[int, str | None] | tuple[int, str | None, int | None]]
+    planned_at: Timestamp
+    run_config: RunConfig
+    label: str = ""  # the grid's label: "server ↔ client"
+
+
+class PeerTests(Part):
+    """What peers.plan hands on: the tests to run (possibly none) and why none, for the log and the
+    record. On the wire a list, one ``PeerTest`` per item (what ``peers.test`` expands over); each item
+    carries its own version."""
+
+    tests: list[PeerTest] = Field(default_factory=list)
+    why_empty: str | None = None
+
+    def nodes(self) -> list[str]:
+        return [n for t in self.tests for n in t.match.nodes]
+
+    def to_xcom(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return [t.to_xcom() for t in self.tests]
+
+    @classmethod
+    def from_xcom(cls, data: Any) -> PeerTests:
+        if data is not None and not isinstance(data, list):
+            raise InvalidPayload(f"PeerTests: expected a list of peer tests, got {type(data).__name__}")
+        return cls(tests=[PeerTest.from_xcom(item) for item in data or []])
 
 
 # ---------------------------------------------------------------------------- record

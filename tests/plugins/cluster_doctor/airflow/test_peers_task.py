@@ -9,6 +9,7 @@ import pytest
 from cluster_doctor.airflow import peers_task
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain import payloads
 from cluster_doctor.domain.payloads import RunConfig
 from cluster_doctor.domain.peers import PeerMatch
 from cluster_doctor.store import claims, database
@@ -44,7 +45,7 @@ def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_oth
     assert kept == [match("gpu-002", "gpu-003")]
     assert held(db_dsn) == [("gpu-001", "gpu_health", "r1"), ("gpu-002", "fabric_peer", "r1"),
                             ("gpu-003", "fabric_peer", "r1"), ("gpu-005", "dl_unit", "other")]
-    tests = peers_task.PeerTests(tests=[peers_task.PeerTest(
+    tests = payloads.PeerTests(tests=[payloads.PeerTest(
         match=kept[0], gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
         run_config=RunConfig(settings=settings, configmap="cm", suite_version="sha256:0"))])
     assert peers_task.finish(tests, store, dag_id=DAG, run_id="r1") == "released gpu-002, gpu-003"
@@ -53,7 +54,7 @@ def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_oth
 
 def test_a_side_that_never_reported_is_recorded_skipped_naming_its_peer():
     settings = Settings()
-    tests = peers_task.PeerTests(tests=[peers_task.PeerTest(
+    tests = payloads.PeerTests(tests=[payloads.PeerTest(
         match=match("gpu-002", "gpu-003"), gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
         run_config=RunConfig(settings=settings, configmap="cm", suite_version="sha256:0"))])
     pushed = [[{"node_name": "gpu-002", "test_name": "fabric_peer", "status": "pass", "finished_at": NOW.isoformat(),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
 from cluster_doctor.domain.config import InvalidSettings, Settings
-from cluster_doctor.domain.payloads import InvalidPayload, PeerPlan
+from cluster_doctor.domain.payloads import InvalidPayload, PeerTest, PeerTests, RunConfig
 from cluster_doctor.domain.peers import (
     PEER_SUITE,
     PeerCandidate,
@@ -173,12 +174,18 @@ def test_the_peer_suite_is_not_a_node_suite():
     assert Settings().peer_tests is False and Settings().peer_max_per_run == 4
 
 
-def test_peer_plan_round_trips_and_refuses_newer_versions():
-    plan = PeerPlan(planned_at=T0, settings=ON, matches=[PeerMatch(server="a", client="b", model=H100, reason="r")])
-    back = PeerPlan.from_xcom(plan.to_xcom())
-    assert back == plan and back.nodes() == ["a", "b"]
+def test_peer_tests_round_trip_item_by_item_and_refuse_newer_versions():
+    test = PeerTest(match=PeerMatch(server="a", client="b", model=H100, reason="r"), gpus={"a": (8, H100), "b": (8, H100)},
+                    planned_at=T0, run_config=RunConfig(settings=ON, configmap="cm", suite_version="sha256:0"))
+    wire = PeerTests(tests=[test]).to_xcom()
+    back = PeerTests.from_xcom(json.loads(json.dumps(wire)))
+    assert back.tests == [test] and back.nodes() == ["a", "b"] and wire[0]["version"] == PeerTest.VERSION
+    old = {k: v for k, v in wire[0].items() if k != "version"}  # written before the payload was versioned
+    assert PeerTest.from_xcom(old) == test
     with pytest.raises(InvalidPayload, match="version 9"):
-        PeerPlan.from_xcom({**plan.to_xcom(), "version": 9})
+        PeerTests.from_xcom([{**wire[0], "version": 9}])
+    with pytest.raises(InvalidPayload, match="expected a list"):
+        PeerTests.from_xcom({"tests": wire})
 
 
 def test_a_run_cannot_ask_for_the_peer_suite_as_a_node_suite():

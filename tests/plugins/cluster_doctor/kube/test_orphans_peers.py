@@ -11,6 +11,7 @@ import json
 import pytest
 from cluster_doctor.airflow import peers_task
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain import payloads
 from cluster_doctor.domain.payloads import RunConfig
 from cluster_doctor.domain.peers import PeerMatch
 from cluster_doctor.kube import orphans, pod_lifecycle, retry
@@ -59,8 +60,8 @@ def _short_gone_wait(monkeypatch):
     monkeypatch.setattr(pod_lifecycle, "GONE_WAIT_S", 1)
 
 
-def peer_test() -> peers_task.PeerTest:
-    return peers_task.PeerTest(
+def peer_test() -> payloads.PeerTest:
+    return payloads.PeerTest(
         match=PeerMatch(server="gpu-001", client="gpu-002", model="H100", reason="never peer-tested"), gpus=GPUS,
         planned_at=dt.datetime.now(dt.UTC), run_config=RunConfig(settings=SETTINGS, configmap="cluster-doctor-suites-0",
                                                                  suite_version="sha256:0000000000000000"))
@@ -105,7 +106,7 @@ def test_an_unrecorded_peer_pod_is_recorded_once_naming_its_peer_then_deleted(cl
     """The task never wrote its sides (it died after its pods ended): the record task's "did not report"
     placeholders become each side's real result, once, naming its peer."""
     attempts = run_undeletable(cluster, None)
-    store.record(peers_task.reported(None, peers_task.PeerTests(tests=[peer_test()]), dag_id=DAG_ID, run_id=RUN_ID))
+    store.record(peers_task.reported(None, payloads.PeerTests(tests=[peer_test()]), dag_id=DAG_ID, run_id=RUN_ID))
 
     report = orphans.reap(cluster.core_v1(), store, SETTINGS, run_state=lambda dag_id, run_id: "failed")
     again = orphans.reap(cluster.core_v1(), store, SETTINGS, run_state=lambda dag_id, run_id: "failed")
