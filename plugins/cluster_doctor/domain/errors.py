@@ -11,3 +11,10 @@ def one_line(value: object, limit: int = 400) -> str:
     if not text and isinstance(value, BaseException):
         text = type(value).__name__
     return text[:limit]
+
+
+def clipped(value: object, limit: int) -> str:
+    """``value`` as one line for people: whitespace runs collapse to one space, and a line over
+    ``limit`` characters ends in "…" so a reader sees it was cut."""
+    line = " ".join(str(value or "").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -19,6 +19,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain.errors import clipped
+from cluster_doctor.domain.timestamps import iso_seconds
+
 SCHEMA = "cluster-doctor.io/handoff/v1"
 REPEAT_OFFENDER = "repeat_offender"
 DRAIN_AND_SERVICE = "drain_and_service"
@@ -63,12 +66,7 @@ def signature(payload: bytes, secret: str) -> str:
 
 
 def _short(text: object) -> str:
-    line = " ".join(str(text or "").split())
-    return line if len(line) <= MAX_TEXT else line[: MAX_TEXT - 1] + "…"
-
-
-def _iso(at: dt.datetime | None) -> str | None:
-    return at.astimezone(dt.UTC).isoformat(timespec="seconds") if at else None
+    return clipped(text, MAX_TEXT)
 
 
 def serials(evidence: Iterable[Evidence]) -> list[str]:
@@ -111,20 +109,20 @@ def document(kind: str, key: str, node_name: str, *, action: str, reason: str, c
     body = {
         "schema": SCHEMA, "kind": kind, "idempotency_key": key, "node": node_name, "model": model,
         "action": action, "reason": _short(reason), "codes": list(codes), "serial_numbers": serials(evidence),
-        "evidence": [{"test": e.test_name, "status": e.status, "finished_at": _iso(e.finished_at),
+        "evidence": [{"test": e.test_name, "status": e.status, "finished_at": iso_seconds(e.finished_at),
                       "reason": _short(e.reason) if e.reason else None, "action": e.action,
                       "failed_checks": _failed_checks(e)} for e in failing],
-        "history": list(history), "history_url": history_url, "created_at": _iso(now),
+        "history": list(history), "history_url": history_url, "created_at": iso_seconds(now),
     }
     return Document(key, node_name, kind, body)
 
 
 def repeat_key(node_name: str, named_at: dt.datetime) -> str:
-    return f"{REPEAT_OFFENDER}/{node_name}/{_iso(named_at)}"
+    return f"{REPEAT_OFFENDER}/{node_name}/{iso_seconds(named_at)}"
 
 
 def drain_key(node_name: str, since: Iterable[tuple[str, dt.datetime | None]]) -> str:
     """One key per confirmed failure: the node and the start of each failing pair's failure (a new failure
     after a pass starts again, so it is handed off again)."""
-    parts = sorted(f"{test}@{_iso(at) or '-'}" for test, at in since)
+    parts = sorted(f"{test}@{iso_seconds(at) or '-'}" for test, at in since)
     return f"{DRAIN_AND_SERVICE}/{node_name}/{','.join(parts)}"

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain.conditions import CONDITION_TYPE
+from cluster_doctor.domain.errors import clipped
+from cluster_doctor.domain.timestamps import iso_seconds
 
 # The sources, as stored and shown.
 ALLOCATABLE = "gpu allocatable"
@@ -111,12 +113,11 @@ def check_patterns(value: Sequence[str]) -> Sequence[str]:
 
 
 def _short(text: object) -> str:
-    line = " ".join(str(text or "").split())
-    return line if len(line) <= MAX_TEXT else line[: MAX_TEXT - 1] + "…"
+    return clipped(text, MAX_TEXT)
 
 
 def _stamp(at: dt.datetime | None) -> str:
-    return at.astimezone(dt.UTC).isoformat(timespec="seconds") if at else "-"
+    return iso_seconds(at) or "-"
 
 
 # ---------------------------------------------------------------------------- the sources, judged

@@ -26,6 +26,11 @@ def parse(value: Any) -> dt.datetime | None:
         return None
 
 
+def iso_seconds(t: dt.datetime | None) -> str | None:
+    """A time in UTC to the second with its offset (``2026-11-28T10:04:00+00:00``); None stays None."""
+    return t.astimezone(dt.UTC).isoformat(timespec="seconds") if t else None
+
+
 def rfc3339(t: dt.datetime) -> str:
     """A time as the API server writes one (whole seconds, ``Z``)."""
     return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
