@@ -52,6 +52,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import fast_path, peers, reservation
+from cluster_doctor.domain.acceptance import AcceptancePolicy
+from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import GpuNode, PlannedPair
 from cluster_doctor.domain.planning import due
@@ -74,6 +76,11 @@ class InvalidSimulation(ValueError):
     pass
 
 
+def _setting(name: str) -> Any:
+    """The product's default of a setting: the simulated rules run with the thresholds the DAG runs with."""
+    return Settings.model_fields[name].default
+
+
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
     nodes: int = 1000
@@ -85,34 +92,34 @@ class SimConfig:
     max_job_hours: float = 24.0  # the cluster's job time limit (jobs are cut there)
     suite_minutes: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SUITE_MINUTES))
     pod_startup_minutes: float = 1.0
-    staleness_days: float = 7.0  # the prioritizer's threshold Z: a pair is due when older
+    staleness_days: float = _setting("staleness_days")  # the threshold Z: a pair is due when older
     target_days: float = 7.0  # the promise: within_target_share counts pair-hours at most this old
-    failed_retest_hours: float = 6.0
+    failed_retest_hours: float = _setting("failed_retest_hours")
     failure_rate: float = 0.01
     max_pairs: int | None = None  # per run; None: what the slots can run in one run window
     run_window_minutes: float = 55.0  # a run ends before the next hourly one starts
-    max_queue_minutes: float = 30.0
+    max_queue_minutes: float = _setting("max_queue_s") / 60
     gpu_models: dict = dataclasses.field(default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 1.0})
     gpus_per_node: int = 8
     start: str = "steady"  # steady: last results spread over the threshold; fresh: nothing validated yet
     bundle: bool = True  # every due suite of a chosen node in one run (False: one suite per node per run)
-    bundle_ahead_hours: float = 48.0
+    bundle_ahead_hours: float = _setting("bundle_ahead_hours")
     no_gap: bool = False  # a queue-backed cluster: a new job starts the moment one ends
     reserve: bool = False  # taint overdue busy nodes (the DAG's opt-in reservation)
     reservation: dict = dataclasses.field(default_factory=dict)  # ReservationPolicy keys (target_days: ours)
     seed: int = 7
     peer_tests: bool = False  # plan peer tests too (setting peer_tests)
-    peer_cadence_days: float = 7.0
-    peer_max_per_run: int = 4
+    peer_cadence_days: float = _setting("peer_cadence_days")
+    peer_max_per_run: int = _setting("peer_max_per_run")
     peer_minutes: float = 10.0  # one peer test: both pods, NCCL all-reduce and ib_write_bw per rail
-    sweep_interval_hours: float = 1.0  # the health sweep (setting sweep_interval_hours; 0: off, --no-sweep)
+    sweep_interval_hours: float = _setting("sweep_interval_hours")  # the health sweep (0: off, --no-sweep)
     faults: float = 0.0  # faults per 1,000 node-days (0: none injected)
     fault_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_faults.DEFAULT_SHARES))
     crash_probability: float = 0.7  # a job on a broken node crashes (the running one included)
     signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
     signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (a busy one tainted, with reservation)
-    fast_path_minutes: float = 5.0  # the fast path reads the signals this often (setting fast_path_minutes)
-    fast_path_quiet_minutes: float = 10.0  # no fast-path run this close to the hourly one (the setting)
+    fast_path_minutes: float = _setting("fast_path_minutes")  # the fast path reads the signals this often
+    fast_path_quiet_minutes: float = _setting("fast_path_quiet_minutes")  # no fast-path run this close to the hour
     # issue 31: nodes that join or return, some broken on arrival (assumed rates: no published ones we know)
     joins: int = 0  # nodes replaced by new ones over the period, each at a random time (no history)
     reboots: float = 0.0  # reboots per node per 30 days (maintenance, one node at a time)
@@ -120,7 +127,8 @@ class SimConfig:
     broken_on_reboot: float = 0.01  # a rebooted node comes back broken (a GPU lost at boot, a bad driver)
     bad_repair: float = 0.0  # a node back from repair is still broken (with faults)
     acceptance: bool = False  # the acceptance gate: a node that joined or returned runs its bundle before users
-    acceptance_max_nodes: int = 50  # gated at once at most (setting acceptance's max_nodes); the rest: suspects
+    # gated at once at most (setting acceptance's max_nodes); the rest: suspects
+    acceptance_max_nodes: int = AcceptancePolicy().max_nodes
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -659,13 +667,14 @@ class _Simulation:
 
     def _count_stopped(self, pairs: Sequence[PlannedPair], ran: Sequence[_Step], at: float, t: float) -> None:
         """What a bundle's stop left: the steps not run (skipped), a step a user job took (preempted, or
-        skipped before its pod started), and after a failing health check, the rest judged (the node is
-        known bad), which is what the staleness figures measure."""
+        skipped before its pod started), and after an executed step that stopped the rest (a failing health
+        check, by ``steps.stop_cause``), the rest judged (the node is known bad), which is what the staleness
+        figures measure."""
         counts, last = self.counts, ran[-1]
         rest = len(pairs) - len(ran)
         counts.preempted += last.status == Status.PREEMPTED
         counts.skipped += rest + (last.status == Status.SKIPPED)
-        if last.status == Status.FAIL and last.test_name == steps.HEALTH_FIRST:
+        if last.status in EXECUTED and steps.stop_cause(ran) is not None:
             for pair in pairs[len(ran):]:
                 self.last[(pair.node_name, pair.test_name)] = at + t / 60
             counts.health_gated += rest
