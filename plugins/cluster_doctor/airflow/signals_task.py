@@ -6,11 +6,9 @@ suspect nodes first (``current_suspects``, read by prioritize and reserve). The 
 ``fast_path_minutes``: a discovery of the whole cluster (the two lists from the watch cache) and the
 signals, recorded the same way; a suspect, busy or free, is reserved at once (with reservation on: no new
 user job lands on it before its validation, even while no run can be triggered); and for the free suspects
-no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to them
-(``domain.fast_path.decide``). It triggers only when no run of that DAG is queued or running (the run going on, or the
-one after it, plans the suspects first: no queue of runs builds up, which would hold the hourly run back,
-issue 33's cadence) and when the scheduled run is not due within ``fast_path_quiet_minutes`` (it takes them
-first itself, so a run started just before the hour never holds that run back for long).
+no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to them by
+the domain's rule (``domain.fast_path.decide``, which the simulator calls too): only when no run of that DAG
+is queued or running and the scheduled run is not due within ``fast_path_quiet_minutes``.
 """
 
 from __future__ import annotations

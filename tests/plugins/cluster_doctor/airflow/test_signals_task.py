@@ -17,8 +17,7 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import reservations, suspects
 from k8s_emulator import EmulatorProcess
 
-NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # the pure decisions'
-QUIET = dt.timedelta(minutes=10)
+NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # when the test's discoveries started
 TESTS = ["gpu_health", "dl_unit"]
 
 
