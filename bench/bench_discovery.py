@@ -5,7 +5,7 @@ task's XCom.
 The Kubernetes API emulator serves 5,000 GPU nodes and 150,000 pods, then 10,000 and 300,000; discovery
 reads them through the real kubernetes client (resourceVersion=0 lists, streamed and folded into per-node
 state; of the pod list only the pods that name the GPU resource are decoded), then the prioritizer plans
-over the free nodes. Measured in this one run, per size, alternately:
+over the free nodes (the prioritize task's planner). Measured in this one run, per size, alternately:
 
 - ``raw_list_s``: one raw ``resourceVersion=0`` list of every pod, read to its last byte and dropped
   (what ``kubectl get pods -A`` costs before it parses anything): the baseline;
@@ -33,9 +33,12 @@ import subprocess
 import sys
 import time
 
-from cluster_doctor.domain import priority
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import Discovered, Params
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning.due import PairState
+from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.kube import discovery
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -101,14 +104,16 @@ def xcom_bytes(found: discovery.Discovery, settings: Settings) -> int:
 
 
 def plan_ms(found: discovery.Discovery, settings: Settings, rnd: random.Random) -> float:
+    """The prioritize task's planner (``planning.plan.plan``, the health sweep included) over the free nodes."""
     now = dt.datetime.now(dt.UTC)
     free = [n.name for n in found.free]
-    states = {(node, test): priority.PairState(status="pass", finished_at=when, last_attempt_at=when,
-                                               last_attempt_status="pass")
+    states = {(node, test): PairState(status="pass", finished_at=when, last_attempt_at=when, last_attempt_status="pass")
               for node in free for test in settings.tests
               if rnd.random() < 0.9 and (when := now - dt.timedelta(hours=rnd.uniform(0, 24 * 14)))}
+    run = RunParams(parse_node_range(""), list(settings.tests), None, settings.max_pairs_per_run, False)
+    given = planner.PlanInput(settings=settings, run=run, free=found.free, states=states)
     start = time.perf_counter()
-    priority.plan(free, settings.tests, states, now=now)
+    planner.plan(given, now=now)
     return (time.perf_counter() - start) * 1000
 
 

@@ -13,7 +13,9 @@ import datetime as dt
 from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, chain, get_current_context, task, task_group
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
-from cluster_doctor.domain import priority, suites
+from cluster_doctor.domain import suites
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning.steps import bundle_order, pool_weights
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NODE_RANGE_PATTERN
 from cluster_doctor.domain.payloads import PeerTest, PeerTests
@@ -27,14 +29,14 @@ SETTINGS = Settings.load()
 # The validate group's steps, in the order a node's suites run: health first, then the enabled order.
 # Only the suites enabled at parse time (CLUSTER_DOCTOR_TESTS): a step costs a task per node and run,
 # and discover refuses a run that asks for a suite without one.
-STEPS = priority.bundle_order(SETTINGS.tests)
+STEPS = bundle_order(SETTINGS.tests)
 STEP_IDS = [f"validate.{test}" for test in STEPS]
 # The sweep group's steps (issue 28 §1): the short health suites among those, health first.
-SWEEP_STEPS = [test for test in STEPS if test in priority.SWEEP_SUITES]
+SWEEP_STEPS = [test for test in STEPS if test in planner.SWEEP_SUITES]
 SWEEP_STEP_IDS = [f"sweep.{test}" for test in SWEEP_STEPS]
 # Pool priority (absolute): every sweep step below every step of a due bundle, so sweeps use the pool after
 # the bundles; a node's later steps above other nodes' first ones.
-WEIGHTS = priority.pool_weights(STEPS, SWEEP_STEPS)
+WEIGHTS = pool_weights(STEPS, SWEEP_STEPS)
 # A validate step's label in the grid (map_index_template): "node · test", and "· not due" where its node's
 # bundle (the rendered Bundle XCom) does not plan the suite this run: skipped without an attempt, so it
 # reads apart at a glance from a skipped step that was an attempt (timeout, preempted, stopped by a failed
@@ -140,7 +142,7 @@ with DAG(
             description="Re-validate every pair whose last executed result is older than this (UTC). "
                         "Use after a driver upgrade or repair."),
         "max_pairs": Param(
-            None, type=["null", "integer"], minimum=0, maximum=1_000_000, title="Max pairs",  # planning.MAX_PAIRS
+            None, type=["null", "integer"], minimum=0, maximum=1_000_000, title="Max pairs",  # planning.params.MAX_PAIRS
             description=f"At most this many node-test pairs in this run (default {SETTINGS.max_pairs_per_run})."),
         "dry_run": Param(False, type="boolean", title="Dry run",
                          description="Plan only: log the pairs that would run, create no pod."),

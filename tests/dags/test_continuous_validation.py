@@ -148,11 +148,11 @@ def test_the_health_sweep_is_a_group_mapped_over_free_nodes_below_every_bundle_s
 
 
 def test_pool_weights_put_every_sweep_step_below_every_bundle_step():
-    from cluster_doctor.domain import priority
+    from cluster_doctor.domain.planning import steps
 
-    weights = priority.pool_weights(["gpu_health", "ib_health", "dl_unit"], ["gpu_health", "ib_health"])
+    weights = steps.pool_weights(["gpu_health", "ib_health", "dl_unit"], ["gpu_health", "ib_health"])
     assert weights.sweep == (1, 2) and weights.validate == (3, 4, 5) and weights.peer == 3
-    assert priority.pool_weights(["dl_unit"], []) == priority.PoolWeights(validate=(1,), sweep=(), peer=1)
+    assert steps.pool_weights(["dl_unit"], []) == steps.PoolWeights(validate=(1,), sweep=(), peer=1)
 
 
 def test_every_validation_task_uses_the_pool(dagbag):

@@ -9,7 +9,7 @@ import time
 
 import psycopg
 import pytest
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.store.history import ResultStore
 
 from tests.e2e.conftest import NAMESPACE, PVC, script_result, summary, validation_pods
@@ -125,8 +125,8 @@ def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(runner
     assert pod["deleted"]
     # the pair stays due: a preemption never makes it fresh
     states = ResultStore(db_url).pair_states(["gpu-001"], ["gpu_health"])
-    assert priority.why_due(states[("gpu-001", "gpu_health")], dt.datetime.now(dt.UTC), priority.Policy()) \
-        == priority.NEVER
+    assert due.why_due(states[("gpu-001", "gpu_health")], dt.datetime.now(dt.UTC), due.Policy()) \
+        == due.NEVER
 
 
 # 4 ------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ pod state). The phases it adds are the ones every validation pod goes through, p
 * as a step of a node's bundle (the validate task group: the node's suites one after another): a
   step the bundle does not plan is skipped without a row; a step after a failed health check, or
   after a step that could not run its suite (a user took the node, no pod could start), is recorded
-  ``skipped`` with that cause, no pod (``domain.bundles``);
+  ``skipped`` with that cause, no pod (``domain.planning.steps``);
 * before the pod exists: the decision (for a later step of a bundle: the end of the step before it)
   is not older than the max queue time and the node is still free, else no pod and the attempt is
   ``skipped``;
@@ -66,7 +66,8 @@ from kubernetes.client import ApiClient
 
 from cluster_doctor.airflow import provider_errors
 from cluster_doctor.airflow.provider_errors import PodLaunchFailedException
-from cluster_doctor.domain import bundles, results, suites
+from cluster_doctor.domain import results, suites
+from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.attempts import ORCHESTRATION, Attempt, InvalidAttempt, not_judged
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
@@ -272,12 +273,12 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             pulled = context["ti"].xcom_pull(task_ids=list(self.steps_before), key="attempt",
                                              map_indexes=context["ti"].map_index)
             previous = [_attempt_or_none(item) for item in (pulled if isinstance(pulled, list) else [pulled])]
-        cause = bundles.stop_cause(previous)
+        cause = steps.stop_cause(previous)
         if cause:
             raise Ended(Status.SKIPPED, f"{cause}; no pod created")
         # The max queue time guards a stale decision while waiting for a pool slot; the steps before
         # this one were the node's own work, so the wait counts from when the last of them ended.
-        self.planned_at = bundles.ready_at(self._bundle.planned_at, previous)
+        self.planned_at = steps.ready_at(self._bundle.planned_at, previous)
         waited = (dt.datetime.now(dt.UTC) - self.planned_at).total_seconds()
         if waited >= POOL_WAIT_NOTE_S:
             self.log.info("waited %s for a slot of pool %s since %s (the pool limits how many validation "

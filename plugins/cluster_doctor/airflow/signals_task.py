@@ -6,11 +6,9 @@ suspect nodes first (``current_suspects``, read by prioritize and reserve). The 
 ``fast_path_minutes``: a discovery of the whole cluster (the two lists from the watch cache) and the
 signals, recorded the same way; a suspect, busy or free, is reserved at once (with reservation on: no new
 user job lands on it before its validation, even while no run can be triggered); and for the free suspects
-no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to them
-(``decide``). It triggers only when no run of that DAG is queued or running (the run going on, or the
-one after it, plans the suspects first: no queue of runs builds up, which would hold the hourly run back,
-issue 33's cadence) and when the scheduled run is not due within ``fast_path_quiet_minutes`` (it takes them
-first itself, so a run started just before the hour never holds that run back for long).
+no fast-path run took yet it decides whether to trigger a ``continuous_validation`` run limited to them by
+the domain's rule (``domain.fast_path.decide``, which the simulator calls too): only when no run of that DAG
+is queued or running and the scheduled run is not due within ``fast_path_quiet_minutes``.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from typing import Any
 from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.domain.fast_path import TARGET_DAG, Decision, decide
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.signals import Suspect
@@ -32,8 +31,6 @@ from cluster_doctor.kube import signals as kube_signals
 from cluster_doctor.store import inventory, suspects
 
 log = logging.getLogger(__name__)
-TARGET_DAG = "continuous_validation"
-RUN_ID_PREFIX = "suspects__"  # the fast path's runs of continuous_validation: suspects__<UTC time>
 
 
 def read_signals(core_v1: Any, settings: Settings, found: discovery.Discovery,
@@ -79,7 +76,7 @@ def accept_after_run(found: Any, store: Any, core_v1: Any, *, run_id: str, now: 
     whose whole bundle passed loses the taint now, not a fast-path tick (or an hour) later; a failed one
     keeps it. Gates nothing new (no inventory change is read here). None when disabled or when it could not."""
     return accept(core_v1, found.settings, None, store, run_id=run_id, now=now or dt.datetime.now(dt.UTC),
-                  dry_run=found.params.run_params().dry_run)
+                  dry_run=found.params.dry_run)
 
 
 def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now: dt.datetime) -> dict[str, Suspect]:
@@ -101,42 +98,6 @@ def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now
 
 
 # ---------------------------------------------------------------------------- the fast path
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """One fast-path tick: the free suspects it triggers a run for (``run_id``/``conf``), or why none."""
-
-    nodes: list[str]
-    run_id: str | None = None
-    why_not: str | None = None
-    reserved: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def conf(self) -> dict[str, Any]:
-        return {"node_range": compress(self.nodes)} if self.nodes else {}
-
-    def to_xcom(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "run_id": self.run_id, "conf": self.conf, "why_not": self.why_not,
-                "reserved": self.reserved}
-
-
-def decide(fresh: Iterable[str], free: Iterable[str], *, paused: bool, active_runs: int,
-           next_run: dt.datetime | None, now: dt.datetime, quiet: dt.timedelta) -> Decision:
-    """Whether to trigger a ``continuous_validation`` run for the suspects no fast-path run took yet
-    (``fresh``) that are free now; see the module docstring for the rules."""
-    nodes = sorted(set(fresh) & set(free))
-    if not nodes:
-        return Decision([], why_not="no new free suspect")
-    if paused:
-        return Decision([], why_not=f"{TARGET_DAG} is paused")
-    if active_runs:
-        return Decision([], why_not=f"{active_runs} run(s) of {TARGET_DAG} queued or running: it, or the next "
-                                    "one, plans the suspects first")
-    if next_run is not None and next_run - now <= quiet:
-        return Decision([], why_not=f"the scheduled run at {next_run.isoformat(timespec='minutes')} plans the "
-                                    "suspects first")
-    return Decision(nodes, run_id=f"{RUN_ID_PREFIX}{now:%Y-%m-%dT%H:%M:%S}")
-
-
 def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_runs: int,
          next_run: dt.datetime | None, now: dt.datetime | None = None) -> Decision:
     """One run of the fast path: discover, record the inventory and the signals, reserve the suspects, busy

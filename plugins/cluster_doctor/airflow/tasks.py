@@ -13,8 +13,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.airflow import signals_task, storage
-from cluster_doctor.domain import bundles as bundles_policy
-from cluster_doctor.domain import fleet_verdicts, planning, priority, run_plan
+from cluster_doctor.domain import fleet_verdicts
+from cluster_doctor.domain.planning import due, steps
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning.params import InvalidParams, RunParams, parse_params
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
@@ -25,7 +27,6 @@ from cluster_doctor.domain.payloads import (
     Discovered,
     HeldPair,
     Latest,
-    Params,
     Plan,
     PlannedPair,
     Recorded,
@@ -62,9 +63,9 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
     now = now or _now()
     if parsed is not None:
         settings.check_parse_time(parsed)
-    run = planning.parse_params(params, settings, now=now)
+    run = parse_params(params, settings, now=now)
     if parsed is not None:
-        _check_steps(run.tests, priority.bundle_order(parsed.tests))
+        _check_steps(run.tests, steps.bundle_order(parsed.tests))
     warnings = [w for w in (storage.executor_warning(settings, executors),) if w]
     for warning in warnings:
         log.warning("%s", warning)
@@ -95,7 +96,7 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         log.error("%s: no validation pod of %s will be created", mounts.problem, ", ".join(mounts.blocked_tests))
     valid = [n for n in found.ineligible if n.reason != discovery.INVALID_NAME]  # never a real node name
     return Discovered.of(
-        settings=settings, params=Params.of(run), started_at=now, inventory_at=inventory_at,
+        settings=settings, params=run.to_params(), started_at=now, inventory_at=inventory_at,
         free=[(n.name, n.gpu_count, n.gpu_model, n.node_gpus) for n in found.free],
         ineligible=[(n.name, n.reason) for n in valid],
         api_calls=found.api_calls, nodes_seen=found.nodes_seen, pods_seen=found.pods_seen,
@@ -126,7 +127,7 @@ def _check_steps(tests: Sequence[str], steps: Sequence[str]) -> None:
     a suite without one could never run, so a run (params or the Variable) asking for it is refused."""
     missing = [t for t in tests if t not in steps]
     if missing:
-        raise planning.InvalidParams(
+        raise InvalidParams(
             f"tests: {', '.join(missing)} not enabled in this deployment (the DAG runs {', '.join(steps)}); "
             "enable it with CLUSTER_DOCTOR_TESTS in the deployment environment")
 
@@ -151,14 +152,14 @@ def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
     policy = ReservationPolicy.from_mapping(settings.reservation)
     if not policy.enabled:
         return reservation.ReservationReport(enabled=False)
-    run = discovered.params.run_params()
+    run = RunParams.of(discovered.params)
     if run.dry_run:  # a run that only plans taints nothing either
         policy = dataclasses.replace(policy, dry_run=True)
     busy = [n.name for n in discovered.ineligible if n.reason == discovery.BUSY]
     free = [n.name for n in discovered.free]
     report = reservation.reserve_and_release(
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
-        latest=store.pair_states(busy + free, run.tests), due_policy=planning.policy(settings, run), run_id=run_id,
+        latest=store.pair_states(busy + free, run.tests), due_policy=due.policy(settings, run), run_id=run_id,
         node_selector=settings.node_selector, now=now,
         suspects=signals_task.current_suspects(store, settings.tests, busy + free, now or _now()),
         node_range=run.node_range)
@@ -171,7 +172,7 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
                *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
                run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = (),
                suspects: Mapping[str, str] | None = None) -> Plan:
-    """Plan this run's bundles with the one planner (``domain.run_plan``): every free node with a due
+    """Plan this run's bundles with the one planner (``domain.planning.plan``): every free node with a due
     pair, most urgent first (``suspects``, node → evidence, with every suite, then ``reserved`` nodes,
     tainted for validation, before all), each with all its due suites; then the health sweep of the free
     nodes with no due pair (why ``health sweep``). With ``store`` (the DAG), the plan's nodes are claimed
@@ -183,10 +184,10 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
         # judged against every enabled suite: a run of fewer (params) never clears a suspicion alone
         suspects = {node: s.describe() for node, s in signals_task.current_suspects(
             store, discovered.settings.tests, [n.name for n in discovered.free], now).items()}
-    given = run_plan.PlanInput.of(discovered, latest, reserved, suspects,
+    given = planner.PlanInput.of(discovered, latest, reserved, suspects,
                                   peer_due=_peer_due(store, discovered, now) if store is not None else ())
     claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None
-    plan = run_plan.plan(given, now=now, claim=claim).plan
+    plan = planner.plan(given, now=now, claim=claim).plan
     _log_plan(plan, given, now)
     return plan
 
@@ -200,32 +201,32 @@ def _peer_due(store: Any, discovered: Discovered, now: dt.datetime) -> frozenset
     with store.connection() as conn:
         history = stored_peers.peer_results(conn, since=stored_peers.evidence_since(discovered.settings, now),
                                             nodes=free)
-    return run_plan.peer_due(free, history, discovered.settings, now)
+    return planner.peer_due(free, history, discovered.settings, now)
 
 
-def _claimer(store: Any, settings: Settings, run: planning.RunParams, dag_id: str | None, run_id: str | None,
-             run_ended: Callable[[str, str], bool] | None) -> run_plan.Claimer:
+def _claimer(store: Any, settings: Settings, run: RunParams, dag_id: str | None, run_id: str | None,
+             run_ended: Callable[[str, str], bool] | None) -> planner.Claimer:
     """Claims in the results DB: of the candidate bundles, in priority order, the first ``max_pairs``
     pairs' nodes no other live run holds (a dry run claims nothing but defers the same way). A claim
     holds its node for the whole bundle (its TTL covers every step)."""
     if not dag_id or not run_id:
         raise ValueError("prioritize with a store needs the run's dag_id and run_id to claim its nodes")
 
-    def claim(found: Sequence[priority.Bundle]) -> run_plan.Claimed:
+    def claim(found: Sequence[planner.NodeBundle]) -> planner.Claimed:
         outcome = claims.claim(
             store.connect,
             [(b.node_name, b.pairs[0].test_name, claims.ttl_s(settings, [p.test_name for p in b.urgent]),
               len(b.urgent)) for b in found],
             dag_id=dag_id, run_id=run_id, limit=run.max_pairs, dry_run=run.dry_run, run_ended=run_ended)
-        return run_plan.Claimed(granted=frozenset(c.node_name for c in outcome.granted),
+        return planner.Claimed(granted=frozenset(c.node_name for c in outcome.granted),
                                 held=tuple(HeldPair(**h.to_dict()) for h in outcome.held))
     return claim
 
 
-def _log_plan(plan: Plan, given: run_plan.PlanInput, now: dt.datetime) -> None:
+def _log_plan(plan: Plan, given: planner.PlanInput, now: dt.datetime) -> None:
     planned, held = plan.pairs, plan.held_by_other_runs
     if planned:
-        swept = len({p.node_name for p in planned if p.why == priority.SWEEP})
+        swept = len({p.node_name for p in planned if p.why == due.SWEEP})
         log.info("plan (%d pair(s) on %d node(s), each node's suites one after another%s%s):\n%s", len(planned),
                  len(plan.nodes()), f"; {swept} node(s) of the health sweep" if swept else "",
                  ", dry run: no pods" if plan.dry_run else "", table(
@@ -266,8 +267,8 @@ def sweep_bundles(discovered: Discovered, planned: Plan, core_v1: Any, shipped: 
 
 def _planned_nodes(planned: Plan, *, sweep: bool) -> list[str]:
     """The plan's nodes, in plan order: those of the health sweep (every pair of theirs is), or the others."""
-    swept = {p.node_name for p in planned.pairs if p.why == priority.SWEEP}
-    swept -= {p.node_name for p in planned.pairs if p.why != priority.SWEEP}
+    swept = {p.node_name for p in planned.pairs if p.why == due.SWEEP}
+    swept -= {p.node_name for p in planned.pairs if p.why != due.SWEEP}
     return [n for n in planned.nodes() if (n in swept) == sweep]
 
 
@@ -297,7 +298,7 @@ def finish_node(bundle: Bundle, reported: Sequence[Mapping[str, Any] | None], st
     done (every suite executed, health failed, or a user took the node; kept, within its maximum hold,
     when a step only ran out of time). Best effort: the claim expires, the reservation task releases."""
     attempts = [_attempt_or_none(item) for item in reported]
-    done = bundles_policy.done_with_node(bundle.tests, attempts)
+    done = steps.done_with_node(bundle.tests, attempts)
     try:
         claims.release(store.connect, dag_id=dag_id, run_id=run_id, nodes=[bundle.node_name])
     except Exception as exc:

@@ -19,7 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.cli import connection, simulate
-from cluster_doctor.domain import planning, priority, results, run_plan, suites
+from cluster_doctor.domain import results, suites
+from cluster_doctor.domain.planning import due
+from cluster_doctor.domain.planning import plan as planner
 from cluster_doctor.domain.actions import shown as action_shown
 from cluster_doctor.domain.actions import status_text
 from cluster_doctor.domain.attempts import (
@@ -39,9 +41,9 @@ from cluster_doctor.domain.nodes import (
     shown,
     validate_node_name,
 )
-from cluster_doctor.domain.payloads import GpuNode
+from cluster_doctor.domain.payloads import GpuNode, PlannedPair
 from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
-from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.text import age, table, to_csv, to_json
@@ -563,8 +565,18 @@ def _nodes_file(path: str) -> list[str]:
         raise UsageError(f"{what}: {exc}") from None
 
 
+# What `plan --format json|csv` prints of a planned pair: the pair and what the store knew of it (the
+# GPUs its pod asks for are the DAG's business).
+PLAN_FIELDS = ("node_name", "test_name", "why", "last_status", "last_finished_at", "last_attempt_at",
+               "last_attempt_status")
+
+
+def _plan_row(pair: PlannedPair) -> dict[str, Any]:
+    return pair.model_dump(mode="json", include=set(PLAN_FIELDS))
+
+
 def cmd_plan(args: argparse.Namespace, out) -> int:
-    """What the next run would plan, by the DAG's planner (``domain.run_plan``): the same bundles in the
+    """What the next run would plan, by the DAG's planner (``domain.planning.plan``): the same bundles in the
     same order (bundle_ahead_hours, suspect pairs marked from the results DB, reserved nodes first when
     reservation is on, the tests a volume problem blocks left out, the health sweep after the due bundles,
     max_pairs). Planning only: nothing is claimed, nothing written."""
@@ -579,19 +591,19 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
     with store.connection() as conn, conn.cursor() as cur:  # issue 28 §2: suspects first, as prioritize plans
         suspected = stored_suspects.current(cur, settings.tests, [n.name for n in nodes.free])
-    given = run_plan.PlanInput(
-        settings=settings, run=run, free=nodes.free, states=run_plan.pair_states(latest), ineligible=nodes.ineligible,
+    given = planner.PlanInput(
+        settings=settings, run=run, free=nodes.free, states=planner.pair_states(latest), ineligible=nodes.ineligible,
         suspects={n: s.describe() for n, s in suspected.items()},
         reserved=plan_inputs.reserved(store.connect) if reserving else (), blocked_tests=nodes.blocked_tests,
-        blocked_problem=nodes.problem, without_hcas=planning.models_without_hcas(settings),
+        blocked_problem=nodes.problem, without_hcas=planner.models_without_hcas(settings),
         peer_due=_peer_due(store, settings, [n.name for n in nodes.free], now))
-    planned = run_plan.plan(given, now=now)
+    planned = planner.plan(given, now=now)
     pairs = planned.pairs
     notes = [f"not planned: {', '.join(planned.blocked)} ({nodes.problem})"] if planned.blocked else []
     if args.format == "json":
-        print(json.dumps([p.to_dict() for p in pairs], indent=2), file=out)
+        print(json.dumps([_plan_row(p) for p in pairs], indent=2), file=out)
     elif args.format == "csv":
-        print(to_csv([p.to_dict() for p in pairs], ["node_name", "test_name", "why", "last_status",
+        print(to_csv([_plan_row(p) for p in pairs], ["node_name", "test_name", "why", "last_status",
                                                    "last_finished_at"]), end="", file=out)
     else:
         body = [[i + 1, p.node_name, p.test_name, p.why, p.last_status or "-", age(p.last_finished_at, now)]
@@ -601,7 +613,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
               + (f" on {len(planned.bundles)} node(s), each node's suites one after another" if pairs else ""),
               file=out)
     if planned.sweeps:
-        notes.append(f"health sweep (why: {priority.SWEEP}): {len(planned.sweeps)} free node(s) with no due suite "
+        notes.append(f"health sweep (why: {due.SWEEP}): {len(planned.sweeps)} free node(s) with no due suite "
                      f"whose last health check is older than {settings.sweep_interval_hours:g} h, after the due "
                      "bundles (setting sweep_interval_hours)")
     if planned.suspects:
@@ -622,7 +634,7 @@ def _peer_due(store: Any, settings: Settings, free: list[str], now: dt.datetime)
         return frozenset()
     with store.connection() as conn:
         history = stored_peers.peer_results(conn, since=stored_peers.evidence_since(settings, now), nodes=free)
-    return run_plan.peer_due(free, history, settings, now)
+    return planner.peer_due(free, history, settings, now)
 
 
 def _bounded_timestamps(data: Any) -> Any:

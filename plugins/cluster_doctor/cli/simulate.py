@@ -1,7 +1,7 @@
 """``cluster-doctor simulate``: the real planner and policies over a simulated cluster, to size the pool.
 
 The command's options (``add_parser``, turned into a ``SimConfig`` by ``_config``) and its printing
-(``render``, the slots search's lines); the simulation itself is ``cluster_doctor.domain.simulate``.
+(``render``, the slots search's lines); the simulation itself is ``cluster_doctor.simulator.simulate``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import re
 import sys
 from typing import Any
 
-from cluster_doctor.domain import simulate as sim
+from cluster_doctor.simulator import faults as sim_faults
+from cluster_doctor.simulator import simulate as sim
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([dhm]?)\s*$")
 
@@ -92,9 +93,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--faults", type=float, default=0.0,
                    help="inject faults: this many per 1,000 node-days (Meta's research clusters: 6.5); adds the "
                         "time to detect and the user jobs on broken nodes")
-    p.add_argument("--fault-kinds", default=",".join(f"{k}={v:g}" for k, v in sim.sim_faults.DEFAULT_SHARES.items()),
+    p.add_argument("--fault-kinds", default=",".join(f"{k}={v:g}" for k, v in sim_faults.DEFAULT_SHARES.items()),
                    help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {k.seen_by}"
-                                                          for k in sim.sim_faults.FAULT_KINDS))
+                                                          for k in sim_faults.FAULT_KINDS))
     p.add_argument("--crash-probability", type=float, default=0.7,
                    help="a user job on a broken node crashes with this probability, the running one included "
                         "(default 0.7)")

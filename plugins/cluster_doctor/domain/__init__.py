@@ -1,6 +1,7 @@
 """The pure core: statuses, attempt records, node names and ranges, settings, the typed XCom payloads
-the DAG's tasks hand each other, the suite catalog, priority and planning, coverage, pod-outcome
-classification, fleet-verdict and quarantine policies, the pool simulator.
+the DAG's tasks hand each other, the suite catalog, the one planner (``planning``), the fast path's
+decision, coverage, pod-outcome classification, fleet-verdict and quarantine policies. The pool simulator
+is not here: ``cluster_doctor.simulator`` is a client of these rules.
 
 No I/O: nothing here talks to Kubernetes, Postgres, the file system or the network, and nothing
 imports Airflow. May import: the standard library but its file, process and network modules (os,

@@ -1,6 +1,6 @@
 """The acceptance gate, the policy (issue 31 §1, opt-in): a node first seen, rebooted, or back from our
 quarantine gets its whole bundle before users do. Pure: ``cluster_doctor.kube.acceptance`` acts on it,
-``cluster_doctor.domain.simulate`` models it.
+``cluster_doctor.simulator`` models it.
 
 A gated node carries a NoSchedule taint (``taint_key``: ours by default, or one the provisioning already
 puts on nodes at join time, so no user pod lands in the minutes before the first read) that the validation
@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain.priority import PairState
+from cluster_doctor.domain.status import PairState
 
 DOMAIN = "cluster-doctor.io"
 KEY = f"{DOMAIN}/acceptance"

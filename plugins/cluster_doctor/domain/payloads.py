@@ -31,9 +31,8 @@ from pydantic import (
 
 from cluster_doctor.domain.attempts import Attempt, parse_timestamp
 from cluster_doctor.domain.config import Settings, describe_errors
-from cluster_doctor.domain.nodes import compress, expand, natural, parse_node_range
+from cluster_doctor.domain.nodes import compress, expand, natural
 from cluster_doctor.domain.peers import PeerMatch
-from cluster_doctor.domain.planning import RunParams
 
 CURRENT = 1
 
@@ -104,22 +103,13 @@ class Payload(Part):
 
 # ---------------------------------------------------------------------------- discover
 class Params(Part):
-    """The run's params as ``discover`` validated them (``planning.parse_params``)."""
+    """The run's params as ``discover`` validated them (``planning.params.parse_params``)."""
 
     node_range: str = ""
     tests: list[str]
     stale_before: Timestamp | None = None
     max_pairs: int = Field(ge=0)
     dry_run: bool = False
-
-    @classmethod
-    def of(cls, run: RunParams) -> Params:
-        return cls(node_range=run.node_range.expression, tests=list(run.tests), stale_before=run.stale_before,
-                   max_pairs=run.max_pairs, dry_run=run.dry_run)
-
-    def run_params(self) -> RunParams:
-        return RunParams(parse_node_range(self.node_range), list(self.tests), self.stale_before, self.max_pairs,
-                         self.dry_run)
 
 
 class GpuNode(Part):

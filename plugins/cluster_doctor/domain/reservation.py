@@ -1,6 +1,6 @@
 """Reservation of overdue nodes, the policy (issue 21 §2): which busy GPU nodes get our NoSchedule taint
 so that no new user pod lands when their current job ends, how many at once, for how long, and the
-circuit breaker. Pure: ``cluster_doctor.kube.reservation`` acts on it, ``cluster_doctor.domain.simulate``
+circuit breaker. Pure: ``cluster_doctor.kube.reservation`` acts on it, ``cluster_doctor.simulator``
 models it with the same functions.
 
 A node is reserved when it is busy (a user pod holds its GPUs; never a cordoned, not-ready or
@@ -21,9 +21,9 @@ import dataclasses
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.status import PairState
 
 DOMAIN = "cluster-doctor.io"
 KEY = f"{DOMAIN}/reserved"
@@ -111,13 +111,22 @@ class Overdue:
         return (self.oldest is not None, self.oldest or dt.datetime.min.replace(tzinfo=dt.UTC), self.node_name)
 
 
+class DueRule(Protocol):
+    """The planner's due rule (``planning.due.Policy``): a node with no due pair is never reserved."""
+
+    @property
+    def staleness(self) -> dt.timedelta: ...
+
+    def why_due(self, state: PairState | None, now: dt.datetime) -> str | None: ...
+
+
 def overdue(
     busy_nodes: Iterable[str],
     tests: Sequence[str],
-    latest: Mapping[tuple[str, str], priority.PairState],
+    latest: Mapping[tuple[str, str], PairState],
     *,
     now: dt.datetime,
-    due_policy: priority.Policy,
+    due_policy: DueRule,
     policy: ReservationPolicy,
 ) -> list[Overdue]:
     """The busy nodes that may be reserved: a pair is due (the prioritizer's rule: never a node that is
@@ -126,7 +135,7 @@ def overdue(
     found = []
     for node in dict.fromkeys(busy_nodes):
         states = [latest.get((node, t)) for t in tests]
-        if not any(priority.why_due(s, now, due_policy) for s in states):
+        if not any(due_policy.why_due(s, now) for s in states):
             continue
         executed = [s.finished_at for s in states if s is not None and s.finished_at is not None]
         oldest = min(executed) if len(executed) == len(states) else None

@@ -5,7 +5,7 @@ A source (``cluster_doctor.kube.signals`` reads them) reports what it saw; the f
 it is evidence: the device plugin offering fewer GPUs than the node has, a node condition another tool set
 to its unhealthy status, an event with a chosen reason, a DCGM exporter counter that moved, user pods that
 failed with a GPU error, a node never seen before, rebooted, or uncordoned after our quarantine. A signal
-never fails a node: it makes the node **suspect**, so its whole bundle runs first (``domain.run_plan``) and
+never fails a node: it makes the node **suspect**, so its whole bundle runs first (``domain.planning.plan``) and
 the suites judge it.
 
 Every piece of evidence has a ``key``, the identity of what was seen (a condition's transition, an event's

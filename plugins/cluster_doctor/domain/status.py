@@ -16,6 +16,8 @@ statuses only, so none of them ever counts a control-plane blink against a node.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import enum
 
 
@@ -49,3 +51,20 @@ class Status(enum.StrEnum):
 EXECUTED = (Status.PASS, Status.FAIL, Status.ERROR)
 NOT_EXECUTED = (Status.TIMEOUT, Status.PREEMPTED, Status.SKIPPED)
 FAILING = (Status.FAIL, Status.ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairState:
+    """What the store knows of one (node, test) pair: a row of ``validation_latest``, what the planner
+    (``planning.due``), reservation and the acceptance gate read."""
+
+    status: str | None = None  # last executed status (pass|fail|error) or None
+    finished_at: dt.datetime | None = None  # when that executed attempt finished
+    last_attempt_at: dt.datetime | None = None  # last attempt of any status
+    last_attempt_status: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in EXECUTED:
+            raise ValueError(f"PairState.status must be an executed status, got {self.status!r}")
+        if (self.status is None) != (self.finished_at is None):
+            raise ValueError("PairState.status and finished_at go together")

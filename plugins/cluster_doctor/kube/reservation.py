@@ -32,7 +32,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import reservation as policy_of
 from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.nodes import NodeRange
@@ -124,8 +124,8 @@ def reserve_and_release(
     free: Sequence[str],
     gpu_nodes: int,
     tests: Sequence[str],
-    latest: Mapping[tuple[str, str], priority.PairState],
-    due_policy: priority.Policy,
+    latest: Mapping[tuple[str, str], due.PairState],
+    due_policy: due.Policy,
     run_id: str,
     node_selector: str = "",
     now: dt.datetime | None = None,

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from cluster_doctor.domain.attempts import NOT_JUDGED, UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import NodeRange, shown, validate_node_name
-from cluster_doctor.domain.priority import PairState
+from cluster_doctor.domain.status import PairState
 from cluster_doctor.store import database, diagnosis, migrations
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What the planner (``domain.run_plan``) reads from the results DB, for the DAG and ``cluster-doctor plan`` alike.
+"""What the planner (``domain.planning.plan``) reads from the results DB, for the DAG and ``cluster-doctor plan`` alike.
 
 No SQL of its own: it puts together the store's reads the way every planner caller needs them.
 """

@@ -13,7 +13,8 @@ import math
 import psycopg
 import pytest
 from cluster_doctor.cli import main as cli
-from cluster_doctor.domain import planning, results
+from cluster_doctor.domain import results
+from cluster_doctor.domain.planning import params as planning
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.web import app as webapp
 from fastapi import FastAPI

@@ -12,11 +12,12 @@ import json
 
 from cluster_doctor.airflow import tasks
 from cluster_doctor.cli import main as cli
-from cluster_doctor.domain import priority, simulate
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import parse_node_range
-from cluster_doctor.domain.payloads import Discovered, GpuNode, Params
-from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.payloads import Discovered, GpuNode
+from cluster_doctor.domain.planning import due
+from cluster_doctor.domain.planning.params import RunParams
+from cluster_doctor.simulator import simulate
 from cluster_doctor.store import reservations
 
 H, D = dt.timedelta(hours=1), dt.timedelta(days=1)
@@ -74,7 +75,7 @@ def seed(store, now: dt.datetime) -> None:
 def dag_plan(settings: Settings, store, now: dt.datetime, max_pairs: int = MAX_PAIRS) -> list[tuple[str, str, str]]:
     """discover's payload (one busy GPU node beside the free ones) → load_latest → prioritize, claiming."""
     run = RunParams(parse_node_range(""), TESTS, None, max_pairs, False)
-    found = Discovered.of(settings=settings, params=Params.of(run), started_at=now,
+    found = Discovered.of(settings=settings, params=run.to_params(), started_at=now,
                           free=[(n, 8, "NVIDIA-H100-80GB-HBM3") for n in FREE], ineligible=[("gpu-007", "busy")])
     latest = tasks.load_latest(found, store)
     plan = tasks.prioritize(found, latest, now=now, store=store, dag_id="continuous_validation", run_id="r1",
@@ -94,7 +95,7 @@ def simulated_plan(now: dt.datetime, max_pairs: int = MAX_PAIRS) -> list[tuple[s
     """The simulator's planning step on the same fleet: its own pair states (a suspect is a failure)."""
     cfg = simulate.SimConfig(nodes=len(FREE), suite_minutes={t: 10.0 for t in TESTS}, max_pairs=max_pairs,
                              staleness_days=7, failed_retest_hours=6, bundle_ahead_hours=BUNDLE_AHEAD_HOURS)
-    states = {(n, t): priority.PairState("fail" if suspect else s, now - age, now - age, s)
+    states = {(n, t): due.PairState("fail" if suspect else s, now - age, now - age, s)
               for n, t, s, age, suspect in FLEET}
     free = [GpuNode(name=n, gpu_count=8) for n in FREE]
     found = simulate.plan_hour(cfg, free, states, now=now, reserved={RESERVED}, busy=["gpu-007"])

@@ -11,7 +11,7 @@ import datetime as dt
 import pytest
 from cluster_doctor.airflow import signals_task, tasks
 from cluster_doctor.domain import acceptance as gate
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.config import DEFAULT_TOLERATIONS, Settings
 from cluster_doctor.domain.quarantine import LABEL
@@ -90,7 +90,7 @@ def test_a_new_node_is_gated_validated_whole_and_first_then_accepted(cluster, st
     plan = tasks.prioritize(run, tasks.load_latest(run, store), NOW + 6 * M, store=store,
                             dag_id="continuous_validation", run_id=decision.run_id)
     assert [(p.node_name, p.test_name, p.why) for p in plan.pairs] == [
-        ("gpu-005", "gpu_health", priority.SUSPECT), ("gpu-005", "dl_unit", priority.SUSPECT)]
+        ("gpu-005", "gpu_health", due.SUSPECT), ("gpu-005", "dl_unit", due.SUSPECT)]
     record(store, "gpu-005", "gpu_health", "pass", NOW + 8 * M)
     tick(cluster, store, config, NOW + 9 * M)
     assert taints(cluster, "gpu-005") == [gate.KEY]  # one suite is not the bundle

@@ -17,7 +17,7 @@ import threading
 import pytest
 from cluster_doctor.airflow import handoff_task, signals_task, tasks
 from cluster_doctor.domain import handoff as docs
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.conditions import CONDITION_TYPE, ConditionPolicy
 from cluster_doctor.domain.config import DEFAULT_TOLERATIONS, Settings
@@ -95,7 +95,7 @@ def test_a_rebooted_quarantined_node_is_validated_at_once_and_released(cluster, 
     plan = tasks.prioritize(run, tasks.load_latest(run, store), NOW + 6 * M, store=store,
                             dag_id="continuous_validation", run_id=decision.run_id)
     assert [(p.node_name, p.test_name, p.why) for p in plan.pairs] == [
-        ("gpu-004", "gpu_health", priority.SUSPECT), ("gpu-004", "dl_unit", priority.SUSPECT)]
+        ("gpu-004", "gpu_health", due.SUSPECT), ("gpu-004", "dl_unit", due.SUSPECT)]
     for test in TESTS:
         record(store, "gpu-004", test, "pass", NOW + 10 * M)
     report = tasks.quarantine(run, store, core, run_id=decision.run_id, now=NOW + 11 * M)

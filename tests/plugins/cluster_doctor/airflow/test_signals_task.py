@@ -9,7 +9,7 @@ import datetime as dt
 
 import pytest
 from cluster_doctor.airflow import signals_task, tasks
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, Latest, RunConfig
 from cluster_doctor.domain.reservation import KEY, VALIDATED
@@ -17,8 +17,7 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import reservations, suspects
 from k8s_emulator import EmulatorProcess
 
-NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # the pure decisions'
-QUIET = dt.timedelta(minutes=10)
+NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # when the test's discoveries started
 TESTS = ["gpu_health", "dl_unit"]
 
 
@@ -44,24 +43,7 @@ def test_prioritize_plans_a_suspects_whole_bundle_first_whatever_its_staleness(s
     plan = tasks.prioritize(found, tasks.load_latest(found, store), now, store=store, dag_id="continuous_validation",
                             run_id="r1")
     assert [(p.node_name, p.test_name, p.why) for p in plan.pairs] == [
-        ("gpu-002", "gpu_health", priority.SUSPECT), ("gpu-002", "dl_unit", priority.SUSPECT)]
-
-
-@pytest.mark.parametrize("paused, active, next_run, why", [
-    (False, 0, NOW + dt.timedelta(minutes=50), None),
-    (True, 0, None, "continuous_validation is paused"),
-    (False, 1, None, "1 run(s) of continuous_validation queued or running: it, or the next one, plans the suspects first"),
-    (False, 0, NOW + dt.timedelta(minutes=9), "the scheduled run at 2026-11-28T12:19+00:00 plans the suspects first"),
-])
-def test_the_fast_path_triggers_only_when_it_holds_no_run_back(paused, active, next_run, why):
-    decision = signals_task.decide(["gpu-001", "gpu-003"], ["gpu-001", "gpu-002"], paused=paused,
-                                   active_runs=active, next_run=next_run, now=NOW, quiet=QUIET)
-    assert decision.why_not == why
-    if why is None:
-        assert decision.nodes == ["gpu-001"] and decision.conf == {"node_range": "gpu-001"}
-        assert decision.run_id == "suspects__2026-11-28T12:10:00"
-    assert signals_task.decide([], ["gpu-001"], paused=False, active_runs=0, next_run=None, now=NOW,
-                               quiet=QUIET).why_not == "no new free suspect"
+        ("gpu-002", "gpu_health", due.SUSPECT), ("gpu-002", "dl_unit", due.SUSPECT)]
 
 
 @pytest.fixture
@@ -129,7 +111,7 @@ def test_a_free_suspect_is_tainted_while_no_run_can_start_and_the_run_that_valid
     plan = tasks.prioritize(found, tasks.load_latest(found, store), run_at, store=store,
                             dag_id="continuous_validation", run_id=go.run_id, reserved=reserved.free)
     assert plan.reserved == ["gpu-001"] and [(p.node_name, p.why) for p in plan.pairs] == [
-        ("gpu-001", priority.SUSPECT), ("gpu-001", priority.SUSPECT)]
+        ("gpu-001", due.SUSPECT), ("gpu-001", due.SUSPECT)]
 
     done = dt.datetime.now(dt.UTC)
     ran = [{"node_name": "gpu-001", "test_name": t, "status": status if t == "gpu_health" else "pass",

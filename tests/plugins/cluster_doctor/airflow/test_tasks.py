@@ -273,7 +273,7 @@ def test_a_run_with_nothing_to_do_says_all_fresh_since_or_none_free(store):
 def test_a_run_asking_for_a_suite_the_dag_has_no_step_for_is_refused_before_any_call():
     """The validate group has a step per suite enabled at parse time (CLUSTER_DOCTOR_TESTS)."""
     import pytest
-    from cluster_doctor.domain.planning import InvalidParams
+    from cluster_doctor.domain.planning.params import InvalidParams
 
     with pytest.raises(InvalidParams) as refused:
         tasks.discover({"tests": ["gpu_health", "ib_health"]}, Settings(), None, now=NOW, parsed=Settings())

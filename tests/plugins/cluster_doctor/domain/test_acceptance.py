@@ -9,7 +9,7 @@ import re
 import pytest
 from cluster_doctor.domain import acceptance as gate
 from cluster_doctor.domain.acceptance import AcceptancePolicy, InvalidAcceptancePolicy
-from cluster_doctor.domain.priority import PairState
+from cluster_doctor.domain.status import PairState
 
 NOW = dt.datetime(2030, 1, 1, 12, tzinfo=dt.UTC)  # pure: every time is given
 SINCE = NOW - dt.timedelta(hours=1)

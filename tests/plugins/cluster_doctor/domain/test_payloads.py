@@ -18,6 +18,7 @@ from cluster_doctor.domain.payloads import (
     RunSummary,
     Validation,
 )
+from cluster_doctor.domain.planning.params import RunParams
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 PARAMS = {"node_range": "gpu-[001-002]", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
@@ -133,7 +134,7 @@ def test_the_typed_payload_carries_typed_values():
     found = Discovered.from_xcom(OLD_DISCOVERED)
     assert isinstance(found.settings, Settings) and found.started_at == NOW
     assert found.gpu_nodes == ["gpu-001", "gpu-002"] and found.volumes.claims[0].usable
-    assert found.params.run_params().node_range.expression == "gpu-[001-002]"
+    assert RunParams.of(found.params).node_range.expression == "gpu-[001-002]"
     [row] = Latest.from_xcom(OLD_LATEST).rows
     assert row.finished_at == dt.datetime(2026, 11, 20, 12, tzinfo=dt.UTC) and row.status == "pass"
     plan = Plan.from_xcom(OLD_PLANNED)

@@ -189,7 +189,7 @@ def test_peer_tests_round_trip_item_by_item_and_refuse_newer_versions():
 
 
 def test_a_run_cannot_ask_for_the_peer_suite_as_a_node_suite():
-    from cluster_doctor.domain.planning import InvalidParams, parse_params
+    from cluster_doctor.domain.planning.params import InvalidParams, parse_params
 
     with pytest.raises(InvalidParams, match="fabric_peer runs between two nodes"):
         parse_params({"tests": ["fabric_peer"]}, Settings(), now=T0)
@@ -217,7 +217,7 @@ def test_the_simulator_runs_peer_tests_on_two_slots_and_reports_their_staleness(
 
     from cluster_doctor.cli import main as cli
     from cluster_doctor.cli import simulate as simulate_cli
-    from cluster_doctor.domain import simulate
+    from cluster_doctor.simulator import simulate
 
     base = simulate.SimConfig(nodes=40, days=10, slots=2, seed=3, occupancy=0.5, max_job_hours=8)
     without, with_peers = simulate.run(base), simulate.run(dataclasses.replace(base, peer_tests=True))

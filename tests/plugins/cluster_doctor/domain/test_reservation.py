@@ -3,19 +3,20 @@
 import datetime as dt
 
 import pytest
-from cluster_doctor.domain import priority, reservation
+from cluster_doctor.domain import reservation
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.reservation import Overdue, ReservationPolicy
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit"]
-DUE = priority.Policy(staleness=dt.timedelta(days=5.5))
+DUE = due.Policy(staleness=dt.timedelta(days=5.5))
 POLICY = ReservationPolicy(enabled=True, target_days=7, lead_hours=30)
 
 
 def passed(days):
     at = NOW - dt.timedelta(days=days)
-    return priority.PairState("pass", at, at, "pass")
+    return due.PairState("pass", at, at, "pass")
 
 
 def test_only_busy_nodes_with_a_due_pair_reaching_the_target_within_the_lead():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from cluster_doctor.domain import priority
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import quarantine as q
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
@@ -18,7 +18,7 @@ from k8s_emulator import EmulatorProcess
 
 TESTS = ["gpu_health", "dl_unit"]
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
-DUE = priority.Policy(staleness=dt.timedelta(days=5.5))
+DUE = due.Policy(staleness=dt.timedelta(days=5.5))
 # a small fleet: the default shares (20 % reserved at once, breaker at 30 % overdue) would allow one node
 SMALL = {"max_share": 1.0, "breaker_share": 1.0}
 POLICY = ReservationPolicy(enabled=True, target_days=7, lead_hours=30, **SMALL)

@@ -6,20 +6,23 @@ import dataclasses
 import math
 
 import pytest
-from cluster_doctor.domain import priority, reservation, simulate
+from cluster_doctor.domain import reservation
+from cluster_doctor.domain.planning import due
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.simulator import simulate
 
 SMALL = simulate.SimConfig(nodes=60, days=10, slots=2, seed=3)
 
 
 def test_runs_the_real_prioritizer(monkeypatch):
     calls = []
-    real = priority.bundles
+    real = planner.bundles
 
     def spy(*args, **kwargs):
         calls.append(kwargs["policy"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(priority, "bundles", spy)
+    monkeypatch.setattr(planner, "bundles", spy)
     result = simulate.run(SMALL)
     assert len(calls) == 240  # one plan per simulated hourly run
     assert calls[0].staleness.days == 7 and calls[0].max_pairs == SMALL.pairs_per_run() and calls[0].bundle
@@ -27,16 +30,14 @@ def test_runs_the_real_prioritizer(monkeypatch):
 
 
 def test_every_hour_plans_with_the_dags_planner_without_claims(monkeypatch):
-    from cluster_doctor.domain import run_plan
-
     calls = []
-    real = run_plan.plan
+    real = planner.plan
 
     def spy(given, **kwargs):
         calls.append((given, kwargs))
         return real(given, **kwargs)
 
-    monkeypatch.setattr(run_plan, "plan", spy)
+    monkeypatch.setattr(planner, "plan", spy)
     simulate.run(dataclasses.replace(SMALL, days=2))
     assert len(calls) == 48 and all(kwargs.get("claim") is None for _, kwargs in calls)
     given = calls[0][0]
@@ -108,27 +109,25 @@ def test_without_gaps_only_reservation_validates():
 
 
 # ---------------------------------------------------------------------------- issue 28: sweep, faults, signals
-from cluster_doctor.domain import sim_faults  # noqa: E402
+from cluster_doctor.simulator import faults as sim_faults  # noqa: E402
 
 BUSY = simulate.SimConfig(nodes=300, days=14, slots=8, occupancy=0.85, staleness_days=5.5, target_days=7,
                           reserve=True, seed=5)
 
 
 def test_the_health_sweep_runs_gpu_health_on_free_nodes_after_the_bundles_and_costs_gpu_hours(monkeypatch):
-    from cluster_doctor.domain import run_plan
-
     sweeps = []
-    real = run_plan.plan
+    real = planner.plan
 
     def spy(given, **kwargs):
         found = real(given, **kwargs)
         sweeps.append([(p.test_name, p.why) for b in found.sweeps for p in b.pairs])
         # the sweep's bundles come after every due one
-        kinds = [run_plan.is_sweep(b) for b in found.bundles]
+        kinds = [planner.is_sweep(b) for b in found.bundles]
         assert kinds == sorted(kinds)
         return found
 
-    monkeypatch.setattr(run_plan, "plan", spy)
+    monkeypatch.setattr(planner, "plan", spy)
     swept = simulate.run(dataclasses.replace(SMALL, occupancy=0.6))
     monkeypatch.undo()
     plain = simulate.run(dataclasses.replace(SMALL, occupancy=0.6, sweep_interval_hours=0))
@@ -240,17 +239,15 @@ def test_nodes_that_join_or_return_broken_take_user_jobs_unless_the_acceptance_g
 def test_a_new_node_has_no_history_and_its_whole_bundle_runs_before_users_behind_the_gate(monkeypatch):
     """A join replaces a node by a new one: its pairs are never executed (planned first, whole) and its
     staleness counts from its arrival; the gate keeps it free of user jobs until its bundle is done."""
-    from cluster_doctor.domain import run_plan
-
     planned = []
-    real = run_plan.plan
+    real = planner.plan
 
     def spy(given, **kwargs):
         found = real(given, **kwargs)
         planned.append({(p.node_name, p.test_name): (p.why, p.last_status) for p in found.pairs})
         return found
 
-    monkeypatch.setattr(run_plan, "plan", spy)
+    monkeypatch.setattr(planner, "plan", spy)
     cfg = simulate.SimConfig(nodes=20, days=2, slots=2, occupancy=0.5, joins=3, broken_on_join=0.0,
                              acceptance=True, sweep_interval_hours=0, seed=3)
     sim = simulate._Simulation(cfg)

@@ -1,5 +1,5 @@
 """The simulated fleet's user occupancy for ``cluster-doctor simulate``: user jobs coming and going on every
-node, the reservation's taints, and — with faults (``sim_faults``) — the jobs a broken node crashes and the
+node, the reservation's taints, and — with faults (``simulator.faults``) — the jobs a broken node crashes and the
 suspects their crashes make.
 
 Each node alternates busy (a log-normal job, cut at the job limit) and idle (an exponential gap sized for
@@ -18,7 +18,7 @@ import math
 import random
 from typing import Protocol
 
-from cluster_doctor.domain.sim_faults import Faults
+from cluster_doctor.simulator.faults import Faults
 
 
 class Occupancy(Protocol):

@@ -6,7 +6,7 @@ is busy the requested share of the time, or none at all with ``no_gap``: a queue
 a new job starts the moment one ends). With ``reserve``, the reservation policy the DAG applies
 (``reservation.overdue`` / ``reservation.choose``, the same functions) taints overdue busy nodes: when
 their job ends no new one starts until their validation is done. The free nodes are planned by
-``run_plan.plan`` (``plan_hour``) — the planner the DAG's prioritize task calls — reserved nodes first,
+``planner.plan`` (``plan_hour``) — the planner the DAG's prioritize task calls — reserved nodes first,
 every due suite of a chosen node in one bundle; the bundles then run on the pool's slots, a slot
 running one node's suites one after another (the DAG's later steps outrank new nodes for a slot), within
 the run's window. A bundle whose turn comes more than the queue limit after planning is skipped; a user
@@ -51,12 +51,18 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import peers, planning, priority, reservation, run_plan, sim_faults
+from cluster_doctor.domain import fast_path, peers, reservation
+from cluster_doctor.domain.acceptance import AcceptancePolicy
+from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import parse_node_range
-from cluster_doctor.domain.payloads import GpuNode
-from cluster_doctor.domain.planning import RunParams
-from cluster_doctor.domain.sim_cluster import Cluster
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.payloads import GpuNode, PlannedPair
+from cluster_doctor.domain.planning import due
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning import steps
+from cluster_doctor.domain.planning.params import RunParams
+from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.simulator import faults as sim_faults
+from cluster_doctor.simulator.cluster import Cluster
 
 # gpu_health reads NVML and the kernel log and runs DCGM's level-1 diagnostic, "quick deployment checks,
 # normally lasting seconds" (dcgmi diag's reference): half a minute, not its 120 s budget; the pod's start
@@ -70,6 +76,11 @@ class InvalidSimulation(ValueError):
     pass
 
 
+def _setting(name: str) -> Any:
+    """The product's default of a setting: the simulated rules run with the thresholds the DAG runs with."""
+    return Settings.model_fields[name].default
+
+
 @dataclasses.dataclass(frozen=True)
 class SimConfig:
     nodes: int = 1000
@@ -81,34 +92,34 @@ class SimConfig:
     max_job_hours: float = 24.0  # the cluster's job time limit (jobs are cut there)
     suite_minutes: dict = dataclasses.field(default_factory=lambda: dict(DEFAULT_SUITE_MINUTES))
     pod_startup_minutes: float = 1.0
-    staleness_days: float = 7.0  # the prioritizer's threshold Z: a pair is due when older
+    staleness_days: float = _setting("staleness_days")  # the threshold Z: a pair is due when older
     target_days: float = 7.0  # the promise: within_target_share counts pair-hours at most this old
-    failed_retest_hours: float = 6.0
+    failed_retest_hours: float = _setting("failed_retest_hours")
     failure_rate: float = 0.01
     max_pairs: int | None = None  # per run; None: what the slots can run in one run window
     run_window_minutes: float = 55.0  # a run ends before the next hourly one starts
-    max_queue_minutes: float = 30.0
+    max_queue_minutes: float = _setting("max_queue_s") / 60
     gpu_models: dict = dataclasses.field(default_factory=lambda: {"NVIDIA-H100-80GB-HBM3": 1.0})
     gpus_per_node: int = 8
     start: str = "steady"  # steady: last results spread over the threshold; fresh: nothing validated yet
     bundle: bool = True  # every due suite of a chosen node in one run (False: one suite per node per run)
-    bundle_ahead_hours: float = 48.0
+    bundle_ahead_hours: float = _setting("bundle_ahead_hours")
     no_gap: bool = False  # a queue-backed cluster: a new job starts the moment one ends
     reserve: bool = False  # taint overdue busy nodes (the DAG's opt-in reservation)
     reservation: dict = dataclasses.field(default_factory=dict)  # ReservationPolicy keys (target_days: ours)
     seed: int = 7
     peer_tests: bool = False  # plan peer tests too (setting peer_tests)
-    peer_cadence_days: float = 7.0
-    peer_max_per_run: int = 4
+    peer_cadence_days: float = _setting("peer_cadence_days")
+    peer_max_per_run: int = _setting("peer_max_per_run")
     peer_minutes: float = 10.0  # one peer test: both pods, NCCL all-reduce and ib_write_bw per rail
-    sweep_interval_hours: float = 1.0  # the health sweep (setting sweep_interval_hours; 0: off, --no-sweep)
+    sweep_interval_hours: float = _setting("sweep_interval_hours")  # the health sweep (0: off, --no-sweep)
     faults: float = 0.0  # faults per 1,000 node-days (0: none injected)
     fault_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_faults.DEFAULT_SHARES))
     crash_probability: float = 0.7  # a job on a broken node crashes (the running one included)
     signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
     signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (a busy one tainted, with reservation)
-    fast_path_minutes: float = 5.0  # the fast path reads the signals this often (setting fast_path_minutes)
-    fast_path_quiet_minutes: float = 10.0  # no fast-path run this close to the hourly one (the setting)
+    fast_path_minutes: float = _setting("fast_path_minutes")  # the fast path reads the signals this often
+    fast_path_quiet_minutes: float = _setting("fast_path_quiet_minutes")  # no fast-path run this close to the hour
     # issue 31: nodes that join or return, some broken on arrival (assumed rates: no published ones we know)
     joins: int = 0  # nodes replaced by new ones over the period, each at a random time (no history)
     reboots: float = 0.0  # reboots per node per 30 days (maintenance, one node at a time)
@@ -116,7 +127,8 @@ class SimConfig:
     broken_on_reboot: float = 0.01  # a rebooted node comes back broken (a GPU lost at boot, a bad driver)
     bad_repair: float = 0.0  # a node back from repair is still broken (with faults)
     acceptance: bool = False  # the acceptance gate: a node that joined or returned runs its bundle before users
-    acceptance_max_nodes: int = 50  # gated at once at most (setting acceptance's max_nodes); the rest: suspects
+    # gated at once at most (setting acceptance's max_nodes); the rest: suspects
+    acceptance_max_nodes: int = AcceptancePolicy().max_nodes
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -273,6 +285,20 @@ class _Ended:
     began: float = 0.0
 
 
+# A step that never started: its turn came past the queue limit, or it would not end within the run's window.
+_WAITED = "not started within the queue limit or the run's window"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """A simulated step's attempt as ``steps.stop_cause`` and ``steps.done_with_node`` read it."""
+
+    test_name: str
+    status: str
+    reason: str | None = None
+    finished_at: dt.datetime | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class _PeerSettings:
     """What ``peers.match_peers`` reads of the settings."""
@@ -307,7 +333,7 @@ class _Peers:
     def due(self, free: list[str], now: dt.datetime) -> frozenset[str]:
         """The free nodes whose peer test is due, as the DAG's prioritize task tells them (the sweep's
         exclusion)."""
-        return run_plan.peer_due(free, self.results, self.settings, now)
+        return planner.peer_due(free, self.results, self.settings, now)
 
     def _record(self, a: str, b: str, status: str, at_h: float) -> None:
         when = T0 + dt.timedelta(hours=at_h)
@@ -363,17 +389,17 @@ def peers_window_h(cfg: SimConfig) -> float:
     return 4 * cfg.peer_cadence_days * 24
 
 
-def plan_hour(cfg: SimConfig, free: Sequence[GpuNode], states: Mapping[tuple[str, str], priority.PairState], *,
+def plan_hour(cfg: SimConfig, free: Sequence[GpuNode], states: Mapping[tuple[str, str], due.PairState], *,
               now: dt.datetime, reserved: Collection[str] = (), busy: Sequence[str] = (),
-              suspects: Mapping[str, str] | None = None, peer_due: Collection[str] = ()) -> run_plan.RunPlan:
-    """One simulated run's planning step: the DAG's planner (``run_plan.plan``) over the free nodes, the
+              suspects: Mapping[str, str] | None = None, peer_due: Collection[str] = ()) -> planner.RunPlan:
+    """One simulated run's planning step: the DAG's planner (``planner.plan``) over the free nodes, the
     suspects and the reserved ones first, the health sweep last (the nodes whose peer test is due left to
     the peer tests), ``cfg`` as the settings and the run's params (every node, every suite, what the slots
     can run); no claims (one run at a time)."""
-    given = run_plan.PlanInput(settings=cfg, run=_run_params(cfg), free=free, states=states,
+    given = planner.PlanInput(settings=cfg, run=_run_params(cfg), free=free, states=states,
                                ineligible=[(n, BUSY) for n in busy], suspects=dict(suspects or {}),
                                reserved=reserved, peer_due=peer_due, bundle=cfg.bundle)
-    return run_plan.plan(given, now=now)
+    return planner.plan(given, now=now)
 
 
 def _run_params(cfg: SimConfig) -> RunParams:
@@ -405,17 +431,17 @@ class _Simulation:
         self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
                                signal_h=cfg.signal_minutes / 60 if cfg.signals else None,
                                taint_limit=self.rpolicy.limit(cfg.nodes) if self.rpolicy.enabled else 0)
-        self.due_policy = planning.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
+        self.due_policy = due.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
         self.peer_runs = _Peers(cfg, self.names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
         self.last: dict[tuple[str, str], float] = {}  # last executed result per pair, in simulated hours
-        self.states: dict[tuple[str, str], priority.PairState] = {}
+        self.states: dict[tuple[str, str], due.PairState] = {}
         if cfg.start == "steady":
             for name in self.names:
                 for test in cfg.tests:
                     at = -rnd.random() * self.z_h
                     self.last[(name, test)] = at
                     when = T0 + dt.timedelta(hours=at)
-                    self.states[(name, test)] = priority.PairState(Status.PASS, when, when, Status.PASS)
+                    self.states[(name, test)] = due.PairState(Status.PASS, when, when, Status.PASS)
         self.total_pairs = cfg.nodes * len(cfg.tests)
         self.coverage: list[tuple[float, float]] = []
         self.worst, self.within, self.samples = 0.0, 0, 0
@@ -502,28 +528,37 @@ class _Simulation:
                 if (n := self.index[node.name]) in suspects}
 
     def _fast_path(self, at: float, next_run: float) -> None:
-        """One read of issue 28 §2's fast path (the DAG ``suspect_signals``, ``signals_task.tick``): it
-        taints the suspects, busy or free (with reservation, within its limit), and triggers a run for the
-        free suspects whose evidence no run took yet, as ``signals_task.decide`` does: not while a run is
-        queued or running, nor within the quiet window before the scheduled one (which plans suspects first).
-        The triggered run plans only them (their whole bundles, the same planner) on the pool; the next
-        scheduled run waits for its end."""
+        """One read of the fast path (the DAG ``suspect_signals``, ``signals_task.tick``): it taints the
+        suspects, busy or free (with reservation, within its limit), and triggers a run for the free suspects
+        whose evidence no run took yet when ``fast_path.decide`` says so, the function the DAG calls: not while
+        a run is queued or running, nor within the quiet window before the scheduled one (which plans suspects
+        first). The triggered run plans only them (their whole bundles, the same planner) on the pool; the
+        next scheduled run waits for its end."""
         cluster = self.cluster
         if self.rpolicy.enabled:
             for n in sorted(cluster.suspects):
                 cluster.taint_suspect(n, at)
             self._advance(at)
-        if at < self.run_until or (next_run - at) * 60 <= self.cfg.fast_path_quiet_minutes + 1e-9:
+        decision = self._decide(at, next_run)
+        if not decision.nodes:
             return
-        pending = [self.nodes[n] for n in sorted(cluster.fresh) if n in cluster.free]
-        if not pending:
-            return
+        pending = [self.nodes[self.index[name]] for name in decision.nodes]
         cluster.fresh.difference_update(self.index[p.name] for p in pending)
         self.fast_runs += 1
         found = plan_hour(self.cfg, pending, self.states, now=T0 + dt.timedelta(hours=at),
                           reserved={self.names[n] for n in cluster.reserved}, suspects=self._suspects(pending))
         slots = self._validate(at, found.bundles)
         self.run_until = at + max(slots, default=0.0) / 60
+
+    def _decide(self, at: float, next_run: float) -> fast_path.Decision:
+        """The fast path's decision at ``at`` hours, the next scheduled run at ``next_run``: the DAG's rule
+        over what the DAG would read (the suspects no run took yet, the free nodes, whether a run is going,
+        when the next one is due)."""
+        cluster = self.cluster
+        return fast_path.decide([self.names[n] for n in cluster.fresh], [self.names[n] for n in cluster.free],
+                                paused=False, active_runs=1 if at < self.run_until else 0,
+                                next_run=T0 + dt.timedelta(hours=next_run), now=T0 + dt.timedelta(hours=at),
+                                quiet=dt.timedelta(minutes=self.cfg.fast_path_quiet_minutes))
 
     def _reserve(self, hour: int, now: dt.datetime) -> None:
         """The DAG's reserve task: release what was held too long, taint the overdue busy nodes chosen."""
@@ -550,7 +585,7 @@ class _Simulation:
         del self.reserved_at[n]
         self.released[why] = self.released.get(why, 0) + 1
 
-    def _validate(self, hour: int, found: Sequence[priority.Bundle]) -> list[float]:
+    def _validate(self, hour: int, found: Sequence[planner.NodeBundle]) -> list[float]:
         """The planned bundles on the pool's slots, in plan order (the health sweep's last); a reserved node
         is released when its bundle is done. Returns the slots (a heap: minutes into the run when each is
         free again)."""
@@ -586,43 +621,65 @@ class _Simulation:
         if ended.done and n in cluster.reserved and n in self.reserved_at:
             self._release(n, at + ended.at / 60, reservation.VALIDATED, idle_until=at + ended.began / 60)
 
-    def _run_bundle(self, bundle: priority.Bundle, start: float, at: float, n: int) -> _Ended:
+    def _run_bundle(self, bundle: planner.NodeBundle, start: float, at: float, n: int) -> _Ended:
         """One node's suites on one slot from ``start`` (minutes into the run that began at ``at`` hours), as
-        the DAG's task group runs them."""
-        cfg, counts = self.cfg, self.counts
+        the DAG's task group runs them: a step runs unless ``steps.stop_cause`` of the steps before it says
+        it must not, and the run is done with the node when ``steps.done_with_node`` says so (the functions
+        the DAG's steps and its finish task call)."""
         now = T0 + dt.timedelta(hours=at)
-        t = start
         pairs = bundle.pairs
+        ran: list[_Step] = []
+        t = start
         for i, pair in enumerate(pairs):
-            duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
-            claimed = (self.cluster.until[n] - at) * 60  # minutes into the run when a user job takes the node
-            if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
-                counts.skipped += len(pairs) - i  # queue limit, or the run's window: the rest waits for a run
-                return _Ended(start if i == 0 else t, False, False)
-            if claimed <= t or claimed < t + duration:
-                # before our pod starts: the pre-submit re-check skips it; after: the user job preempts it
-                what = Status.SKIPPED if claimed <= t else Status.PREEMPTED
-                counts.preempted += what == Status.PREEMPTED
-                counts.skipped += len(pairs) - i - (what == Status.PREEMPTED)
-                counts.validation_h += max(0.0, claimed - t) / 60
-                prev = self.states.get((pair.node_name, pair.test_name))
-                self.states[(pair.node_name, pair.test_name)] = priority.PairState(
-                    prev.status if prev else None, prev.finished_at if prev else None,
-                    now + dt.timedelta(minutes=min(claimed, t + duration)), what)
-                return _Ended(max(t, min(claimed, t + duration)), True, False, start)
-            t += duration
-            counts.validation_h += duration / 60
-            if self._executed(pair, n, now, at, t) and pair.test_name == priority.HEALTH_FIRST:
-                # The rest is not worth running on a failing node: skipped, they stay due for the planner;
-                # the node is judged (known bad) now, which is what the staleness figures measure.
-                for rest in pairs[i + 1:]:
-                    self.last[(rest.node_name, rest.test_name)] = at + t / 60
-                counts.skipped += len(pairs) - i - 1
-                counts.health_gated += len(pairs) - i - 1
-                return _Ended(t, True, True, start)
-        return _Ended(t, True, True, start)
+            if steps.stop_cause(ran) is not None:
+                break
+            step, t = self._step(pair, i, t, at, n, now)
+            ran.append(step)
+        last = ran[-1]
+        self._count_stopped(pairs, ran, at, t)
+        done = steps.done_with_node([p.test_name for p in pairs], ran)
+        validated = all(s.status in EXECUTED for s in ran)
+        # a step past the queue limit or the run's window ends the slot's turn when it would have started
+        began = 0.0 if last.reason == _WAITED else start
+        return _Ended(t, done, validated, began)
 
-    def _executed(self, pair: priority.PlannedPair, n: int, now: dt.datetime, at: float, t: float) -> bool:
+    def _step(self, pair: PlannedPair, i: int, t: float, at: float, n: int, now: dt.datetime) -> tuple[_Step, float]:
+        """One step ``t`` minutes into the run: not started (past the queue limit or the run's window), taken
+        by a user job (before our pod started: the pre-submit check skips it; after: preempted) or executed.
+        The step and when the slot is free again."""
+        cfg, counts = self.cfg, self.counts
+        duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
+        claimed = (self.cluster.until[n] - at) * 60  # minutes into the run when a user job takes the node
+        if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
+            return _Step(pair.test_name, Status.SKIPPED, _WAITED), t  # the rest waits for a run
+        if claimed <= t or claimed < t + duration:
+            what = Status.SKIPPED if claimed <= t else Status.PREEMPTED
+            counts.validation_h += max(0.0, claimed - t) / 60
+            prev = self.states.get((pair.node_name, pair.test_name))
+            self.states[(pair.node_name, pair.test_name)] = due.PairState(
+                prev.status if prev else None, prev.finished_at if prev else None,
+                now + dt.timedelta(minutes=min(claimed, t + duration)), what)
+            return _Step(pair.test_name, what, steps.NODE_TAKEN), max(t, min(claimed, t + duration))
+        t += duration
+        counts.validation_h += duration / 60
+        failed = self._executed(pair, n, now, at, t)
+        return _Step(pair.test_name, Status.FAIL if failed else Status.PASS), t
+
+    def _count_stopped(self, pairs: Sequence[PlannedPair], ran: Sequence[_Step], at: float, t: float) -> None:
+        """What a bundle's stop left: the steps not run (skipped), a step a user job took (preempted, or
+        skipped before its pod started), and after an executed step that stopped the rest (a failing health
+        check, by ``steps.stop_cause``), the rest judged (the node is known bad), which is what the staleness
+        figures measure."""
+        counts, last = self.counts, ran[-1]
+        rest = len(pairs) - len(ran)
+        counts.preempted += last.status == Status.PREEMPTED
+        counts.skipped += rest + (last.status == Status.SKIPPED)
+        if last.status in EXECUTED and steps.stop_cause(ran) is not None:
+            for pair in pairs[len(ran):]:
+                self.last[(pair.node_name, pair.test_name)] = at + t / 60
+            counts.health_gated += rest
+
+    def _executed(self, pair: PlannedPair, n: int, now: dt.datetime, at: float, t: float) -> bool:
         """A suite ran to its end ``t`` minutes into the run: it fails at the failure rate, or because the
         node's fault is one it sees (detected then). Whether it failed."""
         counts = self.counts
@@ -634,9 +691,9 @@ class _Simulation:
         status = Status.FAIL if failed else Status.PASS
         counts.failed += failed
         counts.executed += 1
-        counts.swept += pair.why == priority.SWEEP
+        counts.swept += pair.why == due.SWEEP
         finished = now + dt.timedelta(minutes=t)
-        self.states[(pair.node_name, pair.test_name)] = priority.PairState(status, finished, finished, status)
+        self.states[(pair.node_name, pair.test_name)] = due.PairState(status, finished, finished, status)
         self.last[(pair.node_name, pair.test_name)] = at + t / 60
         return failed
 

@@ -1,15 +1,16 @@
-"""The one planner (``domain.run_plan``): blocked tests left out, claims through the caller's callback,
+"""The one planner (``domain.planning.plan``): blocked tests left out, claims through the caller's callback,
 reserved nodes first, and why a plan is empty. The three callers agreeing: test_plan_agreement.py."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from cluster_doctor.domain import planning, priority, run_plan
+from cluster_doctor.domain.planning import due
+from cluster_doctor.domain.planning import plan as planner
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import parse_node_range
 from cluster_doctor.domain.payloads import GpuNode, HeldPair
-from cluster_doctor.domain.planning import RunParams
+from cluster_doctor.domain.planning.params import RunParams
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit", "storage_fio"]
@@ -17,35 +18,35 @@ TESTS = ["gpu_health", "dl_unit", "storage_fio"]
 
 def given(free=("gpu-001", "gpu-002", "gpu-003"), *, states=None, max_pairs=16, tests=TESTS, settings=None, **kw):
     run = RunParams(parse_node_range(""), list(tests), None, max_pairs, False)
-    return run_plan.PlanInput(settings=settings or Settings(), run=run, states=states or {},
+    return planner.PlanInput(settings=settings or Settings(), run=run, states=states or {},
                               free=[GpuNode(name=n, gpu_count=8, gpu_model="NVIDIA H200") for n in free], **kw)
 
 
-def pairs(found: run_plan.RunPlan) -> list[tuple[str, str]]:
+def pairs(found: planner.RunPlan) -> list[tuple[str, str]]:
     return [(p.node_name, p.test_name) for p in found.plan.pairs]
 
 
 def test_without_a_claimer_every_due_node_is_planned_up_to_max_pairs_with_its_gpus():
-    found = run_plan.plan(given(max_pairs=4), now=NOW)
+    found = planner.plan(given(max_pairs=4), now=NOW)
     assert pairs(found) == [("gpu-001", "gpu_health"), ("gpu-001", "dl_unit"), ("gpu-001", "storage_fio"),
                             ("gpu-002", "gpu_health")]
-    assert [p.to_dict() for p in found.pairs] == [
-        {"node_name": p.node_name, "test_name": p.test_name, "why": p.why, "last_status": None,
-         "last_finished_at": None, "last_attempt_at": None, "last_attempt_status": None} for p in found.plan.pairs]
+    assert found.pairs == list(found.plan.pairs)  # the bundles' pairs are the payload's, one type
+    assert {(p.last_status, p.last_finished_at, p.last_attempt_at, p.last_attempt_status)
+            for p in found.plan.pairs} == {(None, None, None, None)}
     assert {(p.gpu_count, p.gpu_model) for p in found.plan.pairs} == {(8, "NVIDIA H200")}
     assert found.plan.why_empty is None and found.plan.held_by_other_runs == []
 
 
 def test_tests_blocked_by_a_volume_problem_are_planned_for_no_node():
-    found = run_plan.plan(given(blocked_tests=["storage_fio"], blocked_problem="claim x missing"), now=NOW)
+    found = planner.plan(given(blocked_tests=["storage_fio"], blocked_problem="claim x missing"), now=NOW)
     assert {t for _, t in pairs(found)} == {"gpu_health", "dl_unit"} and found.blocked == ["storage_fio"]
-    every = run_plan.plan(given(blocked_tests=TESTS, blocked_problem="claim x missing"), now=NOW)
+    every = planner.plan(given(blocked_tests=TESTS, blocked_problem="claim x missing"), now=NOW)
     assert every.plan.pairs == [] and every.blocked == TESTS
     assert every.plan.why_empty == "nothing planned: no test can run (claim x missing)"
 
 
 def test_free_reserved_nodes_go_first_and_the_plan_names_them():
-    found = run_plan.plan(given(reserved=["gpu-003", "gpu-009"], max_pairs=3), now=NOW)
+    found = planner.plan(given(reserved=["gpu-003", "gpu-009"], max_pairs=3), now=NOW)
     assert found.plan.nodes() == ["gpu-003"] and found.plan.reserved == ["gpu-003"]
 
 
@@ -56,9 +57,9 @@ def test_the_claimer_sees_every_candidate_in_priority_order_and_plans_what_it_gr
 
     def claim(found):
         seen.append([b.node_name for b in found])
-        return run_plan.Claimed(granted=frozenset({"gpu-002", "gpu-003"}), held=(held,))
+        return planner.Claimed(granted=frozenset({"gpu-002", "gpu-003"}), held=(held,))
 
-    found = run_plan.plan(given(max_pairs=4), now=NOW, claim=claim)
+    found = planner.plan(given(max_pairs=4), now=NOW, claim=claim)
     assert seen == [["gpu-001", "gpu-002", "gpu-003"]]  # before the max_pairs cut: the claims keep the limit
     assert found.plan.nodes() == ["gpu-002", "gpu-003"] and len(found.plan.pairs) == 4
     assert found.plan.held_by_other_runs == [held]
@@ -67,23 +68,23 @@ def test_the_claimer_sees_every_candidate_in_priority_order_and_plans_what_it_gr
 def test_a_plan_left_with_nothing_says_who_holds_the_nodes():
     held = [HeldPair(node_name=n, test_name="gpu_health", dag_id="d", run_id="backfill__1", held_for="gpu_health",
                      expires_at=NOW + dt.timedelta(hours=1)) for n in ("gpu-001", "gpu-002")]
-    found = run_plan.plan(given(("gpu-001", "gpu-002")), now=NOW,
-                          claim=lambda found: run_plan.Claimed(granted=frozenset(), held=tuple(held)))
+    found = planner.plan(given(("gpu-001", "gpu-002")), now=NOW,
+                          claim=lambda found: planner.Claimed(granted=frozenset(), held=tuple(held)))
     assert found.plan.pairs == [] and found.plan.why_empty == (
         "nothing planned: all 2 free node(s) with a due pair are claimed by other live runs (2 by run backfill__1 "
         "until 2026-11-22T13:00+00:00)")
 
 
 def test_the_claimer_is_asked_even_with_nothing_due_so_a_retried_run_gives_its_old_claims_back():
-    fresh = priority.PairState("pass", NOW - dt.timedelta(hours=1), NOW - dt.timedelta(hours=1), "pass")
+    fresh = due.PairState("pass", NOW - dt.timedelta(hours=1), NOW - dt.timedelta(hours=1), "pass")
     seen = []
 
     def claim(found):
         seen.append(list(found))
-        return run_plan.Claimed(granted=frozenset())
+        return planner.Claimed(granted=frozenset())
 
     no_sweep = Settings(sweep_interval_hours=0)  # an hour-old health check is the sweep's otherwise
-    found = run_plan.plan(given(("gpu-001",), states={("gpu-001", t): fresh for t in TESTS}, settings=no_sweep),
+    found = planner.plan(given(("gpu-001",), states={("gpu-001", t): fresh for t in TESTS}, settings=no_sweep),
                           now=NOW, claim=claim)
     assert seen == [[]]
     assert found.plan.why_empty == ("nothing planned: all pairs of the 1 free node(s) are fresh since "
@@ -91,28 +92,26 @@ def test_the_claimer_is_asked_even_with_nothing_due_so_a_retried_run_gives_its_o
 
 
 def test_why_empty_counts_the_nodes_that_are_not_free():
-    found = run_plan.plan(given((), ineligible=[("gpu-001", "busy"), ("gpu-002", "busy"), ("gpu-003", "cordoned")]),
+    found = planner.plan(given((), ineligible=[("gpu-001", "busy"), ("gpu-002", "busy"), ("gpu-003", "cordoned")]),
                           now=NOW)
     assert found.plan.why_empty == "nothing planned: none of the 3 GPU node(s) is free (2 busy, 1 cordoned)"
 
 
 def test_one_place_builds_the_policy_from_the_settings_and_the_params():
-    from cluster_doctor.domain import planning
-
     run = RunParams(parse_node_range(""), TESTS, NOW - dt.timedelta(days=1), 5, False)
-    policy = planning.policy(Settings(staleness_days=3, failed_retest_hours=2, bundle_ahead_hours=12), run)
-    assert policy == priority.Policy(staleness=dt.timedelta(days=3), failed_retest=dt.timedelta(hours=2), max_pairs=5,
+    policy = due.policy(Settings(staleness_days=3, failed_retest_hours=2, bundle_ahead_hours=12), run)
+    assert policy == due.Policy(staleness=dt.timedelta(days=3), failed_retest=dt.timedelta(hours=2), max_pairs=5,
                                      stale_before=NOW - dt.timedelta(days=1), bundle_ahead=dt.timedelta(hours=12))
-    assert not planning.policy(Settings(), run, bundle=False).bundle
+    assert not due.policy(Settings(), run, bundle=False).bundle
 
 
-def checked(age: dt.timedelta, status: str = "pass") -> priority.PairState:
-    return priority.PairState(status, NOW - age, NOW - age, status)
+def checked(age: dt.timedelta, status: str = "pass") -> due.PairState:
+    return due.PairState(status, NOW - age, NOW - age, status)
 
 
 def fresh_but_health(ages: dict[str, dt.timedelta], tests=TESTS, health_status: str = "pass") -> dict:
     """Every suite of each node passed a day ago; its health suites (gpu_health, ib_health) ``ages`` ago."""
-    return {(node, t): checked(age, health_status) if t in priority.SWEEP_SUITES else checked(dt.timedelta(days=1))
+    return {(node, t): checked(age, health_status) if t in planner.SWEEP_SUITES else checked(dt.timedelta(days=1))
             for node, age in ages.items() for t in tests}
 
 
@@ -124,19 +123,19 @@ def test_the_health_sweep_takes_free_nodes_with_no_due_pair_after_every_due_bund
     H = dt.timedelta(hours=1)
     states = fresh_but_health({"gpu-002": 2 * H, "gpu-003": 5 * H, "gpu-004": 0.4 * H, "gpu-005": 0.6 * H})
     states |= fresh_but_health({"gpu-006": 3 * H}, health_status="fail")
-    found = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"), states=states),
+    found = planner.plan(given(("gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"), states=states),
                           now=NOW)
     assert [(p.node_name, p.test_name, p.why) for p in found.plan.pairs] == [
-        ("gpu-001", "gpu_health", priority.NEVER), ("gpu-001", "dl_unit", priority.NEVER),
-        ("gpu-001", "storage_fio", priority.NEVER),
-        ("gpu-003", "gpu_health", priority.SWEEP), ("gpu-002", "gpu_health", priority.SWEEP),
-        ("gpu-005", "gpu_health", priority.SWEEP)]  # 36 minutes: within the 30-minute slack of a 1 h interval
+        ("gpu-001", "gpu_health", due.NEVER), ("gpu-001", "dl_unit", due.NEVER),
+        ("gpu-001", "storage_fio", due.NEVER),
+        ("gpu-003", "gpu_health", due.SWEEP), ("gpu-002", "gpu_health", due.SWEEP),
+        ("gpu-005", "gpu_health", due.SWEEP)]  # 36 minutes: within the 30-minute slack of a 1 h interval
     assert [b.node_name for b in found.sweeps] == ["gpu-003", "gpu-002", "gpu-005"]
     assert found.plan.why_empty is None
     # the setting turns it off; a longer interval sweeps only the older checks
-    off = run_plan.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=0)), now=NOW)
+    off = planner.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=0)), now=NOW)
     assert off.plan.pairs == [] and off.plan.why_empty.startswith("nothing planned: all pairs of the 2 free node(s)")
-    four = run_plan.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=4)),
+    four = planner.plan(given(("gpu-002", "gpu-003"), states=states, settings=Settings(sweep_interval_hours=4)),
                          now=NOW)
     assert [p.node_name for p in four.plan.pairs] == ["gpu-003"]
 
@@ -144,16 +143,16 @@ def test_the_health_sweep_takes_free_nodes_with_no_due_pair_after_every_due_bund
 def test_the_sweep_never_takes_a_due_pairs_place_within_max_pairs_and_is_claimed_after_the_bundles():
     H = dt.timedelta(hours=1)
     states = fresh_but_health({"gpu-002": 2 * H, "gpu-003": 3 * H})
-    cut = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, max_pairs=4), now=NOW)
-    assert [(p.node_name, p.why) for p in cut.plan.pairs] == [("gpu-001", priority.NEVER)] * 3 + [
-        ("gpu-003", priority.SWEEP)]
+    cut = planner.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, max_pairs=4), now=NOW)
+    assert [(p.node_name, p.why) for p in cut.plan.pairs] == [("gpu-001", due.NEVER)] * 3 + [
+        ("gpu-003", due.SWEEP)]
     seen = []
 
     def claim(found):
-        seen.append([(b.node_name, run_plan.is_sweep(b)) for b in found])
-        return run_plan.Claimed(granted=frozenset({"gpu-001", "gpu-002"}))
+        seen.append([(b.node_name, planner.is_sweep(b)) for b in found])
+        return planner.Claimed(granted=frozenset({"gpu-001", "gpu-002"}))
 
-    claimed = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states), now=NOW, claim=claim)
+    claimed = planner.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states), now=NOW, claim=claim)
     assert seen == [[("gpu-001", False), ("gpu-003", True), ("gpu-002", True)]]
     assert claimed.plan.nodes() == ["gpu-001", "gpu-002"]
 
@@ -166,12 +165,12 @@ def test_ib_health_is_swept_where_it_is_enabled_and_the_nodes_pool_has_hcas():
             GpuNode(name="gpu-002", gpu_count=8, gpu_model="NVIDIA-L40S")]
     settings = Settings(node_pool_expectations={"NVIDIA-L40S": "hcas=0"})
     run = RunParams(parse_node_range(""), tests, None, 16, False)
-    found = run_plan.plan(run_plan.PlanInput(settings=settings, run=run, free=free, states=states,
-                                             without_hcas=planning.models_without_hcas(settings)), now=NOW)
+    found = planner.plan(planner.PlanInput(settings=settings, run=run, free=free, states=states,
+                                             without_hcas=planner.models_without_hcas(settings)), now=NOW)
     assert [(p.node_name, p.test_name) for p in found.plan.pairs] == [
         ("gpu-001", "gpu_health"), ("gpu-001", "ib_health"), ("gpu-002", "gpu_health")]
     # not enabled (the default suites): gpu_health alone
-    plain = run_plan.plan(given(("gpu-001",), states=fresh_but_health({"gpu-001": 2 * H})), now=NOW)
+    plain = planner.plan(given(("gpu-001",), states=fresh_but_health({"gpu-001": 2 * H})), now=NOW)
     assert [p.test_name for p in plain.plan.pairs] == ["gpu_health"]
 
 
@@ -180,13 +179,13 @@ def test_suspect_nodes_run_their_whole_bundle_first_before_reserved_ones():
     before the reserved nodes (a free suspect can take a user job any moment; a reserved one cannot). A
     suspect that is not free is not planned (its taint is the reservation's)."""
     states = fresh_but_health({"gpu-001": dt.timedelta(minutes=10), "gpu-002": dt.timedelta(minutes=10)})
-    found = run_plan.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, reserved=["gpu-003"],
+    found = planner.plan(given(("gpu-001", "gpu-002", "gpu-003"), states=states, reserved=["gpu-003"],
                                 suspects={"gpu-002": "a user job failed: Xid 79", "gpu-009": "busy"}), now=NOW)
     assert [(p.node_name, p.test_name, p.why) for p in found.plan.pairs] == [
-        *[("gpu-002", t, priority.SUSPECT) for t in TESTS], *[("gpu-003", t, priority.NEVER) for t in TESTS]]
+        *[("gpu-002", t, due.SUSPECT) for t in TESTS], *[("gpu-003", t, due.NEVER) for t in TESTS]]
     assert found.suspects == ["gpu-002"] and found.plan.reserved == ["gpu-003"]
     # one suite per node per run (the simulator's --no-bundle): a suspect still runs them all
-    single = run_plan.plan(given(("gpu-002",), states=states, suspects={"gpu-002": "x"}, bundle=False), now=NOW)
+    single = planner.plan(given(("gpu-002",), states=states, suspects={"gpu-002": "x"}, bundle=False), now=NOW)
     assert [p.test_name for p in single.plan.pairs] == TESTS
 
 
@@ -201,8 +200,8 @@ def test_with_peer_tests_the_sweep_leaves_the_nodes_whose_peer_test_is_due_to_th
     history = [PeerResult("gpu-001", "gpu-002", "pass", NOW - dt.timedelta(days=1)),
                PeerResult("gpu-002", "gpu-001", "pass", NOW - dt.timedelta(days=1))]
     settings = Settings(peer_tests=True)
-    due = run_plan.peer_due(["gpu-001", "gpu-002", "gpu-003"], history, settings, NOW)
-    assert due == {"gpu-003"}  # never peer-tested
-    assert run_plan.peer_due(["gpu-003"], history, Settings(), NOW) == frozenset()  # peer tests off
-    found = run_plan.plan(given(states=states, settings=settings, peer_due=due), now=NOW)
+    peers_due = planner.peer_due(["gpu-001", "gpu-002", "gpu-003"], history, settings, NOW)
+    assert peers_due == {"gpu-003"}  # never peer-tested
+    assert planner.peer_due(["gpu-003"], history, Settings(), NOW) == frozenset()  # peer tests off
+    found = planner.plan(given(states=states, settings=settings, peer_due=peers_due), now=NOW)
     assert [p.node_name for p in found.plan.pairs] == ["gpu-001", "gpu-002"]

@@ -2,7 +2,9 @@ import dataclasses
 import datetime as dt
 
 import pytest
-from cluster_doctor.domain.priority import (
+from cluster_doctor.domain.payloads import GpuNode
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning.due import (
     AHEAD,
     NEVER,
     OLDER_THAN_STALE_BEFORE,
@@ -10,16 +12,30 @@ from cluster_doctor.domain.priority import (
     STALE,
     PairState,
     Policy,
-    plan,
-    bundle_order,
-    bundles,
     why_due,
 )
+from cluster_doctor.domain.planning.steps import bundle_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
+
+
+def gpus(names):
+    return [GpuNode(name=n, gpu_count=8) for n in names]
+
+
+def bundles(nodes, tests, latest, **kw):
+    """The planner's due bundles (``plan.bundles``) of the named nodes."""
+    return planner.bundles(gpus(nodes), tests, latest, **kw)
+
+
+def plan(nodes, tests, latest, *, now, policy=Policy(), first=()):
+    """The due pairs the planner takes from ``bundles`` (``plan.take``, at most ``max_pairs``), node by
+    node, each node's in the order they run: what ``plan.plan`` plans before the health sweep."""
+    chosen = planner.take(bundles(nodes, tests, latest, now=now, policy=policy, first=first), policy.max_pairs)
+    return [p for b in chosen for p in b.pairs]
 
 
 def ago(**kw):

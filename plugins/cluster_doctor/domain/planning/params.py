@@ -1,4 +1,4 @@
-"""Run parameters: validate the trigger form / backfill conf and turn them into settings and a policy.
+"""Run parameters: validate the trigger form / backfill conf (``parse_params``) into ``RunParams``.
 
 Pure Python; the DAG's first task calls it so that a bad value fails the run before any pod exists,
 with a message naming the value.
@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from cluster_doctor.domain import priority, suites
+from cluster_doctor.domain import suites
 from cluster_doctor.domain.attempts import InvalidAttempt, parse_timestamp
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import NodeRange, parse_node_range
-from cluster_doctor_suites.baselines import parse_expect  # the pods' own grammar of CLUSTER_DOCTOR_EXPECT
+from cluster_doctor.domain.payloads import Params
 
 
 class InvalidParams(ValueError):
@@ -49,6 +49,17 @@ class RunParams:
             "max_pairs": self.max_pairs,
             "dry_run": self.dry_run,
         }
+
+    @classmethod
+    def of(cls, params: Params) -> RunParams:
+        """The params as the discover task's XCom carries them."""
+        return cls(parse_node_range(params.node_range), list(params.tests), params.stale_before, params.max_pairs,
+                   params.dry_run)
+
+    def to_params(self) -> Params:
+        """These params as the discover task's XCom carries them."""
+        return Params(node_range=self.node_range.expression, tests=list(self.tests), stale_before=self.stale_before,
+                      max_pairs=self.max_pairs, dry_run=self.dry_run)
 
 
 def parse_params(params: Mapping[str, Any] | None, settings: Settings, *, now: dt.datetime) -> RunParams:
@@ -109,84 +120,3 @@ def _tests(raw: Any, settings: Settings) -> list[str]:
         raise InvalidParams(f"param tests: {', '.join(between)} runs between two nodes, planned by peer_tests / "
                             "peer_cadence_days, not as one of a node's suites")
     return tests
-
-
-class DueSettings(Protocol):
-    """What a due rule reads of the settings: ``Settings``, or the simulator's ``SimConfig``."""
-
-    @property
-    def staleness_days(self) -> float: ...
-
-    @property
-    def failed_retest_hours(self) -> float: ...
-
-    @property
-    def bundle_ahead_hours(self) -> float: ...
-
-    @property
-    def sweep_interval_hours(self) -> float: ...
-
-
-def policy(settings: DueSettings, params: RunParams, *, bundle: bool = True) -> priority.Policy:
-    """The one place a ``priority.Policy`` is made: the DAG's prioritize and reserve tasks, ``cluster-doctor
-    plan`` and the simulator all plan with it. ``bundle=False``: one suite per node per run (the simulator's
-    ``--no-bundle``)."""
-    return priority.Policy(
-        staleness=dt.timedelta(days=settings.staleness_days),
-        failed_retest=dt.timedelta(hours=settings.failed_retest_hours),
-        max_pairs=params.max_pairs,
-        stale_before=params.stale_before,
-        bundle=bundle,
-        bundle_ahead=dt.timedelta(hours=settings.bundle_ahead_hours),
-        sweep_interval=dt.timedelta(hours=settings.sweep_interval_hours),
-    )
-
-
-def models_without_hcas(settings: Settings) -> frozenset[str]:
-    """The GPU models whose node pools say they have no HCAs (``hcas=0`` in ``node_pool_expectations``):
-    the health sweep runs no ib_health there."""
-    return frozenset(model for model, text in settings.node_pool_expectations.items()
-                     if parse_expect(text).get("hcas") == 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class HeldBy:
-    run_id: str
-    nodes: int
-    until: dt.datetime
-
-
-def why_empty(
-    *,
-    params: RunParams,
-    gpu_nodes: int,
-    free: int,
-    not_free: Mapping[str, int],
-    tests: list[str],
-    oldest_fresh: dt.datetime | None,
-    due_nodes: int,
-    held: list[HeldBy],
-    blocked: str | None = None,
-) -> str:
-    """One line on why a run planned nothing, for its log, its verdict and its note: no GPU node in the
-    range; none free (and why); every pair fresh (since when); every due node claimed by another run."""
-    scope = f" in node_range {params.node_range.expression}" if params.node_range.expression else ""
-    if params.max_pairs == 0:
-        return "nothing planned: max_pairs is 0"
-    if not tests:
-        return f"nothing planned: no test can run ({blocked or 'every enabled test is blocked'})"
-    if gpu_nodes == 0:
-        return f"nothing planned: no GPU node{scope}"
-    if free == 0:
-        why = ", ".join(f"{n} {reason}" for reason, n in sorted(not_free.items())) or "none"
-        return f"nothing planned: none of the {gpu_nodes} GPU node(s){scope} is free ({why})"
-    if due_nodes == 0:
-        rule = (f"older than stale_before {params.stale_before.isoformat()}" if params.stale_before
-                else "due")
-        since = f" since {oldest_fresh.isoformat(timespec='minutes')}" if oldest_fresh else ""
-        return (f"nothing planned: all pairs of the {free} free node(s){scope} are fresh{since} "
-                f"(none {rule}; tests {', '.join(tests)})")
-    holders = "; ".join(f"{h.nodes} by run {h.run_id} until {h.until.isoformat(timespec='minutes')}"
-                        for h in sorted(held, key=lambda h: (-h.nodes, h.run_id)))
-    return (f"nothing planned: all {due_nodes} free node(s) with a due pair{scope} are claimed by other "
-            f"live runs ({holders or 'their claims ended meanwhile'})")

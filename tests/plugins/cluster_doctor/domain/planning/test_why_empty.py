@@ -2,20 +2,21 @@
 
 import datetime as dt
 
-from cluster_doctor.domain import planning
+from cluster_doctor.domain.planning import plan as planner
+from cluster_doctor.domain.planning.params import parse_params
 from cluster_doctor.domain.config import Settings
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 
 
 def run(**params):
-    return planning.parse_params(params, Settings(), now=NOW)
+    return parse_params(params, Settings(), now=NOW)
 
 
 def why(params=None, **kw):
     args = {"params": params or run(), "gpu_nodes": 8, "free": 4, "not_free": {}, "tests": ["gpu_health"],
             "oldest_fresh": None, "due_nodes": 0, "held": []}
-    return planning.why_empty(**{**args, **kw})
+    return planner.why_empty(**{**args, **kw})
 
 
 def test_each_reason_in_one_line():
@@ -28,7 +29,7 @@ def test_each_reason_in_one_line():
         "(none due; tests gpu_health)")
     stale_before = run(stale_before="2026-11-22T10:00:00Z")
     assert "(none older than stale_before 2026-11-22T10:00:00+00:00; tests gpu_health)" in why(params=stale_before)
-    held = [planning.HeldBy("backfill__2026-11-20T01", 3, NOW), planning.HeldBy("scheduled__x", 1, NOW)]
+    held = [planner.HeldBy("backfill__2026-11-20T01", 3, NOW), planner.HeldBy("scheduled__x", 1, NOW)]
     assert why(due_nodes=4, held=held) == (
         "nothing planned: all 4 free node(s) with a due pair are claimed by other live runs (3 by run "
         "backfill__2026-11-20T01 until 2026-11-22T12:00+00:00; 1 by run scheduled__x until 2026-11-22T12:00+00:00)")
