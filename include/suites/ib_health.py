@@ -80,7 +80,7 @@ def run(ctx: Context) -> None:
                            ib_selection=how, ib_expected_hcas={"names": list(exp.names), "count": exp.count,
                                                                "basis": exp.basis})
     roce = [p for p in ports if p.link_layer == "Ethernet"] if not a.ib_hca and not selected else []
-    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce))
+    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce, spec=a.ib_hca))
     ctx.metric("ib_ports_present", len(selected), summary=True)
     if ctx.cpu:  # nothing to prove without the node's fabric: visibly not run, never a fail
         ctx.check("ib_ports", "skip", value=len(selected), unit="ports", code="IB_NOT_APPLICABLE",

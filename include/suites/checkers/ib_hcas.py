@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..harness.checks import Check
+from . import nic_selector
 from .ib_ports import IbPort
 
 CODES = ("IB_HCAS_NOT_PRESENT", "IB_HCAS_EXTRA", "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
@@ -35,21 +36,54 @@ class ExpectedHcas:
 
 
 def expected_set(spec: str | None, model_ports, expect) -> ExpectedHcas:
-    """The expected set from an inclusive --ib-hca / NCCL_IB_HCA, else the model's `hca_ports`, else
-    the count (expect.hcas)."""
+    """The expected set from an inclusive exact --ib-hca / NCCL_IB_HCA (`=mlx5_0,mlx5_3`: each item
+    one device), else the model's `hca_ports` (those the selector selects, when one is set), else the
+    count (expect.hcas). A prefix (`mlx5`) or an exclusion (`^mlx5_3`) names no device: it says which
+    of the present ones NCCL takes (nic_selector), so the bar stays the node's count."""
     count = expect.get("hcas")
-    if spec and not spec.startswith("^"):
-        names = tuple(x.strip() for x in spec.lstrip("=").split(",") if x.strip())
-        if names:
-            return ExpectedHcas(names, count, f"--ib-hca / NCCL_IB_HCA {spec!r} names {len(names)}")
+    sel = nic_selector.parse(spec) if spec else None
+    if sel is not None and sel.names_each:
+        names = tuple(str(i) for i in sel.items)
+        return ExpectedHcas(names, count, f"--ib-hca / NCCL_IB_HCA {spec!r} names {len(names)}")
     if model_ports:
-        names = tuple(str(x) for x in model_ports)
-        return ExpectedHcas(names, count, f"baselines.yaml expect.hca_ports names {len(names)}")
-    return ExpectedHcas((), count, expect.basis("hcas"))
+        every = tuple(str(x) for x in model_ports)
+        names = tuple(x for x in every if sel is None or sel.selects(*_device_port(x)))
+        taken = f", {len(names)} of them selected by NCCL_IB_HCA {spec!r}" if sel is not None else ""
+        return ExpectedHcas(names, count, f"baselines.yaml expect.hca_ports names {len(every)}{taken}")
+    basis = expect.basis("hcas") + (f"; {sel.describe()}" if sel is not None else "")
+    return ExpectedHcas((), count, basis)
+
+
+def _device_port(name: str) -> tuple[str, int | None]:
+    dev, _, port = name.partition(":")
+    return dev, int(port) if port.isdigit() else None
+
+
+def prefix_overreach(spec: str | None, ports: list[IbPort], selected: list[IbPort]) -> list[str]:
+    """Ports a prefix item takes beyond the device it spells exactly (`mlx5_1` also takes mlx5_10):
+    the case NCCL's documentation warns about; empty for an exact selector or a family prefix."""
+    sel = nic_selector.parse(spec) if spec else None
+    if sel is None or sel.exact or sel.exclude:
+        return []
+    devices = {p.device for p in ports}
+    return [p.name for p in selected
+            if any(i.name in devices and p.device != i.name and sel.item_matches(i, p.device, p.port) for i in sel.items)]
 
 
 def judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
-          roce: list[IbPort] = ()) -> Check:
+          roce: list[IbPort] = (), spec: str | None = None) -> Check:
+    """`_judge`, then a prefix that takes ports beyond the device it spells is a warning at least."""
+    c = _judge(ports, selected, exp, how, cpu, roce)
+    over = prefix_overreach(spec, ports, selected)
+    if over and c.status in ("pass", "skip"):
+        return Check("ib_hca_count", "warn", len(selected), "ports", c.threshold, code="IB_HCAS_EXTRA",
+                     message=f"NCCL_IB_HCA {spec!r} is a prefix: it also takes {', '.join(over)} (NCCL reads "
+                     f"`mlx5_1` as mlx5_1, mlx5_10, ...): name the HCAs exactly with '=' ({c.message})")
+    return c
+
+
+def _judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
+           roce: list[IbPort] = ()) -> Check:
     """One `ib_hca_count` check. `ports`: everything sysfs lists (unreadable entries included);
     `selected`: the readable compute-fabric ports; `roce`: the node's Ethernet RDMA ports when nothing
     names the fabric and none is InfiniBand."""
