@@ -251,6 +251,7 @@ class HcaBar:
     count: int | None
     basis: str
     names: tuple[str, ...] = ()
+    layer: str | None = None  # "IB": only InfiniBand ports count as rails (the selection also takes others)
 
 
 def judge_hcas(ctx: Context, info: dict, bar: HcaBar | int | None, basis: str = "") -> None:
@@ -265,6 +266,8 @@ def judge_hcas(ctx: Context, info: dict, bar: HcaBar | int | None, basis: str = 
                   message=f"NCCL found {have} HCA port(s) ({found}); no expected count for this node "
                   "(baselines.yaml expect.hcas, --expect hcas=N, --expected-hcas)")
         return
+    if bar.layer:  # a RoCE port NCCL also took cannot stand in for a missing InfiniBand rail
+        have = sum(1 for layer in info["ib_devices"].values() if layer == bar.layer)
     want = len(bar.names) if bar.names else bar.count
     missing = [n for n in bar.names if not any(_same_port(n, d) for d in info["ib_devices"])]
     thr = f"== {want}" + (" named" if bar.names else "")
@@ -275,7 +278,8 @@ def judge_hcas(ctx: Context, info: dict, bar: HcaBar | int | None, basis: str = 
                   threshold=thr, code=code,
                   message=f"NCCL found {have} usable HCA port(s) ({found}), expected {want}{named} ({bar.basis})")
         return
-    extra = [d for d in sorted(info["ib_devices"]) if not _wanted(bar, d)]
+    extra = [d for d in sorted(info["ib_devices"]) if not _wanted(bar, d)
+             or (bar.layer and info["ib_devices"][d] != bar.layer)]
     if have > want or extra:
         ctx.check("ib_hcas", "warn", value=have, unit="ports", threshold=thr, code="IB_HCAS_EXTRA",
                   message=f"NCCL found {have} HCA port(s) ({found}), expected {want} ({bar.basis}): it also uses "
@@ -700,6 +704,10 @@ def expected_hcas(a, expect, ports: list | None = None) -> HcaBar:
             return HcaBar(len(taken), f"{sel.describe()} selects {len(taken)} of the node's {len(listed)} "
                           f"port(s) ({', '.join(p.name for p in taken) or 'none'})",
                           tuple(p.name for p in taken))
+        ib = [p for p in taken if p.link_layer == "InfiniBand"]
+        if ib and len(ib) < len(taken):  # one fabric, one link layer: the others are not rails
+            return HcaBar(max(node, len(ib)), f"{expect.basis('hcas')}; {sel.describe()} selects every port, "
+                          f"{len(ib)} of them InfiniBand", layer="IB")
         return HcaBar(max(node, len(taken)), f"{expect.basis('hcas')}; {sel.describe()} selects every port")
     return HcaBar(node, expect.basis("hcas") + (f"; {sel.describe()}" if sel is not None else ""))
 

@@ -127,7 +127,20 @@ def _by_name(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas) -> 
                  f"all {n} expected HCA port(s) present: {', '.join(exp.names)} ({exp.basis}{note})")
 
 
+def rails(selected: list[IbPort]) -> tuple[list[IbPort], list[IbPort]]:
+    """(the compute rails, the other ports) of a selection: one fabric is one link layer, so where a
+    selection mixes InfiniBand ports with Ethernet ones (a prefix such as `mlx5` also takes a
+    front-end RoCE bond) the InfiniBand ports are the rails and the others cannot stand in for one."""
+    ib = [p for p in selected if p.link_layer == "InfiniBand"]
+    if ib and len(ib) < len(selected):
+        return ib, [p for p in selected if p not in ib]
+    return list(selected), []
+
+
 def _by_count(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str) -> Check:
+    selected, other = rails(selected)
+    if other:
+        how += f"; {', '.join(p.name for p in other)} ({other[0].link_layer or '?'}) not counted as a rail"
     want, have = exp.count, len(selected)
     listed = ", ".join(p.name for p in selected) or "none"
     dead = [f"{p.name} (listed, unreadable)" for p in ports if p.device_error]
@@ -135,7 +148,7 @@ def _by_count(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, ho
         return Check("ib_hca_count", "fail", have, "ports", f"== {want}", f"{have} of {want} expected HCA port(s) "
                      f"present: {listed}" + (f"; {', '.join(dead)}" if dead else "") + f" ({exp.basis}; {how})",
                      code="IB_HCAS_NOT_PRESENT")
-    if have > want:
+    if have > want or other:
         return Check("ib_hca_count", "warn", have, "ports", f"== {want}", code="IB_HCAS_EXTRA",
                      message=f"{have} HCA ports ({listed}), {want} expected ({exp.basis}; {how}): a storage HCA cannot "
                      "be told from a compute one by count, so a missing compute HCA would hide; name the compute "

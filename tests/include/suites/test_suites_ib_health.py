@@ -339,10 +339,12 @@ def test_a_selector_that_names_no_device_is_read_as_nccl_reads_it(run_cli, tmp_p
     assert "missing:" not in c["message"]
 
 
-def test_a_prefix_selector_still_finds_a_missing_hca(run_cli, tmp_path, boot, h):
+@pytest.mark.parametrize("selector", ["^mlx5_bond", "mlx5"])
+def test_a_prefix_selector_still_finds_a_missing_hca(run_cli, tmp_path, boot, h, selector):
+    """`mlx5` also takes the Ethernet bond: 7 InfiniBand rails and the bond are 8 ports, not 8 rails."""
     root = h.h100_ib_tree(tmp_path, cleared=True)
     shutil.rmtree(root / "mlx5_6")
-    ns = ib(run_cli, root, boot, "--ib-hca", "^mlx5_bond")
+    ns = ib(run_cli, root, boot, "--ib-hca", selector)
     h.check_artifacts(ns, status="fail", suite="ib_health")
     c = by(ns, "ib_hca_count")[None]
     assert (c["status"], c["code"], c["value"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7)

@@ -240,7 +240,14 @@ def test_an_exclusion_or_prefix_selects_from_the_nodes_ports(tmp_path, h):
     bar = nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="^mlx5_bond"), sku, ports)
     assert bar.count == 8 and bar.names == ("mlx5_0:1", "mlx5_1:1", "mlx5_4:1", "mlx5_5:1", "mlx5_6:1", "mlx5_7:1",
                                             "mlx5_8:1", "mlx5_9:1")
-    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="mlx5"), sku, ports).count == 9
+    every = nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="mlx5"), sku, ports)
+    assert (every.count, every.layer) == (8, "IB")  # the RoCE bond it also takes is no rail
+    info = parsers.parse_nccl_log("NCCL INFO NET/IB : Using " + " ".join(
+        f"[{i}]{p.name}/{'IB' if p.link_layer == 'InfiniBand' else 'RoCE'}" for i, p in enumerate(ports)
+        if p.device != "mlx5_6") + "; OOB eth0:10.0.0.1<0>\n")
+    ctx = _Ctx()  # mlx5_6 gone: 7 InfiniBand rails and the bond are 8 ports, not 8 rails
+    nccl_loopback.judge_hcas(ctx, info, every)
+    assert (ctx.checks[0][1], ctx.checks[0][2]["value"]) == ("fail", 7)
 
 
 class _Ctx:
