@@ -1,12 +1,14 @@
 """The compute-fabric HCAs a node should have and whether they are all there (`ib_hca_count`): the
 expected set by name where something names it, else by count, never "at least N of whatever is up".
 
-Where the set comes from, most specific first: an inclusive --ib-hca / NCCL_IB_HCA (the node pool
-names the HCAs NCCL must use: each listed name must be present); a baselines model's
+Where the set comes from, most specific first: an inclusive exact --ib-hca / NCCL_IB_HCA (`=mlx5_0,...`:
+the node pool names the HCAs NCCL must use, each must be present; a prefix or an exclusion names no
+device and is read as NCCL reads it, nic_selector); a baselines model's
 `expect.hca_ports` (a fleet's own file naming every HCA of a SKU, as AzureHPC NHC's
 `check_hw_ib 400 mlx5_ib0:1` lines do); else the count `expect.hcas` (model or --expect hcas=N).
 By count, ports beyond the expected number are a warning: a storage HCA in InfiniBand mode cannot be
-told from a compute one, and would hide a missing compute HCA, so the set should be named. An entry
+told from a compute one, and would hide a missing compute HCA, so the set should be named. A
+selection that mixes link layers counts only its InfiniBand ports as rails (one fabric, one layer). An entry
 sysfs lists but cannot read counts as missing, never as present and never dropped.
 """
 
