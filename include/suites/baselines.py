@@ -174,8 +174,10 @@ class Expectations:
 
 
 def expectations(baselines: "Baselines", key: str | None, args) -> Expectations:
-    """The model's `expect` block, then the orchestrator's GPU count (--expected-gpus), then the node
-    pool's overrides (--expect / CLUSTER_DOCTOR_EXPECT): later ones win."""
+    """The model's `expect` block, then the orchestrator's GPU count (--expected-gpus, --node-gpus)
+    where it is higher (a GPU that did not enumerate lowers what the node reports, never the bar:
+    harness/gpu_expectation), then the node pool's overrides (--expect / CLUSTER_DOCTOR_EXPECT):
+    later ones win."""
     values: dict[str, int] = {}
     sources: dict[str, str] = {}
     block = baselines.model(key).get("expect") or {}
@@ -185,9 +187,10 @@ def expectations(baselines: "Baselines", key: str | None, args) -> Expectations:
             values[k] = block[k]
             src = srcs.get(k) or srcs.get(k.split("_")[0]) or "no source given"
             sources[k] = f"baselines.yaml {key}: {src}"
-    if getattr(args, "expected_gpus", None):
-        values["gpus"] = int(args.expected_gpus)
-        sources["gpus"] = "--expected-gpus / CLUSTER_DOCTOR_EXPECTED_GPUS (the node's GPUs, from the orchestrator)"
+    seen = [int(n) for n in (getattr(args, "expected_gpus", None), getattr(args, "node_gpus", None)) if n]
+    if seen and max(seen) > values.get("gpus", 0):
+        values["gpus"] = max(seen)
+        sources["gpus"] = "--expected-gpus / --node-gpus (the node's GPUs, from the orchestrator)"
     for k, v in (getattr(args, "expect", None) or {}).items():
         values[k] = v
         sources[k] = "node pool override (--expect / CLUSTER_DOCTOR_EXPECT)"

@@ -74,21 +74,24 @@ def run(ctx: Context) -> None:
     selected, how = ib_ports.select(ports, a.ib_hca)
     exp = ib_hcas.expected_set(a.ib_hca, baselines.model(key).get("expect", {}).get("hca_ports") if not ctx.cpu
                                else None, expect)
+    # a selection mixing InfiniBand and Ethernet ports (a prefix taking a front-end bond too): the
+    # InfiniBand ones are the rails judged; the others are named by ib_hca_count, not failed as slow rails
+    rails = selected if exp.names else ib_hcas.rails(selected)[0]
     ctx.environment.update(ib_ports=[{"port": p.name, "link_layer": p.link_layer, "state": p.state,
                                       "rate": p.rate_gbps, "hca_type": p.hca_type, "fw": p.fw_ver,
-                                      "judged": p in selected, "unreadable": p.device_error or None} for p in ports],
+                                      "judged": p in rails, "unreadable": p.device_error or None} for p in ports],
                            ib_selection=how, ib_expected_hcas={"names": list(exp.names), "count": exp.count,
                                                                "basis": exp.basis})
     roce = [p for p in ports if p.link_layer == "Ethernet"] if not a.ib_hca and not selected else []
-    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce))
+    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce, spec=a.ib_hca))
     ctx.metric("ib_ports_present", len(selected), summary=True)
     if ctx.cpu:  # nothing to prove without the node's fabric: visibly not run, never a fail
         ctx.check("ib_ports", "skip", value=len(selected), unit="ports", code="IB_NOT_APPLICABLE",
                   message=f"CPU mode: {len(selected)} port(s) present, state, rate and counters not judged")
         return
-    _judge_ports(ctx, selected + _unreadable(ports, a.ib_hca), expect)
+    _judge_ports(ctx, rails + _unreadable(ports, a.ib_hca), expect)
     window = a.flap_window_hours if a.flap_window_hours is not None else float(section.get("flap_window_hours", 6))
-    _judge_counters(ctx, a, selected, rules, window)
+    _judge_counters(ctx, a, rails, rules, window)
 
 
 def _unreadable(ports: list[ib_ports.IbPort], spec: str | None) -> list[ib_ports.IbPort]:

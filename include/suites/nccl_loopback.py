@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from . import parsers
 from .baselines import Baselines, expectations, model_for_node
+from .checkers import ib_ports, nic_selector
 from .harness.checks import Check, SuiteError, at_least
 from .harness.context import Context
 from .harness.inventory import gpu_inventory
@@ -91,6 +92,9 @@ def add_arguments(p) -> None:
         default=None,
         help="HCA ports NCCL must report as usable (default: not judged)",
     )
+    g.add_argument("--sysfs-root", default=os.environ.get("CLUSTER_DOCTOR_IB_SYSFS", ib_ports.SYSFS_ROOT),
+                   help="the RDMA devices' sysfs directory: which HCAs a prefix or exclusion in NCCL_IB_HCA "
+                   "selects [CLUSTER_DOCTOR_IB_SYSFS]")
     g.add_argument("--min-bytes", default=None, help="smallest message; default 1M (GPU), 1K (CPU)")
     g.add_argument("--max-bytes", default=None, help="largest message; default 4G (GPU), 4M (CPU)")
     g.add_argument("--factor", type=int, default=None, help="size step factor; default 2 (GPU), 4 (CPU)")
@@ -239,19 +243,62 @@ def _judge_nvlink_mode(ctx: Context, info: dict, summary: str) -> None:
                   message="could not determine the transport from the NCCL INFO output")
 
 
-def judge_hcas(ctx: Context, info: dict, expected: int | None, basis: str) -> None:
-    """The HCA ports NCCL found against the node's expected count (never the other way round)."""
+@dataclass(frozen=True)
+class HcaBar:
+    """The HCA ports this run must use: `count`, and `names` ("mlx5_0:1", "mlx5_3" any port) when
+    something names them, so a missing rail is named whatever else NCCL found; `basis` says why."""
+
+    count: int | None
+    basis: str
+    names: tuple[str, ...] = ()
+    layer: str | None = None  # "IB": only InfiniBand ports count as rails (the selection also takes others)
+
+
+def judge_hcas(ctx: Context, info: dict, bar: HcaBar | int | None, basis: str = "") -> None:
+    """The HCA ports NCCL found against the node's expected set: every named one present, and
+    exactly the expected count (a storage HCA NCCL also took cannot stand in for a compute one)."""
+    if not isinstance(bar, HcaBar):
+        bar = HcaBar(bar, basis)
     have = len(info["ib_devices"])
     found = ", ".join(sorted(info["ib_devices"])) or "none"
-    if expected is None:
+    if bar.count is None and not bar.names:
         ctx.check("ib_hcas", "skip", value=have, unit="ports", code="EXPECTATION_MISSING",
                   message=f"NCCL found {have} HCA port(s) ({found}); no expected count for this node "
                   "(baselines.yaml expect.hcas, --expect hcas=N, --expected-hcas)")
         return
-    ok = have >= expected
-    code = None if ok else ("NCCL_IB_NO_DEVICE" if have == 0 and info["ib_no_device"] else "IB_HCAS_MISSING")
-    ctx.check("ib_hcas", "pass" if ok else "fail", value=have, unit="ports", threshold=f">= {expected}", code=code,
-              message=f"NCCL found {have} usable HCA port(s) ({found}), expected {expected} ({basis})")
+    if bar.layer:  # a RoCE port NCCL also took cannot stand in for a missing InfiniBand rail
+        have = sum(1 for layer in info["ib_devices"].values() if layer == bar.layer)
+    want = len(bar.names) if bar.names else bar.count
+    missing = [n for n in bar.names if not any(_same_port(n, d) for d in info["ib_devices"])]
+    thr = f"== {want}" + (" named" if bar.names else "")
+    if missing or have < want:
+        code = "NCCL_IB_NO_DEVICE" if have == 0 and info["ib_no_device"] else "IB_HCAS_MISSING"
+        named = f"; missing: {', '.join(missing)}" if missing else ""
+        ctx.check("ib_hcas", "fail", value=want - len(missing) if bar.names else have, unit="ports",
+                  threshold=thr, code=code,
+                  message=f"NCCL found {have} usable HCA port(s) ({found}), expected {want}{named} ({bar.basis})")
+        return
+    extra = [d for d in sorted(info["ib_devices"]) if not _wanted(bar, d)
+             or (bar.layer and info["ib_devices"][d] != bar.layer)]
+    if have > want or extra:
+        ctx.check("ib_hcas", "warn", value=have, unit="ports", threshold=thr, code="IB_HCAS_EXTRA",
+                  message=f"NCCL found {have} HCA port(s) ({found}), expected {want} ({bar.basis}): it also uses "
+                  f"{', '.join(extra) or 'ports beyond the expected count'}; a storage HCA counted as a rail would "
+                  "hide a missing one: name the compute HCAs (NCCL_IB_HCA '=mlx5_0,...')")
+        return
+    ctx.check("ib_hcas", "pass", value=have, unit="ports", threshold=thr,
+              message=f"NCCL found {have} usable HCA port(s) ({found}), expected {want} ({bar.basis})")
+
+
+def _same_port(name: str, device: str) -> bool:
+    """An expected "mlx5_0" (any port) or "mlx5_0:1" against NCCL's "mlx5_0:1"."""
+    want_dev, _, want_port = name.partition(":")
+    dev, _, port = device.partition(":")
+    return dev == want_dev and (not want_port or want_port == port)
+
+
+def _wanted(bar: HcaBar, device: str) -> bool:
+    return not bar.names or any(_same_port(n, device) for n in bar.names)
 
 
 def merge_rank_rows(per_rank: list[list[dict]]) -> list[dict]:
@@ -550,8 +597,7 @@ class Plan:
     metric: str
     key: str | None
     env: dict
-    hcas: int | None = None  # the node's expected HCA count (ib mode)
-    hcas_basis: str = ""
+    hcas: HcaBar | None = None  # the HCA ports this run must use (ib mode)
 
 
 def run(ctx: Context) -> None:
@@ -583,7 +629,7 @@ def run(ctx: Context) -> None:
                       message="CPU mode: gloo over TCP loopback has no NCCL transport to prove")
     else:
         _judge_nccl_said(ctx, plan, info)
-    expectation = baselines.expectation(plan.key, plan.metric, plan.n, hcas=plan.hcas) if plan.key else None
+    expectation = baselines.expectation(plan.key, plan.metric, plan.n, hcas=plan.hcas.count if plan.hcas else None) if plan.key else None
     note = "" if plan.key else " (unknown GPU model)"
     if not ctx.cpu and expectation is None and plan.key:
         note = f" ({plan.key} has no {plan.metric} baseline)"
@@ -618,7 +664,7 @@ def _plan(ctx: Context, baselines: Baselines) -> Plan | None:
         return None
     key, name = model_for_node(ctx, baselines, [g["name"] for g in inv])
     expect = expectations(baselines, key, a)
-    hcas, basis = expected_hcas(a, expect)
+    hcas = expected_hcas(a, expect, ib_ports.scan(a.sysfs_root) if a.transport == "ib" else [])
     binary = shutil.which(a.all_reduce_perf)
     impl = a.impl if a.impl != "auto" else ("nccl-tests" if binary else "torch")
     if impl == "nccl-tests" and not binary:
@@ -630,25 +676,40 @@ def _plan(ctx: Context, baselines: Baselines) -> Plan | None:
         nccl_impl=impl, nccl_transport_mode=a.transport,
         nccl_env={k: v for k, v in env.items() if not k.startswith("NCCL_DEBUG")},
     )
-    if hcas is not None:
-        ctx.metric("nccl_hcas_expected", hcas)
+    if hcas.count is not None:
+        ctx.metric("nccl_hcas_expected", hcas.count)
     return Plan(**common, n=n, backend="nccl", impl=impl, binary=binary,
                 metric="nccl_ib_busbw_gbps" if a.transport == "ib" else "nccl_nvlink_busbw_gbps", key=key, env=env,
-                hcas=hcas if a.transport == "ib" else None, hcas_basis=basis)
+                hcas=hcas if a.transport == "ib" else None)
 
 
-def expected_hcas(a, expect) -> tuple[int | None, str]:
-    """The HCA ports this run must use: --expected-hcas, else the HCAs an inclusive --ib-hca lists
-    (the operator restricted NCCL to them), else the node's expectation (model / --expect). Never
-    what NCCL happened to find: a node with HCAs down must not lower its own bar."""
+def expected_hcas(a, expect, ports: list | None = None) -> HcaBar:
+    """The HCA ports this run must use: --expected-hcas; else the devices an inclusive exact --ib-hca
+    lists (the operator restricted NCCL to them); else, for a prefix or an exclusion, the ports of
+    the node that NCCL_IB_HCA selects as NCCL reads it (nic_selector; `ports`: sysfs), never fewer
+    than the node's expectation when the selector leaves every present port in; else the node's
+    expectation (model / --expect). Never what NCCL happened to find: a node with HCAs down must not
+    lower its own bar."""
     if a.expected_hcas is not None:
-        return a.expected_hcas, "--expected-hcas"
-    if a.ib_hca and not a.ib_hca.lstrip("=").startswith("^"):
-        names = [x for x in a.ib_hca.lstrip("=").split(",") if x.strip()]
-        if names:
-            return len(names), f"--ib-hca {a.ib_hca} lists {len(names)}"
-    hcas = expect.get("hcas")
-    return hcas, expect.basis("hcas")
+        return HcaBar(a.expected_hcas, "--expected-hcas")
+    node = expect.get("hcas")
+    sel = nic_selector.parse(a.ib_hca) if a.ib_hca else None
+    if sel is not None and sel.names_each:
+        names = tuple(str(i) for i in sel.items)
+        return HcaBar(len(names), f"--ib-hca {a.ib_hca} names {len(names)}", names)
+    listed = [p for p in ports or [] if p.link_layer == "InfiniBand" or p.device_error or sel is not None]
+    if sel is not None and listed:
+        taken = [p for p in listed if sel.selects(p.device, p.port)]
+        if len(taken) < len(listed) or not node:  # the selector restricts NCCL to these
+            return HcaBar(len(taken), f"{sel.describe()} selects {len(taken)} of the node's {len(listed)} "
+                          f"port(s) ({', '.join(p.name for p in taken) or 'none'})",
+                          tuple(p.name for p in taken))
+        ib = [p for p in taken if p.link_layer == "InfiniBand"]
+        if ib and len(ib) < len(taken):  # one fabric, one link layer: the others are not rails
+            return HcaBar(max(node, len(ib)), f"{expect.basis('hcas')}; {sel.describe()} selects every port, "
+                          f"{len(ib)} of them InfiniBand", layer="IB")
+        return HcaBar(max(node, len(taken)), f"{expect.basis('hcas')}; {sel.describe()} selects every port")
+    return HcaBar(node, expect.basis("hcas") + (f"; {sel.describe()}" if sel is not None else ""))
 
 
 def _judge_nccl_said(ctx: Context, plan: Plan, info: dict) -> bool:
@@ -657,7 +718,7 @@ def _judge_nccl_said(ctx: Context, plan: Plan, info: dict) -> bool:
     judge_transport(ctx, info, a.transport, a.expect_net, plan.n)
     if a.transport == "ib":
         if info["networks"] or info["ib_devices"] or info["ib_no_device"]:
-            judge_hcas(ctx, info, plan.hcas, plan.hcas_basis)
+            judge_hcas(ctx, info, plan.hcas)
         else:
             ctx.check("ib_hcas", "skip", code="NCCL_TRANSPORT_UNKNOWN",
                       message="NCCL printed no network selection: the HCAs it found cannot be counted")

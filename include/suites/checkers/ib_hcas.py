@@ -1,12 +1,14 @@
 """The compute-fabric HCAs a node should have and whether they are all there (`ib_hca_count`): the
 expected set by name where something names it, else by count, never "at least N of whatever is up".
 
-Where the set comes from, most specific first: an inclusive --ib-hca / NCCL_IB_HCA (the node pool
-names the HCAs NCCL must use: each listed name must be present); a baselines model's
+Where the set comes from, most specific first: an inclusive exact --ib-hca / NCCL_IB_HCA (`=mlx5_0,...`:
+the node pool names the HCAs NCCL must use, each must be present; a prefix or an exclusion names no
+device and is read as NCCL reads it, nic_selector); a baselines model's
 `expect.hca_ports` (a fleet's own file naming every HCA of a SKU, as AzureHPC NHC's
 `check_hw_ib 400 mlx5_ib0:1` lines do); else the count `expect.hcas` (model or --expect hcas=N).
 By count, ports beyond the expected number are a warning: a storage HCA in InfiniBand mode cannot be
-told from a compute one, and would hide a missing compute HCA, so the set should be named. An entry
+told from a compute one, and would hide a missing compute HCA, so the set should be named. A
+selection that mixes link layers counts only its InfiniBand ports as rails (one fabric, one layer). An entry
 sysfs lists but cannot read counts as missing, never as present and never dropped.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..harness.checks import Check
+from . import nic_selector
 from .ib_ports import IbPort
 
 CODES = ("IB_HCAS_NOT_PRESENT", "IB_HCAS_EXTRA", "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
@@ -35,21 +38,54 @@ class ExpectedHcas:
 
 
 def expected_set(spec: str | None, model_ports, expect) -> ExpectedHcas:
-    """The expected set from an inclusive --ib-hca / NCCL_IB_HCA, else the model's `hca_ports`, else
-    the count (expect.hcas)."""
+    """The expected set from an inclusive exact --ib-hca / NCCL_IB_HCA (`=mlx5_0,mlx5_3`: each item
+    one device), else the model's `hca_ports` (those the selector selects, when one is set), else the
+    count (expect.hcas). A prefix (`mlx5`) or an exclusion (`^mlx5_3`) names no device: it says which
+    of the present ones NCCL takes (nic_selector), so the bar stays the node's count."""
     count = expect.get("hcas")
-    if spec and not spec.startswith("^"):
-        names = tuple(x.strip() for x in spec.lstrip("=").split(",") if x.strip())
-        if names:
-            return ExpectedHcas(names, count, f"--ib-hca / NCCL_IB_HCA {spec!r} names {len(names)}")
+    sel = nic_selector.parse(spec) if spec else None
+    if sel is not None and sel.names_each:
+        names = tuple(str(i) for i in sel.items)
+        return ExpectedHcas(names, count, f"--ib-hca / NCCL_IB_HCA {spec!r} names {len(names)}")
     if model_ports:
-        names = tuple(str(x) for x in model_ports)
-        return ExpectedHcas(names, count, f"baselines.yaml expect.hca_ports names {len(names)}")
-    return ExpectedHcas((), count, expect.basis("hcas"))
+        every = tuple(str(x) for x in model_ports)
+        names = tuple(x for x in every if sel is None or sel.selects(*_device_port(x)))
+        taken = f", {len(names)} of them selected by NCCL_IB_HCA {spec!r}" if sel is not None else ""
+        return ExpectedHcas(names, count, f"baselines.yaml expect.hca_ports names {len(every)}{taken}")
+    basis = expect.basis("hcas") + (f"; {sel.describe()}" if sel is not None else "")
+    return ExpectedHcas((), count, basis)
+
+
+def _device_port(name: str) -> tuple[str, int | None]:
+    dev, _, port = name.partition(":")
+    return dev, int(port) if port.isdigit() else None
+
+
+def prefix_overreach(spec: str | None, ports: list[IbPort], selected: list[IbPort]) -> list[str]:
+    """Ports a prefix item takes beyond the device it spells exactly (`mlx5_1` also takes mlx5_10):
+    the case NCCL's documentation warns about; empty for an exact selector or a family prefix."""
+    sel = nic_selector.parse(spec) if spec else None
+    if sel is None or sel.exact or sel.exclude:
+        return []
+    devices = {p.device for p in ports}
+    return [p.name for p in selected
+            if any(i.name in devices and p.device != i.name and sel.item_matches(i, p.device, p.port) for i in sel.items)]
 
 
 def judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
-          roce: list[IbPort] = ()) -> Check:
+          roce: list[IbPort] = (), spec: str | None = None) -> Check:
+    """`_judge`, then a prefix that takes ports beyond the device it spells is a warning at least."""
+    c = _judge(ports, selected, exp, how, cpu, roce)
+    over = prefix_overreach(spec, ports, selected)
+    if over and c.status in ("pass", "skip"):
+        return Check("ib_hca_count", "warn", len(selected), "ports", c.threshold, code="IB_HCAS_EXTRA",
+                     message=f"NCCL_IB_HCA {spec!r} is a prefix: it also takes {', '.join(over)} (NCCL reads "
+                     f"`mlx5_1` as mlx5_1, mlx5_10, ...): name the HCAs exactly with '=' ({c.message})")
+    return c
+
+
+def _judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
+           roce: list[IbPort] = ()) -> Check:
     """One `ib_hca_count` check. `ports`: everything sysfs lists (unreadable entries included);
     `selected`: the readable compute-fabric ports; `roce`: the node's Ethernet RDMA ports when nothing
     names the fabric and none is InfiniBand."""
@@ -93,7 +129,20 @@ def _by_name(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas) -> 
                  f"all {n} expected HCA port(s) present: {', '.join(exp.names)} ({exp.basis}{note})")
 
 
+def rails(selected: list[IbPort]) -> tuple[list[IbPort], list[IbPort]]:
+    """(the compute rails, the other ports) of a selection: one fabric is one link layer, so where a
+    selection mixes InfiniBand ports with Ethernet ones (a prefix such as `mlx5` also takes a
+    front-end RoCE bond) the InfiniBand ports are the rails and the others cannot stand in for one."""
+    ib = [p for p in selected if p.link_layer == "InfiniBand"]
+    if ib and len(ib) < len(selected):
+        return ib, [p for p in selected if p not in ib]
+    return list(selected), []
+
+
 def _by_count(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str) -> Check:
+    selected, other = rails(selected)
+    if other:
+        how += f"; {', '.join(p.name for p in other)} ({other[0].link_layer or '?'}) not counted as a rail"
     want, have = exp.count, len(selected)
     listed = ", ".join(p.name for p in selected) or "none"
     dead = [f"{p.name} (listed, unreadable)" for p in ports if p.device_error]
@@ -101,7 +150,7 @@ def _by_count(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, ho
         return Check("ib_hca_count", "fail", have, "ports", f"== {want}", f"{have} of {want} expected HCA port(s) "
                      f"present: {listed}" + (f"; {', '.join(dead)}" if dead else "") + f" ({exp.basis}; {how})",
                      code="IB_HCAS_NOT_PRESENT")
-    if have > want:
+    if have > want or other:
         return Check("ib_hca_count", "warn", have, "ports", f"== {want}", code="IB_HCAS_EXTRA",
                      message=f"{have} HCA ports ({listed}), {want} expected ({exp.basis}; {how}): a storage HCA cannot "
                      "be told from a compute one by count, so a missing compute HCA would hide; name the compute "

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..harness.checks import Check
 from ..harness.text import fmt
+from . import nic_selector
 
 CODES = ("IB_PORT_DOWN", "IB_PORT_RATE_LOW", "IB_PORT_WIDTH_DEGRADED", "IB_PORT_UNREADABLE", "IB_DEVICE_UNREADABLE")
 SYSFS_ROOT = "/sys/class/infiniband"
@@ -119,19 +120,9 @@ def select(ports: list[IbPort], hca: str | None) -> tuple[list[IbPort], str]:
 
 
 def matches(spec: str, p: IbPort) -> bool:
-    """NCCL_IB_HCA semantics: `mlx5` prefix, `=mlx5_0` exact, `^...` exclusion, `name:port`."""
-    exclude = spec.startswith("^")
-    spec = spec[1:] if exclude else spec
-    exact = spec.startswith("=")
-    spec = spec[1:] if exact else spec
-    hit = False
-    for item in (s.strip() for s in spec.split(",") if s.strip()):
-        name, _, port = item.partition(":")
-        # an unreadable device (port 0) matches by name whatever port the item names
-        if (p.device == name if exact else p.device.startswith(name)) and (not port or not p.port
-                                                                            or port == str(p.port)):
-            hit = True
-    return hit != exclude
+    """NCCL_IB_HCA semantics (nic_selector): `mlx5` prefix, `=mlx5_0` exact, `^...` exclusion, `name:port`."""
+    sel = nic_selector.parse(spec)
+    return sel is None or sel.selects(p.device, p.port)
 
 
 def port_checks(p: IbPort, expect, best_rate: float | None, best_width: int | None) -> list[Check]:

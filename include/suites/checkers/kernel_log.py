@@ -1,9 +1,15 @@
 """The kernel log as the GPU checkers read it: where it comes from (the node's journal mounted into
 the pod, else dmesg) and how its lines become messages (time stamp, kernel level, continuation lines
-of multi-line reports joined)."""
+of multi-line reports joined).
+
+The journal is read as `journalctl -o json` (one record per line: PRIORITY, MESSAGE,
+_SOURCE_MONOTONIC_TIMESTAMP in µs since boot) and written back in `dmesg -r`'s form, so its lines
+keep their kernel level: the short formats drop it, and the info lines the NVIDIA drivers print
+(nvswitch probing, MSI) would then read as driver errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -112,12 +118,49 @@ def _journal(ctx, a, why: list[str]) -> str | None:
         return None
     try:
         rc, out, err = ctx.run_tool(
-            [journalctl, "-k", "-b", "-D", a.journal_dir, "-o", "short-monotonic", "--no-pager", "-q"], timeout=60
+            [journalctl, "-k", "-b", "-D", a.journal_dir, "-o", "json", "--no-pager", "-q"], timeout=60
         )
     except SuiteError as exc:
         why.append(str(exc))
         return None
     if rc == 0:
-        return out
+        return from_journal_json(out)
     why.append(f"journalctl: {one_line(err or out, 120)}")
     return None
+
+
+def from_journal_json(text: str) -> str:
+    """`journalctl -o json` records as `dmesg -r` lines: `<PRIORITY>[seconds since boot] MESSAGE`,
+    each further line of a multi-line MESSAGE indented (a continuation, as dmesg prints it). A line
+    that is not a JSON record is kept as it is (its level unknown: judged like any unlevelled line)."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        if not isinstance(rec, dict):
+            out.append(line)
+            continue
+        msg = _journal_text(rec.get("MESSAGE"))
+        prio = str(rec.get("PRIORITY", ""))
+        level = f"<{prio}>" if prio.isdigit() else ""
+        us = next((str(rec[k]) for k in ("_SOURCE_MONOTONIC_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+                   if str(rec.get(k, "")).isdigit()), None)
+        stamp = f"[{int(us) / 1e6:12.6f}] " if us is not None else ""
+        first, *rest = msg.split("\n") or [""]
+        out.append(f"{level}{stamp}{first}")
+        out += [f"    {x}" for x in rest if x.strip()]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _journal_text(value) -> str:
+    """MESSAGE as journalctl's JSON writes it: a string, an array of bytes (not valid UTF-8), or null."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, int) and 0 <= b < 256 for b in value):
+        return bytes(value).decode("utf-8", "replace")
+    return ""

@@ -85,6 +85,9 @@ class Output:
     mismatch: str | None = None  # the verification failure, as printed
     hw_error: str | None = None
     unparsed: list[str] = field(default_factory=list)
+    # a matrix printed without its `Running` line (an excerpt, a reporter's elision): its `SUM <testcase>`
+    # line, else the next requested testcase, says whose it is
+    pending: Matrix | None = None
 
 
 def parse(text: str, requested: list[str]) -> Output:
@@ -99,6 +102,11 @@ def parse(text: str, requested: list[str]) -> Output:
         if not line.strip():
             continue
         i = _line(out, line, lines, i, requested)
+    if out.pending is not None:
+        nxt = next((t for t in requested if t not in _seen(out)), None)
+        if nxt:
+            out.matrices[nxt] = out.pending
+        out.pending = None
     out.mismatch = next(iter(MISMATCH.findall(text)), None)
     hw = HW_ERROR.search(text)
     out.hw_error = hw.group(0) if hw else None
@@ -118,11 +126,12 @@ def _line(out: Output, line: str, lines: list[str], i: int, requested: list[str]
     elif m := _WAIVING.match(line):
         out.waived.add(m.group(1))
     elif line.startswith("Waived:"):
-        seen = set(out.matrices) | out.waived | set(out.errors) | {out.running}
-        nxt = next((t for t in requested if t not in seen), None)
+        nxt = next((t for t in requested if t not in _seen(out) | {out.running}), None)
         if nxt:
             out.waived.add(nxt)
     elif m := _SUM.match(line):
+        if m.group(1) not in out.matrices and out.pending is not None:
+            out.matrices[m.group(1)], out.pending = out.pending, None
         if m.group(1) in out.matrices:
             out.matrices[m.group(1)].total = float(m.group(2))
     elif m := _ERROR.match(line):
@@ -132,7 +141,13 @@ def _line(out: Output, line: str, lines: list[str], i: int, requested: list[str]
     elif out.running and out.running not in out.matrices and re.search(r"\((GB/s|ns)\)\s*$", line):
         matrix, i = _matrix(line, lines, i)
         out.matrices[out.running] = matrix
+    elif out.pending is None and re.search(r"^memcpy .*\((GB/s|ns)\)\s*$", line):
+        out.pending, i = _matrix(line, lines, i)
     return i
+
+
+def _seen(out: Output) -> set[str]:
+    return set(out.matrices) | out.waived | set(out.errors)
 
 
 def _matrix(description: str, lines: list[str], i: int) -> tuple[Matrix, int]:

@@ -95,8 +95,8 @@ def make_parser(suite: str, description: str) -> argparse.ArgumentParser:
         type=int,
         default=_env("CLUSTER_DOCTOR_NODE_GPUS"),
         help="GPUs the node has: its nvidia.com/gpu capacity or GPU Feature Discovery's nvidia.com/gpu.count "
-        "label (set by the orchestrator; does not drop when a GPU is marked unhealthy); the bar of the GPU "
-        "count when set [CLUSTER_DOCTOR_NODE_GPUS]",
+        "label (set by the orchestrator; does not drop when a GPU is marked unhealthy); raises the GPU count's "
+        "bar above the SKU's, never lowers it (--expect gpus=N does) [CLUSTER_DOCTOR_NODE_GPUS]",
     )
     g.add_argument(
         "--expect",

@@ -158,7 +158,7 @@ class Context:
         expected = exp.count
         # where the bar comes from, when it is not simply the count this run was given
         basis = "" if exp.basis.startswith("--expected-gpus") or not expected else \
-            f"; expected from {exp.basis}" + (f", this run was given {exp.given}" if exp.given else "")
+            f"; expected from {exp.basis}" + (f", the orchestrator saw {exp.given}" if exp.given else "")
         if self.cpu and not expected:
             # CPU mode expects no GPU unless --expected-gpus says otherwise: zero is a met expectation
             self.check("gpu_count", "pass", value=found, unit="GPUs", threshold=">= 0",

@@ -292,6 +292,36 @@ def validate_summary(summary: Mapping[str, Any]) -> str | None:
             return f"{key} is not an object"
     if "checks" in summary and not isinstance(summary["checks"], list):
         return "checks is not an array"
+    return _status_problem(summary)
+
+
+CHECK_STATUSES = ("pass", "fail", "warn", "error", "skip")
+
+
+def _status_problem(summary: Mapping[str, Any]) -> str | None:
+    """A status that disagrees with the summary's own check_counts or checks (a pass with failing
+    checks, a fail without one), or checks the counts do not count; None when they agree. The suite's
+    rule (harness/verdict.decide): a pass has a passing check and no failing or erroring one; a fail
+    has a failing check. `checks` may be cut (truncated), so it may list fewer than the counts."""
+    counts = summary.get("check_counts")
+    status = summary["status"]
+    listed = [c.get("status") for c in summary.get("checks") or [] if isinstance(c, Mapping)]
+    if not isinstance(counts, Mapping):
+        counts = {}
+    n = {s: counts.get(s) if isinstance(counts.get(s), int) and not isinstance(counts.get(s), bool) else None
+         for s in CHECK_STATUSES}
+    for s in CHECK_STATUSES:
+        shown = listed.count(s)
+        if n[s] is not None and shown > n[s]:
+            return f"checks lists {shown} {s} check(s), check_counts.{s} says {n[s]}"
+    bad = [s for s in ("fail", "error") if (n[s] or 0) > 0 or s in listed]
+    if status == "pass" and bad:
+        return (f"status pass disagrees with its checks: check_counts.{bad[0]} "
+                f"{max(n[bad[0]] or 0, listed.count(bad[0]))}")
+    if status == "pass" and n["pass"] == 0:
+        return "status pass with no passing check (check_counts.pass 0): nothing was verified"
+    if status == "fail" and not (n["fail"] or "fail" in listed):
+        return "status fail without a failing check (check_counts.fail 0)"
     return None
 
 

@@ -160,8 +160,9 @@ def _run_thermal(run_inproc, monkeypatch, tmp_path, fid: str):
     monkeypatch.setattr(gpu_health, "utcnow", lambda: clock[0])
     boot = tmp_path / "boot_id"
     boot.write_text("5f0c2f61-0b7e-4b8e-9a43-3c1d2b0e7a10\n")
+    # one H100 of an 8-GPU SKU: the node pool's override (--expect gpus=1) says this rig has one
     args = ["--source", "nvml", *_log_and_dcgmi(tmp_path, fid), "--boot-id-file", str(boot),
-            "--expected-gpus", "1", "--xid-listen-seconds", "0"]
+            "--expected-gpus", "1", "--expect", "gpus=1", "--xid-listen-seconds", "0"]
     if fid == "thermal_violation_not_supported":
         nv.thermal_unsupported.add(0)
         return run_inproc(gpu_health, *args)

@@ -518,7 +518,7 @@ NVBW_FAULTS = [
     Fault("nvbw_data_mismatch", "nvbandwidth", "fail", "nvbw_data_verification", "NVBW_DATA_MISMATCH", None,
           "did not match its pattern", action="drain_and_service"),
     Fault("nvbw_no_peer_access", "nvbandwidth", "fail", "nvbw_d2d_write_ce", "NVBW_NO_PEER_ACCESS", "cuda:0,cuda:1",
-          "waived", action="reset_gpu"),
+          "waived", action="reset_gpu", args=("--expect", "gpus=2")),  # a 2-GPU board under the 8-GPU SKU's label
     Fault("nvbw_missing", "nvbandwidth", "error", "", "TOOL_MISSING", None, "nvbandwidth not found"),
 ]
 
@@ -690,16 +690,79 @@ ISSUE29_IB = {"ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sampl
               "ib_device_unreadable": _ib_device_unreadable}
 
 
+# ---------------------------------------------- what the node should have, NIC selectors as NCCL reads them
+# The GPU count bar is the SKU's whatever capacity says; NCCL_IB_HCA prefixes and exclusions are read as
+# NCCL reads them (nic_selector) in ib_health and nccl_loopback, and HCAs are compared by name or by an
+# exact count of rails, never `>=`.
+COUNT_FAULTS = [
+    # a GPU that did not enumerate after a reboot: capacity and the GFD label say 7 too, the HGX board 8
+    Fault("gpu_count_seven_of_seven_on_hgx", "gpu_health", "fail", "gpu_count", "GPU_COUNT_LOW", None,
+          "expected 8 GPUs, found 7", action="reboot"),
+    # NCCL_IB_HCA=mlx5 takes every mlx5 HCA: the 8-NIC floor (40.05 GB/s) judges a run at 25.36 GB/s,
+    # where a prefix read as one exact name made it one NIC shared by 8 GPUs (5.006 GB/s) and a pass
+    Fault("nccl_prefix_selector_slow", "nccl_loopback", "fail", "busbw", "NCCL_BUSBW_LOW", "8GB", "GB/s <",
+          args=("--ib-hca", "mlx5")),
+    # the same prefix, NCCL found 1 HCA of the node's 8: never "1 of 1 expected"
+    Fault("nccl_prefix_selector_missing_rails", "nccl_loopback", "fail", "ib_hcas", "IB_HCAS_MISSING", None,
+          "found 1 usable HCA port(s)", action="check_fabric", args=("--ib-hca", "mlx5")),
+    # gpud's HGX H100 tree with mlx5_6 gone, NCCL_IB_HCA=mlx5: the Ethernet bond the prefix also takes is
+    # no rail, 7 of 8 (it used to read "0 of 1 ... missing: mlx5" on a healthy node too)
+    Fault("ib_prefix_selector_missing_hca", "ib_health", "fail", "ib_hca_count", "IB_HCAS_NOT_PRESENT", None,
+          "7 of 8 expected", action="drain_and_service"),
+    # the healthy tree, NCCL_IB_HCA=mlx5: every rail there; the bond is named as not a rail, never a fail
+    Fault("ib_prefix_selector_healthy", "ib_health", "pass", "ib_hca_count", "IB_HCAS_EXTRA", None, "", "warn",
+          "none"),
+]
+
+
+def _count_gpu_health(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
+    """Seven healthy H100s through the fake NVML; Kubernetes sends --node-gpus 7 --expected-gpus 7."""
+    from tests.include.suites.fake_nvml import FakeNVML
+
+    nv = FakeNVML(sick=False, count=7)
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)
+    return run_inproc(gpu_health, "--source", "nvml", *gpu29._log_and_dcgmi(tmp_path, fault.id), "--node-gpus", "7",
+                      "--expected-gpus", "7", "--xid-listen-seconds", "0")
+
+
+def _count_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
+    fixture = {"nccl_prefix_selector_slow": "all_reduce_perf_slow_8G_derived.txt",
+               "nccl_prefix_selector_missing_rails": "all_reduce_perf_one_hca_of_8_derived.txt"}[fault.id]
+    inv = [{"index": i, "name": H100, "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"} for i in range(8)]
+    monkeypatch.setattr(nccl_loopback, "visible_gpus", lambda ctx: (8, inv, "CUDA"))
+    binary = _tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"; exit 0')
+    return run_inproc(nccl_loopback, "--device", "cuda", "--expected-gpus", "8", "--impl", "nccl-tests",
+                      "--all-reduce-perf", binary, "--sysfs-root", str(tmp_path / "no-sysfs"), *fault.args)
+
+
+def _count_ib(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
+    boot = tmp_path / "boot_id"
+    boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    if fault.id == "ib_prefix_selector_missing_hca":
+        shutil.rmtree(root / "mlx5_6")
+    return run_inproc(ib_health, "--sysfs-root", str(root), "--boot-id-file", str(boot), "--gpu-model",
+                      "NVIDIA-H100-80GB-HBM3", "--ib-hca", "mlx5")
+
+
+COUNT_RUNNERS = {"gpu_count_seven_of_seven_on_hgx": _count_gpu_health, "nccl_prefix_selector_slow": _count_nccl,
+                 "nccl_prefix_selector_missing_rails": _count_nccl,
+                 "ib_prefix_selector_missing_hca": _count_ib, "ib_prefix_selector_healthy": _count_ib}
+
+
 # issue 29's GPU classes, run by catalog_gpu_cases.py
 GPU29_FAULTS = [Fault(**case) for case in gpu29.CASES]
 ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS + GPU29_FAULTS
+ALL = ALL + COUNT_FAULTS
 
 
 @pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
 def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
     # the node booted an hour ago: the kernel-log lines (uptime stamps 120 s .. 1 h) are recent
     monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: gpu29.UPTIME.get(fault.id, 3600.0))
-    if fault.id in gpu29.IDS:
+    if fault.id in COUNT_RUNNERS:
+        ns = COUNT_RUNNERS[fault.id](run_inproc, monkeypatch, tmp_path, fault, h)
+    elif fault.id in gpu29.IDS:
         ns = gpu29.run(fault, run_inproc, monkeypatch, tmp_path)
     elif fault.suite == "gpu_health":
         ns = _run_gpu_health(run_inproc, tmp_path, fault)
@@ -782,6 +845,10 @@ CLASSES = {
     "storage: fio measures the volume, never the container's own disk (issue 29)": ["storage_not_mounted"],
     "a check that could not prove its point is not run, always present (issue 29)": ["nccl_isolation_unproven"],
     "floors per link type: link layer, rate and NIC, each with its source (issue 29)": [],
+    "the bar is what the node should have: the SKU's GPUs whatever capacity says, NCCL_IB_HCA read as NCCL "
+    "reads it, HCAs compared by name or an exact count of rails": [
+        "gpu_count_seven_of_seven_on_hgx", "nccl_prefix_selector_slow", "nccl_prefix_selector_missing_rails",
+        "ib_prefix_selector_missing_hca", "ib_prefix_selector_healthy"],
 }
 
 

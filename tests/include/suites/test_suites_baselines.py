@@ -83,7 +83,11 @@ def test_expectations_per_sku_with_sources_and_node_pool_overrides(b):
 
     e = expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=8, expect={}))
     assert (e.get("gpus"), e.get("hcas"), e.get("nvlinks_per_gpu"), e.get("pcie_gen"), e.get("pcie_width")) == (8, 8, 18, 5, 16)
-    assert "ConnectX-7" in e.sources["hcas"] and "--expected-gpus" in e.sources["gpus"]
+    assert "ConnectX-7" in e.sources["hcas"] and "baselines.yaml h100-sxm" in e.sources["gpus"]
+    # the orchestrator's count wins only where it is higher: a GPU that did not enumerate lowers it
+    assert expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=7, node_gpus=7, expect={})).get("gpus") == 8
+    more = expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=16, expect={}))
+    assert more.get("gpus") == 16 and "--expected-gpus" in more.sources["gpus"]
     pool = expectations(b, "h100-sxm", SimpleNamespace(expected_gpus=8, expect=parse_expect("hcas=4, gpus=4")))
     assert pool.get("hcas") == 4 and pool.get("gpus") == 4 and "node pool override" in pool.basis("hcas")
     for bad in ("hcas=four", "nics=8", "hcas"):

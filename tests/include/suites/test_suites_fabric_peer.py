@@ -151,8 +151,15 @@ def gpu_nodes(monkeypatch, tmp_path, fake_tool, h):
     monkeypatch.setattr(fabric_peer, "allreduce", lambda ctx, store, rank, sizes, iters, scratch: (rows, nccl))
 
     def args(tree, *extra):
-        return ["--device", "cuda", "--expected-gpus", "1", "--gpu-model", "NVIDIA-H100-80GB-HBM3",
-                "--sysfs-root", str(tree), "--ib-write-bw", str(tool), *extra]
+        # one H100 of the SKU's 8: this rig's node pool says it has one (--expect gpus=1), merged with
+        # a test's own --expect (a second --expect would replace the first)
+        extra, pool = list(extra), ["gpus=1"]
+        while "--expect" in extra:
+            i = extra.index("--expect")
+            pool.append(extra[i + 1])
+            del extra[i:i + 2]
+        return ["--device", "cuda", "--expected-gpus", "1", "--expect", ",".join(pool),
+                "--gpu-model", "NVIDIA-H100-80GB-HBM3", "--sysfs-root", str(tree), "--ib-write-bw", str(tool), *extra]
 
     def replay(role: str, dev: str, fixture: str, rc: int, text: str | None = None):
         (fakes / f"{role}.{dev}.txt").write_text(text if text is not None else (PERFTEST / fixture).read_text())

@@ -243,6 +243,42 @@ def test_unreadable_kernel_log_is_a_visible_skip_never_a_clean_pass(run_cli, too
     ).items()
 
 
+def test_the_journal_keeps_kernel_levels_so_nvswitch_info_lines_are_no_driver_error(run_cli, tools, fake_tool, h,
+                                                                                    tmp_path):
+    """nolebase's NVSwitch lines (`Probing device`, `using MSI`: pr_info in linux_nvswitch.c) as the
+    journal holds them. A fake journalctl answers the format it is asked for: `-o json` the records
+    (PRIORITY 6), a short format the same lines without their level, as journalctl prints them. Read
+    with their level they are info lines, never DRIVER_ERROR_UNRECOGNISED (dmesg -r passes them too)."""
+    import json
+
+    jdir = tmp_path / "journal"
+    jdir.mkdir()
+    records = h.FIXTURES / "kernel" / "journalctl-o-json_nvswitch_probe_msi_525.125.06_derived.txt"
+    short = tmp_path / "short-monotonic.txt"
+    short.write_text("".join(f"[{int(r['_SOURCE_MONOTONIC_TIMESTAMP']) / 1e6:12.6f}] {r['_HOSTNAME']} kernel: "
+                             f"{r['MESSAGE']}\n" for r in map(json.loads, records.read_text().splitlines())))
+    jctl = fake_tool("journalctl", f'case " $* " in *" -o json "*) cat "{records}" ;; *) cat "{short}" ;; esac')
+    args = tools(dmesg="dmesg_restricted.stderr", dmesg_rc=1)
+    ns = run_cli("gpu_health", "--expected-gpus", "2", *args, "--journal-dir", str(jdir), "--journalctl", str(jctl))
+    driver = [c for c in ns.result["checks"] if c["name"] == "driver_log"]
+    assert driver and not [c for c in driver if c["code"] == "DRIVER_ERROR_UNRECOGNISED"], driver
+    assert ns.result["status"] == "pass"
+
+
+def test_journal_records_become_dmesg_r_lines_with_their_level():
+    from cluster_doctor_suites.checkers import kernel_log
+
+    text = kernel_log.from_journal_json(
+        '{ "PRIORITY" : "3", "_SOURCE_MONOTONIC_TIMESTAMP" : "4254197860", "MESSAGE" : "NVRM: Xid (PCI:0000:5d:00): 79, '
+        'pid=\'<unknown>\', name=<unknown>, GPU has fallen off the bus." }\n'
+        '{ "PRIORITY" : "4", "__MONOTONIC_TIMESTAMP" : "14387209961", "MESSAGE" : [78, 86, 82, 77, 58, 32, 255] }\n'
+        'not a record\n')
+    (xid, raw, other) = kernel_log.split(text)
+    assert (xid.level, xid.uptime_s) == (3, 4254.19786) and "Xid (PCI:0000:5d:00): 79" in xid.text
+    assert raw.level == 4 and raw.text.startswith("<4>[") and "NVRM: \ufffd" in raw.text
+    assert other.level is None and other.text == "not a record"
+
+
 def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, fake_tool, h, tmp_path):
     jdir = tmp_path / "journal"
     jdir.mkdir()
@@ -462,7 +498,7 @@ def test_nvml_path(run_inproc, h, monkeypatch, tools):
     monkeypatch.setattr(gpu_health, "nvml_init", lambda: fake)
     args = tools()
     args[args.index("--source") + 1] = "auto"
-    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--xid-listen-seconds", "0.2", *args)
+    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--expect", "gpus=3", "--xid-listen-seconds", "0.2", *args)
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     fails = {(c["name"], c["device"]) for c in h.failing(ns)}
     assert fails == {
@@ -490,7 +526,7 @@ def test_nvml_recovery_action_is_read_and_judged(run_inproc, h, monkeypatch, too
     monkeypatch.setattr(gpu_health, "nvml_init", lambda: fake)
     args = tools()
     args[args.index("--source") + 1] = "auto"
-    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--xid-listen-seconds", "0.1", *args)
+    ns = run_inproc(gpu_health, "--expected-gpus", "3", "--expect", "gpus=3", "--xid-listen-seconds", "0.1", *args)
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     rec = by_name(ns, "recovery_action")
     assert rec["cuda:0"]["status"] == "fail" and rec["cuda:0"]["value"] == "GPU Reset"
@@ -505,8 +541,26 @@ def test_a_node_short_of_its_gpus_fails_seven_of_eight(run_inproc, tools, h):
     h.check_artifacts(ns, status="fail", suite="gpu_health")
     c = next(c for c in ns.result["checks"] if c["name"] == "gpu_count")
     assert c["status"] == "fail" and c["code"] == "GPU_COUNT_LOW" and c["threshold"] == "== 2"
-    assert "expected 2 GPUs, found 1" in c["message"] and "this run was given 1" in c["message"]
+    assert "expected 2 GPUs, found 1" in c["message"] and "the orchestrator saw 1" in c["message"]
     assert ns.result["environment"]["node_gpus"] == 2
+
+
+def test_seven_of_seven_on_an_eight_gpu_board_fails_whatever_capacity_says(run_inproc, tools, monkeypatch, h):
+    """A GPU that does not enumerate after a reboot lowers capacity and the GFD label too: Kubernetes
+    sends --node-gpus 7 --expected-gpus 7 for an HGX H100 node showing 7 GPUs. The SKU's 8 stay the
+    bar; only the node pool's own override may lower it."""
+    nv = FakeNVML(sick=False, count=7)
+    monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)
+    args = tools()
+    args[args.index("--source") + 1] = "auto"
+    ns = run_inproc(gpu_health, "--node-gpus", "7", "--expected-gpus", "7", "--xid-listen-seconds", "0", *args)
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    c = next(c for c in ns.result["checks"] if c["name"] == "gpu_count")
+    assert (c["status"], c["code"], c["value"], c["threshold"]) == ("fail", "GPU_COUNT_LOW", 7, "== 8")
+    assert "baselines.yaml h100-sxm" in c["message"] and "the orchestrator saw 7" in c["message"]
+    pool = run_inproc(gpu_health, "--node-gpus", "7", "--expected-gpus", "7", "--expect", "gpus=7",
+                      "--xid-listen-seconds", "0", *args)
+    assert next(c for c in pool.result["checks"] if c["name"] == "gpu_count")["status"] == "pass"
 
 
 def test_the_sku_is_the_bar_when_nothing_else_says(run_inproc, tools, h):
@@ -533,7 +587,7 @@ def thermal(run_inproc, tools, monkeypatch, tmp_path):
     boot.write_text(BOOT_A + "\n")
     args = tools()
     args[args.index("--source") + 1] = "auto"
-    args += ["--boot-id-file", str(boot), "--expected-gpus", "2", "--xid-listen-seconds", "0"]
+    args += ["--boot-id-file", str(boot), "--expected-gpus", "2", "--expect", "gpus=2", "--xid-listen-seconds", "0"]
 
     def run(later_s: float = 0, *extra: str):
         clock[0] += dt.timedelta(seconds=later_s)

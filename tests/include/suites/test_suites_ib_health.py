@@ -324,4 +324,27 @@ def test_the_model_can_name_its_hcas_like_nhc_check_hw_ib(tmp_path, h):
     roce = ib_ports.scan(str(h.roce_ib_tree(tmp_path)))
     sel, how = ib_ports.select(roce, "mlx5_1")
     assert [p.name for p in sel] == ["mlx5_1:1", "mlx5_10:1", "mlx5_11:1"]
-    assert ib_hcas.judge(roce, sel, prefix, how, False).code == "IB_HCAS_EXTRA"
+    assert ib_hcas.judge(roce, sel, prefix, how, False, spec="mlx5_1").code == "IB_HCAS_EXTRA"
+
+
+@pytest.mark.parametrize("selector, status, code", [
+    ("^mlx5_bond", "pass", None),  # every port but the front-end bond: the node's 8
+    ("^=mlx5_bond_0", "pass", None),
+    ("mlx5", "warn", "IB_HCAS_EXTRA"),  # NCCL's prefix also takes the bond: 9 for 8 rails, never "0 of 1"
+])
+def test_a_selector_that_names_no_device_is_read_as_nccl_reads_it(run_cli, tmp_path, boot, h, selector, status, code):
+    ns = ib(run_cli, h.h100_ib_tree(tmp_path, cleared=True), boot, "--ib-hca", selector)
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"]) == (status, code)
+    assert "missing:" not in c["message"]
+
+
+@pytest.mark.parametrize("selector", ["^mlx5_bond", "mlx5"])
+def test_a_prefix_selector_still_finds_a_missing_hca(run_cli, tmp_path, boot, h, selector):
+    """`mlx5` also takes the Ethernet bond: 7 InfiniBand rails and the bond are 8 ports, not 8 rails."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    shutil.rmtree(root / "mlx5_6")
+    ns = ib(run_cli, root, boot, "--ib-hca", selector)
+    h.check_artifacts(ns, status="fail", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"], c["value"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7)

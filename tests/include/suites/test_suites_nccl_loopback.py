@@ -218,6 +218,69 @@ def test_busbw_floor_follows_the_hcas_nccl_used(run_inproc, monkeypatch, arp, h)
     assert ns.result["metrics"]["nccl_hcas_expected"] == 1
 
 
+def test_a_prefix_selector_keeps_the_nodes_floor(run_inproc, monkeypatch, arp, h):
+    """NCCL_IB_HCA=mlx5 takes every mlx5 HCA (NCCL's prefix): on an 8-HCA H100 node the floor stays
+    the 8-NIC one, never one NIC shared by 8 GPUs (5.006 GB/s)."""
+    ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_ok_nccl-tests252.txt"), "--ib-hca", "mlx5",
+                 "--sysfs-root", str(h.FIXTURES / "missing-sysfs"))
+    busbw = {c["name"]: c for c in ns.result["checks"]}["busbw"]
+    assert busbw["threshold"] == ">= 40.05" and ns.result["metrics"]["nccl_hcas_expected"] == 8
+
+
+def test_an_exclusion_or_prefix_selects_from_the_nodes_ports(tmp_path, h):
+    """With sysfs (gpud's HGX H100: 8 compute HCAs and mlx5_bond_0), `^mlx5_bond` leaves NCCL the 8
+    compute ports, by name; `mlx5` leaves every port in, so the bar is never below the node's 8."""
+    from types import SimpleNamespace
+
+    from cluster_doctor_suites.baselines import Expectations
+    from cluster_doctor_suites.checkers import ib_ports
+
+    ports = ib_ports.scan(str(h.h100_ib_tree(tmp_path)))
+    sku = Expectations({"hcas": 8}, {"hcas": "HGX"})
+    bar = nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="^mlx5_bond"), sku, ports)
+    assert bar.count == 8 and bar.names == ("mlx5_0:1", "mlx5_1:1", "mlx5_4:1", "mlx5_5:1", "mlx5_6:1", "mlx5_7:1",
+                                            "mlx5_8:1", "mlx5_9:1")
+    every = nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="mlx5"), sku, ports)
+    assert (every.count, every.layer) == (8, "IB")  # the RoCE bond it also takes is no rail
+    info = parsers.parse_nccl_log("NCCL INFO NET/IB : Using " + " ".join(
+        f"[{i}]{p.name}/{'IB' if p.link_layer == 'InfiniBand' else 'RoCE'}" for i, p in enumerate(ports)
+        if p.device != "mlx5_6") + "; OOB eth0:10.0.0.1<0>\n")
+    ctx = _Ctx()  # mlx5_6 gone: 7 InfiniBand rails and the bond are 8 ports, not 8 rails
+    nccl_loopback.judge_hcas(ctx, info, every)
+    assert (ctx.checks[0][1], ctx.checks[0][2]["value"]) == ("fail", 7)
+
+
+class _Ctx:
+    environment: dict = {}
+
+    def __init__(self):
+        self.checks = []
+
+    def check(self, name, st, **kw):
+        self.checks.append((name, st, kw))
+
+    def metric(self, *a, **k):
+        pass
+
+
+def test_a_missing_rail_is_named_though_nccl_found_as_many(h):
+    """nccl#1357's node: NCCL uses mlx5_0, mlx5_1, mlx5_4, mlx5_5. Told to use mlx5_3 in place of
+    mlx5_4, four found is not four expected: mlx5_3 is named, never counted as `>= 4`."""
+    info = parsers.parse_nccl_log(h.fx("nccl", "nccl_ibext_sharp_and_p2p_cumem_2x8xH100_nccl1357.txt"))
+    ctx = _Ctx()
+    names = ("mlx5_0:1", "mlx5_1:1", "mlx5_3:1", "mlx5_5:1")
+    nccl_loopback.judge_hcas(ctx, info, nccl_loopback.HcaBar(4, "=mlx5_0:1,... names 4", names))
+    (name, st, kw), = ctx.checks
+    assert (st, kw["code"], kw["value"], kw["threshold"]) == ("fail", "IB_HCAS_MISSING", 3, "== 4 named")
+    assert "missing: mlx5_3:1" in kw["message"]
+    ok = _Ctx()
+    nccl_loopback.judge_hcas(ok, info, nccl_loopback.HcaBar(4, "names 4", ("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5")))
+    assert ok.checks[0][1] == "pass"
+    more = _Ctx()  # by count, NCCL taking more ports than the node's rails is not a pass
+    nccl_loopback.judge_hcas(more, info, nccl_loopback.HcaBar(3, "expected 3"))
+    assert (more.checks[0][1], more.checks[0][2]["code"]) == ("warn", "IB_HCAS_EXTRA")
+
+
 def test_expected_hcas_come_from_the_node_never_from_what_nccl_found():
     from types import SimpleNamespace
 
@@ -225,10 +288,13 @@ def test_expected_hcas_come_from_the_node_never_from_what_nccl_found():
 
     sku = Expectations({"hcas": 8}, {"hcas": "baselines.yaml h100-sxm: HGX"})
     args = SimpleNamespace(expected_hcas=None, ib_hca=None)
-    assert nccl_loopback.expected_hcas(args, sku) == (8, "expected 8: baselines.yaml h100-sxm: HGX")
-    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="^mlx5_0"), sku)[0] == 8
-    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="=mlx5_0:1,mlx5_1:1"), sku)[0] == 2
-    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=4, ib_hca=None), sku) == (4, "--expected-hcas")
+    assert nccl_loopback.expected_hcas(args, sku) == nccl_loopback.HcaBar(8, "expected 8: baselines.yaml h100-sxm: HGX")
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="^mlx5_0"), sku).count == 8
+    exact = nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="=mlx5_0:1,mlx5_1:1"), sku)
+    assert (exact.count, exact.names) == (2, ("mlx5_0:1", "mlx5_1:1"))
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=4, ib_hca=None), sku).count == 4
+    # a prefix names no device: NCCL takes every HCA starting with it, so the node's 8 stay the bar
+    assert nccl_loopback.expected_hcas(SimpleNamespace(expected_hcas=None, ib_hca="mlx5"), sku).count == 8
 
 
 def test_fewer_hcas_than_the_node_has_fail_and_the_floor_stays_the_nodes(run_inproc, monkeypatch, arp, h):
@@ -237,7 +303,7 @@ def test_fewer_hcas_than_the_node_has_fail_and_the_floor_stays_the_nodes(run_inp
     ns = run_gpu(run_inproc, monkeypatch, arp("all_reduce_perf_one_hca_of_8_derived.txt"))
     h.check_artifacts(ns, status="fail", suite="nccl_loopback")
     hcas = h.failing(ns, "ib_hcas")[0]
-    assert hcas["value"] == 1 and hcas["threshold"] == ">= 8" and hcas["code"] == "IB_HCAS_MISSING"
+    assert hcas["value"] == 1 and hcas["threshold"] == "== 8" and hcas["code"] == "IB_HCAS_MISSING"
     assert hcas["action"] == "check_fabric"
     busbw = {c["name"]: c for c in ns.result["checks"]}["busbw"]
     assert busbw["threshold"] == ">= 40.05"

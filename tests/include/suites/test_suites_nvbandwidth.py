@@ -114,7 +114,9 @@ def test_corrupted_copy_fails_the_node(run_cli, fake_tool, h):
 
 def test_waived_device_to_device_on_an_nvlink_model_is_no_peer_access(run_cli, fake_tool, h):
     tool = _tool(fake_tool, h, f'cat "{h.FIXTURES / "nvbandwidth" / "issue13_2xRTX2080Ti_v0.2_waiving_d2d_write_ce.txt"}"')
-    ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", WRITE, "--gpu-model", A100, "--expected-gpus", "2")
+    # the A100 label's SKU has 8 GPUs: this 2-GPU board's node pool says so (--expect gpus=2)
+    ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", WRITE, "--gpu-model", A100, "--expected-gpus", "2",
+                 "--expect", "gpus=2")
     h.check_artifacts(ns, status="fail", suite="nvbandwidth")
     assert [(c["device"], c["code"]) for c in h.failing(ns)] == [("cuda:0,cuda:1", "NVBW_NO_PEER_ACCESS")]
 
@@ -164,6 +166,21 @@ def test_a_device_to_device_only_run_without_a_device_list_counts_the_gpus_of_it
     checks = {c["name"]: c for c in ns.result["checks"]}
     assert checks["gpu_count"]["status"] == "pass" and "result matrices" in checks["gpu_count"]["message"]
     assert "56 pair(s)" in checks["nvbw_d2d_write_ce"]["message"] and ns.result["incomplete"] is False
+
+
+def test_a_matrix_printed_without_its_device_list_or_running_line_still_counts_its_gpus(run_cli, fake_tool, h):
+    """nvbandwidth#50 as published: the device list and the `Running` line elided, the matrix and its
+    `SUM device_to_device_memcpy_read_ce` line kept. A healthy 6-GPU PCIe node: 6 GPUs from the
+    matrix's columns, never "found 0" and GPU_COUNT_LOW."""
+    read = "device_to_device_memcpy_read_ce"
+    tool = _tool(fake_tool, h, f'cat "{h.FIXTURES / "nvbandwidth" / "issue50_6xA6000_v0.8_d2d_read_ce.txt"}"')
+    ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", read, "--gpu-model", "NVIDIA-RTX-A6000",
+                 "--expected-gpus", "6")
+    checks = {c["name"]: c for c in ns.result["checks"]}
+    assert (checks["gpu_count"]["status"], checks["gpu_count"]["value"]) == ("pass", 6)
+    assert checks["nvbw_d2d_read_ce"]["status"] != "error" and ns.result["status"] == "pass"
+    out = nvbw.parse(_fx(h, "issue50_6xA6000_v0.8_d2d_read_ce.txt"), [read])
+    assert out.matrices[read].total == 715.53 and nvbw.gpus_named(out) == 6
 
 
 def test_every_ordered_pair_of_the_expected_gpus_must_be_measured(h):

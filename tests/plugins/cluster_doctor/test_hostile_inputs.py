@@ -81,7 +81,7 @@ def suite_result(**changes):
             "reason": "all checks passed", "started_at": "2026-11-22T09:58:00Z", "finished_at": "2026-11-22T09:59:00Z",
             "duration_s": 60.0, "metrics": {"gpus_visible": 8}, "checks": [], "gpu_count": 8,
             "suite_version": "sha256:0123456789abcdef", "gpu_model": "NVIDIA-H100-80GB-HBM3", "truncated": False,
-            "check_counts": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+            "check_counts": {"pass": 1, "fail": 0, "warn": 0, "error": 0, "skip": 0},
             "log_path": "/data/continuous_validation/gpu_health/gpu-001/gpu_health_gpu-001_1.log",
             "result_path": "/data/continuous_validation/gpu_health/gpu-001/gpu_health_gpu-001_1.json"}
     return {**base, **changes}

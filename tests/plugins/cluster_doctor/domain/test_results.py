@@ -24,7 +24,8 @@ def summary(status="pass", **kw):
             "started_at": iso(STARTED), "finished_at": iso(FINISHED - dt.timedelta(seconds=1)),
             "duration_s": 240.0, "suite_version": "sha256:0123456789abcdef", "gpu_model": "NVIDIA H100 80GB HBM3",
             "gpu_count": 8, "metrics": {"gemm_bf16_tflops_min": 512.3}, "checks": [], "truncated": False,
-            "check_counts": {"pass": 10, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+            "check_counts": {"pass": 10, "fail": 0, "warn": 0, "error": 0, "skip": 0} if status != "fail" else
+            {"pass": 9, "fail": 1, "warn": 0, "error": 0, "skip": 0},  # a fail counts its failing check
             "log_path": f"/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_{STARTED.timestamp():.0f}.log",
             "result_path": f"/data/continuous_validation/dl_unit/gpu-004/dl_unit_gpu-004_{STARTED.timestamp():.0f}.json"}
     base.update(kw)
@@ -171,3 +172,31 @@ def test_deadline_exceeded():
 def test_no_container_status():
     p = {"status": {"phase": "Failed", "containerStatuses": []}}
     assert classify(p).status == "error"
+
+
+@pytest.mark.parametrize("status, changes, problem", [
+    ("pass", {"check_counts": {"pass": 10, "fail": 2, "warn": 0, "error": 0, "skip": 0}}, "check_counts.fail 2"),
+    ("pass", {"check_counts": {"pass": 10, "fail": 0, "warn": 0, "error": 1, "skip": 0}}, "check_counts.error 1"),
+    ("pass", {"check_counts": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 3}}, "no passing check"),
+    ("fail", {"check_counts": {"pass": 10, "fail": 0, "warn": 0, "error": 0, "skip": 0}}, "without a failing check"),
+    ("pass", {"checks": [{"name": "gemm_bf16_tflops", "status": "fail", "device": "cuda:3", "code": "GEMM_SLOW"}],
+              "check_counts": {"pass": 10, "fail": 1, "warn": 0, "error": 0, "skip": 0}}, "status pass"),
+    ("fail", {"checks": [{"name": "a", "status": "fail", "code": "X"}, {"name": "b", "status": "fail", "code": "X"}]},
+     "lists 2 fail check(s)"),
+])
+def test_a_status_that_disagrees_with_its_own_counts_is_a_malformed_result(status, changes, problem, monkeypatch):
+    """status pass with check_counts.fail 2 (and no checks listed) used to be recorded as a pass. The
+    schema refuses it, and so does the rule itself where jsonschema is not installed."""
+    s = summary(status, **changes)
+    assert results.validate_summary(s) is not None
+    out = classify(pod(0 if status == "pass" else 1, json.dumps(s)))
+    assert out.status == "error" and "malformed suite result" in out.reason
+    monkeypatch.setattr(results, "_summary_validator", lambda: None)
+    assert problem in (results.validate_summary(s) or "")
+
+
+def test_counts_that_agree_with_the_status_are_the_contract():
+    assert results.validate_summary(summary("pass")) is None
+    assert results.validate_summary(summary("fail", checks=[{"name": "x", "status": "fail", "code": "X"}])) is None
+    truncated = summary("fail", checks=[], truncated=True, checks_omitted=10)  # cut: fewer listed than counted
+    assert results.validate_summary(truncated) is None
