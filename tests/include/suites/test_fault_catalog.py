@@ -17,6 +17,7 @@ import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 from cluster_doctor_suites.dl.devices import current_device
 from tests.include.suites import catalog_gpu_cases as gpu29
+from tests.include.suites import catalog_judged_cases as judged
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -692,14 +693,19 @@ ISSUE29_IB = {"ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sampl
 
 # issue 29's GPU classes, run by catalog_gpu_cases.py
 GPU29_FAULTS = [Fault(**case) for case in gpu29.CASES]
-ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS + GPU29_FAULTS
+# fatal Xids until a reset, failures carried forward, key checks judged: catalog_judged_cases.py
+JUDGED_FAULTS = [Fault(**case) for case in judged.CASES]
+ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS + GPU29_FAULTS + JUDGED_FAULTS
 
 
 @pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
 def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
     # the node booted an hour ago: the kernel-log lines (uptime stamps 120 s .. 1 h) are recent
-    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: gpu29.UPTIME.get(fault.id, 3600.0))
-    if fault.id in gpu29.IDS:
+    uptime = judged.UPTIME.get(fault.id, gpu29.UPTIME.get(fault.id, 3600.0))
+    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: uptime)
+    if fault.id in judged.IDS:
+        ns = judged.run(fault, run_inproc, monkeypatch, tmp_path, h)
+    elif fault.id in gpu29.IDS:
         ns = gpu29.run(fault, run_inproc, monkeypatch, tmp_path)
     elif fault.suite == "gpu_health":
         ns = _run_gpu_health(run_inproc, tmp_path, fault)
@@ -782,6 +788,10 @@ CLASSES = {
     "storage: fio measures the volume, never the container's own disk (issue 29)": ["storage_not_mounted"],
     "a check that could not prove its point is not run, always present (issue 29)": ["nccl_isolation_unproven"],
     "floors per link type: link layer, rate and NIC, each with its source (issue 29)": [],
+    # fatal Xids until a reset, failures carried forward, key checks judged
+    "every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset; a line "
+    "caused by an earlier Xid is judged as that Xid": [
+        "xid_reset_gpu_30h_no_reset", "xid45_caused_by_xid149_line_gone", "xid137_nvlink_priv_error"],
 }
 
 

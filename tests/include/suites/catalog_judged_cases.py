@@ -1,0 +1,68 @@
+"""Fault-catalog cases of the "a pass is proof, round three" classes (test_fault_catalog.py runs them):
+every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset, a
+line caused by an earlier Xid is judged as that Xid. Each replays genuine outputs (fixtures/SOURCES.md)
+or the declared derivations written here, through fake tools on PATH with the real tools' exit codes."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from cluster_doctor_suites import gpu_health
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
+HOURS_30 = 30 * 3600
+
+# the Fault fields of each case (test_fault_catalog.Fault): id, suite, status, check, code, device,
+# reason, check_status, action, args
+CASES = [
+    # gpud#46's Xid 109 (CTX SWITCH TIMEOUT, NVIDIA: RESET_GPU) 30 h ago on the GPU the node still lists,
+    # no GPU reset, driver reload or reboot since: the GPU is still broken, not a historical warning
+    dict(id="xid_reset_gpu_30h_no_reset", suite="gpu_health", status="fail", check="xid", code="XID_CRITICAL",
+         device="cuda:0", reason="no GPU reset or driver reload since", action="reset_gpu"),
+    # R590's "45, ... caused by previous Xid 149" (open-gpu-kernel-modules#1150) whose Xid 149 line is no
+    # longer in the log: judged as the NVLink Xid 149, not as an application's Xid 45
+    dict(id="xid45_caused_by_xid149_line_gone", suite="gpu_health", status="fail", check="xid", code="XID_NVLINK_ERROR",
+         device="cuda:0", reason="Xid 45 caused by Xid 149", action="reset_gpu"),
+    # Xid 137 (NVLINK_PRIV_ERR) of a Hopper / Blackwell NVLink: fails with its NVLink code
+    dict(id="xid137_nvlink_priv_error", suite="gpu_health", status="fail", check="xid", code="XID_NVLINK_ERROR",
+         device="cuda:0", reason="Xid 137 (NVLINK_PRIV_ERR", action="reset_gpu"),
+]
+IDS = {c["id"] for c in CASES}
+# seconds since boot the suite reads (/proc/uptime)
+UPTIME = {"xid_reset_gpu_30h_no_reset": 3125.451904 + HOURS_30}
+
+
+def _tool(bindir: Path, name: str, body: str) -> str:
+    bindir.mkdir(exist_ok=True)
+    p = bindir / name
+    p.write_text("#!/bin/sh\n" + body + "\n")
+    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return str(p)
+
+
+def kernel_log(fid: str) -> str:
+    kernel = FIXTURES / "kernel"
+    if fid == "xid_reset_gpu_30h_no_reset":
+        # the Xid 13 / 109 lines of gpud#46 (dmesg_xids_derived.txt), moved onto the A100's bus id
+        lines = (kernel / "dmesg_xids_derived.txt").read_text().splitlines(keepends=True)
+        return "".join(line for line in lines if "0000:81:00" in line).replace("0000:81:00", "0000:00:04")
+    if fid == "xid45_caused_by_xid149_line_gone":
+        first = (kernel / "journal_xid45_after_xid149_590.48.01.txt").read_text().splitlines(keepends=True)[0]
+        return first.replace("0000:dc:00", "0000:00:04")
+    if fid == "xid137_nvlink_priv_error":
+        # derived: the driver's Xid line layout (open-gpu-kernel-modules#1150's 590.48.01 journal lines),
+        # number 137 and the TLC RX PRIV error the NVIDIA forum report of 8x H200 (575.51.03) names
+        return "kernel: NVRM: Xid (PCI:0000:00:04): 137, TLC RX PRIV Error Link 03\n"
+    raise KeyError(fid)
+
+
+def run(fault, run_inproc, monkeypatch, tmp_path, h):
+    bindir = tmp_path / "bin"
+    smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{A100_XML}" ;; nvlink) exit 0 ;; *) exit 3 ;; esac')
+    (tmp_path / "kmsg").write_text(kernel_log(fault.id))
+    dmesg = _tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
+    args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--dcgmi", "dcgmi-not-installed",
+            "--xid-window-hours", "24", "--expected-gpus", "1"]
+    return run_inproc(gpu_health, *args, *(fault.args or ()))
