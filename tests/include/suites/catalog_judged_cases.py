@@ -1,6 +1,7 @@
 """Fault-catalog cases of the "a pass is proof, round three" classes (test_fault_catalog.py runs them):
 every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset, a
-line caused by an earlier Xid is judged as that Xid. Each replays genuine outputs (fixtures/SOURCES.md)
+line caused by an earlier Xid is judged as that Xid; a link-error failure carries forward to the next
+runs for its window unless the port was reset or replaced. Each replays genuine outputs (fixtures/SOURCES.md)
 or the declared derivations written here, through fake tools on PATH with the real tools' exit codes."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from cluster_doctor_suites import gpu_health
+from cluster_doctor_suites import gpu_health, ib_health
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
@@ -28,6 +29,10 @@ CASES = [
     # Xid 137 (NVLINK_PRIV_ERR) of a Hopper / Blackwell NVLink: fails with its NVLink code
     dict(id="xid137_nvlink_priv_error", suite="gpu_health", status="fail", check="xid", code="XID_NVLINK_ERROR",
          device="cuda:0", reason="Xid 137 (NVLINK_PRIV_ERR", action="reset_gpu"),
+    # gpud's HGX H100 tree: mlx5_6's symbol_error +40 under load fails a run; the next run (the drained
+    # node's retest, quiet) compares with that run's own sample: still failing inside the 24 h window
+    dict(id="ib_link_errors_carried_to_quiet_retest", suite="ib_health", status="fail", check="ib_counters",
+         code="IB_LINK_ERRORS", device="mlx5_6:1", reason="inside the 24 h link-error window", action="check_fabric"),
 ]
 IDS = {c["id"] for c in CASES}
 # seconds since boot the suite reads (/proc/uptime)
@@ -59,6 +64,8 @@ def kernel_log(fid: str) -> str:
 
 
 def run(fault, run_inproc, monkeypatch, tmp_path, h):
+    if fault.suite == "ib_health":
+        return _run_ib(fault, run_inproc, tmp_path, h)
     bindir = tmp_path / "bin"
     smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{A100_XML}" ;; nvlink) exit 0 ;; *) exit 3 ;; esac')
     (tmp_path / "kmsg").write_text(kernel_log(fault.id))
@@ -66,3 +73,16 @@ def run(fault, run_inproc, monkeypatch, tmp_path, h):
     args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--dcgmi", "dcgmi-not-installed",
             "--xid-window-hours", "24", "--expected-gpus", "1"]
     return run_inproc(gpu_health, *args, *(fault.args or ()))
+
+
+def _run_ib(fault, run_inproc, tmp_path, h):
+    """Three runs, as in production: the first records, the link errors grow and fail the second, the
+    third sees no growth."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    args = ["--sysfs-root", str(root), "--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3"]
+    run_inproc(ib_health, *args)
+    h.ib_counter(root, "mlx5_6", "symbol_error", 40)
+    run_inproc(ib_health, *args)
+    return run_inproc(ib_health, *args, *(fault.args or ()))

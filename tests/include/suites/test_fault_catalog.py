@@ -565,8 +565,9 @@ IB_FAULTS = [
           action="check_fabric"),
     Fault("roce_link_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_3:1", "", action="check_fabric"),
     Fault("ib_discards_growing", "ib_health", "pass", "ib_counters", "IB_DISCARDS_GROWING", "mlx5_6:1", "", "warn", "none"),
+    # the first sample's 15 overruns failed as link errors: past their carry window the counter is judged
     Fault("ib_counter_saturated", "ib_health", "pass", "ib_counters", "IB_COUNTER_SATURATED", "mlx5_1:1", "could not run",
-          "skip", "none"),
+          "skip", "none", args=("--link-error-window-hours", "0")),
     # issue 29: a first sample is judged (13 million CRC / symbol errors on a ConnectX-6 Dx port; ucx#9590's
     # LinkDownedCounter 25), a cleared counter's new errors count, a flap fails for its window
     Fault("ib_first_sample_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_0:1", "",
@@ -594,7 +595,7 @@ def _run_ib(run_inproc, tmp_path, h, fault: Fault):
     (issue 29's cases: one run, or three, as each says)."""
     boot = tmp_path / "boot_id"
     boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
-    args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3"]
+    args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3", *fault.args]
     if fault.id in ISSUE29_IB:
         return ISSUE29_IB[fault.id](run_inproc, tmp_path, h, args)
     if fault.id.startswith("roce") or fault.id == "ib_port_down_polling":
@@ -792,6 +793,8 @@ CLASSES = {
     "every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset; a line "
     "caused by an earlier Xid is judged as that Xid": [
         "xid_reset_gpu_30h_no_reset", "xid45_caused_by_xid149_line_gone", "xid137_nvlink_priv_error"],
+    "a failure carries forward: a port that failed with link errors fails the quiet retest for its window "
+    "unless it was reset or replaced": ["ib_link_errors_carried_to_quiet_retest"],
 }
 
 
