@@ -61,7 +61,12 @@ def default_timeout(args) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
+# the checks without which the suite proves nothing: an unknown model names no HCAs, rates or widths
+KEY_CHECKS = ("baseline",)
+
+
 def run(ctx: Context) -> None:
+    ctx.key_checks = KEY_CHECKS
     a = ctx.args
     baselines = Baselines.load(a.baselines)
     section = baselines.section("ib_health")

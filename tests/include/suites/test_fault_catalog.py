@@ -795,6 +795,13 @@ CLASSES = {
         "xid_reset_gpu_30h_no_reset", "xid45_caused_by_xid149_line_gone", "xid137_nvlink_priv_error"],
     "a failure carries forward: a port that failed with link errors fails the quiet retest for its window "
     "unless it was reset or replaced": ["ib_link_errors_carried_to_quiet_retest"],
+    "checks that vanish or read as could not run: the fabric on an NVSwitch SKU is a visible not-run, a hung "
+    "diagnostic an error; the GPU's modes judged against the node pool": [
+        "fabric_not_reported_on_nvswitch_sku", "dcgm_diag_hung", "mig_enabled_on_training_pool",
+        "persistence_off_on_training_pool"],
+    "a key measurement that could not be judged is never a pass: an unknown model is a no-baseline finding "
+    "and an error; ECC off is a warning wherever the GPU has ECC": [
+        "nvbw_unknown_model_no_baseline", "ecc_disabled_unknown_model"],
 }
 
 

@@ -125,8 +125,11 @@ def test_healthy_node_of_driver_590_passes_and_says_what_it_could_not_check(run_
     assert {c["status"] for c in ecc.values()} == {"skip"} and "ECC is disabled" in ecc["cuda:0"]["message"]
     left = by_name(ns, "leftover_processes")
     assert left["cuda:0"]["status"] == "warn" and "22430 MiB" in left["cuda:0"]["message"]
-    # 2x ECC off, 2x the thermal violation counter (NVML only), dcgmi not installed
-    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 5 check(s) could not run")
+    # 2x ECC off, 2x the thermal violation counter (NVML only), dcgmi not installed, no baseline for the model
+    assert ns.summary["incomplete"] is True and ns.summary["reason"].startswith("pass, 6 check(s) could not run")
+    assert by_name(ns, "baseline")[None]["code"] == "BASELINE_MISSING"
+    # ECC off on a GPU with ECC memory (the driver reports the mode): a warning, model known or not
+    assert {c["code"] for c in by_name(ns, "ecc_mode").values()} == {"ECC_DISABLED"}
     thermal = by_name(ns, "thermal_violation")
     assert sorted(thermal) == ["cuda:0", "cuda:1"]
     assert {c["code"] for c in thermal.values()} == {"THERMAL_VIOLATION_UNAVAILABLE"}
@@ -240,7 +243,8 @@ def test_unreadable_kernel_log_is_a_visible_skip_never_a_clean_pass(run_cli, too
         assert "read kernel buffer failed: Operation not permitted" in c["message"]
     assert ns.summary["incomplete"] is True and ns.result["incomplete"] is True
     # 2x ECC off, 2x the thermal violation counter (NVML only), the three kernel-log checks, dcgmi not installed
-    assert ns.summary["reason"].startswith("pass, 8 check(s) could not run: ")
+    # ... and the RTX A5000 has no baseline: a finding, not judged against one
+    assert ns.summary["reason"].startswith("pass, 9 check(s) could not run: ")
     assert {"name": "xid", "status": "skip"}.items() <= next(
         c for c in ns.summary["checks"] if c["name"] == "xid"
     ).items()
@@ -261,7 +265,7 @@ def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, f
     # the excerpt does not reach back to the boot: what it does not hold is not proven absent (issue 29)
     skipped = {(c["name"], c["code"]) for c in ns.result["checks"] if c["status"] == "skip"}
     assert skipped == {("ecc_uncorrected_volatile", "ECC_COUNTERS_UNAVAILABLE"), ("dcgm_diag", "DCGM_UNAVAILABLE"),
-                       ("thermal_violation", "THERMAL_VIOLATION_UNAVAILABLE")} | {
+                       ("thermal_violation", "THERMAL_VIOLATION_UNAVAILABLE"), ("baseline", "BASELINE_MISSING")} | {
         (n, "KERNEL_LOG_INCOMPLETE") for n in ("driver_log", "gpu_fallen_off_bus")}  # xid: its failures
 
 
