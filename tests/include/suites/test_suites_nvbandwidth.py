@@ -93,8 +93,8 @@ def test_without_a_floor_the_node_median_still_names_a_slow_pair(run_cli, fake_t
 
 def test_pcie_pairs_without_nvlink_or_floor_are_not_compared(run_cli, fake_tool, tmp_path, h):
     # an unknown model without an NVLink expectation: GPU pairs under different PCIe switches
-    # legitimately differ (issue 50: 26 vs 22 GB/s): no floor, no comparison, said so; the suite's
-    # key measurement was not judged, so the run is an error (a configuration finding), never a pass
+    # legitimately differ (issue 50: 26 vs 22 GB/s): no floor, no comparison, said so
+    # and the suite's key measurement was not judged: an error (a configuration finding), never a pass
     slow = _fx(h, "readme_v0.8_d2d_write_ce_8gpu.txt").replace("276.60", "200.00")
     ns = _run(run_cli, _readme_tool(fake_tool, h, tmp_path, slow), "--gpu-model", "Some-Future-GPU",
               "--expected-gpus", "8")
