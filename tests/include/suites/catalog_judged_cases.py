@@ -2,9 +2,10 @@
 every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset, a
 line caused by an earlier Xid is judged as that Xid; a link-error failure carries forward to the next
 runs for its window unless the port was reset or replaced; checks that vanish or read as "could not
-run" (the fabric on an NVSwitch SKU, a hung dcgmi), the GPU's modes against the node pool; a key check not judged for want of a baseline is an error,
-an unknown model a finding, ECC off a warning wherever the GPU has ECC. Each replays genuine outputs (fixtures/SOURCES.md)
-or the declared derivations written here, through fake tools on PATH with the real tools' exit codes."""
+run" (the fabric on an NVSwitch SKU, a hung dcgmi), the GPU's modes against the node pool; a key check
+not judged for want of a baseline is an error, an unknown model a finding, ECC off a warning wherever
+the GPU has ECC. Each replays genuine outputs (fixtures/SOURCES.md) or the declared derivations
+written here, through fake tools on PATH with the real tools' exit codes."""
 
 from __future__ import annotations
 
