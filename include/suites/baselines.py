@@ -139,7 +139,9 @@ class Baselines:
         return self.data.get(name) or {}
 
 
-EXPECT_KEYS = ("gpus", "hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width", "ib_rate_gbps", "ib_width")
+EXPECT_KEYS = ("gpus", "hcas", "nvlinks_per_gpu", "pcie_gen", "pcie_width", "ib_rate_gbps", "ib_width",
+               # 0 / 1: the node has NVSwitches (its fabric state must be read), MIG mode, persistence mode
+               "nvswitch", "mig", "persistence")
 
 
 def parse_expect(text: str | None) -> dict[str, int]:
@@ -220,4 +222,9 @@ def model_for_node(ctx, baselines: Baselines, detected_names: list[str]) -> tupl
             f"unknown GPU model {name!r}: no baseline in {baselines.path}; only relative checks "
             f"(each GPU vs the best GPU of this node)"
         )
+        # a finding, not only a warning: the orchestrator shows it once per node pool with its action
+        ctx.environment["baseline_missing"] = name
+        ctx.check("baseline", "skip", value=name, code="BASELINE_MISSING",
+                  message=f"no baseline for GPU model {name!r} in {baselines.path}: its floors and expected "
+                  f"counts are not judged; add the model (fleet-calibrated) or an alias to baselines.yaml")
     return key, name

@@ -440,7 +440,13 @@ def _read_logs(scratch: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# the checks without which the suite proves nothing: one not judged for want of a floor (a rail type
+# with no floor, e.g. a 200/400 GbE RoCE rail) is an error, never `pass (incomplete)`
+KEY_CHECKS = ("ib_write_bw", "allreduce_busbw", "baseline")
+
+
 def run(ctx: Context) -> None:
+    ctx.key_checks = KEY_CHECKS
     # Long: arguments, the node's expectations and rails, the rendezvous (with its visible not-run), the phases.
     a = ctx.args
     if not a.role:

@@ -28,8 +28,8 @@ import shutil
 
 from . import gpu_state
 from .baselines import Baselines, expectations, model_for_node
-from .checkers import (clocks, dcgm, driver_log, ecc, fabric, kernel_log, log_evidence, nvlink, pcie, processes,
-                       recovery, retired_pages, row_remap, thermal_violation, xid)
+from .checkers import (clocks, dcgm, driver_log, ecc, fabric, gpu_mode, kernel_log, log_evidence, nvlink, pcie,
+                       processes, recovery, retired_pages, row_remap, thermal_violation, xid)
 from .harness.checks import Check, SuiteError
 from .harness.context import Context
 from .harness.inventory import NvmlUnavailable, nvml_init
@@ -63,6 +63,9 @@ def add_arguments(p) -> None:
     )
     g.add_argument("--dcgmi", default="dcgmi", help="dcgmi binary; used when found in PATH")
     g.add_argument("--dcgm-level", type=int, default=1, help="dcgmi diag run level; 0 disables")
+    g.add_argument("--dcgm-timeout", type=float, default=os.environ.get("CLUSTER_DOCTOR_DCGM_TIMEOUT") or None,
+                   help="seconds dcgmi diag may take before it counts as hung, an error against the GPUs "
+                   "(default 240 at -r 1, 3600 above) [CLUSTER_DOCTOR_DCGM_TIMEOUT]")
     g.add_argument(
         "--dcgm-host",
         default=os.environ.get("CLUSTER_DOCTOR_DCGM_HOST"),
@@ -117,7 +120,9 @@ def run(ctx: Context) -> None:
             _judge_thermal(ctx, a, gpus, settings, source)
         _judge_driver_log(ctx, a, gpus, settings, nv)
         _judge_dcgm(ctx, a, gpus)
-        _ensure_expected(ctx, gpus, None if state is not None else "no GPU state: " + "; ".join(why_none))
+        nvswitch = not ctx.cpu and bool(expect.get("nvswitch"))
+        _ensure_expected(ctx, gpus, None if state is not None else "no GPU state: " + "; ".join(why_none),
+                         ("fabric",) if nvswitch else ())
     finally:
         if nv is not None:
             try:
@@ -208,13 +213,16 @@ def _judge_gpus(ctx: Context, gpus: list[dict], model: dict, expect, settings: d
         remap = row_remap.observe(g)
         pages = retired_pages.observe(g)
         for c in (
-            ecc.to_checks(ecc.observe(g), has_ecc_memory=bool(model.get("memory_gib")))
+            # ECC off is a warning wherever the GPU has ECC memory: a model that says so, or any GPU
+            # the driver reports ECC off for (one without ECC reports the mode as N/A)
+            ecc.to_checks(ecc.observe(g), has_ecc_memory=model.get("ecc_memory", True) is not False)
             + row_remap.to_checks(remap, expected=pages.pending is None)
             + retired_pages.to_checks(pages, uses_row_remap=remap.supported)
             + recovery.to_checks(recovery.observe(g))
             + clocks.to_checks(clocks.observe(g), settings.get("temperature_margin_c", 10))
             + pcie.to_checks(pcie.observe(g), expect, settings.get("pcie_replay_warn", 100))
-            + fabric.to_checks(fabric.observe(g))
+            + fabric.to_checks(fabric.observe(g), nvswitch=bool(expect.get("nvswitch")))
+            + gpu_mode.to_checks(gpu_mode.observe(g), expect)
             + processes.to_checks(processes.observe(g))
         ):
             ctx.record(c)
@@ -321,7 +329,7 @@ def _judge_dcgm(ctx: Context, a, gpus: list[dict]) -> None:
                   message="CPU mode: no GPU to diagnose" if ctx.cpu else "no GPU to diagnose")
         return
     ctx.set_phase(f"dcgmi diag -r {a.dcgm_level}")
-    r = dcgm.run(ctx, a.dcgmi, a.dcgm_level, a.dcgm_host)
+    r = dcgm.run(ctx, a.dcgmi, a.dcgm_level, a.dcgm_host, float(a.dcgm_timeout) if a.dcgm_timeout else None)
     for line in r.log:
         ctx.log(f"| {line}")
     if r.rc is not None:
@@ -334,23 +342,24 @@ def _judge_dcgm(ctx: Context, a, gpus: list[dict]) -> None:
         ctx.record(c)
 
 
-def _ensure_expected(ctx: Context, gpus: list[dict], no_state: str | None) -> None:
+def _ensure_expected(ctx: Context, gpus: list[dict], no_state: str | None, more: tuple = ()) -> None:
     """Every expected check appears: one that no checker produced is added as `skip` with why, so a
-    check can never vanish from a result (and the result reads incomplete, never clean)."""
+    check can never vanish from a result (and the result reads incomplete, never clean). `more`: the
+    GPU checks the node's expectations add (the fabric on a SKU with NVSwitches)."""
     have = {(c.name, c.device) for c in ctx.checks}
     names = {c.name for c in ctx.checks}
     for name in NODE_CHECKS:
         if name not in names:
             ctx.check(name, "skip", code="CHECK_NOT_RUN", message="no result was produced for this check")
     if no_state is not None:
-        for name in GPU_CHECKS:
+        for name in GPU_CHECKS + more:
             ctx.check(name, "skip", code="GPU_STATE_UNAVAILABLE", message=one_line(no_state, 300))
         return
     for g in gpus:
         if g.get("lost"):
             continue
         dev = f"cuda:{g['index']}"
-        for name in GPU_CHECKS:
+        for name in GPU_CHECKS + more:
             if not any((n, dev) in have for n in SATISFIES.get(name, (name,))):
                 ctx.check(name, "skip", device=dev, code="CHECK_NOT_RUN",
                           message="no result was produced for this check on this GPU")

@@ -112,6 +112,8 @@ def collect_nvml(nv) -> dict:
             if procs
             else 0,
             "nvlink": _nvml_nvlinks(nv, h),
+            "mig_mode": _mig_mode(_q(nv, "nvmlDeviceGetMigMode", h, lost=lost)),
+            "persistence": _enabled(_q(nv, "nvmlDeviceGetPersistenceMode", h, lost=lost)),
         }
         _nvml_fabric(nv, h, state)
         _nvml_recovery(nv, h, state)
@@ -199,10 +201,23 @@ def _nvml_recovery(nv, h, state: dict) -> None:
         state["drain_and_reset"] = bool(got[f_drain])
 
 
+def _mig_mode(value) -> str | None:
+    """nvmlDeviceGetMigMode's (current, pending) as nvidia-smi prints the current one."""
+    if not isinstance(value, (tuple, list)) or not value:
+        return None
+    return "Enabled" if int(value[0]) == 1 else "Disabled"
+
+
+def _enabled(value) -> bool | None:
+    return None if value is None else int(value) == 1
+
+
 def _nvml_fabric(nv, h, state: dict) -> None:
     """NVSwitch fabric registration (Hopper+): a GPU whose fabric is not Completed/Success cannot
-    run CUDA ('system not yet initialized')."""
+    run CUDA ('system not yet initialized'). Why it was not read is kept (`fabric_unavailable`): on a
+    SKU with NVSwitches the check is then a visible not-run, never absent."""
     if not hasattr(nv, "c_nvmlGpuFabricInfo_t"):
+        state["fabric_unavailable"] = "this nvidia-ml-py has no c_nvmlGpuFabricInfo_t (older than the R530 bindings)"
         return
     try:
         info = nv.c_nvmlGpuFabricInfo_t()
@@ -210,9 +225,12 @@ def _nvml_fabric(nv, h, state: dict) -> None:
     except Exception as exc:  # not supported here: no fabric; any other error: kept, the check says not run
         if getattr(exc, "value", None) not in NVML_NOT_THERE:
             state["fabric_error"] = f"nvmlDeviceGetGpuFabricInfo: {one_line(exc, 160)}"
+        else:
+            state["fabric_unavailable"] = f"nvmlDeviceGetGpuFabricInfo: {one_line(exc, 160)}"
         return
     st = FABRIC_STATES.get(int(info.state))
     if st is None:
+        state["fabric_unavailable"] = "nvmlDeviceGetGpuFabricInfo: state NOT_SUPPORTED"
         return  # NOT_SUPPORTED: no NVSwitch fabric on this system
     state["fabric_state"] = st
     state["fabric_status"] = "Success" if int(info.status) == 0 else f"NVML error {int(info.status)}"

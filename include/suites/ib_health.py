@@ -46,6 +46,11 @@ def add_arguments(p) -> None:
                    default=os.environ.get("CLUSTER_DOCTOR_IB_FLAP_WINDOW_HOURS") or None,
                    help="a link flap fails every run for this long (default: baselines.yaml "
                    "ib_health.flap_window_hours, 6 as AzureHPC NHC) [CLUSTER_DOCTOR_IB_FLAP_WINDOW_HOURS]")
+    g.add_argument("--link-error-window-hours", type=float,
+                   default=os.environ.get("CLUSTER_DOCTOR_IB_LINK_ERROR_WINDOW_HOURS") or None,
+                   help="a port that failed with link errors fails every run for this long unless it was reset or "
+                   "replaced (default: baselines.yaml ib_health.link_error_window_hours, 24) "
+                   "[CLUSTER_DOCTOR_IB_LINK_ERROR_WINDOW_HOURS]")
     g.add_argument("--ethtool", default="ethtool", help="ethtool binary (RoCE port statistics)")
     g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
     g.add_argument("--mountinfo", default=MOUNTINFO, help="the mount table read (tests)")
@@ -56,7 +61,12 @@ def default_timeout(args) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
+# the checks without which the suite proves nothing: an unknown model names no HCAs, rates or widths
+KEY_CHECKS = ("baseline",)
+
+
 def run(ctx: Context) -> None:
+    ctx.key_checks = KEY_CHECKS
     a = ctx.args
     baselines = Baselines.load(a.baselines)
     section = baselines.section("ib_health")
@@ -91,7 +101,9 @@ def run(ctx: Context) -> None:
         return
     _judge_ports(ctx, rails + _unreadable(ports, a.ib_hca), expect)
     window = a.flap_window_hours if a.flap_window_hours is not None else float(section.get("flap_window_hours", 6))
-    _judge_counters(ctx, a, rails, rules, window)
+    errors_h = a.link_error_window_hours if a.link_error_window_hours is not None else float(
+        section.get("link_error_window_hours", ib_counters.ERROR_WINDOW_H))
+    _judge_counters(ctx, a, rails, rules, window, errors_h)
 
 
 def _unreadable(ports: list[ib_ports.IbPort], spec: str | None) -> list[ib_ports.IbPort]:
@@ -111,9 +123,11 @@ def _judge_ports(ctx: Context, selected: list[ib_ports.IbPort], expect) -> None:
     ctx.metric("ib_ports_active", len(up), summary=True)
 
 
-def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dict, window_h: float) -> None:
-    """Sample every port's counters, judge them (first sample: thresholds; later: growth; flaps: a
-    window), and keep this sample and the flaps in the window in the result for the next run."""
+def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dict, window_h: float,
+                    errors_h: float) -> None:
+    """Sample every port's counters, judge them (first sample: thresholds; later: growth; flaps and
+    link errors: a window each), and keep this sample, the flaps and the link-error failures in their
+    windows in the result for the next run."""
     ctx.set_phase("error counters")
     boot = read_boot_id(a.boot_id_file)
     previous, why = previous_sample(ctx, SUITE, "ib_counters", a.previous, lambda s: bool(s.get("ports")))
@@ -121,7 +135,8 @@ def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dic
         why = f"the node rebooted since the previous sample of {previous.get('taken_at', '?')}"
     ethtool = shutil.which(a.ethtool)
     at = utcnow()
-    sample = {"boot_id": boot, "taken_at": iso(at), "ports": {}, "flaps": {}, "flap_window_hours": window_h}
+    sample = {"boot_id": boot, "taken_at": iso(at), "ports": {}, "flaps": {}, "flap_window_hours": window_h,
+              "link_errors": {}, "link_error_window_hours": errors_h}
     found_total = 0
     for p in selected:
         if p.link_layer == "Ethernet":
@@ -130,10 +145,12 @@ def _judge_counters(ctx: Context, a, selected: list[ib_ports.IbPort], rules: dic
             now = ib_counters.read_sysfs(a.sysfs_root, p.device, p.port, rules)
         if not now.unavailable:
             sample["ports"][now.port] = now.to_json()
-        v = ib_counters.judge(now, previous, why, rules, window_h, at)
+        v = ib_counters.judge(now, previous, why, rules, window_h, at, errors_h, boot)
         ctx.record(v.check)
         if v.flap:
             sample["flaps"][now.port] = v.flap
+        if v.link_errors:
+            sample["link_errors"][now.port] = v.link_errors
         found_total += v.found
     ctx.environment["ib_counters"] = sample
     ctx.metric("ib_counter_growth", found_total, summary=True)

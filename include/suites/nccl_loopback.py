@@ -600,7 +600,12 @@ class Plan:
     hcas: HcaBar | None = None  # the HCA ports this run must use (ib mode)
 
 
+# the checks without which the suite proves nothing: one not judged for want of a floor is an error
+KEY_CHECKS = ("busbw", "baseline")
+
+
 def run(ctx: Context) -> None:
+    ctx.key_checks = KEY_CHECKS
     baselines = Baselines.load(ctx.args.baselines)
     plan = _plan(ctx, baselines)
     if plan is None:

@@ -52,7 +52,12 @@ def _requested(a) -> list[nvbw.Testcase]:
 
 
 # --------------------------------------------------------------------------------------------------
+# the checks without which the suite proves nothing: one not judged for want of a floor is an error
+KEY_CHECKS = ("nvbw_d2d_*", "nvbw_h2d_*", "nvbw_d2h_*", "baseline")
+
+
 def run(ctx: Context) -> None:
+    ctx.key_checks = KEY_CHECKS
     a = ctx.args
     wanted = _requested(a)
     baselines = Baselines.load(a.baselines)

@@ -336,6 +336,14 @@ _UNC_PATHS = [
 ]
 
 
+def _fabric_unavailable(g: ET.Element) -> str | None:
+    """Why `nvidia-smi -q` gave no fabric state (None: it gave one)."""
+    if _txt(g, "fabric/state"):
+        return None
+    return "nvidia-smi -q printed no Fabric section" if g.find("fabric") is None else \
+        "nvidia-smi -q printed the Fabric state as N/A"
+
+
 def parse_smi_xml(text: str) -> dict:
     """Normalised per-GPU health state from `nvidia-smi -q -x` (old and new tag names)."""
     # Long: one field per line of the normalised state.
@@ -399,6 +407,7 @@ def parse_smi_xml(text: str) -> dict:
                 "reset_required": _yes(g, "gpu_reset_status/reset_required"),
                 "drain_and_reset": _yes(g, "gpu_reset_status/drain_and_reset_recommended"),
                 "persistence": _yes(g, "persistence_mode"),
+                "mig_mode": _txt(g, "mig_mode/current_mig"), "fabric_unavailable": _fabric_unavailable(g),
                 "processes": len(g.findall("processes/process_info")),
                 "process_mib": sum(_int(p, "used_memory") or 0 for p in g.findall("processes/process_info")),
                 "nvlinks": None,  # not in -q -x; see parse_nvlink_status

@@ -17,7 +17,7 @@ from .. import parsers
 from ..harness.checks import Check, SuiteError
 from ..harness.text import one_line
 
-CODES = ("DCGM_DIAG_FAIL", "DCGM_DIAG_ISOLATE", "DCGM_DIAG_WARN", "DCGM_UNAVAILABLE", "GPU_LOST",
+CODES = ("DCGM_DIAG_HUNG", "DCGM_DIAG_FAIL", "DCGM_DIAG_ISOLATE", "DCGM_DIAG_WARN", "DCGM_UNAVAILABLE", "GPU_LOST",
          "GPU_RESET_REQUIRED", "TOOL_OUTPUT_UNPARSEABLE", "DCGM_GPU_NOT_COVERED", "DCGM_GPU_UNMATCHED")
 # dcgmReturn_t values dcgmi exits with (as an unsigned byte: 256 + the negative value)
 DCGM_ST = {
@@ -61,11 +61,17 @@ class DcgmRun:
     rc: int | None = None
     parsed: dict | None = None
     not_run: str | None = None  # the diagnostic could not run, and why
+    hung: str | None = None  # dcgmi ran past its budget: evidence against the GPU, not "could not run"
     unparseable: str | None = None  # dcgmi printed something the suite cannot read
     log: list[str] = field(default_factory=list)
 
 
-def run(ctx, dcgmi_name: str, level: int, host: str | None) -> DcgmRun:
+def budget_s(level: int) -> float:
+    """The default time dcgmi diag gets: a short run (-r 1) takes seconds, -r 3 tens of minutes."""
+    return 240 if level <= 1 else 3600
+
+
+def run(ctx, dcgmi_name: str, level: int, host: str | None, timeout: float | None = None) -> DcgmRun:
     """`dcgmi diag -r N -j`; when dcgmi prints no JSON document (a dcgmi without -j rejects the flag
     with its usage text), `dcgmi diag -r N` and its table. A JSON document that only carries a
     runtime_error means the diagnostic did not run."""
@@ -76,12 +82,16 @@ def run(ctx, dcgmi_name: str, level: int, host: str | None) -> DcgmRun:
         return r
     hostargs = ["--host", host] if host else []
     base = [dcgmi, "diag", "-r", str(level)]
-    timeout = 240 if level <= 1 else 3600
+    timeout = timeout or budget_s(level)
     for argv, json_mode in ((base + ["-j"] + hostargs, True), (base + hostargs, False)):
         try:
             rc, out, err = ctx.run_tool(argv, timeout=timeout)
         except SuiteError as exc:
-            r.not_run = str(exc)
+            if hasattr(exc, "output"):  # killed at its budget: the diagnostic hung on this node's GPUs
+                r.hung = str(exc)
+                r.log = (exc.output or "").strip().splitlines()[:200]
+            else:
+                r.not_run = str(exc)
             return r
         r.rc = rc
         text = out + "\n" + err
@@ -116,6 +126,10 @@ def to_checks(r: DcgmRun, gpus: list[int] | None = None) -> list[Check]:
     """The per-test checks (`dcgm_<test>`), the match of its per-GPU results against `gpus` (the
     indices of the GPUs the suite found; None: not matched) and the overall `dcgm_diag` check."""
     level = f"dcgmi diag -r {r.level}"
+    if r.hung:
+        return [Check("dcgm_diag", "error", None, code="DCGM_DIAG_HUNG",
+                      message=f"{level} hung: {r.hung} (killed); a diagnostic that never ends is evidence against "
+                      f"the GPUs, not a diagnostic that could not run")]
     if r.not_run:
         return [Check("dcgm_diag", "skip", device=None, code="DCGM_UNAVAILABLE", message=f"{level} did not run: {r.not_run}")]
     if r.unparseable or r.parsed is None:

@@ -21,6 +21,16 @@ but not judged.
   remembered with its time in the sample and fails every run for `flap_window_hours` (AzureHPC
   NHC's check_ib_link_flapping: no flap within 6 h), across reboots, for the same port GUID.
 
+* A link-error failure (IB_LINK_ERRORS) is remembered the same way: the sample keeps, per port, when
+  it was seen, what grew, the port GUID, the boot and the port's flap counters then, and every later
+  run fails that port with IB_LINK_ERRORS for `link_error_window_hours` (24), whatever the counters
+  do now. Without it the next run compares with the failed run's own sample: the retest of the
+  drained, quiet node shows no growth and would pass a link that corrupts under load. It ends early
+  only when the port was reset or replaced, as the counters show it: another port GUID (a new HCA),
+  or, in the same boot, a new link-up since the failure (a flap counter above its value then: the
+  link was taken down and retrained, e.g. the cable reseated or the port reset; the flap itself is
+  judged by the flap window). A reboot, a counter clear (perfquery -R) or a quiet run is no repair.
+
 The previous values travel with the result: every run stores its sample in the result's
 environment (`ib_counters`: boot id, time, per port the port GUID, where the values came from and
 the values, and the flaps still inside the window), and the next run reads it back from the shared
@@ -29,6 +39,7 @@ results volume (ib_health.py finds it).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 from dataclasses import dataclass, field
@@ -36,6 +47,7 @@ from dataclasses import dataclass, field
 from ..harness.checks import Check
 from ..harness.text import one_line, read_line
 
+ERROR_WINDOW_H = 24.0  # ib_health.link_error_window_hours when baselines.yaml does not say
 CODES = ("IB_LINK_FLAPPED", "IB_LINK_ERRORS", "IB_DISCARDS_GROWING", "IB_COUNTER_SATURATED", "IB_COUNTERS_UNAVAILABLE")
 # PortCounters widths in bits (drivers/infiniband/core/sysfs.c, PORT_PMA_ATTR); the 64-bit data and
 # packet counters of PortCountersExtended are not error counters
@@ -80,6 +92,7 @@ class Verdict:
     check: Check
     flap: dict | None
     found: int = 0
+    link_errors: dict | None = None  # the link-error failure this port carries forward (None: none)
 
 
 @dataclass
@@ -121,14 +134,19 @@ def read_sysfs(root: str, device: str, port: int, names) -> PortSample:
 
 
 def judge(now: PortSample, previous: dict | None, why_no_previous: str, rules: dict[str, CounterRule],
-          window_h: float, at: _dt.datetime) -> Verdict:
-    """One `ib_counters` check for the port, and its flap record for the next run."""
+          window_h: float, at: _dt.datetime, error_window_h: float = ERROR_WINDOW_H,
+          boot: str | None = None) -> Verdict:
+    """One `ib_counters` check for the port, and its flap and link-error records for the next run."""
     flap = _flap_in_window(now, previous, window_h, at)
+    carried, cleared = _errors_in_window(now, previous, error_window_h, at, rules, boot)
     if now.unavailable or not any(k in rules for k in now.values):
         why = now.unavailable or (f"none of the judged counters present ({now.source}: "
                                   f"{', '.join(sorted(now.values)[:5])})")
         if flap:  # the counters cannot be read now, but the flap seen earlier is still inside its window
-            return Verdict(_flap_check(now.port, flap, window_h, f"; counters not readable now: {why}"), flap, 0)
+            return Verdict(_flap_check(now.port, flap, window_h, f"; counters not readable now: {why}"), flap, 0, carried)
+        if carried:
+            return Verdict(_carried_check(now.port, carried, error_window_h, f"; counters not readable now: {why}"),
+                           None, 0, carried)
         return Verdict(Check("ib_counters", "skip", device=now.port, code="IB_COUNTERS_UNAVAILABLE", message=why), None)
     base, why = _comparable(now, previous, why_no_previous)
     if base is None:
@@ -140,11 +158,60 @@ def judge(now: PortSample, previous: dict | None, why_no_previous: str, rules: d
     if flaps:
         flap = {"at": _iso(at), "what": f"{_list(flaps, now, rules, first)} {note}", "guid": now.guid,
                 "count": _total(flaps)}
+    errors = {k: d for k, d in found.items() if rules[k].cls == "link_error"}
+    record = _error_record(now, errors, note, first, at, rules, boot) if errors else carried
     if flap:
         rest = {k: d for k, d in found.items() if k not in flaps}
-        return Verdict(_flap_check(now.port, flap, window_h, f"; {_list(rest, now, rules, first)} {note}" if rest else ""),
-                       flap, _total(found))
-    return Verdict(_verdict(now, found, rules, note, first), None, _total(found))
+        tail = (f"; {_list(rest, now, rules, first)} {note}" if rest else "") + (f"; {cleared}" if cleared else "")
+        return Verdict(_flap_check(now.port, flap, window_h, tail), flap, _total(found), record)
+    check = _verdict(now, found, rules, note, first)
+    if carried and not errors:
+        check = _carried_check(now.port, carried, error_window_h, f"; now: {check.message}")
+    elif cleared and check.status == "pass":
+        check = dataclasses.replace(check, message=f"{check.message}; {cleared}")
+    return Verdict(check, None, _total(found), record)
+
+
+def _error_record(now: PortSample, errors: dict, note: str, first: bool, at: _dt.datetime,
+                  rules: dict[str, CounterRule], boot: str | None) -> dict:
+    """What the next runs need to keep failing the port and to see it reset: when, what grew, the
+    port GUID, the boot, and the flap counters then (a later link-up raises them)."""
+    return {"at": _iso(at), "what": f"{_list(errors, now, rules, first)} {note}", "guid": now.guid, "boot_id": boot,
+            "count": _total(errors), "flap_values": {k: v for k, v in now.values.items() if rules.get(k) and
+                                                     rules[k].cls == "flap"}}
+
+
+def _errors_in_window(now: PortSample, previous: dict | None, window_h: float, at: _dt.datetime,
+                      rules: dict[str, CounterRule], boot: str | None) -> tuple[dict | None, str]:
+    """(the link-error failure the previous sample carried for this port, still inside its window and
+    not ended by a reset or replacement of the port; why one ended, for the message)."""
+    rec = ((previous or {}).get("link_errors") or {}).get(now.port)
+    if not isinstance(rec, dict) or not rec.get("at"):
+        return None, ""
+    try:
+        seen = _dt.datetime.fromisoformat(str(rec["at"]))
+    except ValueError:
+        return None, ""
+    if not _dt.timedelta(0) <= at - seen < _dt.timedelta(hours=window_h):
+        return None, ""
+    if rec.get("guid") and now.guid and rec["guid"] != now.guid:
+        return None, (f"the link errors of {rec['at']} are not carried: another HCA since (GUID {rec['guid']} -> "
+                      f"{now.guid}), a replaced part starts clean")
+    if boot and rec.get("boot_id") == boot:  # flap counters compare only within the boot they were read in
+        for k, before in sorted((rec.get("flap_values") or {}).items()):
+            if k in now.values and isinstance(before, int) and now.values[k] > before:
+                return None, (f"the link errors of {rec['at']} are not carried: the port went down and came back "
+                              f"since ({k} {before} -> {now.values[k]}: reset or reseated)")
+    if not rec.get("guid") and now.guid:  # first read of the GUID: the HCA a later swap is told from
+        rec = {**rec, "guid": now.guid}
+    return rec, ""
+
+
+def _carried_check(port: str, rec: dict, window_h: float, tail: str) -> Check:
+    return Check("ib_counters", "fail", rec.get("count"), "errors", f"no link errors within {window_h:g} h", device=port,
+                 code="IB_LINK_ERRORS", message=f"link errors seen at {rec.get('at')}: {rec.get('what')}; inside the "
+                 f"{window_h:g} h link-error window and no reset or replacement of the port since (another port GUID, "
+                 f"or a new link-up): still failing whatever the counters show now{tail}")
 
 
 def _absolute(now: PortSample, rules: dict[str, CounterRule]) -> dict[str, tuple[int | None, int]]:

@@ -1,10 +1,12 @@
 """Xid events (kernel log and the live NVML event stream) judged against NVIDIA's Xid catalog
 (xid_catalog.yaml: each Xid with NVIDIA's recovery action). Fail closed: an Xid the catalog does not
 know is a finding with its number; a failing Xid older than the window is still reported, as a
-warning, unless it keeps its GPU broken until a reset that the log does not show."""
+warning, unless it keeps its GPU broken until a reset that the log does not show (every Xid whose
+NVIDIA action is a GPU reset or a reboot). A line caused by an earlier Xid is judged as that Xid."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -47,6 +49,12 @@ IMMEDIATE = {
     "IGNORE": ("warn", "none"),
 }
 _TO_ACTION = re.compile(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
+# R590 drivers print the follow-up of an earlier fault as "45, ... Ch 00000001 caused by previous Xid 149"
+# (fixtures/kernel/journal_xid45_after_xid149_590.48.01.txt): the earlier Xid is what broke the GPU
+_CAUSED_BY = re.compile(r"\bcaused by (?:a )?(?:previous|earlier) Xid\s*(\d+)", re.I)
+# the actions a GPU is only healthy again after: NVIDIA's RESET_GPU / RESTART_BM / RESTART_VM and the
+# workflows that end in a reset (xid_catalog.yaml); such an Xid fails until the log shows the reset
+RESET_ACTIONS = ("reset_gpu", "reboot")
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,11 +94,27 @@ def judge(xid: int, text: str, critical: set[int]) -> XidVerdict:
         status = "warn" if action == "none" else "fail"
     else:
         status, action = IMMEDIATE.get(imm, ("fail", "drain_and_service"))
+    # from the documented action, before the NHC list raises an application Xid to a failure
+    until_reset = status == "fail" and bool(entry.get("until_reset", action in RESET_ACTIONS))
     if xid in critical and status != "fail":
         status, action = "fail", action if action in ("reset_gpu", "reboot", "drain_and_service") else "reset_gpu"
         code = "XID_CRITICAL" if code in ("XID_APPLICATION", "XID_INFORMATIONAL") else code
     return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, NVIDIA: {imm or 'no action given'})",
-                      status == "fail" and bool(entry.get("until_reset")))
+                      until_reset)
+
+
+def judge_event(ev: DriverEvent, earlier: list[DriverEvent], critical: set[int]) -> XidVerdict:
+    """An Xid line as the driver means it: one that says it was caused by an earlier Xid is judged as
+    that Xid (with the earlier line's own text when the log still holds it on the same GPU, else fail
+    closed on the number alone), named "Xid 45 caused by Xid 149 (...)"."""
+    m = _CAUSED_BY.search(ev.text)
+    if not m or int(m.group(1)) == ev.xid:
+        return judge(ev.xid, ev.text, critical)
+    cause = int(m.group(1))
+    prior = next((e for e in reversed(earlier) if e.xid == cause and e.pci == ev.pci and not _CAUSED_BY.search(e.text)), None)
+    v = judge(cause, prior.text if prior else "", critical)
+    seen = "" if prior else ", the earlier line no longer in the log"
+    return dataclasses.replace(v, label=f"Xid {ev.xid} caused by {v.label}{seen}")
 
 
 def to_checks(events: list[DriverEvent], device_of, critical: set[int], window_h: float, uptime_now: float | None,
@@ -99,10 +123,12 @@ def to_checks(events: list[DriverEvent], device_of, critical: set[int], window_h
     older than the window is a warning (XID_HISTORICAL) unless it keeps its GPU broken until a reset
     and no reset after it is shown (driver_log.past_window)."""
     groups: dict[tuple[str, str], list] = {}
+    seen: list[DriverEvent] = []
     for ev in events:
         if ev.kind != "xid":
             continue
-        v = judge(ev.xid, ev.text, critical)
+        v = judge_event(ev, seen, critical)
+        seen.append(ev)
         age = age_h(ev.message, uptime_now)
         status, code, note = v.status, v.code, ""
         if status == "fail" and age is not None and age > window_h:

@@ -34,6 +34,9 @@ class Context:
         self.summary_metric_keys: list[str] = []
         self.environment: dict[str, Any] = {}
         self.warnings: list[str] = []
+        # the suite's key checks (name patterns): one not judged for want of a baseline makes the run
+        # an error, never a pass (harness/verdict.py)
+        self.key_checks: tuple[str, ...] = ()
         self.phase = "starting"
         self._lock = threading.RLock()
         self._log_stream = log_stream

@@ -204,7 +204,8 @@ class _Runner:
         """The full result ($defs/result) of the checks so far and the suite-level error, if any."""
         ctx = self.ctx
         finished = utcnow()
-        status, reason = decide(checks, suite_error)
+        key_checks = tuple(getattr(ctx, "key_checks", ()) or ())
+        status, reason = decide(checks, suite_error, key_checks)
         scode = (self.suite_code or "SUITE_ERROR") if suite_error else None
         env = dict(ctx.environment)
         for key in ("gpu_model", "gpu_count", "driver", "cuda", "torch", "nccl", "hostname"):
@@ -218,7 +219,7 @@ class _Runner:
             "duration_s": round(time.monotonic() - self.t0, 3),
             "status": status,
             "reason": reason,
-            "code": verdict_code(status, checks, scode),
+            "code": verdict_code(status, checks, scode, key_checks),
             "action": verdict_action(status, checks, scode),
             "incomplete": is_incomplete(checks),
             "checks": [c.to_dict() for c in checks],

@@ -18,13 +18,29 @@ SUMMARY_BUDGET = 4000
 _ORDER = {"fail": 0, "error": 1, "warn": 2, "skip": 3, "pass": 4}
 
 
-def decide(checks: list[Check], suite_error: str | None) -> tuple[str, str]:
+# a key check that is not run for this code was not judged for want of a floor: the suite proved nothing
+UNJUDGED = ("BASELINE_MISSING",)
+
+
+def unjudged_key(checks: list[Check], key: Iterable[str] = ()) -> list[Check]:
+    """The suite's key checks (name patterns: those without which it proves nothing) that could not be
+    judged for want of a baseline (no floor for the model, the link type, the profile)."""
+    import fnmatch
+
+    pats = tuple(key)
+    return [c for c in checks if c.status == "skip" and c.code in UNJUDGED
+            and any(fnmatch.fnmatchcase(c.name, p) for p in pats)]
+
+
+def decide(checks: list[Check], suite_error: str | None, key: Iterable[str] = ()) -> tuple[str, str]:
     """Overall status and one-line reason.
 
     * a suite-level error (exception, SIGTERM, timeout, unusable output dir) -> error: the run is
       incomplete, even if some checks had already failed (the reason names them);
     * any failing check -> fail, reason = first failing check with device and number;
-    * any check in error -> error; nothing actually verified (no pass) -> error; else pass.
+    * any check in error -> error; a key check (`key`) not judged for want of a baseline -> error
+      (never `pass (incomplete)`: the suite proved nothing); nothing actually verified (no pass) ->
+      error; else pass.
     """
     fails = [c for c in checks if c.status == "fail"]
     errors = [c for c in checks if c.status == "error"]
@@ -39,6 +55,10 @@ def decide(checks: list[Check], suite_error: str | None) -> tuple[str, str]:
     if errors:
         more = f" (+{len(errors) - 1} more checks in error)" if len(errors) > 1 else ""
         return "error", one_line(errors[0].headline() + more)
+    unjudged = unjudged_key(checks, key)
+    if unjudged:
+        return "error", one_line("not judged, no baseline for a key check: " + "; ".join(
+            c.headline() for c in unjudged[:3]) + (f"; +{len(unjudged) - 3} more" if len(unjudged) > 3 else ""), 400)
     passed = sum(c.status == "pass" for c in checks)
     if not passed:
         return "error", one_line(f"nothing could be verified: {len(checks)} check(s), none passed")
@@ -61,9 +81,9 @@ def is_incomplete(checks: list[Check]) -> bool:
     return any(c.status == "skip" for c in checks)
 
 
-def verdict_code(status: str, checks: list[Check], suite_code: str | None = None) -> str | None:
+def verdict_code(status: str, checks: list[Check], suite_code: str | None = None, key: Iterable[str] = ()) -> str | None:
     """The code the verdict rests on: the suite-level error's, else the first failing check's, else
-    the first erroring check's; None for a pass."""
+    the first erroring check's, else the first unjudged key check's; None for a pass."""
     if status == "pass":
         return None
     if suite_code:
@@ -72,6 +92,9 @@ def verdict_code(status: str, checks: list[Check], suite_code: str | None = None
         for c in checks:
             if c.status == want and c.code:
                 return c.code
+    unjudged = unjudged_key(checks, key) if status == "error" else []
+    if unjudged:
+        return unjudged[0].code
     return "SUITE_ERROR" if status == "error" else None
 
 
@@ -83,7 +106,10 @@ def verdict_action(status: str, checks: list[Check], suite_code: str | None = No
     if suite_code:
         return codes.action(suite_code)
     want = ("fail",) if status == "fail" else ("fail", "error")
-    return codes.most_severe(c.action for c in checks if c.status in want) or "retest"
+    found = codes.most_severe(c.action for c in checks if c.status in want)
+    if not found and status == "error" and any(c.status == "skip" and c.code in UNJUDGED for c in checks):
+        return codes.action(UNJUDGED[0])
+    return found or "retest"
 
 
 def counts(checks: Iterable[Check]) -> dict[str, int]:

@@ -391,6 +391,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
+        missing_baselines = q.missing_baselines()  # once per node pool, not one error per node
         with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
             offenders = stored_transitions.repeat_offenders(cur)
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
@@ -430,6 +431,8 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     print(coverage_line(summary, days, never_pairs), file=out)
     for line in since_lines(suspected, failing, node_range, offenders):
         print(line, file=out)
+    for m in missing_baselines:
+        print(f"configuration: {m.describe()}", file=out)
     if settings.peer_tests:
         print(peer_lines(peer_verdicts, node_range), file=out)
     return 0

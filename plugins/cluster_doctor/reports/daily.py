@@ -54,7 +54,7 @@ from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape
 from cluster_doctor.store import daily as daily_reads
-from cluster_doctor.store import files, inventory, peers, suspects, transitions, trend
+from cluster_doctor.store import baselines, files, inventory, peers, suspects, transitions, trend
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,8 @@ class _Reads:
     # issue 31 §2, §3: the day's transitions, and the repeat offenders at the report's end
     transitions: list[Any] = dataclasses.field(default_factory=list)
     offenders: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the node pools without a baseline at the report's end: once each, with the action
+    missing_baselines: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
@@ -136,7 +138,8 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
             peers=_peers(cur, as_of, peer_window_days) if peer_window_days else None,
             suspects=suspects.as_of(cur, as_of), failing_since=suspects.failing_since(cur, tests, fleet),
             transitions=transitions.in_window(cur, start, as_of),
-            offenders=transitions.repeat_offenders(cur, as_of=as_of))
+            offenders=transitions.repeat_offenders(cur, as_of=as_of),
+            missing_baselines=baselines.missing(cur, tests))
 
 
 # ---------------------------------------------------------------------------- building
@@ -202,6 +205,8 @@ def build(
         "transitions": _transitions(read.transitions, max_rows),
         "repeat_offenders": [{"node_name": n, "since": _iso(o.since), "line": o.describe()}
                              for n, o in sorted(read.offenders.items(), key=lambda i: _node_key(i[0]))],
+        "missing_baselines": [{"gpu_model": m.gpu_model, "nodes": m.nodes, "tests": list(m.tests),
+                               "example": m.example, "line": m.describe()} for m in read.missing_baselines],
     }
 
 
@@ -498,7 +503,8 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
 
 def blocks(data: Mapping[str, Any]) -> list[tuple]:
     """The report as blocks, section after section (both formats render these)."""
-    return [*_head_blocks(data), *_attempts_blocks(data), *_failures_blocks(data), *_trend_blocks(data),
+    return [*_head_blocks(data), *baseline_blocks(data), *_attempts_blocks(data), *_failures_blocks(data),
+            *_trend_blocks(data),
             *_model_blocks(data), *_fleet_blocks(data),
             ("p", f"Generated {_when(data['generated_at'])} UTC by Cluster Doctor.", "meta")]
 
@@ -561,6 +567,16 @@ def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
         out.append(("p", f"… and {data['failures_total'] - len(data['failures'])} more failed attempt(s) on "
                          "this day (query validation_history).", ""))
     return out
+
+
+def baseline_blocks(data: Mapping[str, Any]) -> list[tuple]:
+    """The node pools without a baseline: one line each, with its action (never one error per node)."""
+    found = data.get("missing_baselines") or []
+    if not found:
+        return []
+    return [("h2", "Configuration: no baseline"),
+            ("p", f"{len(found)} node pool(s) whose results could not be judged: their GPU model has no baseline.", ""),
+            ("list", [m["line"] for m in found])]
 
 
 def transition_blocks(data: Mapping[str, Any]) -> list[tuple]:

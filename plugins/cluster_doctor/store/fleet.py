@@ -39,7 +39,8 @@ from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite
 from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.peers import PeerVerdict
-from cluster_doctor.store import database, fleet_state, inventory, peers, reservations, suspects, trend, verdicts
+from cluster_doctor.store import (baselines, database, fleet_state, inventory, peers, reservations, suspects, trend,
+                                  verdicts)
 from cluster_doctor.store.fleet_state import MODEL_EXPR
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
@@ -332,6 +333,12 @@ class FleetQueries:
         signal or attempt, after its last pass, and that pass); of ``nodes``, or all."""
         with self.conn.cursor() as cur:
             return suspects.failing_since(cur, self.tests, nodes)
+
+    def missing_baselines(self) -> list[Any]:
+        """The node pools whose results could not be judged for want of a baseline, once each
+        (``domain.baselines.MissingBaseline``), not as one error per node."""
+        with self.conn.cursor() as cur:
+            return baselines.missing(cur, self.tests)
 
     def gpu_models(self) -> list[str]:
         assessed = self.assessment()

@@ -31,6 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cluster_doctor.domain import actions, fleet_verdicts, suites
+from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.nodes import (
@@ -426,7 +427,7 @@ def fleet_page(
     ctx = common(request, now, carry=form.query())
     ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
                tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={}, suspects={}, failing_since={},
-               offenders={},
+               offenders={}, missing_baselines=[], baseline_action=domain_baselines.ACTION,
                fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
     code = 200
     try:
@@ -438,7 +439,8 @@ def fleet_page(
     try:
         settings, connect = backend.load()
         with fleet.open_for(settings, connect, now=now, snapshot_cache_s=fleet.PAGE_SNAPSHOT_CACHE_S) as q:
-            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests, peer_tests=q.peer_tests)
+            ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests, peer_tests=q.peer_tests,
+                       missing_baselines=q.missing_baselines())  # once per node pool, not per node
             if q.peer_tests:  # issue 23 §2: the peer-test verdict of every peer-tested node
                 ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
             if flt is not None:

@@ -17,6 +17,7 @@ import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 from cluster_doctor_suites.dl.devices import current_device
 from tests.include.suites import catalog_gpu_cases as gpu29
+from tests.include.suites import catalog_judged_cases as judged
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -564,8 +565,9 @@ IB_FAULTS = [
           action="check_fabric"),
     Fault("roce_link_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_3:1", "", action="check_fabric"),
     Fault("ib_discards_growing", "ib_health", "pass", "ib_counters", "IB_DISCARDS_GROWING", "mlx5_6:1", "", "warn", "none"),
+    # the first sample's 15 overruns failed as link errors: past their carry window the counter is judged
     Fault("ib_counter_saturated", "ib_health", "pass", "ib_counters", "IB_COUNTER_SATURATED", "mlx5_1:1", "could not run",
-          "skip", "none"),
+          "skip", "none", args=("--link-error-window-hours", "0")),
     # issue 29: a first sample is judged (13 million CRC / symbol errors on a ConnectX-6 Dx port; ucx#9590's
     # LinkDownedCounter 25), a cleared counter's new errors count, a flap fails for its window
     Fault("ib_first_sample_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_0:1", "",
@@ -593,7 +595,7 @@ def _run_ib(run_inproc, tmp_path, h, fault: Fault):
     (issue 29's cases: one run, or three, as each says)."""
     boot = tmp_path / "boot_id"
     boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
-    args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3"]
+    args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3", *fault.args]
     if fault.id in ISSUE29_IB:
         return ISSUE29_IB[fault.id](run_inproc, tmp_path, h, args)
     if fault.id.startswith("roce") or fault.id == "ib_port_down_polling":
@@ -752,16 +754,21 @@ COUNT_RUNNERS = {"gpu_count_seven_of_seven_on_hgx": _count_gpu_health, "nccl_pre
 
 # issue 29's GPU classes, run by catalog_gpu_cases.py
 GPU29_FAULTS = [Fault(**case) for case in gpu29.CASES]
+# fatal Xids until a reset, failures carried forward, key checks judged: catalog_judged_cases.py
+JUDGED_FAULTS = [Fault(**case) for case in judged.CASES]
 ALL = GPU_FAULTS + DL_FAULTS + NCCL_FAULTS + STORAGE_FAULTS + NVBW_FAULTS + IB_FAULTS + GPU29_FAULTS
-ALL = ALL + COUNT_FAULTS
+ALL = ALL + COUNT_FAULTS + JUDGED_FAULTS
 
 
 @pytest.mark.parametrize("fault", ALL, ids=[f.id for f in ALL])
 def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
     # the node booted an hour ago: the kernel-log lines (uptime stamps 120 s .. 1 h) are recent
-    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: gpu29.UPTIME.get(fault.id, 3600.0))
+    uptime = judged.UPTIME.get(fault.id, gpu29.UPTIME.get(fault.id, 3600.0))
+    monkeypatch.setattr(gpu_health.kernel_log, "uptime_seconds", lambda: uptime)
     if fault.id in COUNT_RUNNERS:
         ns = COUNT_RUNNERS[fault.id](run_inproc, monkeypatch, tmp_path, fault, h)
+    elif fault.id in judged.IDS:
+        ns = judged.run(fault, run_inproc, monkeypatch, tmp_path, h)
     elif fault.id in gpu29.IDS:
         ns = gpu29.run(fault, run_inproc, monkeypatch, tmp_path)
     elif fault.suite == "gpu_health":
@@ -849,6 +856,19 @@ CLASSES = {
     "reads it, HCAs compared by name or an exact count of rails": [
         "gpu_count_seven_of_seven_on_hgx", "nccl_prefix_selector_slow", "nccl_prefix_selector_missing_rails",
         "ib_prefix_selector_missing_hca", "ib_prefix_selector_healthy"],
+    # fatal Xids until a reset, failures carried forward, key checks judged
+    "every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset; a line "
+    "caused by an earlier Xid is judged as that Xid": [
+        "xid_reset_gpu_30h_no_reset", "xid45_caused_by_xid149_line_gone", "xid137_nvlink_priv_error"],
+    "a failure carries forward: a port that failed with link errors fails the quiet retest for its window "
+    "unless it was reset or replaced": ["ib_link_errors_carried_to_quiet_retest"],
+    "checks that vanish or read as could not run: the fabric on an NVSwitch SKU is a visible not-run, a hung "
+    "diagnostic an error; the GPU's modes judged against the node pool": [
+        "fabric_not_reported_on_nvswitch_sku", "dcgm_diag_hung", "mig_enabled_on_training_pool",
+        "persistence_off_on_training_pool"],
+    "a key measurement that could not be judged is never a pass: an unknown model is a no-baseline finding "
+    "and an error; ECC off is a warning wherever the GPU has ECC": [
+        "nvbw_unknown_model_no_baseline", "ecc_disabled_unknown_model"],
 }
 
 

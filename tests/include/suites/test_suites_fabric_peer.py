@@ -330,3 +330,19 @@ def test_the_rendezvous_contract_is_read_from_the_environment(monkeypatch):
     a = p.parse_args([])
     assert (a.peer_port, a.peer_timeout) == (29500, 300.0)
     assert os.environ["CLUSTER_DOCTOR_PEER_ROLE"] == "client"
+
+
+def test_a_rail_type_without_a_floor_is_an_error_never_a_pass(tmp_path, gpu_nodes, h):
+    """The same healthy Broadcom RoCE pair (SCC24) on a node pool that runs it at 200 Gb/s: baselines.yaml
+    has no floor for a 200 GbE RoCE rail, so the suite's key measurement is not judged: an error with
+    the no-baseline code (a configuration finding), never `pass (incomplete)` for a link at any rate."""
+    for role in ("server", "client"):
+        gpu_nodes.replay(role, "bnxt_re0", BROADCOM, 0)
+    exp = ["--ib-hca", "=bnxt_re0", "--expect", "hcas=1,ib_rate_gbps=200"]
+    a, b = _broadcom_roce_tree(tmp_path / "ra"), _broadcom_roce_tree(tmp_path / "rb")
+    results = _pair(tmp_path, gpu_nodes.args(a, *exp), gpu_nodes.args(b, *exp))
+    for r in results.values():
+        h.result_validator().validate(r)
+        (rail,) = _by(r, "ib_write_bw")
+        assert (rail["status"], rail["code"]) == ("skip", "BASELINE_MISSING"), rail
+        assert r["status"] == "error" and r["code"] == "BASELINE_MISSING", (r["status"], r["code"], r["reason"])

@@ -4,6 +4,7 @@ written as the files the kernel shows for it; counters judged across two runs, a
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 from pathlib import Path
@@ -68,6 +69,13 @@ def test_saturated_counters_cannot_show_growth_and_say_so(run_cli, tmp_path, boo
     ns = ib(run_cli, root, boot)
     h.check_artifacts(ns, status="fail", suite="ib_health")
     counters = by(ns, "ib_counters")
+    # the first sample's port_rcv_errors 14 failed every port: carried for the link-error window, the
+    # saturated counters said beside it
+    assert {c["code"] for d, c in counters.items() if d != "mlx5_1:1"} == {"IB_LINK_ERRORS"}
+    c = counters["mlx5_0:1"]
+    assert "excessive_buffer_overrun_errors=15" in c["message"] and "inside the 24 h link-error window" in c["message"]
+    past = ib(run_cli, root, boot, "--link-error-window-hours", "0")
+    counters = by(past, "ib_counters")
     assert {c["code"] for d, c in counters.items() if d != "mlx5_1:1"} == {"IB_COUNTER_SATURATED"}
     assert "excessive_buffer_overrun_errors=15" in counters["mlx5_0:1"]["message"]
     # mlx5_1's link_downed (255) was a flap on the first run: it stays failing inside the window
@@ -348,3 +356,72 @@ def test_a_prefix_selector_still_finds_a_missing_hca(run_cli, tmp_path, boot, h,
     h.check_artifacts(ns, status="fail", suite="ib_health")
     c = by(ns, "ib_hca_count")[None]
     assert (c["status"], c["code"], c["value"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7)
+
+
+def _link_errors_failed(run_cli, tmp_path, boot, h):
+    """Two runs: the first records, then mlx5_6's symbol_error grows by 40 under load: IB_LINK_ERRORS."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    ib(run_cli, root, boot)
+    h.ib_counter(root, "mlx5_6", "symbol_error", 40)
+    failed = ib(run_cli, root, boot)
+    assert by(failed, "ib_counters")["mlx5_6:1"]["code"] == "IB_LINK_ERRORS"
+    return root, failed
+
+
+def test_a_link_error_failure_fails_the_quiet_retest_and_a_reboot_inside_its_window(run_cli, tmp_path, boot, h):
+    root, failed = _link_errors_failed(run_cli, tmp_path, boot, h)
+    rec = failed.result["environment"]["ib_counters"]["link_errors"]["mlx5_6:1"]
+    assert rec["count"] == 40 and rec["flap_values"] == {"link_downed": 0}
+    retest = ib(run_cli, root, boot)  # the drained node, quiet: no growth since the failed run's sample
+    h.check_artifacts(retest, status="fail", suite="ib_health")
+    c = by(retest, "ib_counters")["mlx5_6:1"]
+    assert c["status"] == "fail" and c["code"] == "IB_LINK_ERRORS" and "symbol_error +40 (0 -> 40)" in c["message"]
+    assert "inside the 24 h link-error window" in c["message"] and retest.result["metrics"]["ib_counter_growth"] == 0
+    # a reboot and a counter clear repair no cable: still failing, the record carried on
+    boot.write_text("0d1e2f3a-0000-4000-8000-000000000001\n")
+    h.ib_counter(root, "mlx5_6", "symbol_error", 0)
+    rebooted = ib(run_cli, root, boot)
+    assert by(rebooted, "ib_counters")["mlx5_6:1"]["code"] == "IB_LINK_ERRORS"
+    assert rebooted.result["environment"]["ib_counters"]["link_errors"]["mlx5_6:1"]["at"] == rec["at"]
+    # the window is a setting
+    gone = ib(run_cli, root, boot, "--link-error-window-hours", "0")
+    h.check_artifacts(gone, status="pass", suite="ib_health")
+    assert gone.result["environment"]["ib_counters"]["link_errors"] == {}
+
+
+def test_a_link_error_failure_older_than_its_window_is_judged_by_growth_again(run_cli, tmp_path, boot, h):
+    root, failed = _link_errors_failed(run_cli, tmp_path, boot, h)
+    path = Path(failed.summary["result_path"])
+    data = json.loads(path.read_text())
+    seen = dt.datetime.fromisoformat(data["environment"]["ib_counters"]["taken_at"].replace("Z", "+00:00"))
+    data["environment"]["ib_counters"]["link_errors"]["mlx5_6:1"]["at"] = (
+        seen - dt.timedelta(hours=25)).isoformat(timespec="seconds")
+    path.write_text(json.dumps(data))
+    ns = ib(run_cli, root, boot)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+
+
+def test_a_port_reset_since_the_link_errors_ends_the_carry_and_its_flap_is_judged(run_cli, tmp_path, boot, h):
+    """The cable reseated (or the port reset) in the same boot: link_downed 0 -> 1 since the failure.
+    The link errors are no longer carried; the link-up is a flap, failing for its own window."""
+    root, _ = _link_errors_failed(run_cli, tmp_path, boot, h)
+    h.ib_counter(root, "mlx5_6", "link_downed", 1)
+    ns = ib(run_cli, root, boot)
+    c = by(ns, "ib_counters")["mlx5_6:1"]
+    assert c["code"] == "IB_LINK_FLAPPED" and ns.result["environment"]["ib_counters"]["link_errors"] == {}
+    assert "not carried: the port went down and came back since (link_downed 0 -> 1" in c["message"]
+    flap_over = ib(run_cli, root, boot, "--flap-window-hours", "0")
+    h.check_artifacts(flap_over, status="pass", suite="ib_health")
+
+
+def test_a_replaced_hca_does_not_inherit_the_link_errors_of_the_old_one(run_cli, tmp_path, boot, h):
+    root, failed = _link_errors_failed(run_cli, tmp_path, boot, h)
+    assert failed.result["environment"]["ib_counters"]["link_errors"]["mlx5_6:1"]["guid"] is None  # fixture has none
+    (root / "mlx5_6" / "node_guid").write_text("946d:ae03:00f2:1a3c\n")
+    first = ib(run_cli, root, boot)  # GUID None -> known: not proof of a new HCA, still failing
+    assert by(first, "ib_counters")["mlx5_6:1"]["code"] == "IB_LINK_ERRORS"
+    (root / "mlx5_6" / "node_guid").write_text("946d:ae03:00f2:77e1\n")  # the HCA swapped, its counters new
+    h.ib_counter(root, "mlx5_6", "symbol_error", 0)
+    ns = ib(run_cli, root, boot)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    assert "another HCA since (GUID 946d:ae03:00f2:1a3c -> 946d:ae03:00f2:77e1)" in by(ns, "ib_counters")["mlx5_6:1"]["message"]

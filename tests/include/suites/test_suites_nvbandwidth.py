@@ -3,6 +3,7 @@ suite run against a fake nvbandwidth that replays them with the tool's exit code
 
 from __future__ import annotations
 
+import pytest
 from cluster_doctor_suites import nvbandwidth as suite
 from cluster_doctor_suites.checkers import nvbandwidth as nvbw
 
@@ -94,12 +95,15 @@ def test_without_a_floor_the_node_median_still_names_a_slow_pair(run_cli, fake_t
 def test_pcie_pairs_without_nvlink_or_floor_are_not_compared(run_cli, fake_tool, tmp_path, h):
     # an unknown model without an NVLink expectation: GPU pairs under different PCIe switches
     # legitimately differ (issue 50: 26 vs 22 GB/s): no floor, no comparison, said so
+    # and the suite's key measurement was not judged: an error (a configuration finding), never a pass
     slow = _fx(h, "readme_v0.8_d2d_write_ce_8gpu.txt").replace("276.60", "200.00")
     ns = _run(run_cli, _readme_tool(fake_tool, h, tmp_path, slow), "--gpu-model", "Some-Future-GPU",
               "--expected-gpus", "8")
-    h.check_artifacts(ns, status="pass", suite="nvbandwidth")
+    h.check_artifacts(ns, status="error", suite="nvbandwidth")
+    assert ns.summary["code"] == "BASELINE_MISSING" and ns.summary["reason"].startswith("not judged, no baseline"), ns.summary
     d2d = next(c for c in ns.result["checks"] if c["name"] == "nvbw_d2d_write_ce")
     assert d2d["status"] == "skip" and d2d["code"] == "BASELINE_MISSING"
+    assert any(c["name"] == "baseline" and "Some-Future-GPU" in c["message"] for c in ns.result["checks"])
 
 
 def test_corrupted_copy_fails_the_node(run_cli, fake_tool, h):
@@ -194,3 +198,16 @@ def test_every_ordered_pair_of_the_expected_gpus_must_be_measured(h):
     del m.rows["3"]  # one row missing: its seven pairs, each named
     got = [c.device for c in nvbw.to_checks(nvbw.TESTCASES[WRITE], m, j, 8) if c.code == "NVBW_NOT_MEASURED"]
     assert got == [f"cuda:3,cuda:{o}" for o in (0, 1, 2, 4, 5, 6, 7)]
+
+
+@pytest.mark.parametrize("model", ["NVIDIA-GB200", "NVIDIA-H200-NVL", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H20"])
+def test_a_model_without_a_baseline_is_an_explicit_finding_and_never_a_pass(run_cli, fake_tool, tmp_path, h, model):
+    """The README's healthy matrices, labelled as a model baselines.yaml does not know: the finding names
+    the model, and the run is an error with the no-baseline code, whatever the numbers."""
+    ns = _run(run_cli, _readme_tool(fake_tool, h, tmp_path, _fx(h, "readme_v0.8_d2d_write_ce_8gpu.txt")),
+              "--gpu-model", model, "--expected-gpus", "8")
+    h.check_artifacts(ns, status="error", suite="nvbandwidth")
+    assert ns.summary["code"] == "BASELINE_MISSING" and ns.summary["action"] == "none"
+    [finding] = [c for c in ns.result["checks"] if c["name"] == "baseline"]
+    assert finding["status"] == "skip" and model in finding["message"] and "baselines.yaml" in finding["message"]
+    assert ns.result["environment"]["baseline_missing"] == model

@@ -86,3 +86,51 @@ def test_old_failing_xid_is_reported_as_historical(h):
 def test_no_xid_is_a_pass_with_evidence(h):
     [c] = _checks(h, "dmesg_clean_6.18_firecracker.txt")
     assert c.status == "pass" and c.name == "xid"
+
+
+@pytest.mark.parametrize("n", [46, 48, 62, 64, 79, 95, 109, 110, 119, 120, 136, 140, 143, 151, 155, 156, 158])
+def test_every_xid_nvidia_resolves_by_reset_or_reboot_fails_until_the_reset(n):
+    """NVIDIA's RESET_GPU / RESTART_BM / RESTART_VM (and the Xid 48 workflow): the GPU is broken until
+    that reset, so the failure does not age into a warning."""
+    v = xid.judge(n, "", NHC)
+    assert v.status == "fail" and v.action in ("reset_gpu", "reboot") and v.until_reset, (n, v)
+
+
+@pytest.mark.parametrize("n", [13, 31, 43, 45, 94, 137])
+def test_xids_of_the_application_or_ours_age_into_a_warning(n):
+    """RESTART_APP / IGNORE (94 is failed by the AzureHPC list, 137 by us within the window): not
+    fatal until a reset."""
+    assert not xid.judge(n, "", NHC).until_reset
+
+
+def test_a_reset_gpu_xid_30h_old_fails_until_the_log_shows_a_reset(h):
+    """gpud#46's Xid 109 (CTX SWITCH TIMEOUT, NVIDIA: RESET_GPU) 30 h before now: still failing; once
+    the driver is loaded again after it, a historical warning."""
+    now = 3125.451904 + 30 * 3600
+    [c] = [c for c in _checks(h, "dmesg_xids_derived.txt", {"0000:81:00": "cuda:0"}, now=now) if c.value == 109]
+    assert c.status == "fail" and c.code == "XID_CRITICAL" and "no GPU reset or driver reload since" in c.message
+    reloaded = h.fx("kernel", "dmesg_xids_derived.txt") + (
+        "[90000.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.144.03  Mon Dec 30 17:44:08 UTC 2024\n")
+    old = {c.code: c for c in _checks(h, None, {"0000:81:00": "cuda:0"}, now=now, text=reloaded) if c.device == "cuda:0"}
+    assert old["XID_HISTORICAL"].status == "warn" and old["XID_HISTORICAL"].value == 109
+    assert {c.status for c in old.values()} == {"warn"}  # and Xid 13, the application's
+
+
+def test_a_line_caused_by_an_earlier_xid_is_judged_as_that_xid(h):
+    """open-gpu-kernel-modules#1150: Xid 45 lines "caused by previous Xid 149 / 145", the earlier lines
+    gone: judged as the NVLink Xid (fail closed without its severity), named as both."""
+    checks = _checks(h, "journal_xid45_after_xid149_590.48.01.txt", {"0000:dc:00": "cuda:0", "0000:ed:00": "cuda:1"})
+    got = {(c.device, c.code): c for c in checks}
+    assert got[("cuda:0", "XID_NVLINK_ERROR")].status == "fail" and got[("cuda:0", "XID_NVLINK_ERROR")].value == 149
+    assert "Xid 45 caused by Xid 149 (NVLINK_NETIR_ERROR" in got[("cuda:0", "XID_NVLINK_ERROR")].message
+    assert got[("cuda:1", "XID_NVLINK_ERROR")].value == 145
+    assert not any(c.code == "XID_APPLICATION" for c in checks)
+
+
+def test_a_line_caused_by_an_earlier_nonfatal_xid_still_in_the_log_takes_its_severity(h):
+    """gpud#1160's Xid 144 `SAW_MVB Nonfatal` line, then an Xid 45 the driver says it caused (the
+    layout of open-gpu-kernel-modules#1150): a warning like the Xid 144 itself."""
+    first = h.fx("kernel", "xid144_nonfatal_xid149_fatal_gpud1160.txt").splitlines()[0]
+    follow = "NVRM: Xid (PCI:0000:01:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 144"
+    checks = _checks(h, None, {"0000:01:00": "cuda:0"}, text=f"{first}\n{follow}\n")
+    assert {(c.code, c.status) for c in checks} == {("XID_NVLINK_ERROR", "warn")}
