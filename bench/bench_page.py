@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO / "tools"))
 
 import bench_metrics
 import figures
+import interrupts
 from leftovers import Leftovers
 
 NODE = "gpu-0001"
@@ -126,8 +127,7 @@ def main() -> int:
     leftovers = Leftovers()
     results = []
     with leftovers.tempdir("cd-bench-page-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
+        with interrupts.embedded_postgres(tmp / "pg") as server:
             server_dsn = database.libpq_params(server.get_uri())
             for nodes in sizes:
                 dsn = bench_metrics.create_database(server_dsn, f"bench_{nodes}")
@@ -137,8 +137,6 @@ def main() -> int:
                       f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)",
                       flush=True)
                 results.append(measure(dsn, nodes, args.runs))
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
     worse = figures.regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
                                  for r in results for key, field in (("page.uncached_ms", "uncached"),
                                                                      ("page.node_ms", "node"))})
@@ -154,4 +152,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

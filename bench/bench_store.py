@@ -38,6 +38,7 @@ from cluster_doctor.store.history import ResultStore
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import figures
+import interrupts
 from leftovers import Leftovers
 
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
@@ -130,15 +131,12 @@ def main() -> int:
     args.nodes = fleets[0]
     leftovers = Leftovers()
     with leftovers.tempdir("cd-bench-store-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
+        with interrupts.embedded_postgres(tmp / "pg") as server:
             dsn = database.libpq_params(server.get_uri())
             result = measure(dsn, args)
             if result is not None:  # the view at the first row size, per fleet size
                 by_nodes = {fleets[0]: result[1][args.sizes[0]]}
                 by_nodes.update({nodes: view_at(dsn, args, nodes) for nodes in fleets[1:]})
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
     if result is None:
         return leftovers.finish("latest_view_ms=nan naive_ms=nan speedup=nan rows=0 prune_s=nan pruned=0", ok=False)
     figure, measured = result
@@ -288,4 +286,4 @@ def record_incrementally(dsn: dict, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

@@ -40,6 +40,7 @@ import urllib.request
 import uuid
 import warnings
 
+import interrupts
 import timing
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -381,9 +382,10 @@ def start_postgres(record: Record, say) -> tuple[str, str]:
     pgdata = record.state / "pgdata"
     with warnings.catch_warnings():  # platformdirs on XDG_RUNTIME_DIR: noise, the socket lives in pgdata
         warnings.simplefilter("ignore")
-        server = database.embedded_server(pgdata, cleanup_mode=None)  # None: it outlives this process
-    record.data["postgres"] = {"pid": server.get_pid(), "pgdata": str(pgdata.resolve())}
-    record.save()
+        with interrupts.held():  # recorded before an interruption is let through: `stop` finds it then
+            server = database.embedded_server(pgdata, cleanup_mode=None)  # None: it outlives this process
+            record.data["postgres"] = {"pid": server.get_pid(), "pgdata": str(pgdata.resolve())}
+            record.save()
     params = database.libpq_params(server.get_uri())
     with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as conn:
         have = {row[0] for row in conn.execute("SELECT datname FROM pg_database")}
@@ -586,10 +588,6 @@ def describe(state: pathlib.Path, info: dict) -> str:
 
 
 # ------------------------------------------------------------------ CLI
-def _interrupted(*_):
-    raise KeyboardInterrupt
-
-
 def report(exc: StackError) -> None:
     if exc.log is not None and (text := tail(exc.log)):
         print(f"--- last lines of {exc.log}\n{text}\n---", file=sys.stderr)
@@ -638,8 +636,6 @@ def main(argv: list[str] | None = None) -> int:
         if not port_free(args.port):
             raise StackError(f"port {args.port} on 127.0.0.1 is in use: "
                              "choose another with STACK_PORT=8090 make up")
-        # SIGTERM (e.g. a CI timeout) takes the same path as Ctrl-C: stop what was started
-        signal.signal(signal.SIGTERM, _interrupted)
         phases = timing.Phases()
         info = up(state, port=args.port, nodes=args.nodes, churn_interval=args.churn_interval, seed=args.seed,
                   timeout=args.timeout, phases=phases)
@@ -651,10 +647,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(exc, "reported", False):
             report(exc)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM (e.g. a CI timeout), SIGHUP, a closed pipe (interrupts)
+        print(f"interrupted ({getattr(exc, 'why', 'SIGINT')}): stopped what was started", file=sys.stderr)
+        return getattr(exc, "status", 130)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))
