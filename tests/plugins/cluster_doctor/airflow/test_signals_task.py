@@ -152,3 +152,81 @@ def test_a_free_suspect_is_tainted_while_no_run_can_start_and_the_run_that_valid
     hourly = discovered(["gpu-001", "gpu-002"], settings=settings, busy=["gpu-003"], started_at=later)
     assert "gpu-001" not in tasks.reserve(hourly, store, core, run_id="scheduled__1", now=later).applied
     assert _taints(emu, "gpu-001") == []
+
+
+class SlowApiServer:
+    """The task instance as the Task SDK gives it, while the api-server is still starting: its first
+    ``timeouts`` calls to the execution API time out (the supervisor's own retries spent)."""
+
+    def __init__(self, timeouts: int):
+        self.timeouts, self.calls = timeouts, 0
+
+    def _answer(self, value):
+        from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+        from airflow.sdk.execution_time.comms import ErrorResponse
+
+        self.calls += 1
+        if self.calls <= self.timeouts:
+            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+                "status_code": None, "message": "timed out", "exception_type": "ReadTimeout"}))
+        return value
+
+    def get_dag(self, dag_id):
+        import types
+
+        return self._answer(types.SimpleNamespace(dag_id=dag_id, is_paused=False, next_dagrun=None))
+
+    def get_dr_count(self, dag_id, states):
+        return self._answer(0)
+
+
+class FakeTime:
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _connections(monkeypatch, emu, store):
+    from cluster_doctor.airflow import runtime
+
+    monkeypatch.setattr(runtime, "core_v1", lambda conn_id: emu.core_v1())
+    monkeypatch.setattr(runtime, "results_store", lambda conn_id: store)
+
+
+def test_the_fast_path_waits_for_an_api_server_still_starting_within_one_interval(emu, store, monkeypatch, caplog):
+    import logging
+
+    _connections(monkeypatch, emu, store)
+    emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
+    fake = FakeTime()
+    caplog.set_level(logging.WARNING)
+    decision = signals_task.fast_path_tick(SlowApiServer(timeouts=3), Settings(tests=TESTS), clock=fake.clock,
+                                           sleep=fake.sleep)
+    assert decision.nodes == ["gpu-001"]  # the tick ran once the api-server answered
+    assert fake.sleeps == [1.0, 2.0, 4.0]
+    assert sum("execution API) is not answering yet" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_the_fast_path_fails_on_one_line_when_the_api_server_never_answers(emu, store, monkeypatch, caplog):
+    import logging
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    _connections(monkeypatch, emu, store)
+    fake = FakeTime()
+    caplog.set_level(logging.ERROR, logger=signals_task.__name__)
+    with pytest.raises(AirflowFailException) as err:
+        signals_task.fast_path_tick(SlowApiServer(timeouts=10**6), Settings(tests=TESTS, fast_path_minutes=1),
+                                    clock=fake.clock, sleep=fake.sleep)
+    line = str(err.value)
+    assert line.startswith("fast path not run: the Airflow API server (execution API) did not answer within 60 s")
+    assert "ReadTimeout" in line and line.endswith("; the next tick tries again") and "\n" not in line
+    assert [r.getMessage() for r in caplog.records] == [line]
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chain of tracebacks under it
+    assert sum(fake.sleeps) == 60  # one interval: the next tick tries again
