@@ -13,11 +13,14 @@ each fetched completely by the client; at the second size the view alone. Then o
 it. Then, for 10,000 nodes (40,000 pairs), the first size again in a database of its own, the view alone
 (it reads one row per pair, whatever the history). Then it stops and deletes the server and checks that
 nothing of the run is left (tools/leftovers.py:
-processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the README's
-table says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
-``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>
-nodes=<fleet sizes> view_by_nodes_ms=<p50 at the first size per fleet size>``, values comma-separated. Exit status 1 also when the view disagrees with the naive query or the
-retention changed it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).
+processes, its temporary directory, ports) and says so. The regression judgement is the ratio naive ÷ view
+at the first size (``store.speedup``, both measured in this run): more than 20 % below the README's says
+REGRESSION and the run exits 1 (bench/figures.py); a slower host slows both alike. The absolute figures are
+printed with the host's speed beside them (bench/host.py). The last line reads ``latest_view_ms=<p50 per
+size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n> nodes=<fleet sizes>
+view_by_nodes_ms=<p50 at the first size per fleet size> host_ms=<the host's calibration>``, values
+comma-separated. Exit status 1 also when the view disagrees with the naive query or the retention changed
+it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from cluster_doctor.store.history import ResultStore
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import figures
+import host
 import interrupts
 from leftovers import Leftovers
 
@@ -139,14 +143,15 @@ def main() -> int:
                 by_nodes.update({nodes: view_at(dsn, args, nodes) for nodes in fleets[1:]})
     if result is None:
         return leftovers.finish("latest_view_ms=nan naive_ms=nan speedup=nan rows=0 prune_s=nan pruned=0", ok=False)
-    figure, measured = result
-    worse = figures.regressions({
-        **{("store.latest_view_ms", figures.size_label(rows, "rows")): ms for rows, ms in measured.items()},
-        **{("store.view_by_nodes_ms", figures.size_label(nodes, "nodes")): ms for nodes, ms in by_nodes.items()}})
+    figure, measured, speedup = result
+    host_ms = host.calibration_ms()
+    print(host.line(host_ms), flush=True)
+    worse = figures.ratio_regressions({("store.speedup", figures.size_label(min(measured), "rows")): speedup})
     for line in worse:
         print(line, flush=True)
     return leftovers.finish(f"{figure} nodes={','.join(map(str, by_nodes))} "
-                            f"view_by_nodes_ms={','.join(f'{ms:.1f}' for ms in by_nodes.values())}", ok=not worse)
+                            f"view_by_nodes_ms={','.join(f'{ms:.1f}' for ms in by_nodes.values())} "
+                            f"host_ms={host_ms:.1f}", ok=not worse)
 
 
 def view_at(server_dsn: dict, args: argparse.Namespace, nodes: int) -> float:
@@ -170,9 +175,10 @@ def view_at(server_dsn: dict, args: argparse.Namespace, nodes: int) -> float:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]] | None:
+def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float], float] | None:
     """Load, record incrementally, time the view at each size (and the naive query at the first), then
-    a retention pass: the figure line and {size asked for: view p50}, or None when an answer is wrong."""
+    a retention pass: the figure line, {size asked for: view p50} and naive ÷ view at the first size, or
+    None when an answer is wrong."""
     ResultStore(dsn).upgrade()
     view_ms: dict[int, float] = {}
     naive_ms = 0.0
@@ -199,7 +205,7 @@ def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]]
     figure = (f"latest_view_ms={','.join(f'{v:.1f}' for v in view_ms.values())} naive_ms={naive_ms:.1f} "
               f"speedup={naive_ms / first:.1f} rows={','.join(str(r) for r in view_ms)} "
               f"prune_s={pruned[0]:.1f} pruned={pruned[1]}")
-    return figure, view_ms
+    return figure, view_ms, naive_ms / first
 
 
 def compare_naive(dsn: dict, args: argparse.Namespace) -> float | None:
