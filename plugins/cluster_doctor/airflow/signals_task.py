@@ -190,7 +190,10 @@ def fast_path_tick(ti: Any, settings: Settings, *, clock=time.monotonic, sleep=t
         return runtime.reach(call, deadline=deadline, clock=clock, sleep=sleep)
 
     try:
-        target = reach(lambda: ti.get_dag(TARGET_DAG))
+        target = reach(lambda: _target_dag(ti))
+        if target is None:  # a stack still starting: the dag-processor has not parsed it yet
+            log.info("fast path: %s is not parsed yet: signals not read", TARGET_DAG)
+            return Decision([], why_not=f"{TARGET_DAG} is not parsed yet: signals not read")
         active = reach(lambda: ti.get_dr_count(dag_id=TARGET_DAG, states=["queued", "running"]))
         core_v1 = reach(lambda: runtime.core_v1(settings.kubernetes_conn_id))
         store = reach(lambda: runtime.results_store(settings.validation_db_conn_id))
@@ -202,6 +205,18 @@ def fast_path_tick(ti: Any, settings: Settings, *, clock=time.monotonic, sleep=t
         from airflow.sdk.exceptions import AirflowFailException
 
         raise AirflowFailException(line) from None
+
+
+def _target_dag(ti: Any) -> Any:
+    """The target DAG as the API server knows it (pause, next run), None while it does not know it."""
+    from airflow.sdk.exceptions import AirflowRuntimeError
+
+    try:
+        return ti.get_dag(TARGET_DAG)
+    except AirflowRuntimeError as exc:
+        if (exc.error.detail or {}).get("status_code") == 404:
+            return None
+        raise
 
 
 def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:

@@ -199,18 +199,20 @@ def _connections(monkeypatch, emu, store):
     monkeypatch.setattr(runtime, "results_store", lambda conn_id: store)
 
 
-def test_the_fast_path_waits_for_an_api_server_still_starting_within_one_interval(emu, store, monkeypatch, caplog):
-    import logging
-
+def test_the_fast_path_waits_for_an_api_server_still_starting_within_one_interval(emu, store, monkeypatch,
+                                                                                  capsys, caplog):
     _connections(monkeypatch, emu, store)
     emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
     fake = FakeTime()
-    caplog.set_level(logging.WARNING)
+    capsys.readouterr()
     decision = signals_task.fast_path_tick(SlowApiServer(timeouts=3), Settings(tests=TESTS), clock=fake.clock,
                                            sleep=fake.sleep)
     assert decision.nodes == ["gpu-001"]  # the tick ran once the api-server answered
     assert fake.sleeps == [1.0, 2.0, 4.0]
-    assert sum("execution API) is not answering yet" in r.getMessage() for r in caplog.records) == 3
+    # one line per wait: in pytest's records, or on stdout where Airflow's logging (set up by an earlier import)
+    # writes them
+    said = "the Airflow API server (execution API) is not answering yet"
+    assert max(capsys.readouterr().out.count(said), sum(said in r.getMessage() for r in caplog.records)) == 3
 
 
 def test_the_fast_path_fails_on_one_line_when_the_api_server_never_answers(emu, store, monkeypatch, caplog):
@@ -230,3 +232,26 @@ def test_the_fast_path_fails_on_one_line_when_the_api_server_never_answers(emu, 
     assert [r.getMessage() for r in caplog.records] == [line]
     assert err.value.__cause__ is None and err.value.__suppress_context__  # no chain of tracebacks under it
     assert sum(fake.sleeps) == 60  # one interval: the next tick tries again
+
+
+def test_the_fast_path_reads_nothing_while_its_target_dag_is_not_parsed_yet(emu, store, monkeypatch):
+    """A stack starting: the dag-processor parsed suspect_signals before continuous_validation, whose
+    pause the tick asks the API server for (404, as the Task SDK reports it)."""
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse
+
+    class NotParsedYet(SlowApiServer):
+        def get_dag(self, dag_id):
+            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+                "status_code": 404, "message": "Server returned error", "detail": {"detail": {
+                    "reason": "not_found", "message": f"The Dag with dag_id: `{dag_id}` was not found"}}}))
+
+    _connections(monkeypatch, emu, store)
+    emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
+    fake = FakeTime()
+    decision = signals_task.fast_path_tick(NotParsedYet(timeouts=0), Settings(tests=TESTS), clock=fake.clock,
+                                           sleep=fake.sleep)
+    assert decision.nodes == [] and decision.why_not == "continuous_validation is not parsed yet: signals not read"
+    assert fake.sleeps == []
+    with store.connect() as conn, conn.cursor() as cur:
+        assert suspects.current(cur, TESTS) == {}  # nothing read: the next tick reads it
