@@ -2,7 +2,8 @@
 SIGHUP and a closed output pipe all unwind it through its ``finally`` blocks, so the servers it started and
 its temporary directories go with it, and it exits with the shell's status for that signal.
 
-The benchmarks, ``make demo`` and ``make up`` run their ``main`` through ``run``. Python's defaults do not
+The benchmarks, ``make demo`` and ``make up`` run their ``main`` through ``run``; the test suite installs
+the SIGTERM and SIGHUP handlers (tests/conftest.py), so pytest tears its fixtures down as on Ctrl-C. Python's defaults do not
 do this: SIGTERM and SIGHUP end the process at once (no ``finally``, no atexit handler: pgserver's
 PostgreSQL runs on in its removed directory), and a closed pipe raises ``BrokenPipeError`` at every later
 ``print``, the cleanup's own lines included, so the cleanup stops at its first line.
@@ -105,13 +106,15 @@ class _PipeGuard(io.TextIOBase):
         return self._stream.errors
 
 
-def install() -> None:
-    """The handlers, once per process: each of SIGNALS and a closed stdout/stderr raises ``Interrupted``."""
+def install(signals: tuple[int, ...] = SIGNALS, *, streams: bool = True) -> None:
+    """The handlers, once per process: each of ``signals`` and (with ``streams``) a closed stdout/stderr
+    raises ``Interrupted``."""
     if _State.installed:
         return
-    for sig in SIGNALS:
+    for sig in signals:
         signal.signal(sig, _on_signal)
-    sys.stdout, sys.stderr = _PipeGuard(sys.stdout), _PipeGuard(sys.stderr)
+    if streams:
+        sys.stdout, sys.stderr = _PipeGuard(sys.stdout), _PipeGuard(sys.stderr)
     _State.installed = True
 
 

@@ -163,3 +163,49 @@ def test_a_closed_pipe_ends_the_command_once_and_its_cleanup_still_prints_nowher
     assert proc.returncode == interrupts.PIPE_STATUS, err
     assert (tmp_path / "cleaned").read_text() == "yes"
     assert b"Traceback" not in err and b"interrupted (closed pipe)" in err, err
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT to the group"])
+def test_a_test_run_that_is_stopped_tears_its_embedded_server_down(sig, scratch):
+    """The suite's own servers: a pytest run (with the suite's conftest as its plugin) whose fixture started
+    an embedded PostgreSQL, as tests/conftest.py does without a local server, is stopped mid-test."""
+    pgdata = scratch / "cd-test-pg"
+    (scratch / "test_holds_a_server.py").write_text(
+        "import pathlib, time\n"
+        "import pytest\n"
+        "from cluster_doctor.store import database\n\n"
+        "@pytest.fixture\n"
+        "def server():\n"
+        f"    server = database.embedded_server({str(pgdata)!r}, cleanup_mode='delete')\n"
+        "    try:\n"
+        "        yield server\n"
+        "    finally:\n"
+        "        database.stop_embedded(server)\n\n"
+        "def test_waits(server):\n"
+        f"    pathlib.Path({str(scratch / 'started')!r}).write_text(str(server.get_pid()))\n"
+        "    time.sleep(600)\n")
+    err = scratch / "out"
+    with open(err, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                                 "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(scratch)],
+                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_UP_TIMEOUT_S
+        while not (scratch / "started").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the test never ran (exit {proc.poll()}): {err.read_text()[-3000:]}")
+            time.sleep(0.2)
+        pid = int((scratch / "started").read_text())
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 2, err.read_text()[-3000:]  # pytest's "interrupted"
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert processes_mentioning(str(pgdata)) == [] and not pgdata.exists(), err.read_text()[-3000:]
