@@ -3,10 +3,11 @@ SIGHUP and a closed output pipe all unwind it through its ``finally`` blocks, so
 its temporary directories go with it, and it exits with the shell's status for that signal.
 
 The benchmarks, ``make demo`` and ``make up`` run their ``main`` through ``run``; the test suite installs
-the SIGTERM and SIGHUP handlers (tests/conftest.py), so pytest tears its fixtures down as on Ctrl-C. Python's defaults do not
-do this: SIGTERM and SIGHUP end the process at once (no ``finally``, no atexit handler: pgserver's
-PostgreSQL runs on in its removed directory), and a closed pipe raises ``BrokenPipeError`` at every later
-``print``, the cleanup's own lines included, so the cleanup stops at its first line.
+the SIGTERM and SIGHUP handlers (tests/conftest.py), so pytest tears its fixtures down as on Ctrl-C.
+Python's defaults do not do this: SIGTERM and SIGHUP end the process at once (no ``finally``, no atexit
+handler: pgserver's PostgreSQL runs on in its removed directory), and a closed pipe raises
+``BrokenPipeError`` at every later ``print``, the cleanup's own lines included, so the cleanup stops at
+its first line.
 
 ``held()`` keeps a signal back while a server starts or stops (a server half started has no handle yet
 to stop it by; a cleanup cut short leaves the rest); ``embedded_postgres`` is the benchmarks' server,
