@@ -1,4 +1,4 @@
-"""A command that starts servers (make bench-metrics, make bench-store, make demo) leaves nothing behind when
+"""A command that starts servers (make bench-metrics, make bench-store, make demo, make up) leaves nothing behind when
 it is interrupted: Ctrl-C (SIGINT to its process group, as a terminal sends it), SIGTERM (a CI timeout), or
 a reader that goes away (``make bench-metrics | head``). Each is interrupted once its embedded PostgreSQL
 runs; afterwards no process of it runs (found by its temporary directory on the command line, as a
@@ -11,6 +11,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,8 @@ TARGETS = {  # make target -> (command at a small scale, the prefix of its tempo
     "bench-store": ([str(REPO / "bench" / "bench_store.py"), "--rows", "20000,40000", "--nodes", "100,200",
                      "--repeats", "3", "--naive-repeats", "2"], "cd-bench-store-"),
     "demo": ([str(REPO / "tools" / "demo.py")], None),  # its directory stays by design (the CLI reads it)
+    # interrupted while it starts (its PostgreSQL up, Airflow on its way): it stops what it started
+    "up": ([str(REPO / "tools" / "stack.py"), "up", "--state-dir", "{state}", "--port", "{port}"], None),
 }
 HOW = {"SIGINT to the group": signal.SIGINT, "SIGTERM": signal.SIGTERM, "closed pipe": None}
 CASES = [(t, h) for t in TARGETS for h in HOW if h != "closed pipe" or t != "bench-store"]
@@ -75,7 +78,11 @@ def _wait_for_server(proc: subprocess.Popen, where: pathlib.Path, err: pathlib.P
 def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_directories(target, how, scratch):
     argv, prefix = TARGETS[target]
     marker = uuid.uuid4().hex
-    tmp, demo = scratch / "tmp", scratch / "demo"
+    tmp, demo = scratch / "tmp", scratch / "demo"  # the demo's directory, or the stack's state
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [a.format(state=demo, port=port) for a in argv]
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "CLUSTER_DOCTOR_DEMO_DIR": str(demo), MARKER: marker}
     err = scratch / "stderr"
@@ -84,7 +91,7 @@ def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_dire
         proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=err_fh, start_new_session=True)
     try:
-        _wait_for_server(proc, demo if target == "demo" else tmp, err)
+        _wait_for_server(proc, tmp if prefix else demo, err)
         time.sleep(2)  # a moment into its work with the server
         if HOW[how] is None:
             proc.stdout.close()  # the reader goes away; its next line meets a closed pipe
@@ -110,8 +117,9 @@ def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_dire
     assert _marked(marker) == []
     if prefix:
         assert [p.name for p in tmp.iterdir() if p.name.startswith(prefix)] == []
-    else:  # the demo's data stays for the CLI, its server does not
+    else:  # the demo's data stays for the CLI, the stack's for the next up; their servers do not
         assert not (demo / "pgdata" / "postmaster.pid").exists()
+        assert not (demo / "stack.json").exists()
 
 
 def test_an_interruption_during_a_held_block_is_raised_when_it_ends_and_a_second_one_waits(tmp_path):
