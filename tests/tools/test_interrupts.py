@@ -73,6 +73,9 @@ def _wait_for_server(proc: subprocess.Popen, where: pathlib.Path, err: pathlib.P
         time.sleep(0.2)
 
 
+@pytest.mark.real_clock("make up's stop compares its record's time with the kernel's process start times "
+                        "(/proc), which no moved clock moves; the rest reads no date, and minutes of runs twice "
+                        "is what make test cannot pay")
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("target", "how"), CASES, ids=[f"{t}-{h}" for t, h in CASES])
 def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_directories(target, how, scratch):
@@ -173,6 +176,8 @@ def test_a_closed_pipe_ends_the_command_once_and_its_cleanup_still_prints_nowher
     assert b"Traceback" not in err and b"interrupted (closed pipe)" in err, err
 
 
+@pytest.mark.real_clock("a pytest run's teardown reads no date; starting a server twice is what make test "
+                        "cannot pay")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT to the group"])
 def test_a_test_run_that_is_stopped_tears_its_embedded_server_down(sig, scratch):
