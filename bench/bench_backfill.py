@@ -28,6 +28,7 @@ import urllib.parse
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+import interrupts  # noqa: E402
 import stack as stack_tool  # noqa: E402  (tools/stack.py: make up / make down)
 from leftovers import Leftovers  # noqa: E402
 
@@ -138,4 +139,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

@@ -32,6 +32,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))  # the emulator is a test tool, not part of the installed package
 
 from k8s_emulator import EmulatorProcess  # noqa: E402
+import interrupts  # noqa: E402
 from leftovers import Leftovers  # noqa: E402
 
 GOAL_S = 1.0
@@ -108,4 +109,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

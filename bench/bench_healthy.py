@@ -23,6 +23,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+import interrupts  # noqa: E402
 from leftovers import Leftovers  # noqa: E402
 
 PREFIX = "CLUSTER_DOCTOR_RESULT "
@@ -85,4 +86,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

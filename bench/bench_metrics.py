@@ -16,10 +16,13 @@ data:
 
 Also, per size: the cold scrape (a fresh process: every pair read and assessed, every line written), the
 cached one (within the cache's lifetime) and the load average. Then the server is stopped and deleted and
-the run checks that nothing of it is left (tools/leftovers.py). A figure more than 20 % worse than the
-one in bench/figures.toml says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
-``scrape_ms=<p50 per size> growth=<x> cold_ms=<p50 per size> bytes=<n> gzip_bytes=<n> series=<n>
-nodes=<sizes> baseline_ms=<p50 per size> ratio=<x>``, values per size comma-separated.
+the run checks that nothing of it is left (tools/leftovers.py). The regression judgement is the ratio
+baseline ÷ scrape of the same run (``metrics.speedup``): more than 20 % below bench/figures.toml's says REGRESSION
+and the run exits 1 (bench/figures.py); a slower host slows both alike. The absolute figures are printed
+with the host's speed beside them (bench/host.py). The last line reads ``scrape_ms=<p50 per size>
+growth=<x> cold_ms=<p50 per size> bytes=<n> gzip_bytes=<n> series=<n> nodes=<sizes> baseline_ms=<p50 per
+size> ratio=<baseline ÷ scrape per size> host_ms=<the host's calibration per size>``, values per size
+comma-separated.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ sys.path.insert(0, str(REPO / "tools"))
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 
 import figures
+import host
+import interrupts
 from leftovers import Leftovers
 
 OLDER_HISTORY = """
@@ -171,24 +176,25 @@ def measure(dsn: dict, nodes: int, runs: int) -> dict:
     p50 = {k: statistics.median(v) for k, v in times.items()}
     p50["cold"] = statistics.median(cold)
     text = plain.decode()
-    out = {**p50, "bytes": len(plain), "gzip_bytes": len(gz), "nodes": nodes,
+    out = {**p50, "bytes": len(plain), "gzip_bytes": len(gz), "nodes": nodes, "ratio": p50["baseline"] / p50["scrape"],
            "series": sum(1 for line in text.splitlines() if line and not line.startswith("#"))}
     print(f"{nodes} nodes: scrape_ms={p50['scrape']:.0f} (a new attempt and 15 s before each) "
           f"cold_ms={p50['cold']:.0f} (first scrape of a process) cached_ms={p50['cached']:.0f} "
-          f"baseline_ms={p50['baseline']:.0f} (prometheus_client's app, same text) series={out['series']} "
+          f"baseline_ms={p50['baseline']:.0f} (prometheus_client's app, same text) "
+          f"ratio={out['ratio']:.1f} (baseline ÷ scrape: the judged figure) series={out['series']} "
           f"bytes={len(plain)} gzip_bytes={len(gz)}; load average {os.getloadavg()[0]:.2f}", flush=True)
     return out
 
 
 def figure_line(results: list[dict]) -> str:
-    def each(key: str) -> str:
-        return ",".join(f"{r[key]:.0f}" for r in results)
+    def each(key: str, fmt: str = ".0f") -> str:
+        return ",".join(format(r[key], fmt) for r in results)
 
     first, last = results[0], results[-1]
     growth = last["scrape"] / first["scrape"] if len(results) > 1 else 1.0
     return (f"scrape_ms={each('scrape')} growth={growth:.2f} cold_ms={each('cold')} bytes={first['bytes']} "
             f"gzip_bytes={first['gzip_bytes']} series={first['series']} nodes={each('nodes')} "
-            f"baseline_ms={each('baseline')} ratio={first['baseline'] / first['scrape']:.1f}")
+            f"baseline_ms={each('baseline')} ratio={each('ratio', '.1f')} host_ms={each('host_ms', '.1f')}")
 
 
 def main() -> int:
@@ -203,8 +209,7 @@ def main() -> int:
     leftovers = Leftovers()
     results = []
     with leftovers.tempdir("cd-bench-metrics-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
+        with interrupts.embedded_postgres(tmp / "pg") as server:
             server_dsn = database.libpq_params(server.get_uri())
             for nodes in sizes:
                 dsn = create_database(server_dsn, f"bench_{nodes}")
@@ -214,16 +219,16 @@ def main() -> int:
                 print(f"seeded {nodes} nodes x {len(TESTS)} tests with 6 attempts per pair in "
                       f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)",
                       flush=True)
-                results.append(measure(dsn, nodes, args.runs))
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
-    worse = figures.regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
-                                 for r in results for key, field in (("metrics.scrape_ms", "scrape"),
-                                                                     ("metrics.cold_ms", "cold"))})
+                result = measure(dsn, nodes, args.runs)
+                result["host_ms"] = host.calibration_ms()
+                print(host.line(result["host_ms"]), flush=True)
+                results.append(result)
+    worse = figures.ratio_regressions({("metrics.speedup", figures.size_label(r["nodes"], "nodes")): r["ratio"]
+                                       for r in results})
     for line in worse:
         print(line, flush=True)
     return leftovers.finish(figure_line(results), ok=not worse)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

@@ -13,11 +13,17 @@ fills the 30-day coverage samples cache, as the first visit after a restart woul
 * the page as it comes: the following requests with nothing recorded in between (paging, filtering,
   several viewers, a reload reuse the snapshot);
 * the node page of gpu-0001 (its latest state, its last 50 attempts, its plots over 90 days; the plots'
-  fleet bands cached after the first visit, which is printed apart).
+  fleet bands cached after the first visit, which is printed apart);
+* the baseline: the naive query (bench-store's: the latest attempt and the latest judged one of every
+  pair by DISTINCT ON over the whole history, streamed to the client), interleaved with the requests.
 
 Then the server is stopped and deleted and the run checks that nothing of it is left (tools/leftovers.py).
-A figure more than 20 % worse than bench/figures.toml's says REGRESSION and the run exits 1. Last line,
-values per size comma-separated: ``uncached_ms=<p50> growth=<x> page_ms=<p50> node_ms=<p50> nodes=<sizes>``.
+The regression judgement is the ratios naive ÷ page (``page.speedup``) and naive ÷ node page
+(``page.node_speedup``) of the same run: one more than 20 % below bench/figures.toml's says REGRESSION and the run
+exits 1 (bench/figures.py); a slower host slows both sides alike. The absolute figures are printed with the
+host's speed beside them (bench/host.py). Last line, values per size comma-separated: ``uncached_ms=<p50>
+growth=<x> page_ms=<p50> node_ms=<p50> nodes=<sizes> naive_ms=<p50> speedup=<naive ÷ uncached>
+node_speedup=<naive ÷ node> host_ms=<the host's calibration>``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 
 import bench_metrics
+import bench_store
 import figures
+import host
+import interrupts
 from leftovers import Leftovers
 
 NODE = "gpu-0001"
@@ -52,6 +61,8 @@ SELECT h.node_name, h.test_name, h.status, h.started_at - k * interval '1 hour',
   FROM validation_latest l JOIN validation_history h ON h.id = l.history_id, generate_series(1, 8760) AS k
  WHERE l.node_name = %s
 """
+# The baseline: bench-store's naive query over the history itself
+NAIVE = bench_store.NAIVE.replace("naive_history", "validation_history")
 
 
 def seed(dsn: dict, nodes: int) -> None:
@@ -97,7 +108,7 @@ def measure(dsn: dict, nodes: int, runs: int) -> dict:
     first_ms, _ = get("/cluster-doctor/")
     assert f'data-node="{NODE}"'.encode() in client.get("/cluster-doctor/").content
     node_first_ms, _ = get(f"/cluster-doctor/nodes/{NODE}")
-    times: dict[str, list[float]] = {"uncached": [], "page": [], "node": []}
+    times: dict[str, list[float]] = {"uncached": [], "page": [], "node": [], "naive": []}
     for _ in range(runs):  # interleaved, so a change of load hits them alike
         fleet.tick()
         times["uncached"].append(get("/cluster-doctor/")[0])
@@ -105,12 +116,17 @@ def measure(dsn: dict, nodes: int, runs: int) -> dict:
         times["page"].append(ms)
         ms, node_size = get(f"/cluster-doctor/nodes/{NODE}")
         times["node"].append(ms)
+        times["naive"].append(bench_store.timed_query(dsn, NAIVE, 1))
     p50 = {k: statistics.median(v) for k, v in times.items()}
+    p50["speedup"], p50["node_speedup"] = p50["naive"] / p50["uncached"], p50["naive"] / p50["node"]
     print(f"{nodes} nodes: uncached_ms={p50['uncached']:.0f} (a new attempt and 15 s before each) "
           f"page_ms={p50['page']:.0f} (nothing new since the previous request) node_ms={p50['node']:.0f} "
           f"({NODE}, a year of hourly history, {node_size} bytes; first visit {node_first_ms:.0f} ms: its model's "
           f"fleet bands); first request {first_ms:.0f} ms (fills the 30-day coverage cache); page size {size} bytes; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{nodes} nodes: naive_ms={p50['naive']:.0f} (the naive query, same run) speedup={p50['speedup']:.2f} "
+          f"(naive ÷ uncached) node_speedup={p50['node_speedup']:.2f} (naive ÷ node page): the judged figures",
+          flush=True)
     return {**p50, "nodes": nodes}
 
 
@@ -126,8 +142,7 @@ def main() -> int:
     leftovers = Leftovers()
     results = []
     with leftovers.tempdir("cd-bench-page-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
+        with interrupts.embedded_postgres(tmp / "pg") as server:
             server_dsn = database.libpq_params(server.get_uri())
             for nodes in sizes:
                 dsn = bench_metrics.create_database(server_dsn, f"bench_{nodes}")
@@ -136,22 +151,25 @@ def main() -> int:
                 print(f"seeded {nodes} nodes x {len(bench_metrics.TESTS)} tests (and a year of hours of {NODE}) in "
                       f"{time.perf_counter() - started:.0f} s (load average {load:.1f} on {os.cpu_count()} CPUs)",
                       flush=True)
-                results.append(measure(dsn, nodes, args.runs))
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
-    worse = figures.regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
-                                 for r in results for key, field in (("page.uncached_ms", "uncached"),
-                                                                     ("page.node_ms", "node"))})
+                result = measure(dsn, nodes, args.runs)
+                result["host_ms"] = host.calibration_ms()
+                print(host.line(result["host_ms"]), flush=True)
+                results.append(result)
+    worse = figures.ratio_regressions({(key, figures.size_label(r["nodes"], "nodes")): r[field]
+                                       for r in results for key, field in (("page.speedup", "speedup"),
+                                                                           ("page.node_speedup", "node_speedup"))})
     for line in worse:
         print(line, flush=True)
 
-    def each(key: str) -> str:
-        return ",".join(f"{r[key]:.0f}" for r in results)
+    def each(key: str, fmt: str = ".0f") -> str:
+        return ",".join(format(r[key], fmt) for r in results)
 
     growth = results[-1]["uncached"] / results[0]["uncached"] if len(results) > 1 else 1.0
     return leftovers.finish(f"uncached_ms={each('uncached')} growth={growth:.2f} page_ms={each('page')} "
-                            f"node_ms={each('node')} nodes={each('nodes')}", ok=not worse)
+                            f"node_ms={each('node')} nodes={each('nodes')} naive_ms={each('naive')} "
+                            f"speedup={each('speedup', '.2f')} node_speedup={each('node_speedup', '.2f')} "
+                            f"host_ms={each('host_ms', '.1f')}", ok=not worse)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

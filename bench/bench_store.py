@@ -13,11 +13,14 @@ each fetched completely by the client; at the second size the view alone. Then o
 it. Then, for 10,000 nodes (40,000 pairs), the first size again in a database of its own, the view alone
 (it reads one row per pair, whatever the history). Then it stops and deletes the server and checks that
 nothing of the run is left (tools/leftovers.py:
-processes, its temporary directory, ports) and says so. A figure more than 20 % worse than the one
-recorded in bench/figures.toml says REGRESSION and the run exits 1 (bench/figures.py). The last line reads
-``latest_view_ms=<p50 per size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n>
-nodes=<fleet sizes> view_by_nodes_ms=<p50 at the first size per fleet size>``, values comma-separated. Exit status 1 also when the view disagrees with the naive query or the
-retention changed it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).
+processes, its temporary directory, ports) and says so. The regression judgement is the ratio naive ÷ view
+at the first size (``store.speedup``, the two measured alternately in this run): more than 20 % below bench/figures.toml's says
+REGRESSION and the run exits 1 (bench/figures.py); a slower host slows both alike. The absolute figures are
+printed with the host's speed beside them (bench/host.py). The last line reads ``latest_view_ms=<p50 per
+size> naive_ms=<p50> speedup=<x> rows=<sizes> prune_s=<s> pruned=<n> nodes=<fleet sizes>
+view_by_nodes_ms=<p50 at the first size per fleet size> host_ms=<the host's calibration>``, values
+comma-separated. Exit status 1 also when the view disagrees with the naive query or the retention changed
+it. Disk: about 27 GB at its peak (30 M rows and their indexes, then 10 M more).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from cluster_doctor.store.history import ResultStore
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import figures
+import host
+import interrupts
 from leftovers import Leftovers
 
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
@@ -130,25 +135,23 @@ def main() -> int:
     args.nodes = fleets[0]
     leftovers = Leftovers()
     with leftovers.tempdir("cd-bench-store-") as tmp:
-        server = database.embedded_server(tmp / "pg", cleanup_mode="delete")
-        try:
+        with interrupts.embedded_postgres(tmp / "pg") as server:
             dsn = database.libpq_params(server.get_uri())
             result = measure(dsn, args)
             if result is not None:  # the view at the first row size, per fleet size
                 by_nodes = {fleets[0]: result[1][args.sizes[0]]}
                 by_nodes.update({nodes: view_at(dsn, args, nodes) for nodes in fleets[1:]})
-        finally:
-            server.cleanup()  # before the directory goes: a server in a removed directory runs on
     if result is None:
         return leftovers.finish("latest_view_ms=nan naive_ms=nan speedup=nan rows=0 prune_s=nan pruned=0", ok=False)
-    figure, measured = result
-    worse = figures.regressions({
-        **{("store.latest_view_ms", figures.size_label(rows, "rows")): ms for rows, ms in measured.items()},
-        **{("store.view_by_nodes_ms", figures.size_label(nodes, "nodes")): ms for nodes, ms in by_nodes.items()}})
+    figure, measured, speedup = result
+    host_ms = host.calibration_ms()
+    print(host.line(host_ms), flush=True)
+    worse = figures.ratio_regressions({("store.speedup", figures.size_label(min(measured), "rows")): speedup})
     for line in worse:
         print(line, flush=True)
     return leftovers.finish(f"{figure} nodes={','.join(map(str, by_nodes))} "
-                            f"view_by_nodes_ms={','.join(f'{ms:.1f}' for ms in by_nodes.values())}", ok=not worse)
+                            f"view_by_nodes_ms={','.join(f'{ms:.1f}' for ms in by_nodes.values())} "
+                            f"host_ms={host_ms:.1f}", ok=not worse)
 
 
 def view_at(server_dsn: dict, args: argparse.Namespace, nodes: int) -> float:
@@ -172,12 +175,13 @@ def view_at(server_dsn: dict, args: argparse.Namespace, nodes: int) -> float:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]] | None:
+def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float], float] | None:
     """Load, record incrementally, time the view at each size (and the naive query at the first), then
-    a retention pass: the figure line and {size asked for: view p50}, or None when an answer is wrong."""
+    a retention pass: the figure line, {size asked for: view p50} and naive ÷ view at the first size, or
+    None when an answer is wrong."""
     ResultStore(dsn).upgrade()
     view_ms: dict[int, float] = {}
-    naive_ms = 0.0
+    naive_ms = speedup = 0.0
     loaded = 0
     for size in args.sizes:
         with psycopg.connect(**dsn, autocommit=True) as conn:
@@ -185,9 +189,10 @@ def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]]
         if not naive_ms:
             record_incrementally(dsn, args)
             loaded = fetch(dsn, "SELECT count(*) FROM validation_history")[0][0]
-            naive_ms = compare_naive(dsn, args)
-            if naive_ms is None:
+            compared = compare_naive(dsn, args)
+            if compared is None:
                 return None
+            naive_ms, speedup = compared
         view_ms[size] = timed_query(dsn, "SELECT * FROM validation_latest", args.repeats)
         started = time.perf_counter()
         fetch(dsn, "SELECT * FROM validation_latest")
@@ -199,18 +204,23 @@ def measure(dsn: dict, args: argparse.Namespace) -> tuple[str, dict[int, float]]
         return None
     first = view_ms[min(view_ms)]
     figure = (f"latest_view_ms={','.join(f'{v:.1f}' for v in view_ms.values())} naive_ms={naive_ms:.1f} "
-              f"speedup={naive_ms / first:.1f} rows={','.join(str(r) for r in view_ms)} "
+              f"speedup={speedup:.1f} rows={','.join(str(r) for r in view_ms)} "
               f"prune_s={pruned[0]:.1f} pruned={pruned[1]}")
-    return figure, view_ms
+    return figure, view_ms, speedup
 
 
-def compare_naive(dsn: dict, args: argparse.Namespace) -> float | None:
-    """The naive query's p50 over the unindexed copy, after checking it answers what the view answers;
-    the copy is dropped afterwards. None when they differ."""
+def compare_naive(dsn: dict, args: argparse.Namespace) -> tuple[float, float] | None:
+    """The naive query's p50 over the unindexed copy and its ratio to the view's, the two alternating (a
+    change of load hits both alike), after checking it answers what the view answers; the copy is dropped
+    afterwards. None when they differ."""
     with psycopg.connect(**dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE naive_history AS SELECT * FROM validation_history")
         conn.execute("VACUUM ANALYZE naive_history")
-    naive_ms = timed_query(dsn, NAIVE, args.naive_repeats)
+    naive, view = [], []
+    for _ in range(args.naive_repeats):
+        naive.append(timed_query(dsn, NAIVE, 1))
+        view.append(timed_query(dsn, "SELECT * FROM validation_latest", 1))
+    naive_ms = statistics.median(naive)
     # Same answer, or the comparison means nothing.
     core = "SELECT node_name, test_name, status, finished_at, last_attempt_status, last_attempt_at FROM ({}) q"
     view_rows = fetch(dsn, core.format("SELECT * FROM validation_latest"))
@@ -222,7 +232,7 @@ def compare_naive(dsn: dict, args: argparse.Namespace) -> float | None:
         return None
     print(f"naive query (DISTINCT ON over an unindexed copy): naive_ms={naive_ms:.1f}; the view's {len(view_rows):,} "
           f"pairs identical to its answer", flush=True)
-    return naive_ms
+    return naive_ms, naive_ms / statistics.median(view)
 
 
 def prune_a_month(dsn: dict) -> tuple[float, int] | None:
@@ -288,4 +298,4 @@ def record_incrementally(dsn: dict, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

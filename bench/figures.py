@@ -6,6 +6,13 @@ Each figure is keyed in the file (``metrics.scrape_ms``) and holds the number la
 the file has; sizes the file lacks (the small runs of tests/tools/test_benchmarks.py) are not compared.
 docs/benchmarks.md quotes the figures in tables whose first cell names the key; ``quoted`` reads them
 back, so a test can check that what the page says is what the file holds.
+
+Speed is judged by ratios (``ratio_regressions``): each benchmark times a baseline in the same run,
+alternating with what it measures (prometheus_client's own app, the naive query, one raw pod list), and the
+ratio of the two is compared with the recorded one (``reference_ratio``). A slower or busier host slows
+both alike, so it does not read as a regression; the absolute figures are printed with the host's speed
+beside them (bench/host.py), not judged. Figures that do not depend on the host's speed (memory) are
+judged as they are (``regressions``).
 """
 
 from __future__ import annotations
@@ -80,3 +87,35 @@ def quoted(markdown: str) -> dict[tuple[str, str], float]:
                 if re.fullmatch(r"[\d,]+ (nodes|M rows)", column) and number:
                     found[(key, column)] = float(number.group().replace(",", ""))
     return found
+
+
+# Figure keys that are ratios to a baseline of the same run: what each is measured against, and whether a
+# higher ratio is the better one.
+RATIOS = {
+    "metrics.speedup": ("prometheus_client's own app", True),
+    "page.speedup": ("the naive query", True),
+    "page.node_speedup": ("the naive query", True),
+    "store.speedup": ("the naive query", True),
+    "discovery.ratio": ("one raw pod list", False),
+}
+
+
+def reference_ratio(key: str, column: str, text: str | None = None) -> float | None:
+    """The ratio to its same-run baseline last recorded for figure ``key`` (one of RATIOS) at ``column``."""
+    return recorded(key, column, text)
+
+
+def ratio_regressions(measured: dict[tuple[str, str], float], text: str | None = None) -> list[str]:
+    """A REGRESSION line per ratio to the same run's baseline more than TOLERANCE worse than its reference
+    (``reference_ratio``); ``measured``: {(figure key, size column): ratio}, keys of RATIOS."""
+    lines = []
+    for (key, column), value in measured.items():
+        baseline, higher_is_better = RATIOS[key]
+        before = reference_ratio(key, column, text)
+        if before is None or before <= 0 or value <= 0:
+            continue
+        worse = (before - value) / before if higher_is_better else (value - before) / before
+        if worse > TOLERANCE:
+            lines.append(f"REGRESSION: {key} at {column}: {value:.3g}x against {before:g}x in bench/figures.toml, both "
+                         f"against {baseline} in the same run ({worse:.0%} worse, more than {TOLERANCE:.0%})")
+    return lines

@@ -31,7 +31,9 @@ the run that validates it removes the taint. For free suspects no earlier tick t
 **triggers** a `{TARGET_DAG}` run with `node_range` set to them — only when no run of `{TARGET_DAG}` is queued
 or running and the scheduled one is not due within `fast_path_quiet_minutes` (either plans the suspects
 first anyway), so the two never starve each other. **mark_triggered** records which run took them.
-Pausing `{TARGET_DAG}` stops this DAG's taints and runs too.
+Pausing `{TARGET_DAG}` stops this DAG's taints and runs too. A service it reads that is not up yet (the
+API server, the Kubernetes API, the results DB) is waited for, up to one interval; if it never answers,
+**read_signals** fails on one line naming it, and the next tick tries again.
 """
 
 with DAG(
@@ -54,13 +56,7 @@ with DAG(
     def read_signals():
         from cluster_doctor.airflow import runtime, signals_task
 
-        ti = get_current_context()["ti"]
-        target = ti.get_dag(TARGET_DAG)
-        settings = runtime.load_settings()
-        decision = signals_task.tick(
-            settings, runtime.core_v1(settings.kubernetes_conn_id),
-            runtime.results_store(settings.validation_db_conn_id), paused=bool(target.is_paused),
-            active_runs=ti.get_dr_count(dag_id=TARGET_DAG, states=["queued", "running"]), next_run=target.next_dagrun)
+        decision = signals_task.fast_path_tick(get_current_context()["ti"], runtime.load_settings())
         return decision.to_xcom() if decision.nodes else False
 
     decided = read_signals()

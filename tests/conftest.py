@@ -8,6 +8,7 @@ import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import tempfile
 import uuid
 import warnings
@@ -267,6 +268,12 @@ def _tools_line() -> str | None:
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{clock.MARKER}(reason): keeps the real clock: left out of the moved-clock "
                                        "run (tests/clock.py), and says why")
+    # SIGTERM (a CI job's timeout) and SIGHUP end a test run as Ctrl-C does: pytest then runs every fixture's
+    # teardown, which stops the embedded PostgreSQL, the emulators and the Airflow components the tests
+    # started; Python's default for them ends the process at once and leaves those running.
+    import interrupts  # tools/interrupts.py
+
+    interrupts.install((signal.SIGTERM, signal.SIGHUP), streams=False)
 
 
 def pytest_report_header(config):

@@ -37,6 +37,7 @@ import tempfile
 import time
 import uuid
 
+import interrupts
 import stack  # tools/stack.py: process records, spawning, HTTP, waiting
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -310,7 +311,6 @@ def main(argv: list[str] | None = None) -> int:
     record = stack.Record(state, {"id": state.name, "started_at": time.time(), "processes": {}})
     record.cleanup = []
     record.save()
-    signal.signal(signal.SIGTERM, stack._interrupted)
     started = time.monotonic()
     try:
         stranded, rows, attempts = scenario(record, state, args)
@@ -336,4 +336,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))  # SIGTERM, SIGHUP, a closed pipe: as Ctrl-C

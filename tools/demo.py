@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import pathlib
 import random
 import shutil
@@ -27,6 +28,7 @@ import sys
 
 import dag_runner
 import gpu_fault
+import interrupts
 import psycopg
 import timing
 from cluster_doctor.cli import main as cli
@@ -36,7 +38,8 @@ from cluster_doctor.store.history import ResultStore
 from k8s_emulator import EmulatorProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DEMO = REPO / ".demo"
+# CLUSTER_DOCTOR_DEMO_DIR: another directory (the tests interrupt a demo of their own there)
+DEMO = pathlib.Path(os.environ.get("CLUSTER_DOCTOR_DEMO_DIR") or REPO / ".demo")
 NODES = [f"gpu-{i:03d}" for i in range(1, 9)]
 FAULTY = "gpu-004"
 BUSY = {"gpu-007": "ml-research/llama-finetune-0", "gpu-008": "inference/vllm-7b-5d9f"}
@@ -199,11 +202,15 @@ def main() -> int:
         (DEMO / stale).mkdir()
 
     say("results database (embedded PostgreSQL)", "database")
-    server, url = results_db(DEMO / "pgdata")
+    server = None
     try:
+        with interrupts.held():  # a server half started has no handle to stop it by yet
+            server, url = results_db(DEMO / "pgdata")
         return demo(url)
     finally:
-        stop_results_db(server)
+        if server is not None:
+            with interrupts.held():
+                stop_results_db(server)
         # measured from the process start, PostgreSQL's stop included: the figure the README quotes
         print("\n" + PHASES.line("make demo finished"))
 
@@ -265,4 +272,4 @@ def demo(url: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

@@ -89,7 +89,10 @@ class Leftovers:
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            import interrupts
+
+            with interrupts.held():  # removed in full even when the run is interrupted meanwhile
+                shutil.rmtree(path, ignore_errors=True)
 
     def port(self, port: int) -> None:
         self.ports.append(port)

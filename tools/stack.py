@@ -40,6 +40,7 @@ import urllib.request
 import uuid
 import warnings
 
+import interrupts
 import timing
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -93,7 +94,12 @@ class Record:
         os.replace(tmp, self.path(self.state))
 
     def add(self, name: str, proc: subprocess.Popen, log: pathlib.Path) -> None:
-        self.data["processes"][name] = {"pid": proc.pid, "log": str(log)}
+        self.data["processes"][name] = {"pid": proc.pid, "log": str(log), "started_at": time.time()}
+        self.save()
+
+    def ready(self, what: str) -> None:
+        """When a service the DAGs read answered (the scheduler starts after them all)."""
+        self.data.setdefault("ready_at", {})[what] = time.time()
         self.save()
 
     @property
@@ -381,9 +387,10 @@ def start_postgres(record: Record, say) -> tuple[str, str]:
     pgdata = record.state / "pgdata"
     with warnings.catch_warnings():  # platformdirs on XDG_RUNTIME_DIR: noise, the socket lives in pgdata
         warnings.simplefilter("ignore")
-        server = database.embedded_server(pgdata, cleanup_mode=None)  # None: it outlives this process
-    record.data["postgres"] = {"pid": server.get_pid(), "pgdata": str(pgdata.resolve())}
-    record.save()
+        with interrupts.held():  # recorded before an interruption is let through: `stop` finds it then
+            server = database.embedded_server(pgdata, cleanup_mode=None)  # None: it outlives this process
+            record.data["postgres"] = {"pid": server.get_pid(), "pgdata": str(pgdata.resolve())}
+            record.save()
     params = database.libpq_params(server.get_uri())
     with psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True) as conn:
         have = {row[0] for row in conn.execute("SELECT datname FROM pg_database")}
@@ -420,9 +427,12 @@ def up(state: pathlib.Path, *, port: int, nodes: int, churn_interval: float, see
 
 def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, timeout: float, say,
         started: float, mark) -> dict:
-    """The start, in the order that waits least: the cluster boots while the databases are migrated, the
-    Airflow components start together, the pool is set through the REST API once they answer (no CLI
-    process competing with them for the CPUs), and the DAG is unpaused once the cluster is ready."""
+    """The start, in the order that waits least while no task runs before what it reads answers: the
+    cluster boots while the databases are migrated; the api-server, dag-processor and triggerer start
+    together; the pool is set through the REST API once the api-server answers (no CLI process competing
+    with them for the CPUs); the scheduler starts last, once the api-server (the tasks' execution API) and
+    the cluster answer: it alone starts DAG runs, and suspect_signals is unpaused by its definition, so
+    started with the others its first run raced the api-server's start; the DAG is unpaused once parsed."""
     state, port = record.state, record.data["port"]
     deadline = started + timeout
     mark("PostgreSQL")
@@ -450,25 +460,37 @@ def _up(record: Record, *, nodes: int, churn_interval: float, seed: int | None, 
     mark("airflow db migrate")
     migrate_metadata(state, env, socket_dir, deadline, say)
 
-    mark("components healthy")
-    for name, args in COMPONENTS.items():
-        proc = spawn(record, name, [str(BIN / "airflow"), *(a.format(port=port) for a in args)], env)
+    def start(name: str) -> None:
+        proc = spawn(record, name, [str(BIN / "airflow"), *(a.format(port=port) for a in COMPONENTS[name])], env)
         procs[name] = (proc, pathlib.Path(record.data["processes"][name]["log"]))
+
+    # one phase for the components (the README's timing lines name it): the scheduler's start waits for
+    # the api-server and the cluster, which boot meanwhile
+    mark("components healthy")
+    for name in COMPONENTS:
+        if name != "scheduler":
+            start(name)
     base = record.data["url"]
 
-    def healthy():
-        status, body = http("GET", f"{base}/api/v2/monitor/health")
-        return status == 200 and all((body.get(part) or {}).get("status") == "healthy"
-                                     for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+    def healthy(*parts):
+        def check():
+            status, body = http("GET", f"{base}/api/v2/monitor/health")
+            return status == 200 and all((body.get(part) or {}).get("status") == "healthy" for part in parts)
+        return check
 
-    _wait("the Airflow components to report healthy", healthy, procs, deadline - time.monotonic())
+    _wait("the api-server to answer", healthy("metadatabase"), procs, deadline - time.monotonic())
+    record.ready("api-server")
     jwt = token(base, password)
     set_pool(base, jwt)
-    say(f"Airflow up: api-server, scheduler, dag-processor, triggerer; pool {POOL} = {POOL_SLOTS} slots")
-
-    mark("cluster ready")
     ready = _wait("the simulated cluster", lambda: (cluster_dir / "ready.json").exists() and
                   json.loads((cluster_dir / "ready.json").read_text()), procs, deadline - time.monotonic())
+    record.ready("cluster")
+    start("scheduler")  # last: what its DAG runs read (execution API, results DB, cluster) answers now
+    _wait("the Airflow components to report healthy",
+          healthy("metadatabase", "scheduler", "triggerer", "dag_processor"), procs, deadline - time.monotonic())
+    say(f"Airflow up: api-server, dag-processor, triggerer, then the scheduler; pool {POOL} = {POOL_SLOTS} slots")
+
+    mark("cluster ready")
     if pathlib.Path(ready["kubeconfig"]).resolve() != cluster_dir.resolve() / "kubeconfig":
         raise StackError(f"the cluster wrote its kubeconfig to {ready['kubeconfig']}, not where the "
                          "connection points")
@@ -586,10 +608,6 @@ def describe(state: pathlib.Path, info: dict) -> str:
 
 
 # ------------------------------------------------------------------ CLI
-def _interrupted(*_):
-    raise KeyboardInterrupt
-
-
 def report(exc: StackError) -> None:
     if exc.log is not None and (text := tail(exc.log)):
         print(f"--- last lines of {exc.log}\n{text}\n---", file=sys.stderr)
@@ -638,8 +656,6 @@ def main(argv: list[str] | None = None) -> int:
         if not port_free(args.port):
             raise StackError(f"port {args.port} on 127.0.0.1 is in use: "
                              "choose another with STACK_PORT=8090 make up")
-        # SIGTERM (e.g. a CI timeout) takes the same path as Ctrl-C: stop what was started
-        signal.signal(signal.SIGTERM, _interrupted)
         phases = timing.Phases()
         info = up(state, port=args.port, nodes=args.nodes, churn_interval=args.churn_interval, seed=args.seed,
                   timeout=args.timeout, phases=phases)
@@ -651,10 +667,10 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(exc, "reported", False):
             report(exc)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM (e.g. a CI timeout), SIGHUP, a closed pipe (interrupts)
+        print(f"interrupted ({getattr(exc, 'why', 'SIGINT')}): stopped what was started", file=sys.stderr)
+        return getattr(exc, "status", 130)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(interrupts.run(main))

@@ -148,7 +148,8 @@ def test_the_celery_profile_is_redis_and_two_workers_sharing_spool_and_reports(t
     assert {w["hostname"] for w in workers.values()} == CELERY_WORKERS, "distinct Celery node names"
     for name, worker in workers.items():
         assert depends(worker) == {"postgres": "service_healthy", "redis": "service_healthy",
-                                   "airflow-init": "service_completed_successfully"}, name
+                                   "airflow-init": "service_completed_successfully",
+                                   "airflow-apiserver": "service_healthy"}, name
         assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
         assert worker["mem_limit"] and worker["cpus"], "worker resources are bounded"
         assert int(worker["environment"]["AIRFLOW__CELERY__WORKER_CONCURRENCY"]) >= 2
@@ -239,8 +240,10 @@ def test_services_start_after_init_and_have_healthchecks(services):
         assert services[name].get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
         assert services[name].get("restart") == "always", name
     for name in AIRFLOW_SERVICES:
+        # what runs tasks or starts DAG runs waits for the api-server: a task's first call is to its execution API
+        after_api = {"airflow-apiserver": "service_healthy"} if name == "airflow-scheduler" else {}
         assert depends(services[name]) == {
-            "postgres": "service_healthy", "airflow-init": "service_completed_successfully"}, name
+            "postgres": "service_healthy", "airflow-init": "service_completed_successfully", **after_api}, name
     assert "/api/v2/monitor/health" in " ".join(services["airflow-apiserver"]["healthcheck"]["test"])
     assert "8974/health" in " ".join(services["airflow-scheduler"]["healthcheck"]["test"])
     assert services["airflow-scheduler"]["environment"]["AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK"] == "true"

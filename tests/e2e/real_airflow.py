@@ -81,7 +81,9 @@ SCHEDULER = ["scheduler", "--skip-serve-logs"]
 
 @contextlib.contextmanager
 def airflow(env: dict, logs: pathlib.Path):
-    """api-server, scheduler and dag-processor, each in its own session (stopped by their group ids)."""
+    """api-server, scheduler and dag-processor, each in its own session (stopped by their group ids); the
+    scheduler once the api-server answers, as make up starts them: a task's supervisor calls the execution API
+    first and, when nothing answers there, kills the task with nothing in its log but "Pre Execute"."""
     port = _free_port()
     env = {**env, "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(48), "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
@@ -91,11 +93,24 @@ def airflow(env: dict, logs: pathlib.Path):
     components = Components(env, logs)
     try:
         components.start("api-server", ["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"])
+        wait("the api-server to answer", lambda: _answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"), 300,
+             logs, 0.5)
         components.start("scheduler", SCHEDULER)
         components.start("dag-processor", ["dag-processor"])
         yield components
     finally:
         components.stop_all()
+
+
+def _answers(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def metadata(home: pathlib.Path, sql: str, args: tuple = ()) -> list[tuple]:

@@ -309,6 +309,22 @@ def test_up_prints_the_ui_and_serves_it_behind_a_login(stack):
     assert "cluster_doctor" in {p["name"] for p in stack.api.get("/api/v2/plugins")["plugins"]}
 
 
+def test_a_fresh_up_starts_no_dag_run_before_what_it_reads_answers(stack):
+    """The scheduler, which alone starts DAG runs, starts once the api-server (the tasks' execution API) and
+    the cluster answered: suspect_signals is unpaused by its definition and, started with the others, its
+    first run could come before the api-server answered. Its runs so far end without a failure."""
+    record = stack.record
+    assert record["processes"]["scheduler"]["started_at"] >= max(record["ready_at"]["api-server"],
+                                                                 record["ready_at"]["cluster"])
+    deadline = time.monotonic() + 300
+    while not (runs := stack.api.get("/api/v2/dags/suspect_signals/dagRuns?limit=20")["dag_runs"]) or \
+            any(r["state"] not in TERMINAL for r in runs):
+        if time.monotonic() > deadline:
+            pytest.fail(f"suspect_signals' runs did not end: {runs}")
+        time.sleep(2)
+    assert [r["state"] for r in runs if r["state"] != "success"] == [], runs
+
+
 # What the Graph view must draw whatever else the DAG grows (a group of its own, an opt-in task): the
 # line from discover to verdict, the validate group opened on its steps, and the edges between them.
 GRAPH_TASKS = {"discover", "reap_orphans", "reserve", "load_latest", "prioritize", "ship_suites", "validate",

@@ -1,4 +1,5 @@
-"""The few places Cluster Doctor touches Airflow's runtime: settings from the Variable, connections.
+"""The few places Cluster Doctor touches Airflow's runtime: settings from the Variable, connections, and
+waiting for a service a task reads that is not up yet (``reach``).
 
 Imported only from Airflow-facing modules (operator, tasks, plugin); the scheduling core stays pure.
 """
@@ -7,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster_doctor.domain.config import VARIABLE_NAME, Settings
+from cluster_doctor.domain.errors import one_line
 from cluster_doctor.store.database import (
     CONN_ID,
     DEFAULT_CONNECT_TIMEOUT,
@@ -24,6 +27,8 @@ from cluster_doctor.store.database import (
 from cluster_doctor.store.history import ResultStore, RetryPolicy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+EXECUTION_API = "the Airflow API server (execution API)"
 
 
 def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
@@ -84,3 +89,60 @@ def hook_connector(conn_id: str = CONN_ID) -> Connector:
         return PostgresHook(postgres_conn_id=conn_id).get_conn()
 
     return Connector(open_connection, f"{where} (Airflow connection {conn_id})")
+
+
+# ---------------------------------------------------------------------------- services not up yet
+class Unreachable(RuntimeError):
+    """A service a task reads did not answer within the task's budget; ``str()`` is one line naming it,
+    how long the task waited and the last cause."""
+
+
+def service_not_up(exc: BaseException) -> str | None:
+    """The service an error says is not answering (yet), None when the error is not of that kind (a refusal,
+    a bug): a lost or refused connection, a timeout, a 5xx, the results DB unreachable."""
+    from cluster_doctor.kube import retry as kube_retry
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(exc, DatabaseUnavailable):
+        return "the results DB"
+    if isinstance(exc, ApiException):  # GaveUp after kube.retry's own tries included
+        return "the Kubernetes API" if exc.status is None or exc.status == 429 or exc.status >= 500 else None
+    if isinstance(exc, kube_retry.CONNECTION_ERRORS):
+        return "the Kubernetes API"
+    try:
+        import httpx
+        from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    except ImportError:  # outside Airflow (the CLI): none of these can be raised
+        return None
+    if isinstance(exc, httpx.TransportError):
+        return EXECUTION_API
+    if isinstance(exc, AirflowRuntimeError) and exc.error.error == ErrorType.API_SERVER_ERROR:
+        status = (exc.error.detail or {}).get("status_code")
+        return EXECUTION_API if status is None or status >= 500 else None
+    return None
+
+
+def reach(call: Callable[[], T], *, deadline: float, clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, tried again while it fails because a service it reads is not up yet (``service_not_up``;
+    a stack starting, an api-server restarting), backing off 1, 2, 4 ... 15 s, until the ``deadline``
+    (``clock()`` seconds); then ``Unreachable``. Each wait is one WARNING line; any other error is raised
+    at once."""
+    started, delay, tries = clock(), 1.0, 0
+    while True:
+        tries += 1
+        try:
+            return call()
+        except Exception as exc:
+            service = service_not_up(exc)
+            if service is None:
+                raise
+            cause, left = one_line(exc, 300), deadline - clock()
+            if left <= 0:
+                raise Unreachable(f"{service} did not answer within {clock() - started:.0f} s ({tries} tries): "
+                                  f"{cause}") from None
+            wait = min(delay, left)
+            log.warning("%s is not answering yet (%s): trying again in %.0f s, %.0f s left", service, cause, wait,
+                        left)
+            sleep(wait)
+            delay = min(delay * 2, 15.0)

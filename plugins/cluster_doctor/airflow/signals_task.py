@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -129,6 +130,54 @@ def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_r
     else:
         log.info("fast path: no run triggered (%s)", decision.why_not)
     return decision
+
+
+def reach_budget_s(settings: Settings) -> float:
+    """How long a fast-path tick waits for a service it reads that is not up yet (a stack starting, an
+    api-server restarting): one interval, since the next tick tries again anyway; at most five minutes."""
+    every = settings.fast_path_minutes * 60
+    return min(every, 300.0) if every > 0 else 300.0
+
+
+def fast_path_tick(ti: Any, settings: Settings, *, clock=time.monotonic, sleep=time.sleep) -> Decision:
+    """The DAG's read_signals: ``tick`` with what it needs from Airflow (the target DAG's pause and next run,
+    its active runs, the connections), every service it reads waited for within ``reach_budget_s``
+    (``runtime.reach``). When one never answered: one ERROR line naming it, and the task fails on that line."""
+    from cluster_doctor.airflow import runtime
+
+    deadline = clock() + reach_budget_s(settings)
+
+    def reach(call):
+        return runtime.reach(call, deadline=deadline, clock=clock, sleep=sleep)
+
+    try:
+        target = reach(lambda: _target_dag(ti))
+        if target is None:  # a stack still starting: the dag-processor has not parsed it yet
+            log.info("fast path: %s is not parsed yet: signals not read", TARGET_DAG)
+            return Decision([], why_not=f"{TARGET_DAG} is not parsed yet: signals not read")
+        active = reach(lambda: ti.get_dr_count(dag_id=TARGET_DAG, states=["queued", "running"]))
+        core_v1 = reach(lambda: runtime.core_v1(settings.kubernetes_conn_id))
+        store = reach(lambda: runtime.results_store(settings.validation_db_conn_id))
+        return reach(lambda: tick(settings, core_v1, store, paused=bool(target.is_paused), active_runs=active,
+                                  next_run=target.next_dagrun))
+    except runtime.Unreachable as exc:
+        line = f"fast path not run: {exc}; the next tick tries again"
+        log.error("%s", line)
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(line) from None
+
+
+def _target_dag(ti: Any) -> Any:
+    """The target DAG as the API server knows it (pause, next run), None while it does not know it."""
+    from airflow.sdk.exceptions import AirflowRuntimeError
+
+    try:
+        return ti.get_dag(TARGET_DAG)
+    except AirflowRuntimeError as exc:
+        if (exc.error.detail or {}).get("status_code") == 404:
+            return None
+        raise
 
 
 def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:

@@ -38,3 +38,81 @@ def test_core_v1_is_the_providers_client_with_every_call_retried(monkeypatch, ca
         assert [n.metadata.name for n in api.list_node().items] == ["gpu-001"]
         assert emu.faults()[0]["hits"] == 2
         assert len([r for r in caplog.records if r.name == retry.__name__]) == 2  # ours, not urllib3's
+
+
+def _api_server_timed_out():
+    """What a task gets from the Task SDK when the supervisor's calls to the execution API timed out (as
+    Airflow's supervisor builds it, execution_time/supervisor.py handle_requests)."""
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse
+
+    return AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+        "status_code": None, "message": "timed out", "exception_type": "ReadTimeout"}))
+
+
+class FakeTime:
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_reach_waits_for_a_service_that_is_not_up_yet_and_says_so_at_each_wait(caplog, capsys):
+    import logging
+    import re
+
+    answers = [_api_server_timed_out(), ConnectionRefusedError(111, "Connection refused"), "the DAG"]
+
+    def call():
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    fake = FakeTime()
+    caplog.set_level(logging.WARNING, logger=runtime.__name__)
+    assert runtime.reach(call, deadline=60, clock=fake.clock, sleep=fake.sleep) == "the DAG"
+    assert fake.sleeps == [1.0, 2.0]
+    # one line per wait: in pytest's records, or on stdout where Airflow's logging (when an earlier import set
+    # it up) writes them
+    said = [r.getMessage() for r in caplog.records] or capsys.readouterr().out.splitlines()
+    assert [m.group(1) for line in said if (m := re.search(r"(the [\w ()]+?) is not answering yet", line))] == [
+        "the Airflow API server (execution API)", "the Kubernetes API"]
+
+
+def test_reach_gives_up_at_the_deadline_in_one_line_naming_the_service():
+    fake = FakeTime()
+
+    def call():
+        raise database.DatabaseUnavailable("cannot connect to 127.0.0.1:5432/cluster_doctor: Connection refused")
+
+    with pytest.raises(runtime.Unreachable) as err:
+        runtime.reach(call, deadline=20, clock=fake.clock, sleep=fake.sleep)
+    assert fake.sleeps == [1.0, 2.0, 4.0, 8.0, 5.0]  # backing off, the last wait cut to the deadline
+    assert str(err.value) == ("the results DB did not answer within 20 s (6 tries): cannot connect to "
+                              "127.0.0.1:5432/cluster_doctor: Connection refused")
+
+
+@pytest.mark.parametrize("error", ["forbidden", "not found", "a bug"])
+def test_reach_raises_what_is_not_a_service_starting_at_once(error):
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse
+    from kubernetes.client.exceptions import ApiException
+
+    exc = {"forbidden": ApiException(status=403, reason="Forbidden"),
+           "not found": AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+               "status_code": 404, "message": "Not Found", "detail": {"detail": "DAG not found"}})),
+           "a bug": KeyError("is_paused")}[error]
+    fake = FakeTime()
+
+    def call():
+        raise exc
+
+    with pytest.raises(type(exc)):
+        runtime.reach(call, deadline=60, clock=fake.clock, sleep=fake.sleep)
+    assert fake.sleeps == []

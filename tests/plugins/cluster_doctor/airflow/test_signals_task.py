@@ -134,3 +134,111 @@ def test_a_free_suspect_is_tainted_while_no_run_can_start_and_the_run_that_valid
     hourly = discovered(["gpu-001", "gpu-002"], settings=settings, busy=["gpu-003"], started_at=later)
     assert "gpu-001" not in tasks.reserve(hourly, store, core, run_id="scheduled__1", now=later).applied
     assert _taints(emu, "gpu-001") == []
+
+
+class SlowApiServer:
+    """The task instance as the Task SDK gives it, while the api-server is still starting: its first
+    ``timeouts`` calls to the execution API time out (the supervisor's own retries spent)."""
+
+    def __init__(self, timeouts: int):
+        self.timeouts, self.calls = timeouts, 0
+
+    def _answer(self, value):
+        from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+        from airflow.sdk.execution_time.comms import ErrorResponse
+
+        self.calls += 1
+        if self.calls <= self.timeouts:
+            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+                "status_code": None, "message": "timed out", "exception_type": "ReadTimeout"}))
+        return value
+
+    def get_dag(self, dag_id):
+        import types
+
+        return self._answer(types.SimpleNamespace(dag_id=dag_id, is_paused=False, next_dagrun=None))
+
+    def get_dr_count(self, dag_id, states):
+        return self._answer(0)
+
+
+class FakeTime:
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def _connections(monkeypatch, emu, store):
+    from cluster_doctor.airflow import runtime
+
+    monkeypatch.setattr(runtime, "core_v1", lambda conn_id: emu.core_v1())
+    monkeypatch.setattr(runtime, "results_store", lambda conn_id: store)
+
+
+def test_the_fast_path_waits_for_an_api_server_still_starting_within_one_interval(emu, store, monkeypatch,
+                                                                                  capsys, caplog):
+    _connections(monkeypatch, emu, store)
+    emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
+    fake = FakeTime()
+    capsys.readouterr()
+    decision = signals_task.fast_path_tick(SlowApiServer(timeouts=3), Settings(tests=TESTS), clock=fake.clock,
+                                           sleep=fake.sleep)
+    assert decision.nodes == ["gpu-001"]  # the tick ran once the api-server answered
+    assert fake.sleeps == [1.0, 2.0, 4.0]
+    # one line per wait: in pytest's records, or on stdout where Airflow's logging (set up by an earlier import)
+    # writes them
+    said = "the Airflow API server (execution API) is not answering yet"
+    assert max(capsys.readouterr().out.count(said), sum(said in r.getMessage() for r in caplog.records)) == 3
+
+
+def test_the_fast_path_fails_on_one_line_when_the_api_server_never_answers(emu, store, monkeypatch, caplog,
+                                                                           capsys):
+    import logging
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    _connections(monkeypatch, emu, store)
+    fake = FakeTime()
+    caplog.set_level(logging.ERROR, logger=signals_task.__name__)
+    with pytest.raises(AirflowFailException) as err:
+        signals_task.fast_path_tick(SlowApiServer(timeouts=10**6), Settings(tests=TESTS, fast_path_minutes=1),
+                                    clock=fake.clock, sleep=fake.sleep)
+    line = str(err.value)
+    assert line.startswith("fast path not run: the Airflow API server (execution API) did not answer within 60 s")
+    assert "ReadTimeout" in line and line.endswith("; the next tick tries again") and "\n" not in line
+    # the ERROR line: in pytest's records, or on stdout where Airflow's logging (set up by an earlier import)
+    # writes it
+    errors = [r.getMessage() for r in caplog.records] or [
+        text for text in capsys.readouterr().out.splitlines() if "[error" in text]
+    assert len(errors) == 1 and line in errors[0], errors
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chain of tracebacks under it
+    assert sum(fake.sleeps) == 60  # one interval: the next tick tries again
+
+
+def test_the_fast_path_reads_nothing_while_its_target_dag_is_not_parsed_yet(emu, store, monkeypatch):
+    """A stack starting: the dag-processor parsed suspect_signals before continuous_validation, whose
+    pause the tick asks the API server for (404, as the Task SDK reports it)."""
+    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+    from airflow.sdk.execution_time.comms import ErrorResponse
+
+    class NotParsedYet(SlowApiServer):
+        def get_dag(self, dag_id):
+            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
+                "status_code": 404, "message": "Server returned error", "detail": {"detail": {
+                    "reason": "not_found", "message": f"The Dag with dag_id: `{dag_id}` was not found"}}}))
+
+    _connections(monkeypatch, emu, store)
+    emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
+    fake = FakeTime()
+    decision = signals_task.fast_path_tick(NotParsedYet(timeouts=0), Settings(tests=TESTS), clock=fake.clock,
+                                           sleep=fake.sleep)
+    assert decision.nodes == [] and decision.why_not == "continuous_validation is not parsed yet: signals not read"
+    assert fake.sleeps == []
+    with store.connect() as conn, conn.cursor() as cur:
+        assert suspects.current(cur, TESTS) == {}  # nothing read: the next tick reads it
