@@ -175,14 +175,17 @@ def test_a_device_to_device_only_run_without_a_device_list_counts_the_gpus_of_it
 def test_a_matrix_printed_without_its_device_list_or_running_line_still_counts_its_gpus(run_cli, fake_tool, h):
     """nvbandwidth#50 as published: the device list and the `Running` line elided, the matrix and its
     `SUM device_to_device_memcpy_read_ce` line kept. A healthy 6-GPU PCIe node: 6 GPUs from the
-    matrix's columns, never "found 0" and GPU_COUNT_LOW."""
+    matrix's columns, never "found 0" and GPU_COUNT_LOW. The RTX A6000 has no baseline: its matrix is not
+    judged, so the run is an error for the missing baseline (a configuration finding), not a pass."""
     read = "device_to_device_memcpy_read_ce"
     tool = _tool(fake_tool, h, f'cat "{h.FIXTURES / "nvbandwidth" / "issue50_6xA6000_v0.8_d2d_read_ce.txt"}"')
     ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", read, "--gpu-model", "NVIDIA-RTX-A6000",
                  "--expected-gpus", "6")
     checks = {c["name"]: c for c in ns.result["checks"]}
     assert (checks["gpu_count"]["status"], checks["gpu_count"]["value"]) == ("pass", 6)
-    assert checks["nvbw_d2d_read_ce"]["status"] != "error" and ns.result["status"] == "pass"
+    assert not [c for c in ns.result["checks"] if c.get("code") == "GPU_COUNT_LOW"]
+    assert ns.result["status"] == "error" and checks["nvbw_d2d_read_ce"]["status"] == "skip"
+    assert "BASELINE_MISSING" in {c.get("code") for c in ns.result["checks"]}
     out = nvbw.parse(_fx(h, "issue50_6xA6000_v0.8_d2d_read_ce.txt"), [read])
     assert out.matrices[read].total == 715.53 and nvbw.gpus_named(out) == 6
 
