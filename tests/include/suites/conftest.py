@@ -253,9 +253,9 @@ def h100_pci(root: Path) -> Path:
     """gpud's tree placed on the DGX H100 topology: its eight InfiniBand HCAs, in name order, at the
     eight compute HCAs' PCI functions (mlx5_6 is GPU 4's), the BlueField bond at a storage slot's;
     the GPUs under /sys/bus/pci/devices. Returns that directory (ib_health's --pci-root)."""
-    ib = sorted(p.name for p in root.iterdir() if p.name != "mlx5_bond_0")
-    for i, dev in enumerate(ib):
-        place_hca(root, dev, f"0000:{DGX_H100_RAILS[i][1]}:00.0")
+    for i, dev in enumerate(("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9")):
+        if (root / dev).exists():
+            place_hca(root, dev, f"0000:{DGX_H100_RAILS[i][1]}:00.0")
     place_hca(root, "mlx5_bond_0", f"0000:{DGX_H100_STORAGE[1]}:00.0")
     devices = root.parent / "sys" / "bus" / "pci" / "devices"
     devices.mkdir(parents=True, exist_ok=True)
