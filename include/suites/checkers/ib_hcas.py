@@ -5,7 +5,9 @@ Where the set comes from, most specific first: an inclusive exact --ib-hca / NCC
 the node pool names the HCAs NCCL must use, each must be present; a prefix or an exclusion names no
 device and is read as NCCL reads it, nic_selector); a baselines model's
 `expect.hca_ports` (a fleet's own file naming every HCA of a SKU, as AzureHPC NHC's
-`check_hw_ib 400 mlx5_ib0:1` lines do); else the count `expect.hcas` (model or --expect hcas=N).
+`check_hw_ib 400 mlx5_ib0:1` lines do); else the PCIe topology (ib_topology: an InfiniBand HCA under a
+GPU's PCIe switch is a compute rail; every GPU needs one and there are `expect.hcas` of them); else,
+where sysfs does not show the topology, the count `expect.hcas` (model or --expect hcas=N), saying so.
 By count, ports beyond the expected number are a warning: a storage HCA in InfiniBand mode cannot be
 told from a compute one, and would hide a missing compute HCA, so the set should be named. A
 selection that mixes link layers counts only its InfiniBand ports as rails (one fabric, one layer). An entry
