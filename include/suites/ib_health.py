@@ -1,5 +1,5 @@
 """ib_health: seconds, no load. Every compute HCA the node should have is present (the expected set by
-name, else by count), Active / LinkUp at the expected rate and width, and its error counters
+name, else every GPU with an HCA under its PCIe switch and as many as expected, else by count), Active / LinkUp at the expected rate and width, and its error counters
 (symbol errors, link downed, link error recovery, receive errors, buffer overruns, ...) below their
 thresholds on a first sample and not growing since the previous run after that, with a link flap
 failing for a window of hours; RoCE ports through the mlx5 ethtool statistics. Read from sysfs, no
@@ -19,7 +19,7 @@ import os
 import shutil
 
 from .baselines import Baselines, expectations, model_for_node
-from .checkers import ib_counters, ib_hcas, ib_ports, roce_counters
+from .checkers import ib_counters, ib_hcas, ib_ports, ib_topology, roce_counters
 from .harness.context import Context
 from .harness.files import safe_name
 from .harness.mounts import MOUNTINFO, mount_of
@@ -51,6 +51,9 @@ def add_arguments(p) -> None:
                    help="a port that failed with link errors fails every run for this long unless it was reset or "
                    "replaced (default: baselines.yaml ib_health.link_error_window_hours, 24) "
                    "[CLUSTER_DOCTOR_IB_LINK_ERROR_WINDOW_HOURS]")
+    g.add_argument("--pci-root", default=os.environ.get("CLUSTER_DOCTOR_PCI_ROOT", ib_topology.PCI_DEVICES),
+                   help="the PCI devices' sysfs directory: the GPUs' place in the PCIe topology, which tells the "
+                   "compute rails from other HCAs [CLUSTER_DOCTOR_PCI_ROOT]")
     g.add_argument("--ethtool", default="ethtool", help="ethtool binary (RoCE port statistics)")
     g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
     g.add_argument("--mountinfo", default=MOUNTINFO, help="the mount table read (tests)")
@@ -74,7 +77,8 @@ def run(ctx: Context) -> None:
         rules = ib_counters.rules(section.get("counters"))
     except ValueError as exc:
         raise SuiteError(f"baselines {baselines.path}: {exc}") from None
-    names = [] if ctx.cpu else [g.get("name") for g in gpu_inventory()[0]]
+    gpus = [] if ctx.cpu else gpu_inventory()[0]
+    names = [g.get("name") for g in gpus]
     key, model = model_for_node(ctx, baselines, names)
     expect = expectations(baselines, key if not ctx.cpu else None, a)
     ctx.environment.update(gpu_model=model, baseline=key if not ctx.cpu else None,
@@ -93,7 +97,11 @@ def run(ctx: Context) -> None:
                            ib_selection=how, ib_expected_hcas={"names": list(exp.names), "count": exp.count,
                                                                "basis": exp.basis})
     roce = [p for p in ports if p.link_layer == "Ethernet"] if not a.ib_hca and not selected else []
-    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce, spec=a.ib_hca))
+    topology = None
+    if not ctx.cpu and not exp.names:  # nothing names the rails: the PCIe topology tells them apart
+        topology = ib_topology.read(a.sysfs_root, a.pci_root, gpus, sorted({p.device for p in rails}))
+        ctx.environment["ib_topology"] = topology.as_environment()
+    ctx.record(ib_hcas.judge(ports, selected, exp, how, ctx.cpu, roce, spec=a.ib_hca, topology=topology))
     ctx.metric("ib_ports_present", len(selected), summary=True)
     if ctx.cpu:  # nothing to prove without the node's fabric: visibly not run, never a fail
         ctx.check("ib_ports", "skip", value=len(selected), unit="ports", code="IB_NOT_APPLICABLE",

@@ -5,7 +5,9 @@ Where the set comes from, most specific first: an inclusive exact --ib-hca / NCC
 the node pool names the HCAs NCCL must use, each must be present; a prefix or an exclusion names no
 device and is read as NCCL reads it, nic_selector); a baselines model's
 `expect.hca_ports` (a fleet's own file naming every HCA of a SKU, as AzureHPC NHC's
-`check_hw_ib 400 mlx5_ib0:1` lines do); else the count `expect.hcas` (model or --expect hcas=N).
+`check_hw_ib 400 mlx5_ib0:1` lines do); else the PCIe topology (ib_topology: an InfiniBand HCA under a
+GPU's PCIe switch is a compute rail; every GPU needs one and there are `expect.hcas` of them); else,
+where sysfs does not show the topology, the count `expect.hcas` (model or --expect hcas=N), saying so.
 By count, ports beyond the expected number are a warning: a storage HCA in InfiniBand mode cannot be
 told from a compute one, and would hide a missing compute HCA, so the set should be named. A
 selection that mixes link layers counts only its InfiniBand ports as rails (one fabric, one layer). An entry
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from ..harness.checks import Check
 from . import nic_selector
 from .ib_ports import IbPort
+from .ib_topology import Topology
 
 CODES = ("IB_HCAS_NOT_PRESENT", "IB_HCAS_EXTRA", "IB_FABRIC_UNNAMED", "EXPECTATION_MISSING")
 
@@ -73,9 +76,9 @@ def prefix_overreach(spec: str | None, ports: list[IbPort], selected: list[IbPor
 
 
 def judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
-          roce: list[IbPort] = (), spec: str | None = None) -> Check:
+          roce: list[IbPort] = (), spec: str | None = None, topology: Topology | None = None) -> Check:
     """`_judge`, then a prefix that takes ports beyond the device it spells is a warning at least."""
-    c = _judge(ports, selected, exp, how, cpu, roce)
+    c = _judge(ports, selected, exp, how, cpu, roce, topology)
     over = prefix_overreach(spec, ports, selected)
     if over and c.status in ("pass", "skip"):
         return Check("ib_hca_count", "warn", len(selected), "ports", c.threshold, code="IB_HCAS_EXTRA",
@@ -85,7 +88,7 @@ def judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: s
 
 
 def _judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, cpu: bool,
-           roce: list[IbPort] = ()) -> Check:
+           roce: list[IbPort] = (), topology: Topology | None = None) -> Check:
     """One `ib_hca_count` check. `ports`: everything sysfs lists (unreadable entries included);
     `selected`: the readable compute-fabric ports; `roce`: the node's Ethernet RDMA ports when nothing
     names the fabric and none is InfiniBand."""
@@ -103,7 +106,43 @@ def _judge(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: 
         return Check("ib_hca_count", "skip", len(selected), "ports", code="EXPECTATION_MISSING",
                      message=f"{len(selected)} HCA port(s) present ({listed}; {how}); nothing says which or how many "
                      "the node should have (NCCL_IB_HCA naming them, expect.hca_ports, expect.hcas, --expect hcas=N)")
-    return _by_count(ports, selected, exp, how)
+    if topology is not None and topology.known:
+        return _by_topology(ports, selected, exp, how, topology)
+    c = _by_count(ports, selected, exp, how)
+    if topology is not None:  # said, never a silent pass: a storage HCA would hide a missing rail here
+        c.message += (f"; PCIe topology unknown ({topology.why}): compared by count, which cannot tell a storage "
+                      "HCA from a compute rail")
+    return c
+
+
+def _by_topology(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas, how: str, topo: Topology) -> Check:
+    """The compute rails are the InfiniBand ports under a GPU's PCIe switch; every GPU needs one, and
+    there are as many as the SKU expects. The GPU left without one is named, whatever else is present."""
+    selected, other = rails(selected)
+    compute = [p for p in selected if topo.rails.get(p.device)]
+    apart = [p for p in selected if not topo.rails.get(p.device)]
+    want, have = exp.count, len(compute)
+    listed = ", ".join(f"{p.name} (GPU {', '.join(str(g) for g in topo.rails[p.device])})" for p in compute) or "none"
+    notes = [f"{p.name} (listed, unreadable)" for p in ports if p.device_error]
+    if apart:
+        notes.insert(0, "not compute rails: " + ", ".join(f"{p.name} (no GPU under its PCIe switch)" for p in apart))
+    if other:
+        notes.append(f"{', '.join(p.name for p in other)} ({other[0].link_layer or '?'}) not counted as a rail")
+    tail = "; ".join(notes)
+    basis = f"{exp.basis}; compute rails by PCIe switch, as NCCL pairs GPUs and HCAs; {how}"
+    lonely = topo.lonely()
+    if lonely or have < want:
+        named = "; ".join(f"GPU {i} ({b}) has no InfiniBand HCA under its PCIe switch" for i, b in lonely)
+        return Check("ib_hca_count", "fail", have, "ports", f"== {want}",
+                     (f"{named}; " if named else "") + f"{have} of {want} expected compute rail(s): {listed}"
+                     + (f"; {tail}" if tail else "") + f" ({basis})", code="IB_HCAS_NOT_PRESENT")
+    if have > want:
+        return Check("ib_hca_count", "warn", have, "ports", f"== {want}", code="IB_HCAS_EXTRA",
+                     message=f"{have} compute rail(s), {want} expected: {listed}" + (f"; {tail}" if tail else "")
+                     + f" ({basis})")
+    return Check("ib_hca_count", "pass", have, "ports", f"== {want}",
+                 f"{have} compute rail(s), {want} expected, one under every GPU's PCIe switch: {listed}"
+                 + (f"; {tail}" if tail else "") + f" ({basis})")
 
 
 def _by_name(ports: list[IbPort], selected: list[IbPort], exp: ExpectedHcas) -> Check:

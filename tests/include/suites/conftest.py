@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -207,6 +208,72 @@ def h100_ib_tree(tmp_path: Path, *, cleared: bool = False) -> Path:
     return root
 
 
+# The DGX H100/H200 User Guide's compute HCAs (Table 5 "Network Port Mapping": each HCA's PCI bus; Table 6
+# "Network Modules": the GPU each one serves) and its GPUs' bus ids as a DGX H100's nvidia-smi prints them
+# (fixtures/SOURCES.md): GPU index -> (GPU bus, its HCA's bus). The bridges between them are derived.
+DGX_H100_RAILS = {0: ("1b", "18"), 1: ("43", "40"), 2: ("52", "4f"), 3: ("61", "5e"),
+                  4: ("9d", "9a"), 5: ("c3", "c0"), 6: ("d1", "ce"), 7: ("df", "dc")}
+DGX_H100_STORAGE = ("29", "aa")  # the storage slots' ConnectX-7 (Slot2 P1, Slot1 P1): no GPU below their root port
+
+
+def _bus(b: str, delta: int) -> str:
+    return f"{int(b, 16) + delta:02x}"
+
+
+def pci_device(tmp_path: Path, bdf: str) -> Path:
+    """The /sys/devices directory of `bdf` in the fake tree (made on first use): a GPU's or a compute
+    HCA's behind its PCIe switch (host bridge, root port, switch upstream port, downstream port:
+    buses N-3, N-2, N-1 of the switch's NIC bus N), a storage HCA's straight on a root port."""
+    bus = bdf.split(":")[1]
+    base = tmp_path / "sys" / "devices"
+    for gpu, nic in DGX_H100_RAILS.values():
+        if bus in (gpu, nic):
+            up, down = _bus(nic, -2), _bus(nic, -1)
+            port = "00.0" if bus == nic else "03.0"
+            d = (base / f"pci0000:{_bus(nic, -3)}" / f"0000:{_bus(nic, -3)}:01.0" / f"0000:{up}:00.0"
+                 / f"0000:{down}:{port}" / bdf)
+            break
+    else:
+        d = base / f"pci0000:{_bus(bus, -1)}" / f"0000:{_bus(bus, -1)}:01.0" / bdf
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def place_hca(root: Path, dev: str, bdf: str | None) -> None:
+    """`/sys/class/infiniband/<dev>/device`, the link the kernel makes to the HCA's PCI function; None
+    removes it (a tree that does not show the topology)."""
+    link = root / dev / "device"
+    if link.is_symlink() or link.exists():
+        link.unlink() if link.is_symlink() else shutil.rmtree(link)
+    if bdf is not None:
+        link.symlink_to(pci_device(root.parent, bdf))
+
+
+def h100_pci(root: Path) -> Path:
+    """gpud's tree placed on the DGX H100 topology: its eight InfiniBand HCAs, in name order, at the
+    eight compute HCAs' PCI functions (mlx5_6 is GPU 4's), the BlueField bond at a storage slot's;
+    the GPUs under /sys/bus/pci/devices. Returns that directory (ib_health's --pci-root)."""
+    for i, dev in enumerate(("mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9")):
+        if (root / dev).exists():
+            place_hca(root, dev, f"0000:{DGX_H100_RAILS[i][1]}:00.0")
+    place_hca(root, "mlx5_bond_0", f"0000:{DGX_H100_STORAGE[1]}:00.0")
+    devices = root.parent / "sys" / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for gpu, _ in DGX_H100_RAILS.values():
+        (devices / f"0000:{gpu}:00.0").symlink_to(pci_device(root.parent, f"0000:{gpu}:00.0"))
+    return devices
+
+
+def h100_nvidia_smi(fake_tool) -> Path:
+    """nvidia-smi answering the inventory query (`--query-gpu=index,name,uuid,pci.bus_id,driver_version
+    --format=csv,noheader`) with the DGX H100's eight GPUs (bus ids as its nvidia-smi printed them,
+    driver 535.161.08; UUIDs made up); the directory to put first on PATH."""
+    rows = "\n".join(f"{i}, NVIDIA H100 80GB HBM3, GPU-00000000-0000-0000-0000-00000000000{i}, "
+                     f"00000000:{gpu.upper()}:00.0, 535.161.08" for i, (gpu, _) in DGX_H100_RAILS.items())
+    return fake_tool("nvidia-smi", f'case "$*" in *--query-gpu=*) printf \'{rows}\\n\' ;; '
+                     '*) echo "fake nvidia-smi: $*" >&2; exit 2 ;; esac').parent
+
+
 def ib_counter(root: Path, dev: str, name: str, value: int) -> None:
     (root / dev / "ports" / "1" / "counters" / name).write_text(f"{value}\n")
 
@@ -250,6 +317,11 @@ def h():
         h100_ib_tree=h100_ib_tree,
         roce_ib_tree=roce_ib_tree,
         ib_counter=ib_counter,
+        h100_pci=h100_pci,
+        place_hca=place_hca,
+        h100_nvidia_smi=h100_nvidia_smi,
+        DGX_H100_RAILS=DGX_H100_RAILS,
+        DGX_H100_STORAGE=DGX_H100_STORAGE,
     )
 
 

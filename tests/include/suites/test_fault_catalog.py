@@ -6,6 +6,7 @@ reason. FAULTS.md and this file are checked against each other."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import stat
@@ -585,6 +586,10 @@ IB_FAULTS = [
     # gpud#752: ibstat panics on mlx5_8 (`stat of IB device 'mlx5_8' failed`): listed, unreadable, never dropped
     Fault("ib_device_unreadable", "ib_health", "fail", "ib_port_state", "IB_DEVICE_UNREADABLE", "mlx5_8",
           "unreadable", action="drain_and_service"),
+    # nothing names the rails: the PCIe topology does (an HCA under a GPU's switch, as NCCL pairs them), so a
+    # storage HCA in InfiniBand mode no longer hides a missing compute rail by count, and the GPU is named
+    Fault("ib_topology_storage_hides_missing_rail", "ib_health", "fail", "ib_hca_count", "IB_HCAS_NOT_PRESENT", None,
+          "", action="drain_and_service"),
 ]
 H100_IB_PORTS = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
 ROCE_400G = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
@@ -686,7 +691,24 @@ def _ib_device_unreadable(run_inproc, tmp_path, h, args):
     return run_inproc(ib_health, "--sysfs-root", str(root), *args)
 
 
-ISSUE29_IB = {"ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sample_flapped": _ib_first_sample_flapped,
+def _ib_topology_storage_hides_missing_rail(run_inproc, tmp_path, h, args):
+    """gpud's tree on the DGX H100 topology (fixtures/SOURCES.md), mlx5_6 (GPU 4's rail) gone and a
+    storage HCA at the DGX's storage slot: 8 InfiniBand ports, 8 expected; the GPUs from nvidia-smi."""
+    from unittest import mock
+
+    root = _h100_with_storage_hca(tmp_path, h)
+    devices = h.h100_pci(root)
+    h.place_hca(root, "mlx5_2", f"0000:{h.DGX_H100_STORAGE[0]}:00.0")
+    shutil.rmtree(root / "mlx5_6")
+    smi = h.h100_nvidia_smi(lambda name, body: Path(_tool(tmp_path / "bin", name, body)))
+    with mock.patch.dict(os.environ, {"PATH": f"{smi}:{os.environ['PATH']}"}):
+        ns = run_inproc(ib_health, "--sysfs-root", str(root), "--pci-root", str(devices), *args)
+    c = next(c for c in ns.result["checks"] if c["name"] == "ib_hca_count")
+    assert "GPU 4 (0000:9d:00.0) has no InfiniBand HCA under its PCIe switch" in c["message"], c["message"]
+    return ns
+
+
+ISSUE29_IB = {"ib_topology_storage_hides_missing_rail": _ib_topology_storage_hides_missing_rail, "ib_first_sample_errors": _ib_first_sample_errors, "ib_first_sample_flapped": _ib_first_sample_flapped,
               "ib_counter_cleared_new_errors": _ib_counter_cleared_new_errors, "ib_flap_window": _ib_flap_window,
               "ib_hcas_named_storage_hides_missing": _ib_hcas_named_storage_hides_missing,
               "ib_device_unreadable": _ib_device_unreadable}
@@ -855,7 +877,7 @@ CLASSES = {
     "the bar is what the node should have: the SKU's GPUs whatever capacity says, NCCL_IB_HCA read as NCCL "
     "reads it, HCAs compared by name or an exact count of rails": [
         "gpu_count_seven_of_seven_on_hgx", "nccl_prefix_selector_slow", "nccl_prefix_selector_missing_rails",
-        "ib_prefix_selector_missing_hca", "ib_prefix_selector_healthy"],
+        "ib_prefix_selector_missing_hca", "ib_prefix_selector_healthy", "ib_topology_storage_hides_missing_rail"],
     # fatal Xids until a reset, failures carried forward, key checks judged
     "every Xid whose NVIDIA action is a GPU reset or a reboot stays fatal until the log shows the reset; a line "
     "caused by an earlier Xid is judged as that Xid": [

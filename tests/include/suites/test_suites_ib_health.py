@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -262,18 +263,110 @@ def test_a_roce_node_whose_fabric_nobody_named_is_not_judged_never_failed(run_cl
 
 
 # ------------------------------------------------------------------------ the expected set of HCAs
-def _storage_hca_instead_of(root: Path, missing: str, storage: str = "mlx5_2") -> None:
+def _storage_hca_instead_of(root: Path, missing: str, storage: str = "mlx5_2", h=None) -> None:
     """A storage HCA in InfiniBand mode (a copy of mlx5_0's files: ConnectX-7 at NDR) on a node whose
-    compute HCA `missing` is gone: still 8 InfiniBand ports."""
-    shutil.copytree(root / "mlx5_0", root / storage)
+    compute HCA `missing` is gone: still 8 InfiniBand ports. With `h` (a tree placed on the DGX H100
+    topology) the storage HCA sits where the DGX's storage slot has its ConnectX-7 (no GPU there)."""
+    shutil.copytree(root / "mlx5_0", root / storage, symlinks=True)
     shutil.rmtree(root / missing)
+    if h is not None:
+        h.place_hca(root, storage, f"0000:{h.DGX_H100_STORAGE[0]}:00.0")
+
+
+def _topology_run(run_cli, root: Path, boot: Path, h, fake_tool, *args: str):
+    """ib_health on a node whose GPUs NVML / nvidia-smi report (the DGX H100's eight) and whose PCI
+    tree is the fake one beside `root`."""
+    path = f"{h.h100_nvidia_smi(fake_tool)}:{os.environ['PATH']}"
+    return run_cli("ib_health", "--sysfs-root", str(root), "--boot-id-file", str(boot), "--gpu-model", H100,
+                   "--pci-root", str(root.parent / "sys" / "bus" / "pci" / "devices"), *args, env={"PATH": path})
+
+
+def test_a_storage_hca_in_a_missing_rails_place_fails_the_gpu_left_without_one(run_cli, tmp_path, boot, h, fake_tool):
+    """8 InfiniBand ports, 8 expected, but mlx5_6 (GPU 4's rail) is gone and a storage HCA is there
+    instead: by count "8 of 8"; by the PCIe topology (as NCCL pairs a GPU with the HCA under its
+    switch) GPU 4 has no rail, and the storage HCA is no compute rail."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.h100_pci(root)
+    _storage_hca_instead_of(root, "mlx5_6", h=h)
+    ns = _topology_run(run_cli, root, boot, h, fake_tool)
+    h.check_artifacts(ns, status="fail", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"], c["value"], c["threshold"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7, "== 8")
+    assert "GPU 4 (0000:9d:00.0) has no InfiniBand HCA under its PCIe switch" in c["message"]
+    assert "not compute rails: mlx5_2:1 (no GPU under its PCIe switch)" in c["message"], c["message"]
+    assert c["message"].count("has no InfiniBand HCA") == 1
+    topo = ns.result["environment"]["ib_topology"]
+    assert topo["known"] is True and topo["hcas"]["mlx5_2"]["gpus"] == [] and topo["hcas"]["mlx5_7"]["gpus"] == [5]
+
+
+def test_the_healthy_eight_rails_and_a_storage_hca_pass_by_topology(run_cli, tmp_path, boot, h, fake_tool):
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.h100_pci(root)
+    shutil.copytree(root / "mlx5_0", root / "mlx5_2", symlinks=True)
+    h.place_hca(root, "mlx5_2", f"0000:{h.DGX_H100_STORAGE[0]}:00.0")
+    ns = _topology_run(run_cli, root, boot, h, fake_tool)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["value"]) == ("pass", 8) and c["code"] is None
+    assert "8 compute rail(s), 8 expected" in c["message"] and "mlx5_6:1 (GPU 4)" in c["message"]
+    assert "mlx5_2:1 (no GPU under its PCIe switch)" in c["message"] and "topology unknown" not in c["message"]
+
+
+def test_a_gpu_sysfs_does_not_show_falls_back_to_the_count_which_still_fails(run_cli, tmp_path, boot, h, fake_tool):
+    """NVML reports GPU 4 but /sys/bus/pci/devices has no entry for it, and its HCA is gone: the
+    topology cannot be read, so by count, and 7 of the SKU's 8 still fails."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.h100_pci(root)
+    (root.parent / "sys" / "bus" / "pci" / "devices" / "0000:9d:00.0").unlink()
+    shutil.rmtree(root / "mlx5_6")
+    ns = _topology_run(run_cli, root, boot, h, fake_tool)
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["code"], c["value"]) == ("fail", "IB_HCAS_NOT_PRESENT", 7)
+    assert "topology unknown" in c["message"] and "0000:9d:00.0" in c["message"]
+
+
+@pytest.mark.parametrize("tree", ["no_device_links", "flat_vm", "no_gpus"])
+def test_where_sysfs_does_not_show_the_topology_the_count_says_so(run_cli, tmp_path, boot, h, fake_tool, tree):
+    """No `device` links, a flat PCI tree (a VM: every function straight on the host bridge) or no GPU
+    bus ids: by count as before, and the message says the topology is unknown, never a silent pass."""
+    root = h.h100_ib_tree(tmp_path, cleared=True)
+    h.h100_pci(root)
+    if tree == "no_device_links":
+        for dev in root.iterdir():
+            h.place_hca(root, dev.name, None)
+    if tree == "flat_vm":
+        flat = tmp_path / "sys" / "devices" / "pci0000:00"
+        devices = tmp_path / "sys" / "bus" / "pci" / "devices"
+        for n, link in enumerate(sorted(devices.iterdir())):
+            link.unlink()
+            (flat / f"0000:00:{n + 4:02x}.0").mkdir(parents=True)
+            link.symlink_to(flat / f"0000:00:{n + 4:02x}.0")
+        for n, dev in enumerate(IB_PORTS):
+            (flat / f"0000:00:{n + 20:02x}.0").mkdir()
+            (root / dev / "device").unlink()
+            (root / dev / "device").symlink_to(flat / f"0000:00:{n + 20:02x}.0")
+    if tree == "no_gpus":
+        ns = ib(run_cli, root, boot, "--pci-root", str(tmp_path / "sys" / "bus" / "pci" / "devices"))
+    else:
+        ns = _topology_run(run_cli, root, boot, h, fake_tool)
+    h.check_artifacts(ns, status="pass", suite="ib_health")
+    c = by(ns, "ib_hca_count")[None]
+    assert (c["status"], c["value"]) == ("pass", 8) and "PCIe topology unknown" in c["message"]
+    why = {"no_device_links": "mlx5_0 has no PCI device link", "flat_vm": "no PCIe switch above GPU 0",
+           "no_gpus": "no GPU bus ids"}[tree]
+    assert why in c["message"] and "by count" in c["message"]
+    assert ns.result["environment"]["ib_topology"]["known"] is False
 
 
 def test_by_count_a_storage_hca_hides_a_missing_compute_one_only_until_they_are_named(run_cli, tmp_path, boot, h):
+    """Without the PCIe topology (this tree has no `device` links, no GPU is reported) the count cannot
+    see the missing rail; it used to pass silently, it now says the topology is unknown; named, the
+    missing HCA fails by name."""
     root = h.h100_ib_tree(tmp_path, cleared=True)
     _storage_hca_instead_of(root, "mlx5_6")
     by_count = ib(run_cli, root, boot)  # 8 InfiniBand ports, 8 expected: a count cannot see it
-    assert by(by_count, "ib_hca_count")[None]["status"] == "pass"
+    c = by(by_count, "ib_hca_count")[None]
+    assert c["status"] == "pass" and "PCIe topology unknown" in c["message"]
     named = "=mlx5_0,mlx5_1,mlx5_4,mlx5_5,mlx5_6,mlx5_7,mlx5_8,mlx5_9"  # the node pool's NCCL_IB_HCA
     ns = ib(run_cli, root, boot, "--ib-hca", named)
     h.check_artifacts(ns, status="fail", suite="ib_health")
