@@ -103,10 +103,10 @@ def move(spec: str) -> dt.timedelta:
     import time_machine
 
     if os.environ.get(OFFSET_ENV):  # started by a moved process (an xdist worker): sitecustomize moved us
-        return dt.timedelta(seconds=int(os.environ[OFFSET_ENV]))
+        return dt.timedelta(seconds=float(os.environ[OFFSET_ENV]))
     moved_by = offset(spec, dt.datetime.now(dt.UTC))
     time_machine.travel(dt.datetime.now(dt.UTC) + moved_by, tick=True).start()
-    os.environ[OFFSET_ENV] = str(int(moved_by.total_seconds()))
+    os.environ[OFFSET_ENV] = repr(moved_by.total_seconds())  # to the microsecond: every process agrees
     return moved_by
 
 

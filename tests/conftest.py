@@ -271,8 +271,17 @@ def pytest_configure(config):
     # SIGTERM (a CI job's timeout) and SIGHUP end a test run as Ctrl-C does: pytest then runs every fixture's
     # teardown, which stops the embedded PostgreSQL, the emulators and the Airflow components the tests
     # started; Python's default for them ends the process at once and leaves those running.
-    import interrupts  # tools/interrupts.py
+    import importlib.util
+    import sys
 
+    # tools/interrupts.py, by path: a pytest run from another rootdir (a test's own probe run) has no tools/
+    # on its path
+    spec = importlib.util.spec_from_file_location("interrupts", REPO / "tools" / "interrupts.py")
+    interrupts = sys.modules.get("interrupts")
+    if interrupts is None:
+        interrupts = importlib.util.module_from_spec(spec)
+        sys.modules["interrupts"] = interrupts
+        spec.loader.exec_module(interrupts)
     interrupts.install((signal.SIGTERM, signal.SIGHUP), streams=False)
 
 

@@ -9,5 +9,5 @@ if os.environ.get("TESTS_CLOCK_OFFSET_S"):
 
     import time_machine as _tm
 
-    _tm.travel(_dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=int(os.environ["TESTS_CLOCK_OFFSET_S"])),
+    _tm.travel(_dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=float(os.environ["TESTS_CLOCK_OFFSET_S"])),
                tick=True).start()

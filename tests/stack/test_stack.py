@@ -28,9 +28,11 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -196,8 +198,10 @@ def test_a_failed_up_says_why_and_leaves_nothing_behind(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    state = tmp_path_factory.mktemp("stack")
+def stack():
+    # outside pytest's basetemp: as root, pgserver opens up the parents of its data directory for its own
+    # user, and any pytest starting meanwhile (a test's probe run) closes /tmp/pytest-of-<user> again
+    state = pathlib.Path(tempfile.mkdtemp(prefix="cd-test-stack-"))
     port = _free_port()
     env = {**os.environ, **SETTINGS}
     started = time.monotonic()
@@ -220,6 +224,7 @@ def stack(tmp_path_factory):
     finally:
         if record_path.exists():  # the last test takes it down; this only covers a failure before
             _down(state)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @dataclasses.dataclass

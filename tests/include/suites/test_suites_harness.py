@@ -325,7 +325,7 @@ def test_watchdog_timeout_is_an_error(tmp_path, h):
         capture_output=True,
         text=True,
         env=h.env(),
-        timeout=60,
+        timeout=300,
     )
     s = json.loads(term.read_text())
     assert p.returncode == 2 and s["reason"].startswith("timed out after 2 s (during: ")
