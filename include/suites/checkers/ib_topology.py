@@ -94,6 +94,6 @@ def read(sysfs_root: str, pci_root: str, gpus: list[dict], devices: list[str]) -
     for dev in devices:
         chain = pci_chain(os.path.join(sysfs_root, dev, "device"))
         if chain is None:
-            return Topology(False, f"{dev} has no PCI device link ({os.path.join(sysfs_root, dev, 'device')})", listed)
+            return Topology(False, f"{dev} has no PCI device link", listed)
         rails[dev] = [i for i, c in chains.items() if shares_switch(chain, c)]
     return Topology(True, "", listed, rails)
