@@ -1,0 +1,65 @@
+"""When a node that passes its floors is slow: the rule the DAG and the simulator both apply.
+
+A degraded GPU, link or HBM stack passes every fixed floor yet paces every synchronous job it joins. Two
+kinds of evidence say "slow", neither a fail by itself:
+
+* a **probe flag**: a speed-probe metric of the health sweep judged low against the fleet of its GPU model
+  (``fleet_verdicts``' straggler or drift verdict) in one sweep;
+* a **signal flag**: a passive speed signal read while user jobs ran (throttle reasons, a clock under
+  load, a link trained below its rate or width).
+
+One flag makes the node **suspect** (retested soon, shown with its evidence). It becomes **failing** with
+code ``SLOW`` when the last two probe sweeps were both flagged, or the last probe and a signal within the
+window agree: one noisy sweep or one transient signal never fails a node, two independent sightings do.
+
+The probe is scheduled so its cost stays small (``probe_due``): on a node that ran user jobs since its
+last probe, at most every ``min_interval``, and at least every ``max_age`` on an idle one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Sequence
+
+SLOW = "SLOW"  # the failure code of a node judged slow
+
+
+class SlowState(enum.StrEnum):
+    OK = "ok"
+    SUSPECT = "suspect"
+    FAILING = "failing"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeOutcome:
+    """One sweep's speed probe on a node: when, and whether any of its metrics was flagged low."""
+
+    at: dt.datetime
+    flagged: bool
+
+
+def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool) -> SlowState:
+    """The node's state from its probe outcomes (any order) and whether a speed signal flagged it within
+    the window: failing on two flagged probes in a row, or the last probe and a signal together."""
+    ordered = sorted(probes, key=lambda p: p.at)
+    last = ordered[-1].flagged if ordered else False
+    before = ordered[-2].flagged if len(ordered) >= 2 else False
+    if last and (before or signal_flagged):
+        return SlowState.FAILING
+    if last or signal_flagged:
+        return SlowState.SUSPECT
+    return SlowState.OK
+
+
+def probe_due(now: dt.datetime, last_probe: dt.datetime | None, *, busy_since: bool,
+              min_interval: dt.timedelta, max_age: dt.timedelta, suspect: bool = False) -> bool:
+    """Whether a sweep probes a node's speed now: never probed; suspect (the second sighting decides);
+    loaded by user jobs since the last probe and at least ``min_interval`` since it; or ``max_age`` old."""
+    if last_probe is None or suspect:
+        return True
+    age = now - last_probe
+    if age >= max_age:
+        return True
+    return busy_since and age >= min_interval
