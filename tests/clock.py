@@ -4,7 +4,8 @@ A test seeds relative to ``now()`` (or passes it to the code under test), never 
 clock will pass. Nobody has to remember that: ``tests/test_clock.py`` runs every test again with the clock
 moved (``CLUSTER_DOCTOR_TEST_CLOCK``) — in ``make test`` a month ahead and to just before midnight UTC,
 in ``make test-slow`` also to just before the hour turns and a year ahead — unless the test carries
-``@pytest.mark.real_clock("why")``, or lives in one of the few folders of ``REAL_CLOCK_FOLDERS``.
+``@pytest.mark.real_clock("why")``, or lives in one of the few folders of ``REAL_CLOCK_FOLDERS``
+(the folders of ``MOVED_IN_SLOW_ONLY`` run moved in ``make test-slow`` only).
 
 A moved run moves the clock of every Python process, by one offset: time-machine moves it in the pytest
 process and in every Python program it starts (``clock_site/sitecustomize.py``, which a hook ``make .venv``
@@ -48,6 +49,16 @@ REAL_CLOCK_FOLDERS = {
     "tests/e2e/": "whole DagRuns on the emulator, minutes each; the task bodies they run are tested moved",
     "tests/stack/": "make up's stack under a real scheduler: one module of many minutes",
     "tests/readme/": "the README's commands as written (make demo, simulate): minutes each",
+}
+# Folders that run moved in make test-slow's moved runs only: whole programs started as a user starts them
+# (the benchmarks and tools, the emulator's own tests, the compose files and init script, Chromium on the
+# pages), a fifth of make test's moved run for tests whose times come from the programs they start. The
+# library's, the DAG's and the suites' tests, where a fixture's date meets the code's clock, run moved in
+# make test.
+MOVED_IN_SLOW_ONLY = {
+    "tests/tools/": "benchmarks, the demo and stack tools, the emulator's own tests: whole programs",
+    "tests/deploy/": "the compose files and the init script, run as a deployer runs them",
+    "tests/ui/": "Chromium on the pages; the pages carry the server's times, tested moved in web/",
 }
 
 

@@ -54,7 +54,20 @@ def opt_outs() -> list[str]:
 def test_the_opt_out_list_stays_short():
     """Every test runs moved unless it says why it cannot: the exceptions stay few enough to read."""
     assert len(clock.REAL_CLOCK_FOLDERS) <= 3 and all(clock.REAL_CLOCK_FOLDERS.values())
+    assert len(clock.MOVED_IN_SLOW_ONLY) <= 3 and all(clock.MOVED_IN_SLOW_ONLY.values())
+    library = ("tests/plugins/", "tests/include/", "tests/dags/")  # where fixtures meet the code's clock
+    assert not [f for f in clock.MOVED_IN_SLOW_ONLY if f.startswith(library)]
     assert len(opt_outs()) <= 5, opt_outs()
+
+
+def test_make_tests_moved_run_covers_the_library_the_suites_and_the_dags():
+    ignored = [a.removeprefix("--ignore=") for a in the_suite(clock.IN_MAKE_TEST[0]) if a.startswith("--ignore=")]
+    for must in ("tests/plugins/cluster_doctor/domain", "tests/plugins/cluster_doctor/reports",
+                 "tests/plugins/cluster_doctor/web", "tests/plugins/cluster_doctor/cli",
+                 "tests/plugins/cluster_doctor/store", "tests/include/suites", "tests/dags"):
+        assert (REPO / must).is_dir() and not any(must.startswith(i) for i in ignored), must
+    slow = [a for a in the_suite(clock.SPECS[-1]) if a.startswith("--ignore=")]
+    assert sorted(slow) == sorted(f"--ignore={f.rstrip('/')}" for f in clock.REAL_CLOCK_FOLDERS)
 
 
 def moved_pytest(spec: str, args: list[str], out: pathlib.Path, *, workers: int = 0) -> subprocess.Popen:
@@ -74,9 +87,11 @@ def moved_pytest(spec: str, args: list[str], out: pathlib.Path, *, workers: int 
         log.close()
 
 
-def the_suite(extra: tuple[str, ...] = ()) -> list[str]:
-    """The whole suite as make test runs it, less the folders that keep the real clock (not even collected)."""
-    ignored = [f"--ignore={folder.rstrip('/')}" for folder in clock.REAL_CLOCK_FOLDERS]
+def the_suite(spec: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The whole suite as make test runs it, less the folders that keep the real clock (not even collected),
+    and in make test's moved run less those that run moved in make test-slow only."""
+    folders = [*clock.REAL_CLOCK_FOLDERS, *(clock.MOVED_IN_SLOW_ONLY if spec in clock.IN_MAKE_TEST else ())]
+    ignored = [f"--ignore={folder.rstrip('/')}" for folder in folders]
     return ["-m", "not slow", "--tb=short", *ignored, *extra, "tests"]  # not -q: the header says the clock moved
 
 
@@ -89,7 +104,7 @@ def moved_runs(request, tmp_path_factory):
     runs = {}
     for spec in wanted:
         out = tmp_path_factory.mktemp(spec.replace(",", "_"))
-        runs[spec] = (moved_pytest(spec, the_suite(), out, workers=2), out / "out.txt")
+        runs[spec] = (moved_pytest(spec, the_suite(spec), out, workers=2), out / "out.txt")
     yield runs
     for proc, _ in runs.values():
         if proc.poll() is None:

@@ -119,14 +119,14 @@ def test_a_result_not_read_in_time_is_not_judged_then_recorded_by_the_next_run(r
     assert (node, status, try_number) == ("gpu-001", "skipped", 1) and reason.startswith("NOT_JUDGED: "), reason
     (kept,) = [p for p in validation_pods(cluster) if not p["deleted"]]
     cluster.clear_faults()
-    cluster.wait_for(lambda: [p for p in validation_pods(cluster) if p["phase"] == "Succeeded"], timeout=30,
+    cluster.wait_for(lambda: [p for p in validation_pods(cluster) if p["phase"] == "Succeeded"], timeout=900,
                      message="the kept pod ended")
 
     second = runner.run(logical_date=dt.datetime(2026, 11, 22, 11, tzinfo=dt.UTC))
 
     assert second["state"] == "success", runner.last_log[-3000:]
     assert [r[:3] for r in rows(db_dsn)] == [("gpu-001", "pass", 1)], rows(db_dsn)
-    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=30,
+    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=900,
                      message=f"the kept pod {kept['name']} gone")
 
 

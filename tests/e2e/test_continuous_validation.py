@@ -108,7 +108,7 @@ def test_a_user_pod_claiming_the_node_while_ours_is_pending_preempts_ours(runner
     cluster.set_script("gpu-001", "never_schedule", message="waiting for the gang scheduler")
 
     def user_job_arrives():
-        cluster.wait_for(lambda: validation_pods(cluster), timeout=120, message="our validation pod")
+        cluster.wait_for(lambda: validation_pods(cluster), timeout=900, message="our validation pod")
         time.sleep(0.5)
         cluster.add_user_pod("gpu-001", gpus=8, name="llm-pretrain-0", namespace="ml")
 
@@ -169,12 +169,16 @@ def test_results_db_down_during_record_then_back_rows_arrive_once(runner, cluste
         cluster.add_gpu_node(node)
         script_result(cluster, node)
 
+    went_down = threading.Event()
+
     def outage():
-        # down as soon as the first validation pod exists, back a few seconds after the last one ends
-        cluster.wait_for(lambda: validation_pods(cluster), timeout=120, message="first validation pod")
+        # down as soon as the first validation pod exists, back a few seconds after the last one ends; the
+        # waits only guard a hang (on a loaded machine the DagRun's first pod came after 2 minutes)
+        cluster.wait_for(lambda: validation_pods(cluster), timeout=900, message="first validation pod")
         proxy.down()
+        went_down.set()
         cluster.wait_for(lambda: len(validation_pods(cluster)) == 2 and all(p["deleted"] for p in validation_pods(cluster)),
-                         timeout=120, message="both validation pods done")
+                         timeout=900, message="both validation pods done")
         time.sleep(4)
         proxy.up()
 
@@ -185,6 +189,7 @@ def test_results_db_down_during_record_then_back_rows_arrive_once(runner, cluste
     finally:
         thread.join(10)
         proxy.close()
+    assert went_down.is_set(), "the outage never started: no validation pod was seen"
     assert result["state"] == "success", runner.last_log[-3000:]
     assert "results DB write deferred to the record task" in runner.last_log
     assert "retry" in runner.last_log
@@ -285,7 +290,7 @@ def test_no_pod_when_the_node_became_busy_after_planning(runner, cluster, db_dsn
     def user_job_lands_after_planning():
         # the suite ConfigMap appears right after the plan: gpu-001 was free then, not at submit time
         cluster.wait_for(lambda: cluster.core_v1().list_namespaced_config_map("cluster-doctor").items,
-                         timeout=120, interval=0.02, message="the suite ConfigMap")
+                         timeout=900, interval=0.02, message="the suite ConfigMap")
         cluster.add_user_pod("gpu-001", gpus=8, name="batch-eval-0", namespace="default")
 
     thread = threading.Thread(target=user_job_lands_after_planning, daemon=True)

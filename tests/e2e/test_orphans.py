@@ -64,14 +64,14 @@ def test_a_hard_killed_validation_task_leaks_its_pod_and_the_next_run_records_an
         (now,) = [p for p in validation_pods(cluster) if p["name"] == pod["name"]]
         return now if now["phase"] == "Succeeded" else None
 
-    leaked_pod = cluster.wait_for(leaked, timeout=60, message="the pod to finish")
+    leaked_pod = cluster.wait_for(leaked, timeout=900, message="the pod to finish")
     assert not leaked_pod["deleted"] and not leaked_pod["deletion_requested"]  # nothing removes it
     killed_run = end_killed_run(runner.home)
 
     result = runner.run(logical_date=NEXT)
 
     assert result["state"] == "success", runner.last_log[-3000:]
-    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=30,
+    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=900,
                      message="the leaked pod gone")
     with psycopg.connect(**db_dsn) as conn, conn.cursor() as cur:
         cur.execute("SELECT status, try_number, pod_name, reason FROM validation_history "
@@ -104,7 +104,7 @@ def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner
 
     assert second["state"] == "success", runner.last_log[-3000:]
     assert "could not delete it" in runner.last_log
-    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=30,
+    cluster.wait_for(lambda: all(p["deleted"] for p in validation_pods(cluster)), timeout=900,
                      message="the left pod gone")
     with psycopg.connect(**db_dsn) as conn:
         rows = conn.execute("SELECT status, try_number, pod_name FROM validation_history").fetchall()

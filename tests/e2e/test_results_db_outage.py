@@ -38,7 +38,7 @@ def test_an_outage_through_every_retry_of_two_runs_loses_no_attempt(runner, clus
 
     def outage_from_the_first_pod(pods_before: int):
         # load_latest has read the database by then; it stays down through the record task's retries
-        cluster.wait_for(lambda: len(validation_pods(cluster)) > pods_before, timeout=120, message="a validation pod")
+        cluster.wait_for(lambda: len(validation_pods(cluster)) > pods_before, timeout=900, message="a validation pod")
         proxy.down()
 
     runs = []
