@@ -14,8 +14,10 @@ and ``to_attempt`` turns it into the attempt without raising. The bounds (``REPO
 * numbers: finite, integers within Postgres bigint; ``duration_s`` within [0, 7 days]. Anything else
   becomes null (metrics, check values) or the pod's own timing (duration).
 * timestamps: the container's start/finish must lie between the pod's creation (minus 5 min of clock
-  skew) and now (plus 5 min); a finish in that allowance is clamped to now, so no attempt is ever in
-  the future and cannot hide later ones in the latest view. Out of range: now / the pod's start time.
+  skew) and now (plus 5 min). A finish in that allowance is kept as the pod reported it, not clamped to
+  the reader's clock: reading the same pod again (a retried task, the orphan reaper) gives the same
+  attempt, a duplicate, never a conflict; a pair's attempts all carry its kubelet's clock, so they stay in
+  order. Further out of range: now / the pod's start time, so a clock far ahead cannot pin a pair.
 * structure: metrics are a flat object of scalars, checks objects of scalars with a name.
 
 Every adjusted value is noted in the reason and as a ``warn`` check named ``reported_values``; a
@@ -349,7 +351,6 @@ def _pod_timing(pod: Mapping[str, Any], terminated: Mapping[str, Any], now: dt.d
         _note(notes, f"finishedAt {finished.isoformat()} is outside the pod's lifetime (clock skew?); "
                      "the observation time is used")
         finished = now
-    finished = min(finished, now)
 
     started = None
     for source, raw in (("startedAt", terminated.get("startedAt")), ("startTime", _get(pod, "status", "startTime"))):

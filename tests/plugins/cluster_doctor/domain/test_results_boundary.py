@@ -165,9 +165,13 @@ def test_a_finish_in_the_future_cannot_pin_a_pair(store):
     assert store.check_latest() == []
 
 
-def test_a_finish_within_the_clock_skew_allowance_is_clamped_to_now():
-    attempt = boundary(pod(0, json.dumps(summary("pass")), finished="2026-11-22T10:07:00Z"))
-    assert attempt.finished_at == NOW and "adjusted" not in attempt.reason
+def test_a_finish_within_the_clock_skew_allowance_is_the_pods_own_whenever_it_is_read():
+    """A kubelet 2 minutes ahead: the attempt keeps its time, so a second read (a retried task, the orphan
+    reaper) a minute later is the same attempt, stored as a duplicate rather than a conflict."""
+    ahead = pod(0, json.dumps(summary("pass")), finished="2026-11-22T10:07:00Z")
+    first, again = boundary(ahead), boundary(ahead, now=NOW + dt.timedelta(minutes=1))
+    assert first.finished_at == again.finished_at == dt.datetime(2026, 11, 22, 10, 7, tzinfo=dt.UTC)
+    assert first == again and "adjusted" not in first.reason
 
 
 def test_a_start_before_the_pod_existed_is_not_believed():

@@ -418,9 +418,6 @@ def test_a_failed_delete_is_reported_and_the_other_orphans_are_still_handled(clu
     wait_gone(cluster, replacement)
 
 
-@pytest.mark.real_clock("moved, the second reap of the same pod computed other start and finish times than the "
-                        "first (a conflict, not a duplicate): a bug in how a pod's times are bounded by the "
-                        "reader's clock, to fix in domain/results._pod_timing; kept visible here until then")
 def test_deletes_refused_by_rbac_keep_the_recorded_result_and_the_next_run_finishes(cluster, store):
     script_result(cluster, "gpu-001")
     script_result(cluster, "gpu-002")
