@@ -701,7 +701,7 @@ class _Simulation:
         cfg, counts = self.cfg, self.counts
         duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
         self._probing = (self.slow is not None and cfg.probe and pair.test_name == sim_slow.PROBE_SUITE
-                         and self.slow.probe_due(n, at + t / 60, min_interval_h=cfg.probe_min_interval_hours,
+                         and self.slow.probe_now(n, at + t / 60, min_interval_h=cfg.probe_min_interval_hours,
                                                  max_age_h=cfg.probe_max_age_hours))
         duration += cfg.probe_minutes if self._probing else 0.0
         claimed = (self.cluster.until[n] - at) * 60  # minutes into the run when a user job takes the node

@@ -285,7 +285,7 @@ class Slow:
         return [e for e in episodes if e[0] <= at < e[1]]
 
     # ------------------------------------------------------------------ the probe and the node's state
-    def probe_due(self, node: int, at: float, *, min_interval_h: float, max_age_h: float) -> bool:
+    def probe_now(self, node: int, at: float, *, min_interval_h: float, max_age_h: float) -> bool:
         """Whether this health check probes the node: ``fail_slow.probe_due``."""
         now = self.t0 + dt.timedelta(hours=at)
         return fail_slow.probe_due(now, self.last_probe.get(node), busy_since=node in self.loaded,
