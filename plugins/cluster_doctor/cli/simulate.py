@@ -118,6 +118,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--acceptance", action="store_true",
                    help="the acceptance gate (setting acceptance): a node that joined, rebooted or came back from "
                         "repair is tainted at the first read and runs its whole bundle before user jobs land on it")
+    _add_slow_options(p)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    return p
+
+
+def _add_slow_options(p: argparse.ArgumentParser) -> None:
+    """Fail-slow: slow faults, the speed model, today's rule or the new one, and the goal table."""
     p.add_argument("--slow-faults", type=float, default=None,
                    help="inject fail-slow faults: this many per 1,000 node-days (an assumption; default 0, with "
                         "--goal 3); adds their time to detect, slow job-node-hours and false stragglers")
@@ -137,9 +145,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="the fail-slow goal table: today's rule beside the new one over --seeds (the issue's "
                         "settings: 24 slots, reservation, --faults 6.5, --slow-faults 3 unless given)")
     p.add_argument("--seeds", default=",".join(map(str, sim.GOAL_SEEDS)), help="with --goal (default 7,1,2,3,4)")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    return p
 
 
 def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
