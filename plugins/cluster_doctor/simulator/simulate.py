@@ -37,6 +37,12 @@ the time to detect, the user jobs on broken nodes, and what validation costs (``
 pods' GPU-hours and the reserved-idle ones — from a reserved node's job end to our first pod on it — over
 the fleet's).
 
+With ``slow_faults`` (or ``speed``), ``simulator.slow`` degrades nodes without failing them and gives every
+measurement the node's spread, transients and noise: dl_unit's and nccl_loopback's metrics get the product's
+fleet verdicts (today's rule), and with ``probe`` every gpu_health ``fail_slow.probe_due`` picks carries the
+speed probe, whose verdicts and the passive speed signals give the node's state by ``fail_slow.slow_state``
+(the new rule); ``goal`` compares the two over five seeds (``cluster-doctor simulate --goal``).
+
 Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
 
