@@ -16,6 +16,7 @@ from typing import Any
 
 from cluster_doctor.simulator import faults as sim_faults
 from cluster_doctor.simulator import simulate as sim
+from cluster_doctor.simulator import slow as sim_slow
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([dhm]?)\s*$")
 
@@ -50,7 +51,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=1000)
     p.add_argument("--days", type=float, default=28.0, help="simulated period (default 28)")
-    p.add_argument("--slots", type=int, default=2, help="pool slots (concurrent validation pods)")
+    p.add_argument("--slots", type=int, default=None,
+                   help="pool slots (concurrent validation pods; default 2, with --goal 24)")
     p.add_argument("--occupancy", type=float, default=0.85, help="share of time nodes are busy with user jobs")
     p.add_argument("--no-gap", action="store_true",
                    help="a queue-backed cluster: a new job starts the moment one ends (no idle gaps at all)")
@@ -116,9 +118,33 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--acceptance", action="store_true",
                    help="the acceptance gate (setting acceptance): a node that joined, rebooted or came back from "
                         "repair is tainted at the first read and runs its whole bundle before user jobs land on it")
+    _add_slow_options(p)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
+
+
+def _add_slow_options(p: argparse.ArgumentParser) -> None:
+    """Fail-slow: slow faults, the speed model, today's rule or the new one, and the goal table."""
+    p.add_argument("--slow-faults", type=float, default=None,
+                   help="inject fail-slow faults: this many per 1,000 node-days (an assumption; default 0, with "
+                        "--goal 3); adds their time to detect, slow job-node-hours and false stragglers")
+    p.add_argument("--slow-kinds", default=",".join(f"{k}={v:g}" for k, v in sim_slow.DEFAULT_SHARES.items()),
+                   help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {k.seen_by}"
+                                                          for k in sim_slow.SLOW_KINDS))
+    p.add_argument("--speed", action="store_true",
+                   help="model speed (spread, transients, the probe) even without slow faults: a healthy fleet's "
+                        "false stragglers")
+    p.add_argument("--no-probe", action="store_true",
+                   help="today's rule for slow nodes: no speed probe in the sweep, no passive speed signals; only "
+                        "dl_unit's and nccl_loopback's fleet verdicts at their staleness")
+    p.add_argument("--transient-rate", type=float, default=0.2,
+                   help="transient slowness episodes (congestion, a noisy neighbour) per node-day (default 0.2)")
+    p.add_argument("--spread", type=float, default=0.02, help="natural node-to-node speed spread, sigma (0.02)")
+    p.add_argument("--goal", action="store_true",
+                   help="the fail-slow goal table: today's rule beside the new one over --seeds (the issue's "
+                        "settings: 24 slots, reservation, --faults 6.5, --slow-faults 3 unless given)")
+    p.add_argument("--seeds", default=",".join(map(str, sim.GOAL_SEEDS)), help="with --goal (default 7,1,2,3,4)")
 
 
 def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
@@ -127,20 +153,26 @@ def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
     z_h = (parse_duration_hours(args.staleness, "--staleness") if args.staleness
            else max(target_h / 2, target_h - args.max_job_hours - 12))
     reservation_values = {"lead_hours": args.reserve_lead} if args.reserve_lead is not None else {}
-    cfg = sim.SimConfig(nodes=args.nodes, days=args.days, slots=args.slots, occupancy=args.occupancy,
+    goal = getattr(args, "goal", False)
+    slots = args.slots if args.slots is not None else (24 if goal else 2)
+    faults = args.faults if args.faults or not goal else 6.5
+    slow = args.slow_faults if args.slow_faults is not None else (3.0 if goal else 0.0)
+    cfg = sim.SimConfig(nodes=args.nodes, days=args.days, slots=slots, occupancy=args.occupancy,
                     job_hours=args.job_hours, job_sigma=args.job_sigma, max_job_hours=args.max_job_hours,
                     suite_minutes=_shares(args.suite_minutes, "--suite-minutes"), staleness_days=z_h / 24,
                     target_days=target_h / 24, failure_rate=args.failure_rate, max_pairs=args.max_pairs,
                     gpu_models=_shares(args.gpu_models, "--gpu-models"), start=args.start, seed=args.seed,
                     bundle=not args.no_bundle, bundle_ahead_hours=args.bundle_ahead, no_gap=args.no_gap,
-                    reserve=args.reserve, reservation=reservation_values, peer_tests=args.peer_tests,
+                    reserve=args.reserve or goal, reservation=reservation_values, peer_tests=args.peer_tests,
                     peer_cadence_days=parse_duration_hours(args.peer_cadence, "--peer-cadence") / 24,
                     peer_max_per_run=args.peer_max_per_run, peer_minutes=args.peer_minutes,
-                    sweep_interval_hours=0.0 if args.no_sweep else args.sweep_interval, faults=args.faults,
+                    sweep_interval_hours=0.0 if args.no_sweep else args.sweep_interval, faults=faults,
                     fault_kinds=_shares(args.fault_kinds, "--fault-kinds"), crash_probability=args.crash_probability,
                     signals=not args.no_signals, bad_repair=args.bad_repair, acceptance=args.acceptance,
                     joins=args.joins, reboots=args.reboots, broken_on_join=args.broken_on_join,
-                    broken_on_reboot=args.broken_on_reboot)
+                    broken_on_reboot=args.broken_on_reboot, slow_faults=slow,
+                    slow_kinds=_shares(args.slow_kinds, "--slow-kinds"), speed=args.speed, probe=not args.no_probe,
+                    transient_rate=args.transient_rate, speed_spread=args.spread)
     if args.target_staleness and z_h >= target_h:
         raise sim.InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "
@@ -202,12 +234,64 @@ def fault_lines(result: sim.SimResult) -> list[str]:
             f"signals {'on' if cfg.signals else 'off'}: time to detect median {ttd['median']:.1f} h, p90 "
             f"{ttd['p90']:.1f} h, max {ttd['max']:.1f} h ({result.faults_undetected} seen by no suite by the end); "
             f"user jobs on a broken node mean {jobs['mean']:.2f}, p90 {jobs['p90']:g}")
+    if result.slow is not None:
+        lines.append(slow_line(result))
     if result.arrivals and any(a["nodes"] for a in result.arrivals.values()):
         came = ", ".join(f"{a['nodes']:,} {how} ({a['broken']} broken, {a['jobs_on_broken']} user job(s) started on "
                          "them)" for how, a in result.arrivals.items())
         gate = f"acceptance gate: {result.gated:,} gated" if cfg.acceptance else "no acceptance gate"
         lines.append(f"nodes that joined or returned: {came}; {gate}")
     return lines
+
+
+def slow_line(result: sim.SimResult) -> str:
+    """Fail-slow: what the rule found, what the degraded nodes cost, what it flagged wrongly."""
+    cfg, slow = result.config, result.slow or {}
+    rule = ("the speed probe in the sweep and passive speed signals" if cfg.probe
+            else "today's rule: dl_unit/nccl_loopback fleet verdicts at their staleness")
+    ttd = slow.get("slow_time_to_detect_h")
+    found = (f"time to detect median {ttd['median']:.1f} h, p90 {ttd['p90']:.1f} h" if ttd else "nothing to detect")
+    return (f"fail-slow ({rule}): {slow.get('slow_faults', 0)} slow fault(s) at {cfg.slow_faults:g} per 1,000 "
+            f"node-days, {found} ({slow.get('slow_undetected', 0)} never found); slow job-node-hours "
+            f"{slow.get('slow_job_node_hours', 0.0):,.0f} of {slow.get('user_job_node_hours', 0.0):,.0f}; "
+            f"{slow.get('probes', 0):,} probes ({slow.get('probes_flagged', 0)} flagged); false stragglers "
+            f"{slow.get('false_stragglers', 0)} ({slow.get('false_stragglers_per_1000_node_days', 0.0):.2f} per "
+            f"1,000 node-days), false suspects {slow.get('false_suspects', 0)}")
+
+
+GOAL_ROWS = (  # (figure, key, format, goal)
+    ("fail-slow time to detect, median", "slow_median_h", "{:.2f} h", "<= 2 h"),
+    ("fail-slow time to detect, p90", "slow_p90_h", "{:.1f} h", "<= 12 h"),
+    ("slow job-node-hours", "slow_job_node_hours", "{:,.0f}", ">= 80 % fewer"),
+    ("false stragglers per 1,000 node-days (healthy fleet)", "false_stragglers_per_1000_node_days", "{:.2f}", "<= 1"),
+    ("crash/Xid faults: time to detect, median", "crash_median_h", "{:.2f} h", "<= 0.08 h"),
+    ("crash/Xid faults: time to detect, p90", "crash_p90_h", "{:.1f} h", "<= 1.9 h"),
+    ("crash/Xid faults: jobs on a broken node", "jobs_on_broken_node", "{:.2f}", "<= 1.47"),
+    ("validation share of GPU-hours", "validation_share", "{:.2%}", "<= 1 %"),
+)
+
+
+def render_goal(found: dict[str, Any], cfg: sim.SimConfig) -> str:
+    """The issue's table: each figure at the first seed and, in brackets, the mean over the seeds."""
+    seeds = found["seeds"]
+    today, new = found["rules"]["today"], found["rules"]["new"]
+    lines = [f"fail-slow goal: {cfg.nodes:,} nodes, occupancy {cfg.occupancy:.0%}, {cfg.days:g} days, {cfg.slots} "
+             f"slots, reservation, crash faults {cfg.faults:g} and slow faults {cfg.slow_faults:g} per 1,000 "
+             f"node-days; seed {seeds[0]} (mean over seeds {', '.join(map(str, seeds))})",
+             "| figure | today | new | goal |", "|---|---|---|---|"]
+    for label, key, fmt, target in GOAL_ROWS:
+        cells = []
+        for rule in (today, new):
+            first, mean = rule["per_seed"][0][key], rule["mean"][key]
+            cells.append(f"{fmt.format(first)} ({fmt.format(mean)})")
+        if key == "slow_job_node_hours":
+            first = 1 - new["per_seed"][0][key] / today["per_seed"][0][key] if today["per_seed"][0][key] else 0.0
+            cells[1] += f", {first:.0%} ({found['slow_job_node_hours_fewer']:.0%}) fewer"
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | {target} |")
+    slow_faults = ", ".join(str(r["slow_faults"]) for r in new["per_seed"])
+    wall = sum(r["wall_seconds"] for rule in (today, new) for r in rule["per_seed"])
+    lines.append(f"slow faults per seed: {slow_faults}; {wall:.0f} s of simulation")
+    return "\n".join(lines)
 
 
 def peer_line(result: sim.SimResult) -> str:
@@ -237,6 +321,15 @@ def cmd(args: argparse.Namespace, out=None) -> int:
     except sim.InvalidSimulation as exc:
         print(f"cluster-doctor: error: {exc}", file=sys.stderr)
         return 2
+    if args.goal:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            print(f"cluster-doctor: error: --seeds: expected integers, got {args.seeds!r}", file=sys.stderr)
+            return 2
+        found = sim.goal(cfg, seeds or list(sim.GOAL_SEEDS))
+        print(json.dumps(found, indent=2) if args.format == "json" else render_goal(found, cfg), file=out)
+        return 0
     if target_h is None:
         result = sim.run(cfg)
         print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else render(result), file=out)

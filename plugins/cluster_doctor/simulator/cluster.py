@@ -16,9 +16,11 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 from typing import Protocol
 
 from cluster_doctor.simulator.faults import Faults
+from cluster_doctor.simulator.slow import Slow
 
 
 class Occupancy(Protocol):
@@ -37,8 +39,11 @@ class Cluster:
     signal made suspect, since when, until a validation is done with them."""
 
     def __init__(self, cfg: Occupancy, rnd: random.Random, *, faults: Faults | None = None,
-                 signal_h: float | None = None, taint_limit: int = 0):
+                 signal_h: float | None = None, taint_limit: int = 0, slow: Slow | None = None,
+                 slow_signal: Callable[[int, float], None] | None = None):
         self.rnd, self.cfg = rnd, cfg
+        # fail-slow (simulator.slow): user jobs it paces, and a passive speed signal's read (the simulation's)
+        self.slow, self.slow_signal = slow, slow_signal
         self.faults, self.signal_h, self.taint_limit = faults, signal_h, taint_limit
         self.mu = math.log(cfg.job_hours)
         # the mean of the capped log-normal, estimated once from a fixed sample
@@ -90,6 +95,8 @@ class Cluster:
         if crash is not None:
             self.crashing.add(n)
         self._set(n, at + length if crash is None else crash)
+        if self.slow is not None:
+            self.slow.job_started(n, at)
         if crash is None and self.faults is not None and self.faults.raises_xid(n):
             self._signal(n, at)
 
@@ -100,10 +107,15 @@ class Cluster:
             fault = self.faults.next_at() if self.faults is not None else math.inf
             arrival = self.faults.next_arrival_at() if self.faults is not None else math.inf
             signal = self.signals[0][0] if self.signals else math.inf
-            at = min(event, fault, arrival, signal)
+            slow = self.slow.next_at() if self.slow is not None else math.inf
+            at = min(event, fault, arrival, signal, slow)
             if at > hour:
                 return
-            if at == event:
+            if at == slow:
+                what, n, when = self.slow.pop()
+                if what == "signal" and self.slow_signal is not None:
+                    self.slow_signal(n, when)
+            elif at == event:
                 self._period_end(*heapq.heappop(self.events))
             elif at == fault:
                 self._fault()
@@ -122,6 +134,7 @@ class Cluster:
         n, at, how = got
         self.crashing.discard(n)
         if self.busy[n]:
+            self._job_ended(n, at)
             self.busy[n] = False
             self.free.add(n)
             if n in self.reserved:  # our taint stays through a reboot: no job until it is validated
@@ -136,6 +149,8 @@ class Cluster:
     def _period_end(self, at: float, n: int, version: int) -> None:
         if version != self.version[n]:
             return
+        if self.busy[n]:
+            self._job_ended(n, at)
         if self.busy[n] and n in self.crashing:  # the job died on a broken node: a signal
             self.crashing.discard(n)
             self._signal(n, at)
@@ -154,6 +169,10 @@ class Cluster:
                 self._start_job(n, at)
         else:
             self._start_job(n, at)
+
+    def _job_ended(self, n: int, at: float) -> None:
+        if self.slow is not None:
+            self.slow.job_ended(n, at)
 
     def _fault(self) -> None:
         """A node breaks: the job running on it counts, and may crash at once."""
@@ -189,14 +208,16 @@ class Cluster:
             return
         self._taint(n, at)
         self.tainted.append((n, at))
-        self.faults.suspect(n, at)
+        if self.faults is not None:
+            self.faults.suspect(n, at)
 
     def mark_suspect(self, n: int, at: float) -> None:
         """A change the signals read (a node new, rebooted, back from repair: ``signal_node_changes``) makes
         ``n`` suspect at ``at``, broken or not; it is tainted within the limit, busy or free."""
         self.suspects.setdefault(n, at)
         self.fresh.add(n)
-        self.faults.suspect(n, at)
+        if self.faults is not None:
+            self.faults.suspect(n, at)
         self.taint_suspect(n, at)
 
     def gate(self, n: int, at: float) -> None:

@@ -37,6 +37,12 @@ the time to detect, the user jobs on broken nodes, and what validation costs (``
 pods' GPU-hours and the reserved-idle ones — from a reserved node's job end to our first pod on it — over
 the fleet's).
 
+With ``slow_faults`` (or ``speed``), ``simulator.slow`` degrades nodes without failing them and gives every
+measurement the node's spread, transients and noise: dl_unit's and nccl_loopback's metrics get the product's
+fleet verdicts (today's rule), and with ``probe`` every gpu_health ``fail_slow.probe_due`` picks carries the
+speed probe, whose verdicts and the passive speed signals give the node's state by ``fail_slow.slow_state``
+(the new rule); ``goal`` compares the two over five seeds (``cluster-doctor simulate --goal``).
+
 Pure Python, no cluster and no database: seconds at 1,000 nodes.
 """
 
@@ -61,7 +67,9 @@ from cluster_doctor.domain.planning import plan as planner
 from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.domain import fail_slow
 from cluster_doctor.simulator import faults as sim_faults
+from cluster_doctor.simulator import slow as sim_slow
 from cluster_doctor.simulator.cluster import Cluster
 
 # gpu_health reads NVML and the kernel log and runs DCGM's level-1 diagnostic, "quick deployment checks,
@@ -129,6 +137,22 @@ class SimConfig:
     acceptance: bool = False  # the acceptance gate: a node that joined or returned runs its bundle before users
     # gated at once at most (setting acceptance's max_nodes); the rest: suspects
     acceptance_max_nodes: int = AcceptancePolicy().max_nodes
+    # fail-slow (simulator.slow): nodes degraded without failing, the speed each measurement reads (spread,
+    # transients, noise) and the rules that find them. ``speed`` models it at all (implied by slow_faults > 0);
+    # ``probe``: the speed probe in the health sweep (fail_slow.probe_due) and the passive speed signals — the
+    # new rule; without them only dl_unit's and nccl_loopback's fleet verdicts at their staleness (today's)
+    speed: bool = False
+    slow_faults: float = 0.0  # slow faults per 1,000 node-days (an assumption: docs/simulator.md)
+    slow_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_slow.DEFAULT_SHARES))
+    probe: bool = True
+    probe_minutes: float = 0.25  # the probe inside gpu_health's pod: GEMM, HBM, all-reduce, all GPUs at once
+    probe_min_interval_hours: float = 6.0  # a loaded node is probed at most this often (probe_due) ...
+    probe_max_age_hours: float = 24.0  # ... an idle one at least this often
+    speed_spread: float = 0.02  # natural node-to-node spread of every measurement (sigma)
+    speed_noise: float = 0.01  # one measurement's own noise (sigma)
+    transient_rate: float = 0.2  # transient slowness episodes (congestion, a noisy neighbour) per node-day
+    false_signal: float = 0.005  # a user job on a healthy node raises a passive speed signal
+    signal_window_hours: float = 24.0  # a passive signal counts with a probe's flag this long
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -177,6 +201,16 @@ class SimConfig:
             raise InvalidSimulation(f"reboots: must be a number >= 0, got {self.reboots!r}")
         if not isinstance(self.acceptance_max_nodes, int) or self.acceptance_max_nodes < 1:
             raise InvalidSimulation(f"acceptance_max_nodes: must be an integer >= 1, got {self.acceptance_max_nodes!r}")
+        for name in ("slow_faults", "probe_minutes", "probe_min_interval_hours", "probe_max_age_hours",
+                     "speed_spread", "speed_noise", "transient_rate", "signal_window_hours"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
+        if isinstance(self.false_signal, bool) or not 0 <= self.false_signal <= 1:
+            raise InvalidSimulation(f"false_signal: must be a share in [0, 1], got {self.false_signal!r}")
+        unknown = [k for k in self.slow_kinds if k not in sim_slow.SLOW]
+        if unknown or not self.slow_kinds or any(not v > 0 for v in self.slow_kinds.values()):
+            raise InvalidSimulation(f"slow_kinds: shares > 0 of {', '.join(sim_slow.SLOW)}, got {self.slow_kinds!r}")
         if not 0 <= self.crash_probability <= 1:
             raise InvalidSimulation(f"crash_probability: must be a share in [0, 1], got {self.crash_probability!r}")
         unknown = [k for k in self.fault_kinds if k not in sim_faults.KINDS]
@@ -199,6 +233,10 @@ class SimConfig:
         values = {"lead_hours": self.max_job_hours + 6, "max_hold_hours": self.max_job_hours + 12,
                   **self.reservation, "enabled": self.reserve, "target_days": self.target_days}
         return reservation.ReservationPolicy.from_mapping(values)
+
+    @property
+    def models_speed(self) -> bool:
+        return self.speed or self.slow_faults > 0
 
 
 @dataclasses.dataclass
@@ -252,6 +290,9 @@ class SimResult:
     jobs_on_returned_broken: int = 0
     gated: int = 0
     arrivals: dict | None = None
+    # fail-slow (with speed): simulator.slow.Slow.figures — slow faults, their time to detect, slow
+    # job-node-hours, false stragglers
+    slow: dict | None = None
     plan_seconds: float = 0.0
     wall_seconds: float = 0.0
 
@@ -427,10 +468,18 @@ class _Simulation:
                                         crash_probability=cfg.crash_probability, seed=cfg.seed + 5,
                                         bad_repair=cfg.bad_repair, joins=cfg.joins, reboots=cfg.reboots,
                                         broken_on_join=cfg.broken_on_join, broken_on_reboot=cfg.broken_on_reboot) \
-            if cfg.faults > 0 or cfg.joins or cfg.reboots else None
+            if cfg.faults > 0 or cfg.joins or cfg.reboots or cfg.models_speed else None
+        self.slow = sim_slow.Slow(sim_slow.SlowSettings(
+            nodes=cfg.nodes, hours=cfg.days * 24, rate=cfg.slow_faults, shares=cfg.slow_kinds,
+            spread=cfg.speed_spread, noise=cfg.speed_noise, transient_rate=cfg.transient_rate,
+            false_signal=cfg.false_signal if cfg.probe else 0.0, signal_h=cfg.signal_minutes / 60,
+            signal_window_h=cfg.signal_window_hours, seed=cfg.seed + 11), T0) if cfg.models_speed else None
+        self.slow_pending: set[int] = set()  # a probe made them suspect in the bundle running now
+        self._probing = False  # the gpu_health step running now probes the node's speed
         self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
                                signal_h=cfg.signal_minutes / 60 if cfg.signals else None,
-                               taint_limit=self.rpolicy.limit(cfg.nodes) if self.rpolicy.enabled else 0)
+                               taint_limit=self.rpolicy.limit(cfg.nodes) if self.rpolicy.enabled else 0,
+                               slow=self.slow, slow_signal=self._slow_signal if cfg.probe else None)
         self.due_policy = due.policy(cfg, _run_params(cfg), bundle=cfg.bundle)
         self.peer_runs = _Peers(cfg, self.names, random.Random(cfg.seed + 3)) if cfg.peer_tests else None
         self.last: dict[tuple[str, str], float] = {}  # last executed result per pair, in simulated hours
@@ -442,6 +491,10 @@ class _Simulation:
                     self.last[(name, test)] = at
                     when = T0 + dt.timedelta(hours=at)
                     self.states[(name, test)] = due.PairState(Status.PASS, when, when, Status.PASS)
+        if self.slow is not None and cfg.start == "steady":
+            measured = [m for test in cfg.tests for m in sim_slow.SUITE_METRICS.get(test, {})]
+            probed = list(sim_slow.PROBE_METRICS) if cfg.probe else []
+            self.slow.seed_history(self.names, measured + probed, self.z_h)
         self.total_pairs = cfg.nodes * len(cfg.tests)
         self.coverage: list[tuple[float, float]] = []
         self.worst, self.within, self.samples = 0.0, 0, 0
@@ -620,6 +673,10 @@ class _Simulation:
             cluster.arrived.append((n, back, sim_faults.REPAIR))
         if ended.done and n in cluster.reserved and n in self.reserved_at:
             self._release(n, at + ended.at / 60, reservation.VALIDATED, idle_until=at + ended.began / 60)
+        if n in self.slow_pending:  # a probe flagged it in this bundle: suspect from its end, a retest soon
+            self.slow_pending.discard(n)
+            self.slow.suspect(n, at + ended.at / 60)
+            cluster.mark_suspect(n, at + ended.at / 60)
 
     def _run_bundle(self, bundle: planner.NodeBundle, start: float, at: float, n: int) -> _Ended:
         """One node's suites on one slot from ``start`` (minutes into the run that began at ``at`` hours), as
@@ -649,6 +706,10 @@ class _Simulation:
         The step and when the slot is free again."""
         cfg, counts = self.cfg, self.counts
         duration = cfg.pod_startup_minutes + cfg.suite_minutes[pair.test_name]
+        self._probing = (self.slow is not None and cfg.probe and pair.test_name == sim_slow.PROBE_SUITE
+                         and self.slow.probe_now(n, at + t / 60, min_interval_h=cfg.probe_min_interval_hours,
+                                                 max_age_h=cfg.probe_max_age_hours))
+        duration += cfg.probe_minutes if self._probing else 0.0
         claimed = (self.cluster.until[n] - at) * 60  # minutes into the run when a user job takes the node
         if (t > cfg.max_queue_minutes and i == 0) or t + duration > cfg.run_window_minutes:
             return _Step(pair.test_name, Status.SKIPPED, _WAITED), t  # the rest waits for a run
@@ -688,6 +749,8 @@ class _Simulation:
             failed = True
             self.faults.detected(n, at + t / 60)
             self.repaired.add(n)
+        elif self.slow is not None:
+            failed |= self._speed(pair, n, at + t / 60)
         status = Status.FAIL if failed else Status.PASS
         counts.failed += failed
         counts.executed += 1
@@ -696,6 +759,42 @@ class _Simulation:
         self.states[(pair.node_name, pair.test_name)] = due.PairState(status, finished, finished, status)
         self.last[(pair.node_name, pair.test_name)] = at + t / 60
         return failed
+
+    def _speed(self, pair: PlannedPair, n: int, at: float) -> bool:
+        """The speed a suite measured on ``n``, judged as the product judges it: the probe in gpu_health (when
+        ``probe_due`` said so) gives the node's state by ``slow_state`` — failing fails the health check (code
+        SLOW: the bundle stops, the node is repaired), suspect marks it once the bundle is over; dl_unit's and
+        nccl_loopback's metrics get their fleet verdicts — a verdict fails the attempt (retested after
+        ``failed_retest_hours``), one confirmed on the next attempt makes the node failing. Whether it failed."""
+        slow = self.slow
+        if pair.test_name == sim_slow.PROBE_SUITE and self._probing:
+            signalled = slow.signal_flagged(n, at)
+            state, flagged = slow.probe(n, pair.node_name, at)
+            if state == fail_slow.SlowState.FAILING:
+                slow.failing(n, at, sim_slow.PROBE_AND_SIGNAL if signalled else sim_slow.TWO_PROBES)
+                return True
+            if flagged:  # new evidence: suspect (a clean probe after a signal leaves it as it was)
+                self.slow_pending.add(n)
+            return False
+        if pair.test_name in sim_slow.SUITE_METRICS:
+            flagged, confirmed = slow.suite(pair.test_name, n, pair.node_name, at)
+            if confirmed:
+                slow.failing(n, at, sim_slow.CONFIRMED)
+            return flagged
+        return False
+
+    def _slow_signal(self, n: int, at: float) -> None:
+        """A passive speed signal read at ``at`` (a user job on ``n`` throttled, a link below its rate): with
+        the node's last probe flagged it is failing (``slow_state``: quarantined, its running job ends on it),
+        else suspect — tainted within the reservation's limit, its bundle first when it is free."""
+        state = self.slow.state(n, at)
+        if state == fail_slow.SlowState.FAILING:
+            self.slow.failing(n, at, sim_slow.PROBE_AND_SIGNAL)
+        elif state == fail_slow.SlowState.SUSPECT:
+            self.slow.suspect(n, at)
+        else:
+            return
+        self.cluster.mark_suspect(n, at)
 
     def _sample(self, hour: int) -> None:
         last, target_h = self.last, self.target_h
@@ -734,6 +833,7 @@ class _Simulation:
             validation_share=(validation + gpu_hours) / fleet if end else 0.0,
             suspect_taints=self.suspect_taints, fast_path_runs=self.fast_runs, gated=self.gated,
             plan_seconds=self.plan_s, wall_seconds=time.perf_counter() - self.started,
+            slow=self.slow.figures(end, cfg.nodes * end / 24) if self.slow is not None else None,
             **(self.faults.figures(end) if self.faults is not None else {}),
             **(self.peer_runs.figures(end) if self.peer_runs is not None else {}))
 
@@ -835,3 +935,47 @@ def search(cfg: SimConfig, target_h: float, max_reserved_share: float | None = N
            reach_floor: bool = True) -> Search:
     return Search(*min_slots(cfg, target_h, max_reserved_share=max_reserved_share, reach_floor=reach_floor),
                   target_h=target_h)
+
+
+GOAL_SEEDS = (7, 1, 2, 3, 4)
+
+
+def goal(cfg: SimConfig, seeds: Sequence[int] = GOAL_SEEDS) -> dict[str, Any]:
+    """The fail-slow goal over ``seeds``: per seed, today's rule (``probe`` off: dl_unit's and nccl_loopback's
+    fleet verdicts at their staleness) and the new one (the probe in the sweep, the passive speed signals)
+    over the same faults, and each rule on a healthy fleet (no fault of either kind; spread and transients) for
+    its false stragglers. Returns {"seeds": [...], "rules": {rule: {"per_seed": [...], "mean": {...}}}}."""
+    rules = {"today": dataclasses.replace(cfg, probe=False), "new": dataclasses.replace(cfg, probe=True)}
+    out: dict[str, Any] = {"seeds": list(seeds), "rules": {}}
+    for rule, base in rules.items():
+        rows = []
+        for seed in seeds:
+            faulty = run(dataclasses.replace(base, seed=seed))
+            healthy = run(dataclasses.replace(base, seed=seed, faults=0.0, slow_faults=0.0, speed=True))
+            rows.append(_goal_row(seed, faulty, healthy))
+        out["rules"][rule] = {"per_seed": rows, "mean": {k: _mean([r[k] for r in rows]) for k in rows[0]
+                                                          if k != "seed"}}
+    today, new = (out["rules"][r]["mean"]["slow_job_node_hours"] for r in ("today", "new"))
+    out["slow_job_node_hours_fewer"] = 1 - new / today if today else 0.0
+    return out
+
+
+def _mean(values: Sequence[float]) -> float:
+    """The mean over the seeds that have the figure (a seed without slow faults has no time to detect)."""
+    known = [v for v in values if not math.isnan(v)]
+    return sum(known) / len(known) if known else math.nan
+
+
+def _goal_row(seed: int, faulty: SimResult, healthy: SimResult) -> dict[str, Any]:
+    slow, ttd = faulty.slow or {}, (faulty.slow or {}).get("slow_time_to_detect_h") or {}
+    crash, jobs = faulty.time_to_detect_h or {}, faulty.jobs_on_broken_node or {}
+    return {"seed": seed, "slow_faults": slow.get("slow_faults", 0),
+            "slow_median_h": ttd.get("median", math.nan), "slow_p90_h": ttd.get("p90", math.nan),
+            "slow_job_node_hours": slow.get("slow_job_node_hours", 0.0),
+            "slow_share": slow.get("slow_job_node_hours", 0.0) / slow["user_job_node_hours"]
+            if slow.get("user_job_node_hours") else 0.0,
+            "false_stragglers_per_1000_node_days": (healthy.slow or {}).get("false_stragglers_per_1000_node_days", 0.0),
+            "crash_median_h": crash.get("median", math.nan), "crash_p90_h": crash.get("p90", math.nan),
+            "jobs_on_broken_node": jobs.get("mean", math.nan), "validation_share": faulty.validation_share,
+            "healthy_validation_share": healthy.validation_share, "worst_staleness_h": faulty.worst_staleness_h,
+            "wall_seconds": faulty.wall_seconds + healthy.wall_seconds}

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from cluster_doctor.cli import main as cli
+from cluster_doctor.cli import simulate as cli_simulate
 
 
 def test_cli_target_staleness(capsys):
@@ -111,3 +112,23 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert cli.main(["simulate", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_goal_prints_the_fail_slow_table_with_todays_rule_beside_the_new_one(capsys):
+    argv = ["simulate", "--nodes", "40", "--days", "2", "--slots", "2", "--slow-faults", "200", "--goal",
+            "--seeds", "7,1"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| figure | today | new | goal |" in out and "mean over seeds 7, 1" in out
+    for label, *_ in cli_simulate.GOAL_ROWS:
+        assert f"| {label} |" in out
+    assert cli.main([*argv, "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["rules"]["today"]["per_seed"][0]["seed"] == 7 and "slow_job_node_hours_fewer" in found
+
+
+def test_cli_slow_faults_print_what_the_rule_found(capsys):
+    assert cli.main(["simulate", "--nodes", "40", "--days", "2", "--slow-faults", "200"]) == 0
+    assert "fail-slow (the speed probe in the sweep" in capsys.readouterr().out
+    assert cli.main(["simulate", "--nodes", "40", "--days", "2", "--slow-faults", "200", "--no-probe"]) == 0
+    assert "fail-slow (today's rule" in capsys.readouterr().out
