@@ -25,8 +25,9 @@ in the hundreds of kilobytes whatever the fleet size.
 The fleet (coverage denominator): the GPU node inventory (``store.inventory``) as of the end of D —
 every node discovery had seen by then, attempted or not, a node that left counted for the grace period
 (setting ``gone_node_grace_hours``): the nodes the fleet page, ``cluster-doctor status``, the metrics and
-the run summary count. The same fleet is used for every day of the trend, so the trend moves with
-validation, not with fleet churn. Never-validated nodes are listed with why they were not validated
+the run summary count. Each day of the trend counts the fleet as of that day's end, by the same rule, so
+the trend's row of a day reads what that day's own report said; a day that ended before the fleet was
+first seen shows "no data", never 0 %. Never-validated nodes are listed with why they were not validated
 (their eligibility as discovery last saw it: busy, cordoned, not ready ...).
 
 Validation GPU-hours: sum of duration × GPU count of the attempts finished during D (an attempt that
@@ -85,6 +86,16 @@ def default_day(data_interval_end: dt.datetime | None, now: dt.datetime) -> dt.d
     return (end.astimezone(dt.UTC) - dt.timedelta(days=1)).date()
 
 
+def report_day(default: dt.date, first_seen: dt.datetime | None, now: dt.datetime) -> dt.date:
+    """The day a run given no day reports on: ``default`` (yesterday, for a run of today), unless that day
+    ended before the fleet was first seen (a new install: that report would be empty) — then today so far.
+    The scheduled run after midnight reports the whole day, in the same file."""
+    today = now.astimezone(dt.UTC).date()
+    if default < today and (first_seen is None or first_seen >= _start_of(default) + dt.timedelta(days=1)):
+        return today
+    return default
+
+
 def _start_of(day: dt.date) -> dt.datetime:
     return dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
 
@@ -129,7 +140,8 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
-            trend=trend.coverage_trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness),
+            trend=trend.fleet_trend(cur, ends=trend_ends, tests=tests, staleness=staleness,
+                                    grace=dt.timedelta(hours=gone_grace_hours)),
             day_counts=daily_reads.day_counts(cur, **window),
             failures=daily_reads.failed_attempts(cur, **window),
             model_counts=daily_reads.model_counts(cur, **window),
@@ -435,6 +447,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+NO_DATA = "no data"  # a day before the fleet was first seen: nothing was there to cover
+
+
+def _coverage_text(nodes: int, value: float | None) -> str:
+    return NO_DATA if not nodes else _pct(value)
+
+
 def _hm(iso: str | None) -> str:
     return iso[11:16] if iso else "-"
 
@@ -464,7 +483,8 @@ def headline(data: Mapping[str, Any]) -> list[str]:
     never_nodes = sum(g["count"] for g in fleet["never_why"])
     return [
         f"Coverage: {cov['covered']}/{cov['nodes']} GPU node(s) fully validated within "
-        f"{data['staleness_days']:g} d ({_pct(cov['coverage'])}); never validated: {never_nodes} GPU node(s)",
+        f"{data['staleness_days']:g} d ({_coverage_text(cov['nodes'], cov['coverage'])}); never validated: "
+        f"{never_nodes} GPU node(s)",
         f"Attempts of the day: {counts['total']}" + (f" ({per_status})" if per_status else ""),
         f"Failures of the day: {data['failures_total']} attempt(s) on {data['failing_nodes_today']} node(s), "
         f"{data['newly_failing_today']} newly failing",
@@ -519,7 +539,7 @@ def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
          + f" · staleness threshold {data['staleness_days']:g} d · tests: {', '.join(data['tests'])}"
          f" · fleet: {fleet['nodes']} GPU node(s) from {data['fleet_source']}", "meta"),
         ("only", "html", [("cards", [
-            (_pct(cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} GPU nodes)"),
+            (_coverage_text(cov["nodes"], cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} GPU nodes)"),
             (sum(g["count"] for g in fleet["never_why"]), "GPU nodes never validated"),
             (counts["total"], "attempts of the day"),
             (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
@@ -611,8 +631,11 @@ def suspect_blocks(data: Mapping[str, Any]) -> list[tuple]:
 def _trend_blocks(data: Mapping[str, Any]) -> list[tuple]:
     return [("h2", f"Coverage trend (last {len(data['coverage_trend'])} days)"),
             ("table", ["day", "covered nodes", "fleet", "coverage", ""], [
-                [t["day"], t["covered"], t["nodes"], _pct(t["coverage"]), Bar(t["coverage"] or 0.0)]
-                for t in data["coverage_trend"]], [1, 2, 3])]
+                [t["day"], t["covered"] if t["nodes"] else "-", t["nodes"] if t["nodes"] else "-",
+                 _coverage_text(t["nodes"], t["coverage"]), Bar(t["coverage"] or 0.0) if t["nodes"] else ""]
+                for t in data["coverage_trend"]], [1, 2, 3]),
+            *([("p", f"{NO_DATA}: the day ended before discovery first saw a GPU node of the fleet.", "meta")]
+              if any(not t["nodes"] for t in data["coverage_trend"]) else [])]
 
 
 def _model_blocks(data: Mapping[str, Any]) -> list[tuple]:
@@ -754,7 +777,11 @@ def run(
     the setting's path), log the headline; returns the paths and the headline numbers (the task's
     XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait."""
     now = now or dt.datetime.now(dt.UTC)
-    day = parse_day(day) if day else default_day(data_interval_end, now)
+    if day:
+        day = parse_day(day)
+    else:
+        with daily_reads.snapshot(store) as cur:
+            day = report_day(default_day(data_interval_end, now), trend.first_seen(cur), now)
     data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
                  gone_grace_hours=settings.gone_node_grace_hours,
                  peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
