@@ -40,12 +40,13 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import hostlist
 
-from cluster_doctor.domain import coverage, suites
+from cluster_doctor.domain import actions, coverage, suites
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
@@ -60,6 +61,11 @@ from cluster_doctor.store import baselines, files, inventory, peers, suspects, t
 log = logging.getLogger(__name__)
 
 TREND_DAYS = 14
+# Where a failure links to, relative to the Airflow UI's root: the node page the plugin mounts
+# (web.app.MOUNT_PREFIX) and the validation step's task instance (the DAG's validate task group).
+NODE_PAGE = "cluster-doctor/nodes/{node}"
+TASK_LOG = "dags/{dag_id}/runs/{run_id}/tasks/validate.{test}"
+REPORT_PAGE = "cluster-doctor/reports/daily"
 DEFAULT_MAX_ROWS = 500
 MAX_CHECKS_PER_FAILURE = 20
 CHECK_FIELDS = ("name", "status", "device", "value", "unit", "threshold", "message")
@@ -165,9 +171,11 @@ def build(
     gone_grace_hours: float = 24.0,
     max_rows: int = DEFAULT_MAX_ROWS,
     peer_window_days: float | None = None,
+    ui_base: str = "/",
 ) -> dict[str, Any]:
     """Everything the daily report shows, as a JSON-able dict (the renderers read only this).
-    ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off)."""
+    ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off). ``ui_base``:
+    the Airflow UI's root its links start with (``[api] base_url``; '/' on the same host)."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     day = parse_day(day)
     start = _start_of(day)
@@ -192,6 +200,7 @@ def build(
         "day": day.isoformat(),
         "as_of": as_of.isoformat(),
         "generated_at": now.isoformat(),
+        "ui_base": _base(ui_base),
         "partial_day": as_of < start + dt.timedelta(days=1),
         "tests": tests,
         "staleness_days": staleness_days,
@@ -201,7 +210,7 @@ def build(
         "day_counts": {"total": sum(counts.values()), **counts},
         "day_counts_per_test": dict(sorted(per_test.items())),
         "gpu_hours": gpu_hours,
-        "failures": [_failure(r) for r in failures[:max_rows]],
+        "failures": [_failure(r, ui_base) for r in failures[:max_rows]],
         "failures_total": len(failures),
         "failing_nodes_today": len({r.node_name for r in failures}),
         "newly_failing_today": sum(1 for r in failures if r.previous_status in (None, Status.PASS)),
@@ -304,9 +313,32 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _failure(r: daily_reads.FailedAttempt) -> dict[str, Any]:
+def _base(ui_base: str | None) -> str:
+    return (ui_base or "/").rstrip("/") + "/"
+
+
+def _quote(value: Any) -> str:
+    return urllib.parse.quote(str(value), safe="")
+
+
+def failure_links(r: Any, ui_base: str = "/") -> dict[str, str | None]:
+    """A failed attempt's node page and task log in the Airflow UI (no log link for a row recorded by
+    hand or imported: no task instance)."""
+    base = _base(ui_base)
+    log_url = None
+    if r.dag_id and r.run_id:
+        log_url = base + TASK_LOG.format(dag_id=_quote(r.dag_id), run_id=_quote(r.run_id), test=_quote(r.test_name))
+        if r.map_index is not None and r.map_index >= 0:
+            log_url += f"/mapped/{int(r.map_index)}"
+        if r.try_number:
+            log_url += f"?try_number={int(r.try_number)}"
+    return {"node_url": base + NODE_PAGE.format(node=_quote(r.node_name)), "log_url": log_url}
+
+
+def _failure(r: daily_reads.FailedAttempt, ui_base: str = "/") -> dict[str, Any]:
     checks = [c for c in (r.failing_checks or []) if isinstance(c, Mapping)]
     return {
+        "action": actions.shown(r.action), **failure_links(r, ui_base),
         "node_name": r.node_name, "test_name": r.test_name, "status": r.status,
         "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
         "duration_s": r.duration_s, "reason": r.reason, "gpu_model": r.gpu_model,
@@ -507,9 +539,14 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
         meta.append(f"log {f['log_path']}")
     title = (f"{f['node_name']} · {f['test_name']} — {f['status'].upper()} at {_hm(f['finished_at'])} UTC "
              f"({new})")
+    links = [("node page", f["node_url"], "")]
+    if f.get("log_url"):
+        links.append(("task log", f["log_url"], "_top"))  # the Airflow UI itself, not inside the plugin's frame
     blocks: list[tuple] = [
         ("h3", title),
+        ("p", f"Action: {f.get('action') or actions.UNKNOWN}", "action"),
         ("p", f"Reason: {f['reason'] or '(none recorded)'}", ""),
+        ("links", links),
         ("p", " · ".join(meta), "meta"),
     ]
     if f["checks"]:
@@ -728,6 +765,8 @@ def _md_blocks(items: Sequence[tuple]) -> list[str]:
             lines += [_md(block[1]), ""]
         elif kind == "list":
             lines += [f"- {_md(item)}" for item in block[1]] + [""]
+        elif kind == "links":  # the address as text: markdown links are neutralised like any content
+            lines += [" · ".join(f"{_md(label)}: {_md(href)}" for label, href, _ in block[1]), ""]
         elif kind == "table":
             headers, rows = block[1], block[2]
             lines.append("| " + " | ".join(_md(h) for h in headers) + " |")
@@ -763,6 +802,23 @@ def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path | files.Locat
     return {"markdown": files.describe(md), "html": files.describe(page)}
 
 
+def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
+                 data_interval_end: dt.datetime | None = None, now: dt.datetime | None = None,
+                 ui_base: str = "/") -> dict[str, Any]:
+    """``build`` with what the settings say (tests, staleness, grace, peer tests), for ``day`` or, given
+    none, the day ``report_day`` picks: what the DAG's task writes and the UI's report page shows."""
+    now = now or dt.datetime.now(dt.UTC)
+    if day:
+        day = parse_day(day)
+    else:
+        with daily_reads.snapshot(store) as cur:
+            day = report_day(default_day(data_interval_end, now), trend.first_seen(cur), now)
+    return build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
+                 gone_grace_hours=settings.gone_node_grace_hours, ui_base=ui_base,
+                 peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
+                                   if getattr(settings, "peer_tests", False) else None))
+
+
 def run(
     store: Any,
     settings: Any,
@@ -772,20 +828,14 @@ def run(
     now: dt.datetime | None = None,
     reports_dir: Any = None,
     spool: Any = None,
+    ui_base: str = "/",
 ) -> dict[str, Any]:
     """What the daily DAG's task does: build, write both files to ``reports_dir`` (a location; default:
     the setting's path), log the headline; returns the paths and the headline numbers (the task's
-    XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait."""
+    XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait;
+    ``ui_base``: the Airflow UI's root, where the failures' links point."""
     now = now or dt.datetime.now(dt.UTC)
-    if day:
-        day = parse_day(day)
-    else:
-        with daily_reads.snapshot(store) as cur:
-            day = report_day(default_day(data_interval_end, now), trend.first_seen(cur), now)
-    data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
-                 gone_grace_hours=settings.gone_node_grace_hours,
-                 peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
-                                   if getattr(settings, "peer_tests", False) else None))
+    data = for_settings(store, settings, day=day, data_interval_end=data_interval_end, now=now, ui_base=ui_base)
     if spool is not None:
         data["spool"] = spool_data(spool, now)
     paths = write(data, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir))

@@ -223,7 +223,8 @@ def test_markdown_and_html_show_the_numbers_and_escape_content(data):
     assert "| dl_unit | never validated | 1 |" in md and "gpu-004" in md
     # HTML: standalone (inline CSS, no external resource), every cell escaped
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
-    assert not re.search(r"""(src|href)\s*=""", page)
+    assert not re.search(r"""src\s*=""", page)  # no external resource; links only to the Airflow UI
+    assert all(h.startswith(("/cluster-doctor/nodes/", "/dags/")) for h in re.findall(r'href="([^"]*)"', page))
     assert "<td>&gt;= 620.5</td>" in page and "<td>cuda:3</td>" in page
     assert page.count("<table>") == page.count("</table>")
 
@@ -324,7 +325,9 @@ def test_markdown_neutralises_links_and_control_characters(store):
     page = daily.render_html(data)
     assert "<script" not in page and "\x1b" not in page.replace("&#27;", "")
     assert "[click me](javascript:alert(1))" in page  # literal text in HTML (escaped, never a link)
-    assert "href=" not in page
+    # the only links are the report's own: the node page and the task log in the UI
+    assert re.findall(r'href="([^"]*)"', page) == [
+        "/cluster-doctor/nodes/gpu-001", re.search(r'"(/dags/continuous_validation/runs/[^"]+)"', page).group(1)]
 
 
 def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
@@ -445,3 +448,29 @@ def test_a_new_install_run_without_a_day_writes_a_report_of_today(store, tmp_pat
     out = daily.run(store, settings, data_interval_end=at(0), now=at(0, 10))  # a manual run at 10:00
     assert out["day"] == D.isoformat() and out["coverage"]["covered"] == 1
     assert (tmp_path / "daily" / f"{D.isoformat()}.md").read_text().count("(day in progress)") == 1
+
+
+def test_failures_of_the_day_carry_the_action_and_links_to_the_node_page_and_the_log(store):
+    store.record([a("gpu-004", "gpu_health", "fail", at(0, 10), reason="xid: Xid 94", action="reset_gpu",
+                    checks=[{"name": "xid", "status": "fail", "device": "GPU3", "value": 94, "unit": None,
+                             "threshold": "none", "message": "Xid 94", "action": "reset_gpu"}])])
+    data = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW, ui_base="http://127.0.0.1:8080")
+    (f,) = data["failures"]
+    run_id = f["run_id"]
+    assert f["action"] == "reset_gpu"
+    assert f["node_url"] == "http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004"
+    assert f["log_url"] == (f"http://127.0.0.1:8080/dags/continuous_validation/runs/{run_id}/tasks/validate.gpu_health"
+                            "?try_number=1")
+    md = daily.render_markdown(data)
+    assert "Action: reset_gpu" in md and "node page: http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004" in md
+    page = daily.render_html(data)
+    assert '<p class="action">Action: reset_gpu</p>' in page
+    assert '<a href="http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004">node page</a>' in page
+    assert f'<a href="{f["log_url"]}" target="_top">task log</a>' in page
+
+
+def test_the_links_point_where_the_ui_serves_them():
+    from cluster_doctor.web import app as webapp
+
+    assert daily.NODE_PAGE.startswith(webapp.MOUNT_PREFIX.lstrip("/") + "/nodes/")
+    assert daily.TASK_LOG.endswith(f"/tasks/{webapp.VALIDATE_GROUP}.{{test}}")
