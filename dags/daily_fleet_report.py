@@ -30,7 +30,13 @@ cluster counted for `gone_node_grace_hours` — the same nodes the fleet page, `
 and the metrics count.
 
 **Trigger form.** `day` (e.g. `2026-01-31`, UTC) regenerates the report of any past day as it was
-then; empty means yesterday. Backfill works too: one run per day of the range.
+then; empty means yesterday — or today so far when yesterday ended before discovery first saw the
+fleet (a new install), so the first report is never an empty one. Backfill works too: one run per day
+of the range. Days of the trend before the fleet was first seen read "no data".
+
+**Unpaused at creation**: it validates nothing and holds no GPU. Each failure of the day links to its
+node page and task log in the UI (`[api] base_url`); the UI shows the report live at *Daily report*
+(navigation bar) and from the fleet page.
 """
 
 with DAG(
@@ -40,6 +46,9 @@ with DAG(
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     max_active_runs=1,
+    # it reads the results DB and writes two files: nothing to hold back, and a new install's stack can
+    # trigger it (a paused DAG's triggered run stays queued)
+    is_paused_upon_creation=False,
     dagrun_timeout=dt.timedelta(minutes=30),
     tags=["cluster-doctor", "gpu", "report"],
     doc_md=DOC_MD,
@@ -48,7 +57,8 @@ with DAG(
         "day": Param(
             None, type=["null", "string"], format="date", title="Day (UTC)",
             description="The day to report on, e.g. 2026-01-31. Empty: the day before the run's data "
-                        "interval ends (yesterday for the scheduled run)."),
+                        "interval ends (yesterday for the scheduled run), or today so far when that day "
+                        "ended before the fleet was first seen."),
     },
 ) as dag:
 

@@ -61,12 +61,14 @@ class Knobs:
     cordon_rate: float = 0.15  # per step: cordon one more node
     uncordon_rate: float = 0.3  # per step: uncordon one
     fault_rate: float = 0.05  # per step: a node's next gpu_health run fails
+    # nodes no user job arrives on and no cordon takes: the fault node, so the first run always reaches it
+    keep_free: frozenset[str] = frozenset()
 
 
 def plan(view: View, rng: random.Random, knobs: Knobs) -> list[dict]:
     """One churn step: a list of actions {"action": arrive|cordon|uncordon|fault|cleanup, ...}."""
     actions: list[dict] = [{"action": "cleanup", "pod": ref} for ref in view.finished_jobs]
-    schedulable = [n for n in view.nodes if n not in view.cordoned]
+    schedulable = [n for n in view.nodes if n not in view.cordoned and n not in knobs.keep_free]
     idle = [n for n in schedulable if n not in view.busy]
     if idle and len(view.busy) < knobs.occupancy * len(view.nodes):
         actions.append({"action": "arrive", "node": rng.choice(idle), "namespace": rng.choice(USER_NAMESPACES),
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     args = p.parse_args(argv)
     lo, hi = (float(x) for x in args.job_seconds.split(","))
-    knobs = Knobs(job_seconds=(lo, hi), fault_rate=args.fault_rate)
+    knobs = Knobs(job_seconds=(lo, hi), fault_rate=args.fault_rate, keep_free=frozenset({FAULTY}))
     state = args.state_dir.resolve()
     state.mkdir(parents=True, exist_ok=True)
     rng = random.Random(args.seed)

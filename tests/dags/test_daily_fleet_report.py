@@ -26,6 +26,14 @@ def test_schedule_shape_and_docs(dagbag):
     assert "inventory" in dag.doc_md
 
 
+def test_unpaused_at_creation_so_a_new_stacks_triggered_run_runs(dagbag):
+    # make up's stack and the compose file pause new DAGs (DAGS_ARE_PAUSED_AT_CREATION): not this one,
+    # which validates nothing; its doc says so, and what a run without a day reports on a new install
+    dag = dagbag.dags["daily_fleet_report"]
+    assert dag.is_paused_upon_creation is False
+    assert "Unpaused at creation" in dag.doc_md and "today so far" in dag.doc_md
+
+
 def test_params_form(dagbag):
     params = dagbag.dags["daily_fleet_report"].params
     assert set(params) == {"day"}

@@ -155,7 +155,9 @@ def test_failing_crashing_hung_and_garbage_suites(runner, cluster, db_dsn):
     assert by_node["gpu-002"]["status"] == "error" and "Segmentation fault" in by_node["gpu-002"]["reason"]
     assert by_node["gpu-003"]["status"] == "error" and "without a result" in by_node["gpu-003"]["reason"]
     assert by_node["gpu-004"]["status"] == "error" and "run-time budget" in by_node["gpu-004"]["reason"]
-    assert "FAIL  ecc_uncorrected [GPU 3] value=2 errors" in runner.last_log
+    # the task's verdict block: what a person reads first in its log
+    assert "Verdict: FAIL on gpu-001" in runner.last_log and "  action  " in runner.last_log
+    assert "FAIL ecc_uncorrected [GPU 3] value=2 errors threshold=== 0" in runner.last_log
     assert all(p["deleted"] for p in validation_pods(cluster))  # the hung one killed at its deadline too
 
 

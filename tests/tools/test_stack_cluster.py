@@ -27,6 +27,19 @@ def test_user_jobs_arrive_on_idle_schedulable_nodes_until_the_occupancy():
     assert sc.plan(view(busy=NODES[:3]), random.Random(0), knobs) == []  # 3 of 10 busy: enough
 
 
+def test_the_fault_node_is_kept_free_for_its_first_run():
+    # make up's churn keeps user jobs and cordons off the node with the injected fault (gpu-004), so the
+    # first run validates it and shows its failure, whatever the seed
+    assert sc.FAULTY in NODES
+    kept = frozenset({sc.FAULTY})
+    for seed in range(200):
+        for knobs in (sc.Knobs(occupancy=1, cordon_rate=0, uncordon_rate=0, fault_rate=0, keep_free=kept),
+                      sc.Knobs(occupancy=0, cordon_rate=1, uncordon_rate=0, fault_rate=0, keep_free=kept)):
+            assert all(a.get("node") != sc.FAULTY for a in sc.plan(view(), random.Random(seed), knobs))
+    unkept = sc.Knobs(occupancy=1, cordon_rate=0, uncordon_rate=0, fault_rate=0)
+    assert any(sc.plan(view(), random.Random(seed), unkept)[0]["node"] == sc.FAULTY for seed in range(200))
+
+
 def test_cordons_stay_bounded_and_get_lifted():
     knobs = sc.Knobs(occupancy=0, cordon_rate=1, uncordon_rate=0, fault_rate=0, max_cordoned=2)
     [cordon] = sc.plan(view(cordoned=NODES[:1]), random.Random(1), knobs)

@@ -20,8 +20,16 @@ def write_report(settings: Any, **kwargs: Any) -> dict[str, Any]:
 
     store = runtime.results_store(settings.validation_db_conn_id)
     written = daily.run(store, settings, reports_dir=storage.reports_dir(settings),
-                        spool=storage.spool(settings).status(), **kwargs)
+                        spool=storage.spool(settings).status(), ui_base=ui_base(), **kwargs)
     # then the history's retention (setting history_retention_days), after the report read its day;
     # at most a month of days per run, so a first pass over a long history spreads over a few runs
     retention.prune(store.connect, settings, now=dt.datetime.now(dt.UTC), max_days=31)
     return written
+
+
+def ui_base() -> str:
+    """Where the Airflow UI is (``[api] base_url``), for the report's links to node pages and task logs;
+    unset: '/', links on the host that serves the report (the UI's own report page)."""
+    from airflow.configuration import conf
+
+    return conf.get("api", "base_url", fallback="") or "/"

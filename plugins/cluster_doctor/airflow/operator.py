@@ -44,7 +44,8 @@ worker gone, its heartbeat timed out) although it has no retries. A pod of an ea
 never replaced: one still running is waited for, one that ended is judged now; either way the attempt
 keeps that pod's try number, so the try it belongs to has one row (superseding its not-judged row).
 
-Task states: pass -> success; fail or error -> failed, failing checks at the end of the log;
+Task states: pass -> success; fail or error -> failed, the log ending on the verdict block (node, suite,
+status, code, reason, action, failing checks) and one "Task exited" line, no traceback (VerdictFailed);
 timeout, preempted, skipped -> skipped with the reason. No automatic retries: the next hour re-plans.
 """
 
@@ -61,7 +62,8 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction, PodLaunchTimeoutException
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, AirflowTaskTimeout
+from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+from airflow.sdk.exceptions import AirflowSkipException, AirflowTaskTimeout
 from kubernetes.client import ApiClient
 
 from cluster_doctor.airflow import provider_errors
@@ -84,6 +86,27 @@ POOL_WAIT_NOTE_S = 30  # a bundle step that waited this long for a pool slot say
 API_RESERVE_S = 120
 # A short budget inside the pool slot; the record task retries longer.
 DIRECT_WRITE_RETRY = RetryPolicy(attempts=2, initial_delay_s=1.0)
+
+
+class VerdictFailed(SystemExit):
+    """How a validation task fails on its node's verdict (or on a pod that could not start). Airflow 3's
+    task runner logs every exception it catches with its stack ("Task failed with exception"), but for a
+    SystemExit one line ("Task exited"): the log ends on the verdict block above, not on eight frames of
+    our own code. Like AirflowFailException it is never retried: the operator's retry policy
+    (VERDICT_RETRY_POLICY, Airflow's extension point for the retry decision) fails the task at once —
+    the verdict is recorded, a retry would only run the suite again."""
+
+    def __init__(self, headline: str) -> None:
+        super().__init__(headline)
+        self.headline = headline
+
+    def __str__(self) -> str:
+        return self.headline
+
+
+VERDICT_RETRY_POLICY = ExceptionRetryPolicy(rules=[RetryRule(
+    exception=f"{__name__}.VerdictFailed", action=RetryAction.FAIL,
+    reason="the node's verdict is recorded: a retry would only run the suite again")])
 
 
 class _Observer(KubernetesPodOperatorCallback):
@@ -192,6 +215,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         kwargs.setdefault("kubernetes_conn_id", s.kubernetes_conn_id)
         kwargs["execution_timeout"] = dt.timedelta(seconds=s.task_timeout_s(test_name))
         kwargs["callbacks"] = [*_as_list(kwargs.get("callbacks")), _Observer]
+        kwargs.setdefault("retry_policy", VERDICT_RETRY_POLICY)  # a verdict fails the task, no retry
         super().__init__(
             namespace=s.namespace,
             name=podspec.pod_name_prefix(node_name, test_name) if target else f"cv-{test_name.replace('_', '-')}",
@@ -626,14 +650,13 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             self.log.info(headline)
             return attempt.to_dict()
         if status in EXECUTED:
-            for line in results.failing_checks(outcome.summary):
-                self.log.error("  %s", line)
-            self.log.error(headline)
-            raise AirflowFailException(headline)
+            # one log record, so the block reads as a whole in the UI, before anything else of the end
+            self.log.error("%s", "\n".join(results.verdict_block(attempt, outcome.summary)))
+            raise VerdictFailed(headline)
         if status == Status.TIMEOUT and (attempt.reason or "").startswith("the pod could not start"):
             # An image or configuration problem, not the node: make it red so someone fixes it.
             self.log.error(headline)
-            raise AirflowFailException(headline)
+            raise VerdictFailed(headline)
         self.log.warning(headline)
         raise AirflowSkipException(headline)
 

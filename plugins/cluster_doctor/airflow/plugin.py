@@ -6,7 +6,7 @@ that runs ``pip install cluster-doctor`` needs no plugins-folder copy.
 - ``fastapi_apps``: the page, the node history and ``/metrics``, served by the api-server under
   ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.web.app``).
 - ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
-  the UI at ``/plugin/fleet-health``.
+  the UI at ``/plugin/fleet-health``, and a "Daily report" entry (``/plugin/daily-report``).
 - ``listeners``: each continuous_validation run's note says what it did or why it planned nothing
   (``cluster_doctor.airflow.listener``).
 """
@@ -18,6 +18,7 @@ from airflow.plugins_manager import AirflowPlugin
 from cluster_doctor.airflow import runtime, storage
 from cluster_doctor.airflow.listener import RunNotes
 from cluster_doctor.web import app as webapp
+from cluster_doctor.web import daily_page
 
 
 def _connector(settings):
@@ -41,5 +42,11 @@ class ClusterDoctorPlugin(AirflowPlugin):
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",
             "destination": "nav",  # no category: a top-level entry of the navigation bar
             "url_route": webapp.URL_ROUTE,
+        },
+        {
+            "name": "Daily report",  # today's or yesterday's, live from the results DB (web.daily_page)
+            "href": webapp.MOUNT_PREFIX.lstrip("/") + "/reports/daily",
+            "destination": "nav",
+            "url_route": daily_page.URL_ROUTE,
         },
     ]

@@ -299,17 +299,20 @@ def day_ends(last: dt.datetime, days: int) -> list[dt.datetime]:
     return [e for e in ends if e < last] + [last]
 
 
-def trend_samples(ends: Sequence[dt.datetime], *, nodes: int, tests: int,
+def trend_samples(ends: Sequence[dt.datetime], *, nodes: int | Sequence[int], tests: int,
                   counts: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
-    """Coverage of a fixed fleet of ``nodes`` nodes over ``tests`` enabled tests at each moment of
-    ``ends``, from ``counts``: {index of the moment: (covered nodes, fresh pairs)}, a moment left out
-    having none (what ``store.trend.counts`` reads)."""
-    n_pairs = nodes * tests
+    """Coverage of a fleet of ``nodes`` nodes (one number, or one per moment) over ``tests`` enabled
+    tests at each moment of ``ends``, from ``counts``: {index of the moment: (covered nodes, fresh
+    pairs)}, a moment left out having none (what ``store.trend.counts`` reads). A moment without a
+    node has no coverage (None), not 0."""
+    sizes = [nodes] * len(ends) if isinstance(nodes, int) else list(nodes)
     out = []
     for i, end in enumerate(ends):
         covered, fresh = counts.get(i, (0, 0))
-        out.append({"as_of": end, "covered_nodes": covered, "nodes": nodes,
-                    "coverage": covered / nodes if nodes else None,
+        size = sizes[i]
+        n_pairs = size * tests
+        out.append({"as_of": end, "covered_nodes": covered, "nodes": size,
+                    "coverage": covered / size if size else None,
                     "fresh_pairs": fresh, "pairs": n_pairs,
                     "pair_coverage": fresh / n_pairs if n_pairs else None})
     return out

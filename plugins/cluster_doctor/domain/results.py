@@ -606,5 +606,45 @@ def failing_checks(summary: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
+VERDICT_WIDTH = 100  # a task log line a person reads without scrolling sideways
+VERDICT_CHECKS = 5  # failing checks in the block; the rest are counted, all are in the results DB
+
+
+def _wrapped(label: str, text: str, width: int = VERDICT_WIDTH) -> list[str]:
+    """``label`` then ``text`` folded at word boundaries, continuation lines under the text."""
+    import textwrap
+
+    indent = " " * len(label)
+    return textwrap.wrap(text, width=width, initial_indent=label, subsequent_indent=indent,
+                         break_long_words=True, break_on_hyphens=False) or [label.rstrip()]
+
+
+def verdict_block(attempt: Attempt, summary: Mapping[str, Any] | None) -> list[str]:
+    """The verdict of a failing (or erroring) attempt as the short block its task log shows first:
+    node, suite, status, code, reason, action, then the failing checks, each folded to fit the width."""
+    bad = [c for c in (summary or {}).get("checks") or []
+           if isinstance(c, Mapping) and c.get("status") not in ("pass", "skip", "warn")]
+    code = (summary or {}).get("code") or next((c.get("code") for c in bad if c.get("code")), None)
+    reason = clean_text(attempt.reason or "(none recorded)")
+    lines = [f"Verdict: {str(attempt.status).upper()} on {attempt.node_name}",
+             f"  node    {attempt.node_name}", f"  suite   {attempt.test_name}", f"  status  {attempt.status}",
+             f"  code    {code or '-'}", *_wrapped("  reason  ", reason),
+             f"  action  {actions.shown(attempt.action)}"]
+    if bad:
+        lines.append(f"  failing checks ({len(bad)}):")
+    for check in bad[:VERDICT_CHECKS]:
+        device = f" [{check['device']}]" if check.get("device") not in (None, "") else ""
+        unit = f" {check['unit']}" if check.get("unit") else ""
+        value = f" value={check['value']}{unit}" if check.get("value") is not None else ""
+        threshold = f" threshold={check['threshold']}" if check.get("threshold") is not None else ""
+        lines += _wrapped(f"    {str(check.get('status', '?')).upper()} ",
+                          f"{check.get('name')}{device}{value}{threshold}")
+        if check.get("message") and clean_text(check["message"]) not in reason:  # said once
+            lines += _wrapped("         ", clean_text(check["message"]))
+    if len(bad) > VERDICT_CHECKS:
+        lines.append(f"    … and {len(bad) - VERDICT_CHECKS} more (the node page lists them all)")
+    return lines
+
+
 def schema_path() -> Traversable:
     return suites.DEFAULT_SUITES_DIR / SCHEMA_FILE

@@ -25,8 +25,9 @@ in the hundreds of kilobytes whatever the fleet size.
 The fleet (coverage denominator): the GPU node inventory (``store.inventory``) as of the end of D —
 every node discovery had seen by then, attempted or not, a node that left counted for the grace period
 (setting ``gone_node_grace_hours``): the nodes the fleet page, ``cluster-doctor status``, the metrics and
-the run summary count. The same fleet is used for every day of the trend, so the trend moves with
-validation, not with fleet churn. Never-validated nodes are listed with why they were not validated
+the run summary count. Each day of the trend counts the fleet as of that day's end, by the same rule, so
+the trend's row of a day reads what that day's own report said; a day that ended before the fleet was
+first seen shows "no data", never 0 %. Never-validated nodes are listed with why they were not validated
 (their eligibility as discovery last saw it: busy, cordoned, not ready ...).
 
 Validation GPU-hours: sum of duration × GPU count of the attempts finished during D (an attempt that
@@ -39,12 +40,13 @@ import dataclasses
 import datetime as dt
 import logging
 import pathlib
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import hostlist
 
-from cluster_doctor.domain import coverage, suites
+from cluster_doctor.domain import actions, coverage, suites
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.coverage import STATE_TITLES, STATES
 from cluster_doctor.domain.nodes import compress
@@ -59,6 +61,11 @@ from cluster_doctor.store import baselines, files, inventory, peers, suspects, t
 log = logging.getLogger(__name__)
 
 TREND_DAYS = 14
+# Where a failure links to, relative to the Airflow UI's root: the node page the plugin mounts
+# (web.app.MOUNT_PREFIX) and the validation step's task instance (the DAG's validate task group).
+NODE_PAGE = "cluster-doctor/nodes/{node}"
+TASK_LOG = "dags/{dag_id}/runs/{run_id}/tasks/validate.{test}"
+REPORT_PAGE = "cluster-doctor/reports/daily"
 DEFAULT_MAX_ROWS = 500
 MAX_CHECKS_PER_FAILURE = 20
 CHECK_FIELDS = ("name", "status", "device", "value", "unit", "threshold", "message")
@@ -83,6 +90,16 @@ def default_day(data_interval_end: dt.datetime | None, now: dt.datetime) -> dt.d
     covers the day that just ended); for a manual run, yesterday."""
     end = data_interval_end or now
     return (end.astimezone(dt.UTC) - dt.timedelta(days=1)).date()
+
+
+def report_day(default: dt.date, first_seen: dt.datetime | None, now: dt.datetime) -> dt.date:
+    """The day a run given no day reports on: ``default`` (yesterday, for a run of today), unless that day
+    ended before the fleet was first seen (a new install: that report would be empty) — then today so far.
+    The scheduled run after midnight reports the whole day, in the same file."""
+    today = now.astimezone(dt.UTC).date()
+    if default < today and (first_seen is None or first_seen >= _start_of(default) + dt.timedelta(days=1)):
+        return today
+    return default
 
 
 def _start_of(day: dt.date) -> dt.datetime:
@@ -129,7 +146,8 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
-            trend=trend.coverage_trend(cur, ends=trend_ends, nodes=fleet, tests=tests, staleness=staleness),
+            trend=trend.fleet_trend(cur, ends=trend_ends, tests=tests, staleness=staleness,
+                                    grace=dt.timedelta(hours=gone_grace_hours)),
             day_counts=daily_reads.day_counts(cur, **window),
             failures=daily_reads.failed_attempts(cur, **window),
             model_counts=daily_reads.model_counts(cur, **window),
@@ -153,9 +171,11 @@ def build(
     gone_grace_hours: float = 24.0,
     max_rows: int = DEFAULT_MAX_ROWS,
     peer_window_days: float | None = None,
+    ui_base: str = "/",
 ) -> dict[str, Any]:
     """Everything the daily report shows, as a JSON-able dict (the renderers read only this).
-    ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off)."""
+    ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off). ``ui_base``:
+    the Airflow UI's root its links start with (``[api] base_url``; '/' on the same host)."""
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     day = parse_day(day)
     start = _start_of(day)
@@ -180,6 +200,7 @@ def build(
         "day": day.isoformat(),
         "as_of": as_of.isoformat(),
         "generated_at": now.isoformat(),
+        "ui_base": _base(ui_base),
         "partial_day": as_of < start + dt.timedelta(days=1),
         "tests": tests,
         "staleness_days": staleness_days,
@@ -189,7 +210,7 @@ def build(
         "day_counts": {"total": sum(counts.values()), **counts},
         "day_counts_per_test": dict(sorted(per_test.items())),
         "gpu_hours": gpu_hours,
-        "failures": [_failure(r) for r in failures[:max_rows]],
+        "failures": [_failure(r, ui_base) for r in failures[:max_rows]],
         "failures_total": len(failures),
         "failing_nodes_today": len({r.node_name for r in failures}),
         "newly_failing_today": sum(1 for r in failures if r.previous_status in (None, Status.PASS)),
@@ -292,9 +313,32 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _failure(r: daily_reads.FailedAttempt) -> dict[str, Any]:
+def _base(ui_base: str | None) -> str:
+    return (ui_base or "/").rstrip("/") + "/"
+
+
+def _quote(value: Any) -> str:
+    return urllib.parse.quote(str(value), safe="")
+
+
+def failure_links(r: Any, ui_base: str = "/") -> dict[str, str | None]:
+    """A failed attempt's node page and task log in the Airflow UI (no log link for a row recorded by
+    hand or imported: no task instance)."""
+    base = _base(ui_base)
+    log_url = None
+    if r.dag_id and r.run_id:
+        log_url = base + TASK_LOG.format(dag_id=_quote(r.dag_id), run_id=_quote(r.run_id), test=_quote(r.test_name))
+        if r.map_index is not None and r.map_index >= 0:
+            log_url += f"/mapped/{int(r.map_index)}"
+        if r.try_number:
+            log_url += f"?try_number={int(r.try_number)}"
+    return {"node_url": base + NODE_PAGE.format(node=_quote(r.node_name)), "log_url": log_url}
+
+
+def _failure(r: daily_reads.FailedAttempt, ui_base: str = "/") -> dict[str, Any]:
     checks = [c for c in (r.failing_checks or []) if isinstance(c, Mapping)]
     return {
+        "action": actions.shown(r.action), **failure_links(r, ui_base),
         "node_name": r.node_name, "test_name": r.test_name, "status": r.status,
         "started_at": _iso(r.started_at), "finished_at": _iso(r.finished_at),
         "duration_s": r.duration_s, "reason": r.reason, "gpu_model": r.gpu_model,
@@ -435,6 +479,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+NO_DATA = "no data"  # a day before the fleet was first seen: nothing was there to cover
+
+
+def _coverage_text(nodes: int, value: float | None) -> str:
+    return NO_DATA if not nodes else _pct(value)
+
+
 def _hm(iso: str | None) -> str:
     return iso[11:16] if iso else "-"
 
@@ -464,7 +515,8 @@ def headline(data: Mapping[str, Any]) -> list[str]:
     never_nodes = sum(g["count"] for g in fleet["never_why"])
     return [
         f"Coverage: {cov['covered']}/{cov['nodes']} GPU node(s) fully validated within "
-        f"{data['staleness_days']:g} d ({_pct(cov['coverage'])}); never validated: {never_nodes} GPU node(s)",
+        f"{data['staleness_days']:g} d ({_coverage_text(cov['nodes'], cov['coverage'])}); never validated: "
+        f"{never_nodes} GPU node(s)",
         f"Attempts of the day: {counts['total']}" + (f" ({per_status})" if per_status else ""),
         f"Failures of the day: {data['failures_total']} attempt(s) on {data['failing_nodes_today']} node(s), "
         f"{data['newly_failing_today']} newly failing",
@@ -487,9 +539,14 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
         meta.append(f"log {f['log_path']}")
     title = (f"{f['node_name']} · {f['test_name']} — {f['status'].upper()} at {_hm(f['finished_at'])} UTC "
              f"({new})")
+    links = [("node page", f["node_url"], "")]
+    if f.get("log_url"):
+        links.append(("task log", f["log_url"], "_top"))  # the Airflow UI itself, not inside the plugin's frame
     blocks: list[tuple] = [
         ("h3", title),
+        ("p", f"Action: {f.get('action') or actions.UNKNOWN}", "action"),
         ("p", f"Reason: {f['reason'] or '(none recorded)'}", ""),
+        ("links", links),
         ("p", " · ".join(meta), "meta"),
     ]
     if f["checks"]:
@@ -519,7 +576,7 @@ def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
          + f" · staleness threshold {data['staleness_days']:g} d · tests: {', '.join(data['tests'])}"
          f" · fleet: {fleet['nodes']} GPU node(s) from {data['fleet_source']}", "meta"),
         ("only", "html", [("cards", [
-            (_pct(cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} GPU nodes)"),
+            (_coverage_text(cov["nodes"], cov["coverage"]), f"coverage ({cov['covered']}/{cov['nodes']} GPU nodes)"),
             (sum(g["count"] for g in fleet["never_why"]), "GPU nodes never validated"),
             (counts["total"], "attempts of the day"),
             (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
@@ -611,8 +668,11 @@ def suspect_blocks(data: Mapping[str, Any]) -> list[tuple]:
 def _trend_blocks(data: Mapping[str, Any]) -> list[tuple]:
     return [("h2", f"Coverage trend (last {len(data['coverage_trend'])} days)"),
             ("table", ["day", "covered nodes", "fleet", "coverage", ""], [
-                [t["day"], t["covered"], t["nodes"], _pct(t["coverage"]), Bar(t["coverage"] or 0.0)]
-                for t in data["coverage_trend"]], [1, 2, 3])]
+                [t["day"], t["covered"] if t["nodes"] else "-", t["nodes"] if t["nodes"] else "-",
+                 _coverage_text(t["nodes"], t["coverage"]), Bar(t["coverage"] or 0.0) if t["nodes"] else ""]
+                for t in data["coverage_trend"]], [1, 2, 3]),
+            *([("p", f"{NO_DATA}: the day ended before discovery first saw a GPU node of the fleet.", "meta")]
+              if any(not t["nodes"] for t in data["coverage_trend"]) else [])]
 
 
 def _model_blocks(data: Mapping[str, Any]) -> list[tuple]:
@@ -705,6 +765,8 @@ def _md_blocks(items: Sequence[tuple]) -> list[str]:
             lines += [_md(block[1]), ""]
         elif kind == "list":
             lines += [f"- {_md(item)}" for item in block[1]] + [""]
+        elif kind == "links":  # the address as text: markdown links are neutralised like any content
+            lines += [" · ".join(f"{_md(label)}: {_md(href)}" for label, href, _ in block[1]), ""]
         elif kind == "table":
             headers, rows = block[1], block[2]
             lines.append("| " + " | ".join(_md(h) for h in headers) + " |")
@@ -740,6 +802,23 @@ def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path | files.Locat
     return {"markdown": files.describe(md), "html": files.describe(page)}
 
 
+def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
+                 data_interval_end: dt.datetime | None = None, now: dt.datetime | None = None,
+                 ui_base: str = "/") -> dict[str, Any]:
+    """``build`` with what the settings say (tests, staleness, grace, peer tests), for ``day`` or, given
+    none, the day ``report_day`` picks: what the DAG's task writes and the UI's report page shows."""
+    now = now or dt.datetime.now(dt.UTC)
+    if day:
+        day = parse_day(day)
+    else:
+        with daily_reads.snapshot(store) as cur:
+            day = report_day(default_day(data_interval_end, now), trend.first_seen(cur), now)
+    return build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
+                 gone_grace_hours=settings.gone_node_grace_hours, ui_base=ui_base,
+                 peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
+                                   if getattr(settings, "peer_tests", False) else None))
+
+
 def run(
     store: Any,
     settings: Any,
@@ -749,16 +828,14 @@ def run(
     now: dt.datetime | None = None,
     reports_dir: Any = None,
     spool: Any = None,
+    ui_base: str = "/",
 ) -> dict[str, Any]:
     """What the daily DAG's task does: build, write both files to ``reports_dir`` (a location; default:
     the setting's path), log the headline; returns the paths and the headline numbers (the task's
-    XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait."""
+    XCom, kept small). ``spool``: the attempt spool's ``SpoolStatus``, shown when attempts wait;
+    ``ui_base``: the Airflow UI's root, where the failures' links point."""
     now = now or dt.datetime.now(dt.UTC)
-    day = parse_day(day) if day else default_day(data_interval_end, now)
-    data = build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
-                 gone_grace_hours=settings.gone_node_grace_hours,
-                 peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
-                                   if getattr(settings, "peer_tests", False) else None))
+    data = for_settings(store, settings, day=day, data_interval_end=data_interval_end, now=now, ui_base=ui_base)
     if spool is not None:
         data["spool"] = spool_data(spool, now)
     paths = write(data, reports_dir if reports_dir is not None else resolve_reports_dir(settings.reports_dir))

@@ -169,11 +169,12 @@ class FailedAttempt:
     failing_checks: list[Any]  # the stored checks whose status is fail or error, as stored (JSON)
     previous_status: str | None  # None: the pair's first executed result
     previous_finished_at: dt.datetime | None
+    action: str | None = None  # the attempt's recommended action (None: recorded before it was kept)
 
 
 FAILURES_SQL = """
 SELECT h.node_name, h.test_name, h.status, h.started_at, h.finished_at, h.duration_s, h.reason,
-       h.gpu_model, h.log_path, h.dag_id, h.run_id, h.map_index, h.try_number,
+       h.gpu_model, h.log_path, h.dag_id, h.run_id, h.map_index, h.try_number, h.action,
        coalesce((SELECT jsonb_agg(c) FROM jsonb_array_elements(h.checks) c
                   WHERE c->>'status' IN ('fail', 'error')), '[]'::jsonb) AS failing_checks,
        prev.status AS previous_status, prev.finished_at AS previous_finished_at

@@ -9,21 +9,24 @@ from typing import Any
 
 from cluster_doctor.domain import coverage
 from cluster_doctor.domain.status import EXECUTED
+from cluster_doctor.store import inventory
 
 # A pair is fresh at moment T when it has an executed result finished in [T - staleness, T). Each
 # executed result of the window is turned into a bit mask of the moments it makes its pair fresh
 # (width_bucket counts the moments at or before a time), OR-ed per pair, AND-ed per node over the
-# enabled tests; then one bit test per moment. One range scan, no rows x moments join.
+# enabled tests; then one bit test per moment. One range scan, no rows x moments join. A node's member
+# mask says at which moments it belongs to the fleet (every moment, unless the caller says otherwise).
 TREND_SQL = """
 WITH pair AS MATERIALIZED (
     SELECT h.node_name, h.test_name,
            bit_or(((1::bigint << width_bucket(h.finished_at + %(staleness)s, %(moments)s::timestamptz[])) - 1)
-                  # ((1::bigint << width_bucket(h.finished_at, %(moments)s::timestamptz[])) - 1)) AS mask
+                  # ((1::bigint << width_bucket(h.finished_at, %(moments)s::timestamptz[])) - 1))
+           & n.member AS mask
       FROM validation_history h
-      JOIN unnest(%(nodes)s::text[]) AS n(node_name) ON n.node_name = h.node_name
+      JOIN unnest(%(nodes)s::text[], %(members)s::bigint[]) AS n(node_name, member) ON n.node_name = h.node_name
      WHERE h.status = ANY(%(executed)s) AND h.test_name = ANY(%(tests)s)
        AND h.finished_at >= %(since)s AND h.finished_at < %(until)s
-     GROUP BY h.node_name, h.test_name
+     GROUP BY h.node_name, h.test_name, n.member
 ),
 node AS MATERIALIZED (
     SELECT node_name, CASE WHEN count(*) >= %(n_tests)s THEN bit_and(mask) ELSE 0 END AS mask
@@ -39,13 +42,17 @@ MAX_MOMENTS = 62  # bits of a bigint mask
 
 
 def counts(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests: Sequence[str],
-           staleness: dt.timedelta) -> dict[int, tuple[int, int]]:
+           staleness: dt.timedelta, members: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
     """{index of the moment in ``ends``: (covered nodes, fresh pairs)}; moments where nothing was
-    fresh may be left out. ``cur``: an open cursor (the caller's snapshot), rows as tuples or dicts."""
+    fresh may be left out. ``cur``: an open cursor (the caller's snapshot), rows as tuples or dicts.
+    ``members``: per node, the bit mask of the moments it is in the fleet (bit i: ``ends[i]``); None:
+    every node at every moment."""
     if not (nodes and tests and ends):
         return {}
+    every = (1 << len(ends)) - 1
     cur.execute(TREND_SQL, {
         "moments": list(ends), "staleness": staleness, "nodes": list(nodes),
+        "members": [every] * len(nodes) if members is None else [int(m) for m in members],
         "executed": [str(s) for s in EXECUTED], "tests": list(tests), "n_tests": len(tests),
         "since": ends[0] - staleness, "until": ends[-1], "n_moments": len(ends)})
     out: dict[int, tuple[int, int]] = {}
@@ -67,3 +74,45 @@ def coverage_trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str
         raise ValueError(f"at most {MAX_MOMENTS} coverage samples at once, got {len(ends)}")
     found = counts(cur, ends=ends, nodes=nodes, tests=tests, staleness=staleness)
     return coverage.trend_samples(ends, nodes=len(nodes), tests=len(tests), counts=found)
+
+
+# The inventory rows that belong to the fleet at one moment at least of a trend (the rule of
+# ``inventory.COUNTED_WHERE`` at its first and last moment), and when the fleet was first seen.
+SEEN_SQL = f"""
+SELECT node_name, first_seen_at, gone_at FROM {inventory.TABLE}
+ WHERE first_seen_at <= %(last)s AND (gone_at IS NULL OR gone_at > %(first)s - %(grace)s)
+"""
+FIRST_SEEN_SQL = f"SELECT min(first_seen_at) AS first_seen FROM {inventory.TABLE}"
+
+
+def first_seen(cur: Any) -> dt.datetime | None:
+    """When discovery (or an attempt) first saw a node of the fleet: no trend has data before it."""
+    cur.execute(FIRST_SEEN_SQL)
+    row = cur.fetchone()
+    value = (row["first_seen"] if isinstance(row, Mapping) else row[0]) if row else None
+    return value
+
+
+def fleet_trend(cur: Any, *, ends: Sequence[dt.datetime], tests: Sequence[str], staleness: dt.timedelta,
+                grace: dt.timedelta) -> list[dict[str, Any]]:
+    """Coverage at each moment of ``ends`` of the fleet as it stood then: the inventory nodes every view
+    counts at that moment (first seen by then, not gone longer than ``grace``), so a day of a trend reads
+    what that day's own report said. A moment before the fleet was first seen has no node and no
+    coverage (``coverage`` None: no data, never 0 %)."""
+    tests = list(dict.fromkeys(tests))
+    ends = list(ends)
+    if len(ends) > MAX_MOMENTS:
+        raise ValueError(f"at most {MAX_MOMENTS} coverage samples at once, got {len(ends)}")
+    if not ends:
+        return []
+    cur.execute(SEEN_SQL, {"first": ends[0], "last": ends[-1], "grace": grace})
+    rows = [(r["node_name"], r["first_seen_at"], r["gone_at"]) if isinstance(r, Mapping) else tuple(r)
+            for r in cur.fetchall()]
+    masks = {name: sum(1 << i for i, end in enumerate(ends)
+                       if seen <= end and (gone is None or gone > end - grace))
+             for name, seen, gone in rows}
+    nodes = sorted(n for n, m in masks.items() if m)
+    found = counts(cur, ends=ends, nodes=nodes, tests=tests, staleness=staleness,
+                   members=[masks[n] for n in nodes])
+    sizes = [sum(masks[n] >> i & 1 for n in nodes) for i in range(len(ends))]
+    return coverage.trend_samples(ends, nodes=sizes, tests=len(tests), counts=found)

@@ -45,6 +45,7 @@ from cluster_doctor.reports import charts, metrics
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.store import database, fleet, transitions
 from cluster_doctor.store.history import SchemaMissing
+from cluster_doctor.web import daily_page
 
 MOUNT_PREFIX = "/cluster-doctor"  # where the plugin mounts this app in the api-server
 URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-health
@@ -570,4 +571,6 @@ def create_app(
     app.add_exception_handler(Exception, unexpected)
     app.include_router(pages)
     app.include_router(scrape)
+    app.include_router(daily_page.make_router(require=require_ui_access, get_backend=get_backend, get_now=get_now,
+                                              ui_base=airflow_base, failure=failure))
     return app

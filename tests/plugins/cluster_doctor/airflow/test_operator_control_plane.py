@@ -10,7 +10,8 @@ import threading
 import types
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
+from cluster_doctor.airflow.operator import VerdictFailed
 from cluster_doctor.domain.attempts import NOT_JUDGED
 from cluster_doctor.kube import orphans, retry
 from kubernetes import client as k8s
@@ -43,7 +44,7 @@ def run(op, *, try_number: int = 1):
     op._write = written.append
     try:
         returned, raised = op.execute(context), None
-    except (AirflowFailException, AirflowSkipException) as exc:
+    except (VerdictFailed, AirflowSkipException) as exc:
         returned, raised = None, exc
     return written, returned, raised
 

@@ -12,8 +12,8 @@ import types
 import pytest
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from cluster_doctor.airflow.operator import NodeValidationPodOperator
+from airflow.sdk.exceptions import AirflowSkipException
+from cluster_doctor.airflow.operator import NodeValidationPodOperator, VerdictFailed
 from cluster_doctor.domain.config import Settings
 from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
@@ -65,7 +65,7 @@ def run(op: NodeValidationPodOperator):
     op._write = written.append  # the results DB path is tested in test_tasks / e2e
     try:
         returned, raised = op.execute(context), None
-    except (AirflowFailException, AirflowSkipException) as exc:
+    except (VerdictFailed, AirflowSkipException) as exc:
         returned, raised = None, exc
     return ti, written, returned, raised
 
@@ -96,11 +96,48 @@ def test_a_failing_suite_is_judged_from_the_final_pod_after_the_providers_cleanu
         {"name": "ecc_uncorrectable", "status": "fail", "device": "GPU3", "value": 2, "threshold": "== 0",
          "message": "2 uncorrectable ECC errors"}])
     ti, written, returned, raised = run(operator())
-    assert isinstance(raised, AirflowFailException) and "ecc_uncorrectable" in str(raised)
+    assert isinstance(raised, VerdictFailed) and "ecc_uncorrectable" in str(raised)
     assert [a.status for a in written] == ["fail"] and written[0].checks[0]["device"] == "GPU3"
     (pod,) = cluster.pod_history(POD_SELECTOR)
     # the provider's cleanup ran: a failed pod is labelled already-checked before it is deleted
     assert pod["labels"].get("already_checked") == "True" and pod["deleted"]
+
+
+# the shape of the suite's message (include/suites/checkers/xid.py), at the schema's 160 characters
+XID_MESSAGE = ("Xid 94 (CONTAINED_ECC_ERROR, NVIDIA: RESTART_APP) on PCI 0000:3b:00.0 seen 1 min ago; "
+               "kernel log: NVRM: Xid (PCI:0000:3b:00): 94, pid=4242, Ch 00000008")
+
+
+class Recorded:
+    """The operator's logger, keeping what it is told (Airflow's is a structlog logger, not caplog's)."""
+
+    def __init__(self):
+        self.messages: list[str] = []
+
+    def __getattr__(self, level):
+        return lambda msg, *args, **kw: self.messages.append(msg % args if args else msg)
+
+
+def test_a_failing_task_logs_its_verdict_as_a_short_block_and_fails_without_a_retry(cluster):
+    script_result(cluster, "gpu-001", status="fail", checks=[
+        {"name": "xid", "status": "fail", "device": "GPU3", "value": 94, "threshold": "none", "code": "XID_RESET",
+         "action": "reset_gpu", "message": XID_MESSAGE}])
+    op = operator()
+    op._cached_logger = logged = Recorded()
+    ti, written, _, raised = run(op)
+    assert isinstance(raised, VerdictFailed) and isinstance(raised, SystemExit)  # one line in the task runner
+    (block,) = [m for m in logged.messages if m.startswith("Verdict:")]
+    lines = block.splitlines()
+    assert lines[:5] == ["Verdict: FAIL on gpu-001", "  node    gpu-001", "  suite   gpu_health", "  status  fail",
+                         "  code    XID_RESET"]
+    assert "  action  reset_gpu" in lines and any(line.startswith("  reason  ") for line in lines)
+    assert any(line.startswith("    FAIL xid [GPU3] value=94") for line in lines)
+    assert max(len(line) for line in lines) <= 100  # the long Xid message is folded, not cut
+    assert " ".join(w for line in lines for w in line.split()).count("Ch 00000008") == 1
+    # the retry policy fails it at once, as AirflowFailException did, and a retry would not run the suite again
+    decision = op.retry_policy.evaluate(raised, try_number=1, max_tries=3)
+    assert decision.action.value == "fail"
+    assert op.retry_policy.evaluate(RuntimeError("api down"), try_number=1, max_tries=3).action.value == "default"
 
 
 def test_a_pod_that_never_schedules_hits_the_pending_window(cluster):

@@ -10,8 +10,8 @@ import time
 import types
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from cluster_doctor.airflow.operator import NodeValidationPodOperator
+from airflow.sdk.exceptions import AirflowSkipException
+from cluster_doctor.airflow.operator import NodeValidationPodOperator, VerdictFailed
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import pod_lifecycle
 from k8s_emulator import EmulatorProcess
@@ -65,7 +65,7 @@ def run(op: NodeValidationPodOperator):
     try:
         op.execute(context)
         raised = None
-    except (AirflowFailException, AirflowSkipException) as exc:
+    except (VerdictFailed, AirflowSkipException) as exc:
         raised = exc
     return written, raised
 

@@ -43,9 +43,12 @@ def test_the_distribution_registers_the_plugin_entry_point():
     plugin = ep.load()()
     (app,) = plugin.fastapi_apps
     assert app["url_prefix"] == "/cluster-doctor" and isinstance(app["app"], FastAPI)
-    (view,) = plugin.external_views
+    view, report = plugin.external_views
     assert view["url_route"] == "fleet-health" and view["destination"] == "nav"
     assert not view["href"].startswith("/")  # resolved against the UI's <base href>
+    # the daily report one click away in the navigation bar, served by the same app
+    assert report["name"] == "Daily report" and report["destination"] == "nav"
+    assert report["href"] == "cluster-doctor/reports/daily" and report["url_route"] == "daily-report"
 
 
 @pytest.mark.parametrize("syntax", ["glob", "regexp"])  # [core] dag_ignore_file_syntax applies to plugins/

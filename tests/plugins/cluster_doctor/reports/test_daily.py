@@ -140,7 +140,9 @@ def test_coverage_trend_on_a_hand_checked_scenario(data):
     trend = data["coverage_trend"]
     assert [t["day"] for t in trend] == [(D - dt.timedelta(days=13 - i)).isoformat() for i in range(14)]
     assert [t["covered"] for t in trend] == expected
-    assert {t["nodes"] for t in trend} == {6}  # gpu-099 left the cluster: it no longer counts
+    # each day's fleet as of its end: a node from its first sighting (first attempt, or discovery at D-1
+    # 12:00 for gpu-004 and gpu-006); gpu-099, gone at D-1 12:00, until its 24 h grace ends (not at D's end)
+    assert [t["nodes"] for t in trend] == [1, 2, 2, 3, 3, 3, 3, 3, 4, 5, 5, 5, 7, 6]
     assert data["coverage"] == {"covered": 4, "nodes": 6, "coverage": round(4 / 6, 4)}
     assert data["fleet"]["covered_nodes"] == 4  # the fleet table agrees with the trend's last day
 
@@ -215,13 +217,14 @@ def test_markdown_and_html_show_the_numbers_and_escape_content(data):
     assert "gpu-002 · dl_unit — FAIL at 10:00 UTC (new)" in md
     assert "| gemm_bf16_tflops | fail | cuda:3 | 100.5 TFLOPS | &gt;= 620.5 | GPU 3 is 84% below the model baseline |" in md
     assert "\\| cuda:5 NaN" in md  # a pipe in a reason does not break the table
-    assert "| 2026-11-09 | 2 | 6 | 33.3% |" in md
+    assert "| 2026-11-09 | 2 | 7 | 28.6% |" in md
     assert f"| {H100} | dl_unit | gemm_bf16_tflops_min | 2 | 710 | 700 |" in md
     assert "Validation GPU-hours: 15" in md
     assert "| dl_unit | never validated | 1 |" in md and "gpu-004" in md
     # HTML: standalone (inline CSS, no external resource), every cell escaped
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
-    assert not re.search(r"""(src|href)\s*=""", page)
+    assert not re.search(r"""src\s*=""", page)  # no external resource; links only to the Airflow UI
+    assert all(h.startswith(("/cluster-doctor/nodes/", "/dags/")) for h in re.findall(r'href="([^"]*)"', page))
     assert "<td>&gt;= 620.5</td>" in page and "<td>cuda:3</td>" in page
     assert page.count("<table>") == page.count("</table>")
 
@@ -322,7 +325,9 @@ def test_markdown_neutralises_links_and_control_characters(store):
     page = daily.render_html(data)
     assert "<script" not in page and "\x1b" not in page.replace("&#27;", "")
     assert "[click me](javascript:alert(1))" in page  # literal text in HTML (escaped, never a link)
-    assert "href=" not in page
+    # the only links are the report's own: the node page and the task log in the UI
+    assert re.findall(r'href="([^"]*)"', page) == [
+        "/cluster-doctor/nodes/gpu-001", re.search(r'"(/dags/continuous_validation/runs/[^"]+)"', page).group(1)]
 
 
 def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
@@ -387,3 +392,85 @@ def test_a_pass_with_checks_not_run_is_counted_as_incomplete_not_as_a_clean_pass
     clean = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW)
     assert clean["fleet"]["incomplete_passes"] == 0
     assert not any(line.startswith("Passes with checks not run") for line in daily.headline(clean))
+
+
+def _new_install(store):
+    """A stack installed at D 23:45: discovery first saw its three nodes then; one node validated before
+    midnight, one after."""
+    discovered(store, nodes=["gpu-001", "gpu-002", "gpu-003"], when=at(0, 23.75))
+    store.record([a("gpu-001", "gpu_health", "pass", at(0, 23.9), duration=60.0),
+                  a("gpu-001", "dl_unit", "pass", at(0, 23.95), duration=60.0),
+                  a("gpu-002", "gpu_health", "pass", at(1, 0.1), duration=60.0),
+                  a("gpu-002", "dl_unit", "pass", at(1, 0.15), duration=60.0)])
+    return at(1, 0.25)  # now: a quarter past midnight
+
+
+def test_the_trend_starts_when_the_fleet_was_first_seen_and_agrees_with_that_days_report(store):
+    now = _new_install(store)
+    yesterday = daily.build(store, D, tests=TESTS, staleness_days=7, now=now - dt.timedelta(minutes=1))
+    today = daily.build(store, D + dt.timedelta(days=1), tests=TESTS, staleness_days=7, now=now)
+    trend = {t["day"]: t for t in today["coverage_trend"]}
+    before = [t for day, t in trend.items() if day < D.isoformat()]
+    # the 12 days before the install: no fleet, no coverage — never 0 % of today's fleet
+    assert len(before) == 12 and all(t["nodes"] == 0 and t["coverage"] is None for t in before)
+    # the install day, as its own report says it
+    assert yesterday["coverage"] == {"covered": 1, "nodes": 3, "coverage": round(1 / 3, 4)}
+    assert {k: trend[D.isoformat()][k] for k in ("covered", "nodes", "coverage")} == yesterday["coverage"]
+    assert today["coverage"] == {"covered": 2, "nodes": 3, "coverage": round(2 / 3, 4)}
+    section = daily.render_markdown(today).split("## Coverage trend")[1].split("\n## ")[0]
+    assert section.count("| no data |") == 12 and "0.0%" not in section
+    assert "33.3%" in section and "66.7%" in section
+    assert "no data" in daily.render_html(today)
+
+
+def test_a_report_before_the_fleet_was_first_seen_says_no_data(store):
+    _new_install(store)
+    data = daily.build(store, D - dt.timedelta(days=1), tests=TESTS, staleness_days=7, now=at(1, 0.25))
+    assert data["coverage"] == {"covered": 0, "nodes": 0, "coverage": None}
+    assert "(no data)" in daily.headline(data)[0]
+
+
+def test_a_run_without_a_day_reports_today_so_far_when_yesterday_has_no_data(store, tmp_path):
+    now = _new_install(store)  # yesterday (D) has data: the install was at 23:45
+    settings = Settings(tests=TESTS, reports_dir=str(tmp_path))
+    assert daily.run(store, settings, data_interval_end=at(1), now=now)["day"] == D.isoformat()
+    assert daily.report_day(D, at(0, 23.75), now) == D
+    # installed after midnight: yesterday would be empty, so today so far (an empty inventory: the same)
+    assert daily.report_day(D, at(1, 0.1), now) == D + dt.timedelta(days=1)
+    assert daily.report_day(D, None, now) == D + dt.timedelta(days=1)
+    assert daily.report_day(D, at(1, 0.1), at(0, 12)) == D  # today is D already: nothing earlier to take
+
+
+def test_a_new_install_run_without_a_day_writes_a_report_of_today(store, tmp_path):
+    discovered(store, nodes=["gpu-001", "gpu-002"], when=at(0, 9))
+    store.record([a("gpu-001", "gpu_health", "pass", at(0, 9.5), duration=60.0)])
+    settings = Settings(tests=["gpu_health"], reports_dir=str(tmp_path))
+    out = daily.run(store, settings, data_interval_end=at(0), now=at(0, 10))  # a manual run at 10:00
+    assert out["day"] == D.isoformat() and out["coverage"]["covered"] == 1
+    assert (tmp_path / "daily" / f"{D.isoformat()}.md").read_text().count("(day in progress)") == 1
+
+
+def test_failures_of_the_day_carry_the_action_and_links_to_the_node_page_and_the_log(store):
+    store.record([a("gpu-004", "gpu_health", "fail", at(0, 10), reason="xid: Xid 94", action="reset_gpu",
+                    checks=[{"name": "xid", "status": "fail", "device": "GPU3", "value": 94, "unit": None,
+                             "threshold": "none", "message": "Xid 94", "action": "reset_gpu"}])])
+    data = daily.build(store, D, tests=["gpu_health"], staleness_days=7, now=NOW, ui_base="http://127.0.0.1:8080")
+    (f,) = data["failures"]
+    run_id = f["run_id"]
+    assert f["action"] == "reset_gpu"
+    assert f["node_url"] == "http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004"
+    assert f["log_url"] == (f"http://127.0.0.1:8080/dags/continuous_validation/runs/{run_id}/tasks/validate.gpu_health"
+                            "?try_number=1")
+    md = daily.render_markdown(data)
+    assert "Action: reset_gpu" in md and "node page: http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004" in md
+    page = daily.render_html(data)
+    assert '<p class="action">Action: reset_gpu</p>' in page
+    assert '<a href="http://127.0.0.1:8080/cluster-doctor/nodes/gpu-004">node page</a>' in page
+    assert f'<a href="{f["log_url"]}" target="_top">task log</a>' in page
+
+
+def test_the_links_point_where_the_ui_serves_them():
+    from cluster_doctor.web import app as webapp
+
+    assert daily.NODE_PAGE.startswith(webapp.MOUNT_PREFIX.lstrip("/") + "/nodes/")
+    assert daily.TASK_LOG.endswith(f"/tasks/{webapp.VALIDATE_GROUP}.{{test}}")
