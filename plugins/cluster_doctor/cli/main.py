@@ -46,7 +46,7 @@ from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import Status
-from cluster_doctor.reports.text import age, table, to_csv, to_json
+from cluster_doctor.reports.text import age, percent, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store import peers as stored_peers
 from cluster_doctor.store import suspects as stored_suspects
@@ -468,7 +468,7 @@ def coverage_line(summary: Mapping[str, Any], days: float, never_pairs: int | No
     """The fleet's coverage in one line, from ``FleetQueries.summary()``: the figures of the fleet page,
     each with its unit (GPU nodes; node-test pairs of the enabled tests, as the daily report counts them)."""
     nodes = summary["gpu_nodes"]
-    share = f"{summary['coverage']:.1%}" if summary["coverage"] is not None else "-"
+    share = percent(summary["coverage"], missing="-")
     gone = f"; gone: {summary['gone_nodes']} GPU node(s)" if summary["gone_nodes"] else ""
     pairs = f", {never_pairs} node-test pair(s)" if never_pairs is not None else ""
     return (f"coverage: {summary['covered_nodes']}/{nodes} GPU node(s) fully validated within {days:g} d ({share}); "

@@ -1,9 +1,11 @@
-"""Plain-text rendering shared by the CLI and the task logs: ages, tables, CSV/JSON output."""
+"""Plain-text rendering shared by the CLI, the pages and the task logs: percentages, ages, tables,
+CSV/JSON output."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import decimal
 import io
 import json
 import re
@@ -11,21 +13,42 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def age(then: dt.datetime | None, now: dt.datetime) -> str:
-    """'3d 4h', '25m', '40s'; '-' when unknown."""
-    if then is None:
-        return "-"
-    seconds = max(0, int((now - then).total_seconds()))
+def percent(ratio: float | None, missing: str = "–") -> str:
+    """A share as every view prints it: one decimal, halves rounded up (4/24 → '16.7 %', 33/96 →
+    '34.4 %'); ``missing`` when there is none. Exact decimal rounding, so a float's binary error
+    never flips a half."""
+    if ratio is None:
+        return missing
+    shown = (decimal.Decimal(ratio) * 100).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP)
+    return f"{shown} %"
+
+
+def duration(seconds: float | None, missing: str = "-") -> str:
+    """A span of time in words a person reads: '40 s', '1 min', '2 h 5 min', '3 d 4 h', '12 d'
+    (whole units, truncated: '59 min' until the hour is full); ``missing`` when unknown."""
+    if seconds is None:
+        return missing
+    seconds = max(0, int(seconds))
     days, rem = divmod(seconds, 86400)
     hours, rem = divmod(rem, 3600)
     minutes, secs = divmod(rem, 60)
     if days:
-        return f"{days}d {hours}h"
+        return f"{days} d {hours} h" if hours else f"{days} d"
     if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{minutes} min" if minutes else f"{secs} s"
+
+
+def age(then: dt.datetime | None, now: dt.datetime) -> str:
+    """How long ago ``then`` was, as ``duration`` says it ('3 d 4 h', '25 min'); '-' when unknown."""
+    if then is None:
+        return "-"
+    return duration((now - then).total_seconds())
+
+
+def ago(then: dt.datetime | None, now: dt.datetime, missing: str = "") -> str:
+    """'1 min ago', '3 d 4 h ago'; ``missing`` when unknown."""
+    return missing if then is None else f"{age(then, now)} ago"
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], max_width: int = 80) -> str:

@@ -41,7 +41,7 @@ from cluster_doctor.domain.nodes import (
     validate_node_name,
 )
 from cluster_doctor.domain.status import FAILING
-from cluster_doctor.reports import charts, metrics
+from cluster_doctor.reports import charts, metrics, text
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.store import database, fleet, transitions
 from cluster_doctor.store.history import SchemaMissing
@@ -111,28 +111,12 @@ def app_base(request: Request) -> str:
 
 
 def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    seconds = max(0, int(seconds))
-    days, rem = divmod(seconds, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes = rem // 60
-    if days:
-        return f"{days}d {hours}h" if hours and days < 10 else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    return f"{minutes}m" if minutes else f"{seconds}s"
+    """An age or span in words ('1 min', '3 d 4 h': ``reports.text.duration``); 'never' when none."""
+    return text.duration(seconds, missing="never")
 
 
 def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(round(seconds))
-    hours, rem = divmod(seconds, 3600)
-    minutes, secs = divmod(rem, 60)
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+    return "" if seconds is None else text.duration(round(seconds))
 
 
 def format_number(value: Any) -> str:
@@ -361,7 +345,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
     return {
         "base": base, "now": now, "ts": format_ts, "duration": format_duration,
         "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
-        "pct": lambda r: "–" if r is None else f"{math.floor(r * 1000) / 10:.1f} %",
+        "pct": text.percent,
         "days": lambda s: f"{s / 86400:g} days",
         "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
         "figures": key_figures, "bad_checks": bad_checks,

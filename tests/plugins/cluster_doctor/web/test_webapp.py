@@ -337,8 +337,8 @@ def test_5000_nodes_page_is_bounded_and_pages(big_db):
 
 def test_age_formatting():
     assert [webapp.format_age(s) for s in (None, 5, 300, 3600, 5400, 86400 * 3 + 7200, 86400 * 12)] == \
-        ["never", "5s", "5m", "1h", "1h 30m", "3d 2h", "12d"]
-    assert webapp.format_duration(3725) == "1h 2m" and webapp.format_duration(42.4) == "42s"
+        ["never", "5 s", "5 min", "1 h", "1 h 30 min", "3 d 2 h", "12 d"]
+    assert webapp.format_duration(3725) == "1 h 2 min" and webapp.format_duration(42.4) == "42 s"
     assert webapp.format_ts(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)) == "2026-01-02 03:04 UTC"
 
 
@@ -351,22 +351,22 @@ def _cell(html: str, node: str, test: str) -> str:
 def test_cells_show_how_long_the_status_has_held(client):
     html = client.get("/cluster-doctor/").text
     # gpu-003 nccl: failing for 1 h, ran 1 h ago; its other tests passed 5 days ago and still pass
-    assert "for 1h" in _cell(html, "gpu-003", "nccl_loopback")
+    assert "for 1 h" in _cell(html, "gpu-003", "nccl_loopback")
     health = _cell(html, "gpu-003", "gpu_health")
-    assert "for 5d" in health and "ran 5d ago" in health
+    assert "for 5 d" in health and "ran 5 d ago" in health
     # gpu-011 storage_fio: passing since its run 1 h ago (the later preemption is no executed result)
-    assert "for 1h" in _cell(html, "gpu-011", "storage_fio")
+    assert "for 1 h" in _cell(html, "gpu-011", "storage_fio")
     assert "class=\"since\"" not in _cell(html, "gpu-006", "dl_unit")  # never executed: no status to hold
 
 
 def test_status_age_is_the_streak_not_the_last_run(db_dsn, store):
-    """Three passes a day apart: the cell says 'for 3d' (the streak), 'ran 1h ago' (the last run)."""
+    """Three passes a day apart: the cell says 'for 3 d' (the streak), 'ran 1 h ago' (the last run)."""
     now = seed.NOW
     store.record([seed.attempt("gpu-001", "gpu_health", "pass", now - dt.timedelta(days=d, hours=1), map_index=d)
                   for d in (3, 2, 1, 0)])
     html = make_client(db_dsn).get("/cluster-doctor/").text
     cell = _cell(html, "gpu-001", "gpu_health")
-    assert "for 3d 1h" in cell and "ran 1h ago" in cell
+    assert "for 3 d 1 h" in cell and "ran 1 h ago" in cell
 
 
 def test_coverage_slo_and_chart(client):
