@@ -23,6 +23,17 @@ def percent(ratio: float | None, missing: str = "–") -> str:
     return f"{shown} %"
 
 
+def slo_period(days_with_data: int, days: int) -> str:
+    """What the coverage SLO's period figure covers: 'over the last 30 days', or only the days since
+    the fleet was first seen when that is inside the period (the days before have no data, not 0 %)."""
+    if days_with_data >= days:
+        return f"over the last {days} days"
+    if not days_with_data:
+        return f"over the last {days} days: no data"
+    return (f"over the {days_with_data} day{'s' if days_with_data != 1 else ''} since the fleet was first seen "
+            f"(no data for the {days - days_with_data} before)")
+
+
 def duration(seconds: float | None, missing: str = "-") -> str:
     """A span of time in words a person reads: '40 s', '1 min', '2 h 5 min', '3 d 4 h', '12 d'
     (whole units, truncated: '59 min' until the hour is full); ``missing`` when unknown."""
