@@ -5,8 +5,8 @@ that runs ``pip install cluster-doctor`` needs no plugins-folder copy.
 
 - ``fastapi_apps``: the page, the node history and ``/metrics``, served by the api-server under
   ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.web.app``).
-- ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
-  the UI at ``/plugin/fleet-health``.
+- ``external_views``: a "Fleet" entry in the navigation bar that shows the page in the UI at
+  ``/plugin/fleet-health`` (the bar's buttons cut a longer label: "Fleet health" read "Fleet he…").
 - ``listeners``: each continuous_validation run's note says what it did or why it planned nothing
   (``cluster_doctor.airflow.listener``).
 """
@@ -25,6 +25,11 @@ def _connector(settings):
     return runtime.hook_connector(settings.validation_db_conn_id)
 
 
+# What the navigation bar shows: its buttons are an icon's width, so a label of more than about six
+# characters is cut with an ellipsis. The page's own title says "Fleet health".
+NAV_LABEL = "Fleet"
+
+
 class ClusterDoctorPlugin(AirflowPlugin):
     name = "cluster_doctor"
     fastapi_apps = [
@@ -35,7 +40,7 @@ class ClusterDoctorPlugin(AirflowPlugin):
     listeners = [RunNotes()]
     external_views = [
         {
-            "name": "Fleet health",
+            "name": NAV_LABEL,
             # relative (no leading slash): the UI resolves it against its <base href>, so a
             # deployment under [api] base_url=/airflow/ still reaches /airflow/cluster-doctor/
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",

@@ -166,13 +166,29 @@ def key_figures(test: str, values: Mapping[str, Any] | None, cpu_mode: bool = Fa
             for k in keys if k in values and values[k] is not None]
 
 
-def last_try(now: dt.datetime, cell: Mapping[str, Any] | None, clip: int = 80) -> str:
-    """What a never-executed pair's last attempt did, for the page itself: 'skipped 11m ago: why'."""
+def last_try(now: dt.datetime, cell: Mapping[str, Any] | None, clip: int = 24) -> str:
+    """What a never-executed pair's last attempt did, short and quiet under its grey cell: 'skipped 11
+    min ago: node busy at submit…' (the whole reason is in the cell's tooltip)."""
     if not cell or cell.get("status") or not cell.get("last_attempt_at"):
         return ""
     why = f": {_clip(cell['last_attempt_reason'], clip)}" if cell.get("last_attempt_reason") else ""
-    return (f"last attempt {cell.get('last_attempt_status')} "
+    return (f"{cell.get('last_attempt_status')} "
             f"{format_age((now - cell['last_attempt_at']).total_seconds())} ago{why}")
+
+
+def log_url(path: Any) -> str | None:
+    """An evidence log's link when it is a web address (http or https, e.g. an object store's); a file
+    on the results volume is no page this app serves, and stays plain text."""
+    text = str(path or "").strip()
+    parsed = urllib.parse.urlsplit(text)
+    return text if parsed.scheme in ("http", "https") and parsed.netloc and not any(c.isspace() for c in text) else None
+
+
+def failing_why(cell: Mapping[str, Any] | None, clip: int = 64) -> str:
+    """A failing cell's reason, short enough for the cell itself (the whole one is in its tooltip)."""
+    if not cell or cell.get("status") not in FAILING or not cell.get("reason"):
+        return ""
+    return _clip(cell["reason"], clip)
 
 
 def node_holder(node: Mapping[str, Any] | None, clip: int = 60) -> str:
@@ -346,6 +362,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "base": base, "now": now, "ts": format_ts, "duration": format_duration,
         "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
         "pct": text.percent,
+        "slo_period": lambda summary: text.slo_period(summary["slo_days_with_data"], len(summary["coverage_trend"])),
         "days": lambda s: f"{s / 86400:g} days",
         "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
         "figures": key_figures, "bad_checks": bad_checks,
@@ -354,7 +371,8 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
         "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
-        "node_holder": node_holder, "last_try": lambda cell: last_try(now, cell),
+        "node_holder": node_holder, "last_try": lambda cell: last_try(now, cell), "failing_why": failing_why,
+        "log_url": log_url,
         "never_why": lambda node: never_why(now, node), "cpu_mode": False,
         "peer_title": lambda v: peer_title(now, v),
     }
