@@ -161,7 +161,8 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         weight = "el => Number(getComputedStyle(el).fontWeight)"
         assert error_cell.locator("a").evaluate(weight) > never_cell.locator("a").evaluate(weight)
         assert "Insufficient nvidia.com/gpu" in never_cell.get_attribute("title")  # the whole reason: on hover
-        assert len(never_cell.locator(".tried").inner_text()) <= 45
+        tried = never_cell.locator(".tried").inner_text()  # a short word on the page, clipped
+        assert tried.startswith("timeout ") and tried.endswith("…") and "Insufficient" not in tried, tried
         # the coverage chart: drawn, with one point per day of the last 30 (the last one now)
         chart = frame.locator("svg#coverage-chart")
         visible_box(chart)

@@ -9,6 +9,8 @@ orchestrator's copy of that set and the rules for an attempt's action where the 
   judged (OOM, deadline, a malformed result) is ``retest``;
 * ``timeout``/``preempted``/``skipped`` never ran a check: ``retest`` (the pair stays due, the next run
   takes it again: nothing for a person to do unless it keeps happening);
+* a step that a failing ``gpu_health`` stopped (skipped, no pod): the health failure's action wherever a
+  person reads it (``for_node``), never ``retest`` — the node needs what its health failure needs;
 * unknown (``None`` in the database, shown ``unknown``): a row recorded before the action was kept
   (migration 0004), or a fail whose checks name no action. Never read as ``none``.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.status import FAILING, Status
 
 # Least to most severe, as the suites order them (a test keeps the two copies equal).
@@ -70,6 +73,20 @@ def for_attempt(status: str, summary: Mapping[str, Any] | None = None, checks: I
 
 def shown(action: str | None) -> str:
     return action if action else UNKNOWN
+
+
+def stopped_by_health(reason: str | None) -> bool:
+    """Whether an attempt was skipped because the node's ``gpu_health`` failed first in its bundle."""
+    return bool(reason) and reason.startswith(f"{steps.STOPPED_BY} {steps.HEALTH_FIRST} failing")
+
+
+def for_node(status: str | None, action: str | None, reason: str | None, health_action: str | None) -> str:
+    """The one action a person reads for an attempt on a node: a step the node's failing health check
+    stopped has that failure's action (``health_action``: the action of the gpu_health fail of the same
+    run, or of the node's current one), shown as '<action> (gpu_health failed)'; anything else its own."""
+    if status not in (Status.PASS, *FAILING) and stopped_by_health(reason) and valid(health_action):
+        return f"{health_action} ({steps.HEALTH_FIRST} failed)"
+    return shown(action)
 
 
 def not_run_count(summary: Mapping[str, Any] | None, checks: Iterable[Any]) -> int:

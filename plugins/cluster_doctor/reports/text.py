@@ -39,7 +39,7 @@ def duration(seconds: float | None, missing: str = "-") -> str:
     (whole units, truncated: '59 min' until the hour is full); ``missing`` when unknown."""
     if seconds is None:
         return missing
-    seconds = max(0, int(seconds))
+    seconds = max(0, round(seconds))  # to the nearest second, then whole units
     days, rem = divmod(seconds, 86400)
     hours, rem = divmod(rem, 3600)
     minutes, secs = divmod(rem, 60)

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cluster_doctor.domain import actions, fleet_verdicts, suites
 from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
+from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.nodes import (
     InvalidNodeName,
@@ -182,6 +183,22 @@ def log_url(path: Any) -> str | None:
     text = str(path or "").strip()
     parsed = urllib.parse.urlsplit(text)
     return text if parsed.scheme in ("http", "https") and parsed.netloc and not any(c.isspace() for c in text) else None
+
+
+def row_action(node: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
+    """The action a history row shows (``actions.for_node``): a step its node's failing gpu_health
+    stopped takes that failure's action — of the same run's gpu_health row when it is listed, else of
+    the node's current gpu_health result when that fails."""
+    health = {(h.get("run_id"), h.get("map_index")): h.get("action") for h in history
+              if h.get("test_name") == steps.HEALTH_FIRST and h.get("status") in FAILING}
+    current = next((c.get("action") for c in node.get("cells", ())
+                    if c.get("test_name") == steps.HEALTH_FIRST and c.get("status") in FAILING), None)
+
+    def shown(row: Mapping[str, Any]) -> str:
+        found = health.get((row.get("run_id"), row.get("map_index")), current)
+        return actions.for_node(row.get("status"), row.get("action"), row.get("reason"), found)
+
+    return shown
 
 
 def failing_why(cell: Mapping[str, Any] | None, clip: int = 64) -> str:
@@ -368,6 +385,7 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
         "figures": key_figures, "bad_checks": bad_checks,
         "cell_title": lambda test, cell: cell_title(now, test, cell),
         "status_text": actions.status_text, "action_shown": actions.shown,
+        "row_action": lambda row: actions.shown(row.get("action")),
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
         "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
@@ -491,7 +509,9 @@ def node_page(
             node = fq.node(node_name)
             if node is not None:
                 plots, missing = node_plots(fq, node, settings, test or None)
-                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit), plots=plots,
+                history = fq.history(node_name, test or None, limit=limit)
+                ctx.update(row_action=row_action(node, history))
+                ctx.update(node=node, history=history, plots=plots,
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))

@@ -3,13 +3,23 @@ over the last 30 days starts when the fleet was first seen: the days before have
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 
 from cluster_doctor.domain import coverage
 from cluster_doctor.store import inventory
 from cluster_doctor.store.history import ResultStore
 
 from tests import clock
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+
+# No PYTHONPATH: the CLI as the installed (editable) distribution runs it.
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AIRFLOW_CONN_VALIDATION_DB")}
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "cluster_doctor", *args], capture_output=True, text=True,
+                          env={**ENV, **(env or {})}, timeout=120)
 
 
 def test_status_rounds_one_way_and_counts_the_slo_from_first_seen(db_url, tmp_path):

@@ -39,3 +39,11 @@ def test_ago_is_relative_to_the_callers_clock():
     now = clock.now()
     assert text.ago(now - dt.timedelta(seconds=60.05), now) == "1 min ago"  # not "0.01668 h ago"
     assert text.ago(None, now) == "" and text.age(None, now) == "-"
+
+
+@pytest.mark.parametrize("seconds", [0, 1, 59, 60, 61, 3599, 3600, 3660, 86399, 86400, 90000, 86400 * 12 + 5])
+def test_the_suites_say_an_age_as_the_library_does(seconds):
+    """The suites never import the library: their copy (harness.text.ago_h) must say what text.duration says."""
+    from cluster_doctor_suites.harness.text import ago_h
+
+    assert ago_h(seconds / 3600) == f"{text.duration(seconds)} ago"
