@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.status import FAILING, Status
 
 # Least to most severe, as the suites order them (a test keeps the two copies equal).
@@ -75,17 +74,16 @@ def shown(action: str | None) -> str:
     return action if action else UNKNOWN
 
 
-def stopped_by_health(reason: str | None) -> bool:
-    """Whether an attempt was skipped because the node's ``gpu_health`` failed first in its bundle."""
-    return bool(reason) and reason.startswith(f"{steps.STOPPED_BY} {steps.HEALTH_FIRST} failing")
+HEALTH_SUITE = "gpu_health"  # the suite that stops a bundle when it fails (``planning.steps.HEALTH_FIRST``)
 
 
-def for_node(status: str | None, action: str | None, reason: str | None, health_action: str | None) -> str:
+def for_node(status: str | None, action: str | None, stopped_by_health: bool, health_action: str | None) -> str:
     """The one action a person reads for an attempt on a node: a step the node's failing health check
-    stopped has that failure's action (``health_action``: the action of the gpu_health fail of the same
-    run, or of the node's current one), shown as '<action> (gpu_health failed)'; anything else its own."""
-    if status not in (Status.PASS, *FAILING) and stopped_by_health(reason) and valid(health_action):
-        return f"{health_action} ({steps.HEALTH_FIRST} failed)"
+    stopped (``stopped_by_health``: ``planning.steps.stopped_by_health`` of its reason) has that
+    failure's action (``health_action``: the action of the gpu_health fail of the same run, or of the
+    node's current one), shown as '<action> (gpu_health failed)'; anything else its own."""
+    if status not in (Status.PASS, *FAILING) and stopped_by_health and valid(health_action):
+        return f"{health_action} ({HEALTH_SUITE} failed)"
     return shown(action)
 
 

@@ -196,7 +196,8 @@ def row_action(node: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) ->
 
     def shown(row: Mapping[str, Any]) -> str:
         found = health.get((row.get("run_id"), row.get("map_index")), current)
-        return actions.for_node(row.get("status"), row.get("action"), row.get("reason"), found)
+        return actions.for_node(row.get("status"), row.get("action"), steps.stopped_by_health(row.get("reason")),
+                                found)
 
     return shown
 

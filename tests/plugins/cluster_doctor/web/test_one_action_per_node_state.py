@@ -9,6 +9,7 @@ import re
 
 from cluster_doctor.domain import actions
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.planning import steps
 from cluster_doctor.web import app as webapp
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -47,10 +48,12 @@ def test_suites_stopped_by_a_failing_health_check_show_its_action(db_dsn, store)
 
 
 def test_a_skip_for_another_cause_keeps_its_own_action():
-    assert actions.for_node("skipped", "retest", "the node is no longer free (ml/job); no pod created",
-                            "reset_gpu") == "retest"
-    assert actions.for_node("fail", "reboot", STOPPED, "reset_gpu") == "reboot"  # an executed result: its own
-    assert actions.for_node("skipped", "retest", STOPPED, None) == "retest"  # nothing known of the health fail
+    assert steps.stopped_by_health(STOPPED) and actions.HEALTH_SUITE == steps.HEALTH_FIRST
+    taken = "the node is no longer free (ml/job); no pod created"
+    assert not steps.stopped_by_health(taken) and not steps.stopped_by_health(None)
+    assert actions.for_node("skipped", "retest", steps.stopped_by_health(taken), "reset_gpu") == "retest"
+    assert actions.for_node("fail", "reboot", True, "reset_gpu") == "reboot"  # an executed result: its own
+    assert actions.for_node("skipped", "retest", True, None) == "retest"  # nothing known of the health fail
 
 
 def test_evidence_logs_are_links_only_where_they_are_web_addresses(db_dsn, store):
