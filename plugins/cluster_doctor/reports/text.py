@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain.spans import duration  # noqa: F401  (the one span wording, re-exported here)
+
 
 def percent(ratio: float | None, missing: str = "–") -> str:
     """A share as every view prints it: one decimal, halves rounded up (4/24 → '16.7 %', 33/96 →
@@ -32,22 +34,6 @@ def slo_period(days_with_data: int, days: int) -> str:
         return f"over the last {days} days: no data"
     return (f"over the {days_with_data} day{'s' if days_with_data != 1 else ''} since the fleet was first seen "
             f"(no data for the {days - days_with_data} before)")
-
-
-def duration(seconds: float | None, missing: str = "-") -> str:
-    """A span of time in words a person reads: '40 s', '1 min', '2 h 5 min', '3 d 4 h', '12 d'
-    (whole units, truncated: '59 min' until the hour is full); ``missing`` when unknown."""
-    if seconds is None:
-        return missing
-    seconds = max(0, round(seconds))  # to the nearest second, then whole units
-    days, rem = divmod(seconds, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    return f"{minutes} min" if minutes else f"{secs} s"
 
 
 def age(then: dt.datetime | None, now: dt.datetime) -> str:
