@@ -299,22 +299,22 @@ def day_ends(last: dt.datetime, days: int) -> list[dt.datetime]:
     return [e for e in ends if e < last] + [last]
 
 
-def trend_samples(ends: Sequence[dt.datetime], *, nodes: int, tests: int,
-                  counts: Mapping[int, tuple[int, int]], seen: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Coverage of a fleet of ``nodes`` nodes over ``tests`` enabled tests at each moment of ``ends``,
-    from ``counts``: {index of the moment: (covered nodes, fresh pairs)}, a moment left out having none
-    (what ``store.trend.counts`` reads). ``seen``: how many of the nodes were known at each moment
-    (first seen before it); a moment with none known has no data (``no_data``, every share None),
-    never 0 %. Without it, every node counts at every moment."""
+def trend_samples(ends: Sequence[dt.datetime], *, nodes: int | Sequence[int], tests: int,
+                  counts: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
+    """Coverage of a fleet of ``nodes`` nodes (one number, or one per moment) over ``tests`` enabled
+    tests at each moment of ``ends``, from ``counts``: {index of the moment: (covered nodes, fresh
+    pairs)}, a moment left out having none (what ``store.trend.counts`` reads). A moment without a
+    node has no coverage (None), not 0."""
+    sizes = [nodes] * len(ends) if isinstance(nodes, int) else list(nodes)
     out = []
     for i, end in enumerate(ends):
-        known = nodes if seen is None else min(nodes, seen[i])
-        n_pairs = known * tests
         covered, fresh = counts.get(i, (0, 0))
-        out.append({"as_of": end, "covered_nodes": covered, "nodes": known,
-                    "coverage": covered / known if known else None,
+        size = sizes[i]
+        n_pairs = size * tests
+        out.append({"as_of": end, "covered_nodes": covered, "nodes": size,
+                    "coverage": covered / size if size else None,
                     "fresh_pairs": fresh, "pairs": n_pairs,
-                    "pair_coverage": fresh / n_pairs if n_pairs else None, "no_data": not n_pairs})
+                    "pair_coverage": fresh / n_pairs if n_pairs else None})
     return out
 
 
@@ -323,7 +323,7 @@ def now_sample(assessed: Assessment) -> dict[str, Any]:
     s = assessed.summary()
     return {"as_of": assessed.now, "covered_nodes": s["covered_nodes"], "nodes": s["gpu_nodes"],
             "coverage": s["coverage"], "fresh_pairs": s["fresh_pairs"], "pairs": s["pairs"],
-            "pair_coverage": s["pair_coverage"], "no_data": not s["pairs"]}
+            "pair_coverage": s["pair_coverage"]}
 
 
 def period_pair_coverage(samples: Sequence[Mapping[str, Any]]) -> float | None:

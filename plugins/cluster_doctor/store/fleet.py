@@ -278,7 +278,7 @@ class FleetQueries:
             "pair_coverage": s["pair_coverage"],
             "pair_coverage_30d": coverage.period_pair_coverage(samples),
             # the days of the period with data: fewer when the fleet was first seen inside it
-            "slo_days_with_data": sum(not sample["no_data"] for sample in samples),
+            "slo_days_with_data": sum(bool(sample["pairs"]) for sample in samples),
             "worst_staleness_s": s["worst_staleness_s"],
             "coverage_trend": samples,
             "gpu_hours_7d": gpu["gpu_hours"],

@@ -44,7 +44,7 @@ MAX_MOMENTS = 62  # bits of a bigint mask
 # When each node was first known: discovery's first sighting, or its first recorded attempt of an
 # enabled test if that is earlier (results imported or recorded before discovery listed it). One
 # index probe per (node, test): min() over the pair index, never a scan of a node's history.
-FIRST_SEEN_SQL = f"""
+NODE_FIRST_SEEN_SQL = f"""
 SELECT n.node_name,
        least(inv.first_seen_at,
              (SELECT min(f.first) FROM unnest(%(tests)s::text[]) AS t(test_name),
@@ -73,12 +73,12 @@ def counts(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests
     return out
 
 
-def first_seen(cur: Any, *, nodes: Sequence[str], tests: Sequence[str]) -> dict[str, dt.datetime]:
+def node_first_seen(cur: Any, *, nodes: Sequence[str], tests: Sequence[str]) -> dict[str, dt.datetime]:
     """{node: when it was first known} (discovery's first sighting or its first recorded attempt of
     one of ``tests``, the earlier); a node known from neither is left out."""
     if not nodes:
         return {}
-    cur.execute(FIRST_SEEN_SQL, {"nodes": list(nodes), "tests": list(tests)})
+    cur.execute(NODE_FIRST_SEEN_SQL, {"nodes": list(nodes), "tests": list(tests)})
     out = {}
     for row in cur.fetchall():
         name, seen = (row["node_name"], row["first_seen"]) if isinstance(row, Mapping) else row
@@ -91,8 +91,8 @@ def coverage_trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str
                    staleness: dt.timedelta, from_first_seen: bool = False) -> list[dict[str, Any]]:
     """Coverage of a fixed fleet at each moment of ``ends`` (ascending, at most MAX_MOMENTS), from
     validation_history: the samples of ``coverage.trend_samples``. ``from_first_seen``: each moment
-    counts only the nodes first seen before it (``first_seen``), and a moment before the first of them
-    has no data (``no_data``, no share) instead of 0 %; else every node counts at every moment."""
+    counts only the nodes first seen before it (``node_first_seen``), and a moment before the first of
+    them has no data (every share None) instead of 0 %; else every node counts at every moment."""
     tests = list(dict.fromkeys(tests))
     nodes = list(dict.fromkeys(nodes))
     ends = list(ends)
@@ -101,6 +101,6 @@ def coverage_trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str
     found = counts(cur, ends=ends, nodes=nodes, tests=tests, staleness=staleness)
     if not from_first_seen:
         return coverage.trend_samples(ends, nodes=len(nodes), tests=len(tests), counts=found)
-    seen = sorted(first_seen(cur, nodes=nodes, tests=tests).values())
-    return coverage.trend_samples(ends, nodes=len(nodes), tests=len(tests), counts=found,
-                                  seen=[bisect.bisect_left(seen, end) for end in ends])
+    seen = sorted(node_first_seen(cur, nodes=nodes, tests=tests).values())
+    return coverage.trend_samples(ends, nodes=[bisect.bisect_left(seen, end) for end in ends], tests=len(tests),
+                                  counts=found)

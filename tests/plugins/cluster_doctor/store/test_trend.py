@@ -55,11 +55,11 @@ def test_days_before_the_fleet_was_first_seen_have_no_data_not_zero(store):
                           dag_id="d", run_id="t")])
     ends = [T + i * DAY for i in range(1, 5)]
     with store.connection() as conn, conn.cursor() as cur:
-        seen = trend.first_seen(cur, nodes=["gpu-001", "gpu-002", "gpu-003", "gpu-004"], tests=["a"])
+        seen = trend.node_first_seen(cur, nodes=["gpu-001", "gpu-002", "gpu-003", "gpu-004"], tests=["a"])
         samples = trend.coverage_trend(cur, ends=ends, nodes=["gpu-001", "gpu-002"], tests=["a"], staleness=2 * DAY,
                                        from_first_seen=True)
     assert seen == {"gpu-001": T + 2 * DAY + dt.timedelta(hours=1), "gpu-002": T + 2 * DAY + dt.timedelta(hours=1),
                     "gpu-003": T + dt.timedelta(hours=12)}  # gpu-004: known from nothing
-    assert [s["no_data"] for s in samples] == [True, True, False, False]
+    assert [s["pairs"] for s in samples] == [0, 0, 2, 2]
     assert [s["pair_coverage"] for s in samples] == [None, None, 0.0, 1.0]
     assert [s["coverage"] for s in samples[:2]] == [None, None]
