@@ -595,7 +595,7 @@ def describe(state: pathlib.Path, info: dict) -> str:
         "",
         f"Cluster Doctor is running locally (ready in {info['record'].data['ready_s']:.0f} s):",
         f"  UI        {info['url']}  (Fleet health is in the navigation)",
-        f"  report    {info['url']}/cluster-doctor/reports/daily  (Daily report in the navigation; "
+        f"  report    {info['url']}/cluster-doctor/reports/daily  (Report in the navigation; "
         "daily_fleet_report is unpaused: a triggered run runs)",
         f"  login     {info['user']} / {info['password']}  ({rel}/airflow/passwords.json, mode 0600)",
         f"  cluster   {len(cluster['nodes'])} simulated GPU nodes, kubeconfig {cluster['kubeconfig']}; "

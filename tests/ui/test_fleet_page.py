@@ -131,19 +131,37 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         assert any(c["name"] == "_token" for c in context.cookies())
 
         # 2. the page is in the UI's navigation and opens inside the UI
-        page.get_by_role("link", name="Fleet health").click()
+        nav = page.get_by_role("link", name="Fleet", exact=True)
+        # the whole label shows: no element of the nav button is cut ("Fleet he…" before)
+        assert nav.evaluate("a => [a, ...a.querySelectorAll('*')].every(e => e.scrollWidth <= e.clientWidth + 1)")
+        assert nav.inner_text().strip() == "Fleet"
+        nav.click()
         page.wait_for_url(re.compile(r".*/plugin/fleet-health.*"), timeout=20_000)
-        frame = page.frame_locator("iframe[title='Fleet health']")
+        frame = page.frame_locator("iframe[title='Fleet']")
         rows = frame.locator("#matrix tbody tr[data-node]")
         rows.first.wait_for(timeout=20_000)
         assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == results_db[1]["nodes"]
-        assert frame.locator("#coverage .value").inner_text() == "55.5 %"  # 5 of 9
+        assert frame.locator("#coverage .value").inner_text() == "55.6 %"  # 5 of 9, rounded as the CLI does
         assert frame.locator("#failing .value").inner_text() == "2"
         fail_cell = frame.locator("tr[data-node='gpu-003'] td[data-test='nccl_loopback']")
         assert fail_cell.get_attribute("data-status") == "fail"
         assert frame.locator("tr[data-node='gpu-001'] td[data-test='dl_unit']").get_attribute("data-status") == "pass"
         # the reason shows on hover as plain text: escaped once, never executed
         assert seed.XSS_REASON in fail_cell.get_attribute("title")
+        # a failing cell says, on the page itself, what to do and why (short); a never cell is quieter
+        error_cell = frame.locator("tr[data-node='gpu-004'] td[data-test='dl_unit']")
+        assert error_cell.locator(".why").inner_text() == "action: retest · dl_unit: CUDA OOM in the attention test"
+        assert error_cell.locator(".why").is_visible()
+        assert fail_cell.locator(".why .action").inner_text() == "unknown"  # a fail whose checks name no action
+        never_cell = frame.locator("tr[data-node='gpu-006'] td[data-test='dl_unit']")
+        assert never_cell.get_attribute("data-status") == "never"
+        opacity = "el => Number(getComputedStyle(el).opacity)"
+        assert never_cell.locator("a").evaluate(opacity) < error_cell.locator("a").evaluate(opacity)
+        weight = "el => Number(getComputedStyle(el).fontWeight)"
+        assert error_cell.locator("a").evaluate(weight) > never_cell.locator("a").evaluate(weight)
+        assert "Insufficient nvidia.com/gpu" in never_cell.get_attribute("title")  # the whole reason: on hover
+        tried = never_cell.locator(".tried").inner_text()  # a short word on the page, clipped
+        assert tried.startswith("timeout ") and tried.endswith("…") and "Insufficient" not in tried, tried
         # the coverage chart: drawn, with one point per day of the last 30 (the last one now)
         chart = frame.locator("svg#coverage-chart")
         visible_box(chart)
@@ -228,7 +246,7 @@ def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
         page.goto(server + "/plugin/fleet-health")
-        frame = page.frame_locator("iframe[title='Fleet health']")
+        frame = page.frame_locator("iframe[title='Fleet']")
         row = frame.locator(f"#matrix tr[data-node='{NEVER_ATTEMPTED}']")
         row.wait_for(timeout=20_000)
         visible_box(frame.locator("#matrix"))
@@ -237,7 +255,7 @@ def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
         now = row.locator("td.now")
         assert now.get_attribute("data-eligibility") == "busy"
         # seen busy 3 h before the seed: what the page says is that plus the minutes the module took so far
-        busy = re.fullmatch(r"busy for (\d+)h(?: (\d+)m)?", now.locator(".now-label").inner_text())
+        busy = re.fullmatch(r"busy for (\d+) h(?: (\d+) min)?", now.locator(".now-label").inner_text())
         assert busy and 175 <= int(busy[1]) * 60 + int(busy[2] or 0) <= 200, now.inner_text()
         assert "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu" in now.get_attribute("title")
         assert now.locator(".holder").inner_text() == "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu"  # issue 33

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .. import codes
 from ..harness.checks import Check
-from ..harness.text import fmt, one_line
+from ..harness.text import ago_h, fmt, one_line
 from .kernel_log import KernelMessage
 from .log_evidence import History
 
@@ -201,7 +201,7 @@ def to_checks(events: list[DriverEvent], device_of, window_h: float, uptime_now:
     for (name, dev, code), items in order:
         worst = "fail" if any(f.status == "fail" for f, _ in items) else "warn"
         ages = [f.age_h for f, _ in items if f.age_h is not None]
-        when = f", latest {fmt(min(ages))} h ago" if ages else ""
+        when = f", latest {ago_h(min(ages))}" if ages else ""
         when += next((f.note for f, _ in items if f.status == worst and f.note), "")
         first = items[0][1]
         out.append(Check(name, worst, len(items), "messages", f"none within {fmt(window_h)} h",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .. import codes
 from ..harness.checks import Check
-from ..harness.text import fmt, one_line
+from ..harness.text import ago_h, fmt, one_line
 from . import recovery
 from .driver_log import DriverEvent, age_h, past_window
 from .log_evidence import History
@@ -71,7 +71,9 @@ class XidVerdict:
     status: str  # fail | warn
     code: str
     action: str
-    label: str  # "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM)"
+    # "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, driver hint: RESTART_BM)": NVIDIA's catalog's
+    # immediate action, marked as the driver's so it never reads as a second action beside ours
+    label: str
     until_reset: bool = False  # a failure that keeps the GPU broken until it is reset (xid_catalog.yaml)
 
 
@@ -99,7 +101,7 @@ def judge(xid: int, text: str, critical: set[int]) -> XidVerdict:
     if xid in critical and status != "fail":
         status, action = "fail", action if action in ("reset_gpu", "reboot", "drain_and_service") else "reset_gpu"
         code = "XID_CRITICAL" if code in ("XID_APPLICATION", "XID_INFORMATIONAL") else code
-    return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, NVIDIA: {imm or 'no action given'})",
+    return XidVerdict(xid, status, code, action, f"Xid {xid} ({entry.get('mnemonic')}, driver hint: {imm or 'none given'})",
                       until_reset)
 
 
@@ -142,7 +144,7 @@ def to_checks(events: list[DriverEvent], device_of, critical: set[int], window_h
         worst = "fail" if any(s == "fail" for s, *_ in items) else "warn"
         desc = []
         for _, v, age, ev, note in items[-4:]:
-            when = f", {fmt(age)} h ago{note}" if age is not None else ""
+            when = f", {ago_h(age)}{note}" if age is not None else ""
             desc.append(f"{v.label}{when}: {one_line(_after_number(ev.text), 70)}")
         shown = max((v for _, v, *_ in items), key=lambda v: v.status == "fail")
         out.append(Check("xid", worst, shown.xid, "xid", f"no failing Xid within {fmt(window_h)} h",

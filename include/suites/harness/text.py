@@ -34,6 +34,23 @@ def fmt(x: Any) -> str:
     return f"{x:.4g}"
 
 
+def ago_h(hours: float) -> str:
+    """How long before the check something happened, in words a person reads: '1 min ago', '2 h 5 min
+    ago', '3 d 4 h ago' (never '0.01668 h ago'). The library's ``reports.text.duration`` says a span the
+    same way; a test keeps the two equal (the suites never import the library)."""
+    seconds = max(0, round(hours * 3600))  # to the second: uptime arithmetic leaves 3599.9999
+    days, rem = divmod(seconds, 86400)
+    h, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        span = f"{days} d {h} h" if h else f"{days} d"
+    elif h:
+        span = f"{h} h {minutes} min" if minutes else f"{h} h"
+    else:
+        span = f"{minutes} min" if minutes else f"{secs} s"
+    return f"{span} ago"
+
+
 
 
 def read_line(path: str) -> str | None:

@@ -5,8 +5,9 @@ that runs ``pip install cluster-doctor`` needs no plugins-folder copy.
 
 - ``fastapi_apps``: the page, the node history and ``/metrics``, served by the api-server under
   ``/cluster-doctor`` and authenticated with the UI's own login (see ``cluster_doctor.web.app``).
-- ``external_views``: a "Fleet health" entry in the navigation bar that shows the page in
-  the UI at ``/plugin/fleet-health``, and a "Daily report" entry (``/plugin/daily-report``).
+- ``external_views``: a "Fleet" entry in the navigation bar that shows the page in the UI at
+  ``/plugin/fleet-health`` (the bar's buttons cut a longer label: "Fleet health" read "Fleet he…"), and a
+  "Report" entry, the daily report live (``/plugin/daily-report``).
 - ``listeners``: each continuous_validation run's note says what it did or why it planned nothing
   (``cluster_doctor.airflow.listener``).
 """
@@ -26,6 +27,12 @@ def _connector(settings):
     return runtime.hook_connector(settings.validation_db_conn_id)
 
 
+# What the navigation bar shows: its buttons are an icon's width, so a label of more than about six
+# characters is cut with an ellipsis. The page's own title says "Fleet health".
+NAV_LABEL = "Fleet"
+REPORT_LABEL = "Report"  # the daily report ("Daily report" would be cut too)
+
+
 class ClusterDoctorPlugin(AirflowPlugin):
     name = "cluster_doctor"
     fastapi_apps = [
@@ -36,7 +43,7 @@ class ClusterDoctorPlugin(AirflowPlugin):
     listeners = [RunNotes()]
     external_views = [
         {
-            "name": "Fleet health",
+            "name": NAV_LABEL,
             # relative (no leading slash): the UI resolves it against its <base href>, so a
             # deployment under [api] base_url=/airflow/ still reaches /airflow/cluster-doctor/
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",
@@ -44,7 +51,7 @@ class ClusterDoctorPlugin(AirflowPlugin):
             "url_route": webapp.URL_ROUTE,
         },
         {
-            "name": "Daily report",  # today's or yesterday's, live from the results DB (web.daily_page)
+            "name": REPORT_LABEL,  # today's or yesterday's, live from the results DB (web.daily_page)
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/reports/daily",
             "destination": "nav",
             "url_route": daily_page.URL_ROUTE,

@@ -46,7 +46,7 @@ from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import Status
-from cluster_doctor.reports.text import age, table, to_csv, to_json
+from cluster_doctor.reports.text import age, percent, slo_period, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store import peers as stored_peers
 from cluster_doctor.store import suspects as stored_suspects
@@ -387,7 +387,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
                           application_name="cluster-doctor-cli", gone_grace=inventory.grace(settings),
                           peer_window=fleet.peer_window(settings)) as q:
         known = q.inventory()
-        summary = q.summary(slo_days=0)
+        summary = q.summary()  # with the coverage SLO of the last 30 days, as the fleet page shows it
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
@@ -429,6 +429,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     print(f"\n{len(rows)} node-test pair(s): {summary_line or 'none recorded yet'}"
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
     print(coverage_line(summary, days, never_pairs), file=out)
+    print(slo_line(summary, days), file=out)
     for line in since_lines(suspected, failing, node_range, offenders):
         print(line, file=out)
     for m in missing_baselines:
@@ -468,13 +469,21 @@ def coverage_line(summary: Mapping[str, Any], days: float, never_pairs: int | No
     """The fleet's coverage in one line, from ``FleetQueries.summary()``: the figures of the fleet page,
     each with its unit (GPU nodes; node-test pairs of the enabled tests, as the daily report counts them)."""
     nodes = summary["gpu_nodes"]
-    share = f"{summary['coverage']:.1%}" if summary["coverage"] is not None else "-"
+    share = percent(summary["coverage"], missing="-")
     gone = f"; gone: {summary['gone_nodes']} GPU node(s)" if summary["gone_nodes"] else ""
     pairs = f", {never_pairs} node-test pair(s)" if never_pairs is not None else ""
     return (f"coverage: {summary['covered_nodes']}/{nodes} GPU node(s) fully validated within {days:g} d ({share}); "
             f"never validated: {summary['never_validated_nodes']} GPU node(s){pairs}; "
             f"failing: {summary['failing_nodes']} GPU node(s); "
             f"not eligible now: {summary['not_eligible_nodes']} GPU node(s){gone}")
+
+
+def slo_line(summary: Mapping[str, Any], days: float) -> str:
+    """The coverage SLO as the fleet page's card says it: pairs fresh now, and over the period (only the
+    days since the fleet was first seen: the days before have no data, never 0 %)."""
+    period = slo_period(summary["slo_days_with_data"], len(summary["coverage_trend"]))
+    return (f"coverage SLO: {percent(summary['pair_coverage'], missing='-')} of node-test pairs validated within "
+            f"{days:g} d now; {percent(summary['pair_coverage_30d'], missing='-')} {period}")
 
 
 def _status_cell(row: Mapping[str, Any]) -> str:

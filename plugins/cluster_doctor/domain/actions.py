@@ -9,6 +9,8 @@ orchestrator's copy of that set and the rules for an attempt's action where the 
   judged (OOM, deadline, a malformed result) is ``retest``;
 * ``timeout``/``preempted``/``skipped`` never ran a check: ``retest`` (the pair stays due, the next run
   takes it again: nothing for a person to do unless it keeps happening);
+* a step that a failing ``gpu_health`` stopped (skipped, no pod): the health failure's action wherever a
+  person reads it (``for_node``), never ``retest`` — the node needs what its health failure needs;
 * unknown (``None`` in the database, shown ``unknown``): a row recorded before the action was kept
   (migration 0004), or a fail whose checks name no action. Never read as ``none``.
 
@@ -70,6 +72,19 @@ def for_attempt(status: str, summary: Mapping[str, Any] | None = None, checks: I
 
 def shown(action: str | None) -> str:
     return action if action else UNKNOWN
+
+
+HEALTH_SUITE = "gpu_health"  # the suite that stops a bundle when it fails (``planning.steps.HEALTH_FIRST``)
+
+
+def for_node(status: str | None, action: str | None, stopped_by_health: bool, health_action: str | None) -> str:
+    """The one action a person reads for an attempt on a node: a step the node's failing health check
+    stopped (``stopped_by_health``: ``planning.steps.stopped_by_health`` of its reason) has that
+    failure's action (``health_action``: the action of the gpu_health fail of the same run, or of the
+    node's current one), shown as '<action> (gpu_health failed)'; anything else its own."""
+    if status not in (Status.PASS, *FAILING) and stopped_by_health and valid(health_action):
+        return f"{health_action} ({HEALTH_SUITE} failed)"
+    return shown(action)
 
 
 def not_run_count(summary: Mapping[str, Any] | None, checks: Iterable[Any]) -> int:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain import actions
+from cluster_doctor.domain import actions, spans
 from cluster_doctor.domain.status import Status
 
 CONDITION_TYPE = "ClusterDoctorHealthy"
@@ -97,8 +97,7 @@ class Condition:
 
 
 def age(delta: dt.timedelta) -> str:
-    hours = delta.total_seconds() / 3600
-    return f"{max(0, round(hours))} h" if hours < 48 else f"{hours / 24:.1f} d"
+    return spans.duration(delta.total_seconds())
 
 
 def _failing(latest: Latest) -> tuple[str, str]:

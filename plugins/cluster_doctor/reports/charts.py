@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from cluster_doctor.domain import fleet_verdicts
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.templating import _CONTROL  # the control characters no page shows
+from cluster_doctor.reports.text import percent
 
 WIDTH, HEIGHT = 640, 150
 LEFT, RIGHT, TOP, BOTTOM = 44, 12, 10, 24
@@ -35,15 +36,40 @@ def _day(value: Any) -> str:
     return value.strftime("%m-%d") if isinstance(value, dt.datetime) else str(value)[5:10]
 
 
+def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True in ``flags``."""
+    out, start = [], None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            out.append((start, i - 1))
+            start = None
+    return out
+
+
 def coverage_svg(samples: Sequence[Mapping[str, Any]], *, target: float | None = None) -> Markup:
-    """Coverage over time: pair coverage (the SLO, solid) and node coverage (dashed), 0-100 %."""
-    points = [s for s in samples if s.get("pair_coverage") is not None]
-    if len(points) < 2:
-        return Markup('<p class="small muted" id="coverage-chart">Not enough history for a coverage chart yet.</p>')
-    n = len(points)
+    """Coverage over time: pair coverage (the SLO, solid) and node coverage (dashed), 0-100 %. A sample
+    without data (before the fleet was first seen: ``pair_coverage`` None) is no point and no 0 %: its
+    days are a grey band labelled "no data"."""
+    n = len(samples)
+    has = [s.get("pair_coverage") is not None for s in samples]
+    if sum(has) < 2:
+        return Markup('<p class="small muted" id="coverage-chart">Not enough history for a coverage chart yet'
+                      + (f" ({n - sum(has)} of the last {n} days before the fleet was first seen: no data)"
+                         if n and not all(has) else "") + ".</p>")
     parts = [f'<svg id="coverage-chart" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" '
              'xmlns="http://www.w3.org/2000/svg" font-size="10" font-family="system-ui, sans-serif">',
              f"<title>{escape('Coverage over the last %d days' % n)}</title>"]
+    for first, last in _runs([not h for h in has]):  # days before the first sighting: no data, not 0 %
+        x0 = _x(first, n) - (0 if first == 0 else (_x(1, n) - _x(0, n)) / 2)
+        x1 = _x(last, n) + (_x(1, n) - _x(0, n)) / 2 if last < n - 1 else _x(last, n)
+        tip = escape(f"{_day(samples[first]['as_of'])} to {_day(samples[last]['as_of'])}: no data "
+                     "(before the fleet was first seen)")
+        parts.append(f'<g class="no-data"><title>{tip}</title><rect x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '
+                     f'height="{HEIGHT - TOP - BOTTOM}" fill="currentColor" fill-opacity="0.06"/>'
+                     f'<text x="{(x0 + x1) / 2:.1f}" y="{(TOP + HEIGHT - BOTTOM) / 2 + 3:.1f}" text-anchor="middle" '
+                     f'fill="currentColor" fill-opacity="0.6">no data</text></g>')
     for ratio in (0.0, 0.5, 1.0):
         y = _y(ratio)
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="currentColor" '
@@ -53,18 +79,22 @@ def coverage_svg(samples: Sequence[Mapping[str, Any]], *, target: float | None =
         y = _y(target)
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" y2="{y:.1f}" stroke="#e07b00" '
                      'stroke-dasharray="2 3"/>')
-    for key, style in (("coverage", 'stroke-dasharray="5 3" stroke="#8a8f98"'), ("pair_coverage", 'stroke="#1f8a3b"')):
-        coords = " ".join(f"{_x(i, n):.1f},{_y(s[key] or 0.0):.1f}" for i, s in enumerate(points))
-        parts.append(f'<polyline class="series-{key}" fill="none" stroke-width="2" {style} points="{coords}"/>')
-    for i, s in enumerate(points):
-        tip = escape(f"{_day(s['as_of'])}: {s['pair_coverage']:.1%} of pairs fresh, "
-                     f"{(s['coverage'] or 0):.1%} of nodes covered")
+    for first, last in _runs(has):
+        for key, style in (("coverage", 'stroke-dasharray="5 3" stroke="#8a8f98"'),
+                           ("pair_coverage", 'stroke="#1f8a3b"')):
+            coords = " ".join(f"{_x(i, n):.1f},{_y(samples[i][key] or 0.0):.1f}" for i in range(first, last + 1))
+            parts.append(f'<polyline class="series-{key}" fill="none" stroke-width="2" {style} points="{coords}"/>')
+    for i, s in enumerate(samples):
+        if not has[i]:
+            continue
+        tip = escape(f"{_day(s['as_of'])}: {percent(s['pair_coverage'])} of pairs fresh, "
+                     f"{percent(s['coverage'] or 0)} of nodes covered")
         parts.append(f'<circle cx="{_x(i, n):.1f}" cy="{_y(s["pair_coverage"]):.1f}" r="2.5" fill="#1f8a3b">'
                      f"<title>{tip}</title></circle>")
     labelled = {0: "start", n // 2: "middle", n - 1: "end"}  # two samples: two labels, not three
     for i, anchor in sorted(labelled.items()):  # the outer labels inside the chart
         parts.append(f'<text x="{_x(i, n):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}" fill="currentColor">'
-                     f"{escape(_day(points[i]['as_of']))}</text>")
+                     f"{escape(_day(samples[i]['as_of']))}</text>")
     parts.append("</svg>")
     return Markup("".join(parts))
 

@@ -54,7 +54,7 @@ from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.templating import environment
-from cluster_doctor.reports.text import age, md_escape
+from cluster_doctor.reports.text import age, md_escape, percent
 from cluster_doctor.store import daily as daily_reads
 from cluster_doctor.store import baselines, files, inventory, peers, suspects, transitions, trend
 
@@ -476,7 +476,7 @@ def _num(value: Any) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+    return percent(value, missing="-")
 
 
 NO_DATA = "no data"  # a day before the fleet was first seen: nothing was there to cover

@@ -26,7 +26,7 @@ from cluster_doctor.domain.payloads import (
     RunSummary,
 )
 from cluster_doctor.domain.status import FAILING, Status
-from cluster_doctor.reports.text import table
+from cluster_doctor.reports.text import percent, table
 from cluster_doctor.store import fleet, inventory
 
 
@@ -174,7 +174,7 @@ def render(summary: RunSummary) -> str:
     cov = summary.coverage
     if cov is not None and cov.gpu_nodes:
         lines.append(f"coverage: {cov.covered_nodes}/{cov.gpu_nodes} GPU node(s) fully validated within the "
-                     f"staleness window ({cov.coverage:.0%}); never validated: {len(cov.never_validated)} GPU "
+                     f"staleness window ({percent(cov.coverage)}); never validated: {len(cov.never_validated)} GPU "
                      f"node(s); failing: {compress(cov.failing_nodes) or 'none'}")
     return "\n".join(lines)
 

@@ -1,31 +1,51 @@
-"""Plain-text rendering shared by the CLI and the task logs: ages, tables, CSV/JSON output."""
+"""Plain-text rendering shared by the CLI, the pages and the task logs: percentages, ages, tables,
+CSV/JSON output."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import decimal
 import io
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cluster_doctor.domain.spans import duration  # noqa: F401  (the one span wording, re-exported here)
+
+
+def percent(ratio: float | None, missing: str = "–") -> str:
+    """A share as every view prints it: one decimal, halves rounded up (4/24 → '16.7 %', 33/96 →
+    '34.4 %'); ``missing`` when there is none. Exact decimal rounding, so a float's binary error
+    never flips a half."""
+    if ratio is None:
+        return missing
+    shown = (decimal.Decimal(ratio) * 100).quantize(decimal.Decimal("0.1"), rounding=decimal.ROUND_HALF_UP)
+    return f"{shown} %"
+
+
+def slo_period(days_with_data: int, days: int) -> str:
+    """What the coverage SLO's period figure covers: 'over the last 30 days', or only the days since
+    the fleet was first seen when that is inside the period (the days before have no data, not 0 %)."""
+    if days_with_data >= days:
+        return f"over the last {days} days"
+    if not days_with_data:
+        return f"over the last {days} days: no data"
+    return (f"over the {days_with_data} day{'s' if days_with_data != 1 else ''} since the fleet was first seen "
+            f"(no data for the {days - days_with_data} before)")
+
 
 def age(then: dt.datetime | None, now: dt.datetime) -> str:
-    """'3d 4h', '25m', '40s'; '-' when unknown."""
+    """How long ago ``then`` was, as ``duration`` says it ('3 d 4 h', '25 min'); '-' when unknown."""
     if then is None:
         return "-"
-    seconds = max(0, int((now - then).total_seconds()))
-    days, rem = divmod(seconds, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
+    return duration((now - then).total_seconds())
+
+
+def ago(then: dt.datetime | None, now: dt.datetime, missing: str = "") -> str:
+    """'1 min ago', '3 d 4 h ago'; ``missing`` when unknown."""
+    return missing if then is None else f"{age(then, now)} ago"
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], max_width: int = 80) -> str:

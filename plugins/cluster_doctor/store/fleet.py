@@ -277,6 +277,8 @@ class FleetQueries:
             "fresh_pairs": s["fresh_pairs"],
             "pair_coverage": s["pair_coverage"],
             "pair_coverage_30d": coverage.period_pair_coverage(samples),
+            # the days of the period with data: fewer when the fleet was first seen inside it
+            "slo_days_with_data": sum(bool(sample["pairs"]) for sample in samples),
             "worst_staleness_s": s["worst_staleness_s"],
             "coverage_trend": samples,
             "gpu_hours_7d": gpu["gpu_hours"],
@@ -299,7 +301,7 @@ class FleetQueries:
         if hit is None or time.monotonic() - hit[0] > TREND_CACHE_S:
             with self.conn.cursor() as cur:
                 samples = trend.coverage_trend(cur, ends=past, nodes=nodes, tests=self.tests,
-                                               staleness=self.staleness)
+                                               staleness=self.staleness, from_first_seen=True)
             _TREND_CACHE.clear()  # one fleet per process in practice: keep the newest only
             _TREND_CACHE[key] = hit = (time.monotonic(), samples)
         return [*hit[1], coverage.now_sample(assessed)]

@@ -38,6 +38,7 @@ from typing import Any
 
 import psycopg
 
+from cluster_doctor.domain import spans
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.store import files
@@ -127,7 +128,7 @@ class SpoolStatus:
         parts = []
         if self.waiting:
             age = self.age_s(now)
-            since = f", the oldest finished {age / 3600:.1f} h ago" if age is not None else ""
+            since = f", the oldest finished {spans.duration(age)} ago" if age is not None else ""
             parts.append(f"{self.waiting} attempt(s) wait in the spool {self.location}{since}: the next record "
                          "task that reaches the results database records them")
         if self.rejected:

@@ -1,8 +1,11 @@
 """The coverage trend's query: how many fleet nodes were covered, and pairs fresh, at each of a few
-moments, read from ``validation_history`` in one range scan (the verdicts are ``domain.coverage``'s)."""
+moments, read from ``validation_history`` in one range scan (the verdicts are ``domain.coverage``'s),
+and since when each node is known: a moment before a node was first seen does not count it, and a
+moment before any was seen has no data (never 0 %)."""
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,6 +43,19 @@ SELECT g.i,
 """
 MAX_MOMENTS = 62  # bits of a bigint mask
 
+# When each node was first known: discovery's first sighting, or its first recorded attempt of an
+# enabled test if that is earlier (results imported or recorded before discovery listed it). One
+# index probe per (node, test): min() over the pair index, never a scan of a node's history.
+NODE_FIRST_SEEN_SQL = f"""
+SELECT n.node_name,
+       least(inv.first_seen_at,
+             (SELECT min(f.first) FROM unnest(%(tests)s::text[]) AS t(test_name),
+                     LATERAL (SELECT min(h.finished_at) AS first FROM validation_history h
+                               WHERE h.node_name = n.node_name AND h.test_name = t.test_name) f)) AS first_seen
+  FROM unnest(%(nodes)s::text[]) AS n(node_name)
+  LEFT JOIN {inventory.TABLE} inv ON inv.node_name = n.node_name
+"""
+
 
 def counts(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests: Sequence[str],
            staleness: dt.timedelta, members: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
@@ -63,17 +79,37 @@ def counts(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests
     return out
 
 
+def node_first_seen(cur: Any, *, nodes: Sequence[str], tests: Sequence[str]) -> dict[str, dt.datetime]:
+    """{node: when it was first known} (discovery's first sighting or its first recorded attempt of
+    one of ``tests``, the earlier); a node known from neither is left out."""
+    if not nodes:
+        return {}
+    cur.execute(NODE_FIRST_SEEN_SQL, {"nodes": list(nodes), "tests": list(tests)})
+    out = {}
+    for row in cur.fetchall():
+        name, seen = (row["node_name"], row["first_seen"]) if isinstance(row, Mapping) else row
+        if seen is not None:
+            out[name] = seen
+    return out
+
+
 def coverage_trend(cur: Any, *, ends: Sequence[dt.datetime], nodes: Sequence[str], tests: Sequence[str],
-                   staleness: dt.timedelta) -> list[dict[str, Any]]:
+                   staleness: dt.timedelta, from_first_seen: bool = False) -> list[dict[str, Any]]:
     """Coverage of a fixed fleet at each moment of ``ends`` (ascending, at most MAX_MOMENTS), from
-    validation_history: the samples of ``coverage.trend_samples``."""
+    validation_history: the samples of ``coverage.trend_samples``. ``from_first_seen``: each moment
+    counts only the nodes first seen before it (``node_first_seen``), and a moment before the first of
+    them has no data (every share None) instead of 0 %; else every node counts at every moment."""
     tests = list(dict.fromkeys(tests))
     nodes = list(dict.fromkeys(nodes))
     ends = list(ends)
     if len(ends) > MAX_MOMENTS:
         raise ValueError(f"at most {MAX_MOMENTS} coverage samples at once, got {len(ends)}")
     found = counts(cur, ends=ends, nodes=nodes, tests=tests, staleness=staleness)
-    return coverage.trend_samples(ends, nodes=len(nodes), tests=len(tests), counts=found)
+    if not from_first_seen:
+        return coverage.trend_samples(ends, nodes=len(nodes), tests=len(tests), counts=found)
+    seen = sorted(node_first_seen(cur, nodes=nodes, tests=tests).values())
+    return coverage.trend_samples(ends, nodes=[bisect.bisect_left(seen, end) for end in ends], tests=len(tests),
+                                  counts=found)
 
 
 # The inventory rows that belong to the fleet at one moment at least of a trend (the rule of

@@ -33,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cluster_doctor.domain import actions, fleet_verdicts, suites
 from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
+from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.nodes import (
     InvalidNodeName,
@@ -41,7 +42,7 @@ from cluster_doctor.domain.nodes import (
     validate_node_name,
 )
 from cluster_doctor.domain.status import FAILING
-from cluster_doctor.reports import charts, metrics
+from cluster_doctor.reports import charts, metrics, text
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.store import database, fleet, transitions
 from cluster_doctor.store.history import SchemaMissing
@@ -112,28 +113,12 @@ def app_base(request: Request) -> str:
 
 
 def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    seconds = max(0, int(seconds))
-    days, rem = divmod(seconds, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes = rem // 60
-    if days:
-        return f"{days}d {hours}h" if hours and days < 10 else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    return f"{minutes}m" if minutes else f"{seconds}s"
+    """An age or span in words ('1 min', '3 d 4 h': ``reports.text.duration``); 'never' when none."""
+    return text.duration(seconds, missing="never")
 
 
 def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(round(seconds))
-    hours, rem = divmod(seconds, 3600)
-    minutes, secs = divmod(rem, 60)
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+    return "" if seconds is None else text.duration(round(seconds))
 
 
 def format_number(value: Any) -> str:
@@ -183,13 +168,46 @@ def key_figures(test: str, values: Mapping[str, Any] | None, cpu_mode: bool = Fa
             for k in keys if k in values and values[k] is not None]
 
 
-def last_try(now: dt.datetime, cell: Mapping[str, Any] | None, clip: int = 80) -> str:
-    """What a never-executed pair's last attempt did, for the page itself: 'skipped 11m ago: why'."""
+def last_try(now: dt.datetime, cell: Mapping[str, Any] | None, clip: int = 24) -> str:
+    """What a never-executed pair's last attempt did, short and quiet under its grey cell: 'skipped 11
+    min ago: node busy at submit…' (the whole reason is in the cell's tooltip)."""
     if not cell or cell.get("status") or not cell.get("last_attempt_at"):
         return ""
     why = f": {_clip(cell['last_attempt_reason'], clip)}" if cell.get("last_attempt_reason") else ""
-    return (f"last attempt {cell.get('last_attempt_status')} "
+    return (f"{cell.get('last_attempt_status')} "
             f"{format_age((now - cell['last_attempt_at']).total_seconds())} ago{why}")
+
+
+def log_url(path: Any) -> str | None:
+    """An evidence log's link when it is a web address (http or https, e.g. an object store's); a file
+    on the results volume is no page this app serves, and stays plain text."""
+    text = str(path or "").strip()
+    parsed = urllib.parse.urlsplit(text)
+    return text if parsed.scheme in ("http", "https") and parsed.netloc and not any(c.isspace() for c in text) else None
+
+
+def row_action(node: Mapping[str, Any], history: Iterable[Mapping[str, Any]]) -> Callable[[Mapping[str, Any]], str]:
+    """The action a history row shows (``actions.for_node``): a step its node's failing gpu_health
+    stopped takes that failure's action — of the same run's gpu_health row when it is listed, else of
+    the node's current gpu_health result when that fails."""
+    health = {(h.get("run_id"), h.get("map_index")): h.get("action") for h in history
+              if h.get("test_name") == steps.HEALTH_FIRST and h.get("status") in FAILING}
+    current = next((c.get("action") for c in node.get("cells", ())
+                    if c.get("test_name") == steps.HEALTH_FIRST and c.get("status") in FAILING), None)
+
+    def shown(row: Mapping[str, Any]) -> str:
+        found = health.get((row.get("run_id"), row.get("map_index")), current)
+        return actions.for_node(row.get("status"), row.get("action"), steps.stopped_by_health(row.get("reason")),
+                                found)
+
+    return shown
+
+
+def failing_why(cell: Mapping[str, Any] | None, clip: int = 64) -> str:
+    """A failing cell's reason, short enough for the cell itself (the whole one is in its tooltip)."""
+    if not cell or cell.get("status") not in FAILING or not cell.get("reason"):
+        return ""
+    return _clip(cell["reason"], clip)
 
 
 def node_holder(node: Mapping[str, Any] | None, clip: int = 60) -> str:
@@ -362,16 +380,19 @@ def common(request: Request, now: dt.datetime, carry: str = "") -> dict[str, Any
     return {
         "base": base, "now": now, "ts": format_ts, "duration": format_duration,
         "age": format_age, "ago": lambda t: (format_age((now - t).total_seconds()) + " ago") if t else "",
-        "pct": lambda r: "–" if r is None else f"{math.floor(r * 1000) / 10:.1f} %",
+        "pct": text.percent,
+        "slo_period": lambda summary: text.slo_period(summary["slo_days_with_data"], len(summary["coverage_trend"])),
         "days": lambda s: f"{s / 86400:g} days",
         "node_url": node_url, "ti_url": lambda row: ti_url(request, row),
         "figures": key_figures, "bad_checks": bad_checks,
         "cell_title": lambda test, cell: cell_title(now, test, cell),
         "status_text": actions.status_text, "action_shown": actions.shown,
+        "row_action": lambda row: actions.shown(row.get("action")),
         "error": None, "error_title": "", "standalone": False,
         "coverage_svg": charts.coverage_svg, "inf": math.inf,
         "node_now": lambda node, grace_s=0.0: node_now(now, node, grace_s),
-        "node_holder": node_holder, "last_try": lambda cell: last_try(now, cell),
+        "node_holder": node_holder, "last_try": lambda cell: last_try(now, cell), "failing_why": failing_why,
+        "log_url": log_url,
         "never_why": lambda node: never_why(now, node), "cpu_mode": False,
         "peer_title": lambda v: peer_title(now, v),
     }
@@ -490,7 +511,9 @@ def node_page(
             node = fq.node(node_name)
             if node is not None:
                 plots, missing = node_plots(fq, node, settings, test or None)
-                ctx.update(node=node, history=fq.history(node_name, test or None, limit=limit), plots=plots,
+                history = fq.history(node_name, test or None, limit=limit)
+                ctx.update(row_action=row_action(node, history))
+                ctx.update(node=node, history=history, plots=plots,
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))

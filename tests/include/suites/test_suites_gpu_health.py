@@ -198,7 +198,7 @@ def test_xids_from_the_kernel_log(run_inproc, tools, h, monkeypatch, window, sta
     if status79 == "fail":  # each condition its own code: bus, memory
         bus = xids[("cuda:1", "GPU_FALLEN_OFF_BUS")]
         assert bus["status"] == "fail" and bus["action"] == "reboot"
-        assert "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, NVIDIA: RESTART_BM), 1 h ago" in bus["message"]
+        assert "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, driver hint: RESTART_BM), 1 h ago" in bus["message"]
         assert xids[("cuda:1", "XID_MEMORY_ERROR")]["status"] == "fail"  # Xid 94, on AzureHPC NHC's list
     else:  # older than the window: still reported, as a warning; but a GPU that fell off the bus stays
         # failing until the log shows it reset (issue 29): this boot's log shows no reset

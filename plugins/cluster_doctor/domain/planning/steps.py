@@ -60,6 +60,11 @@ def stop_cause(previous: Iterable[Step | None]) -> str | None:
     return None
 
 
+def stopped_by_health(reason: str | None) -> bool:
+    """Whether a skipped step's reason says the node's failing ``gpu_health`` stopped it (``stop_cause``)."""
+    return bool(reason) and reason.startswith(f"{STOPPED_BY} {HEALTH_FIRST} failing")
+
+
 def ready_at(planned_at: dt.datetime, previous: Iterable[Step | None]) -> dt.datetime:
     """When the next step could have started: the end of the last step that ran, else the decision.
     Its queue time (waiting for a pool slot) counts from here, not from the decision: the steps before

@@ -55,7 +55,7 @@ def test_gb200_nvlink_and_recovery_action_xids(h):
     assert got[("cuda:0", "XID_NVLINK_ERROR")].status == "fail" and got[("cuda:0", "XID_NVLINK_ERROR")].value == 149
     assert got[("cuda:0", "GPU_RECOVERY_ACTION")].action == "reset_gpu"
     assert got[("cuda:1", "GPU_RECOVERY_ACTION")].status == "fail"
-    assert "NVIDIA: WORKFLOW_NVLINK5_ERR" in got[("cuda:0", "XID_NVLINK_ERROR")].message
+    assert "driver hint: WORKFLOW_NVLINK5_ERR" in got[("cuda:0", "XID_NVLINK_ERROR")].message
 
 
 def test_nonfatal_and_fatal_nvlink_xids_from_their_lines(h):
@@ -134,3 +134,13 @@ def test_a_line_caused_by_an_earlier_nonfatal_xid_still_in_the_log_takes_its_sev
     follow = "NVRM: Xid (PCI:0000:01:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 144"
     checks = _checks(h, None, {"0000:01:00": "cuda:0"}, text=f"{first}\n{follow}\n")
     assert {(c.code, c.status) for c in checks} == {("XID_NVLINK_ERROR", "warn")}
+
+
+def test_an_xid_says_how_long_ago_in_words_and_marks_nvidias_hint_as_the_drivers(h):
+    """Xid 94 a minute before the check: '1 min ago', never '0.01668 h ago'; NVIDIA's immediate action
+    (RESTART_APP) is the driver's hint, not a second action beside ours (the check's action)."""
+    checks = _checks(h, "dmesg_xids_derived.txt", {"0000:c1:00": "cuda:1"}, now=86002.774910 + 60.05)
+    ecc = next(c for c in checks if c.device == "cuda:1" and c.code == "XID_MEMORY_ERROR")
+    assert "Xid 94 (ROBUST_CHANNEL_CONTAINED_ERROR, driver hint: RESTART_APP), 1 min ago: " in ecc.message, ecc.message
+    assert " h ago" not in ecc.message and "NVIDIA:" not in ecc.message
+    assert ecc.action == "reset_gpu"

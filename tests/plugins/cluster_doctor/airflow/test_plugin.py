@@ -47,7 +47,7 @@ def test_the_distribution_registers_the_plugin_entry_point():
     assert view["url_route"] == "fleet-health" and view["destination"] == "nav"
     assert not view["href"].startswith("/")  # resolved against the UI's <base href>
     # the daily report one click away in the navigation bar, served by the same app
-    assert report["name"] == "Daily report" and report["destination"] == "nav"
+    assert report["name"] == "Report" and report["destination"] == "nav"
     assert report["href"] == "cluster-doctor/reports/daily" and report["url_route"] == "daily-report"
 
 

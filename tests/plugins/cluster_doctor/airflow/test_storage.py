@@ -120,7 +120,7 @@ def test_the_verdict_and_summarize_say_when_results_wait(cluster, store, tmp_pat
     assert summary.spool.waiting == 2 and summary.spool.oldest_at == now - dt.timedelta(minutes=90)
     assert "2 attempt(s) wait in the spool" in summary.spool.line
     tasks.verdict(summary)
-    assert "2 attempt(s) wait in the spool" in caplog.text and "oldest finished 1.5 h ago" in caplog.text
+    assert "2 attempt(s) wait in the spool" in caplog.text and "oldest finished 1 h 30 min ago" in caplog.text
     assert "2 attempt(s) wait in the spool" in tasks.unrecorded(found)
     # the CTRF report went to the settings' reports location, not to the spool
     assert summary.ctrf_path is None or "spool" not in summary.ctrf_path

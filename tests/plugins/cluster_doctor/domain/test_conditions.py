@@ -30,7 +30,7 @@ def fail(test: str, checks, hours: float = 1, action=None, reason=None) -> Lates
 def test_all_fresh_passes_are_true_and_name_the_oldest_evidence():
     c = condition([ok("gpu_health", 5), ok("nvbandwidth", 30), ok("ib_health")], TESTS, NOW, WEEK)
     assert (c.status, c.reason) == ("True", "AllSuitesPassed")
-    assert "oldest evidence 30 h old (nvbandwidth, 2026-03-09T06:00Z)" in c.message
+    assert "oldest evidence 1 d 6 h old (nvbandwidth, 2026-03-09T06:00Z)" in c.message
 
 
 def test_the_most_severe_failing_code_is_the_reason_across_checks_and_suites():
@@ -55,7 +55,7 @@ def test_a_fail_whose_checks_name_no_code_still_turns_false():
 @pytest.mark.parametrize("latest, reason, words", [
     ([ok("gpu_health"), ok("nvbandwidth")], "NotValidated", "never validated: ib_health"),
     ([ok("gpu_health"), ok("nvbandwidth"), fail("ib_health", [{"status": "fail", "code": "IB_PORT_DOWN"}], hours=24 * 8)],
-     "EvidenceStale", "ib_health: last fail 8.0 d old, older than the 7.0 d target"),
+     "EvidenceStale", "ib_health: last fail 8 d old, older than the 7 d target"),
     ([ok("gpu_health"), ok("nvbandwidth"),
       Latest("ib_health", "error", NOW, ({"name": "ib_hca_count", "status": "error", "code": "TOOL_MISSING"},))],
      "TOOL_MISSING", "could not judge (TOOL_MISSING)"),

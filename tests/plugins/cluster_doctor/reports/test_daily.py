@@ -183,11 +183,11 @@ def test_fleet_as_of_the_end_of_the_day(data):
         ("gpu-005", "fail", at(-4, 12).isoformat(), None),
         ("gpu-002", "fail", at(0, 10).isoformat(), "pass"),
         ("gpu-003", "error", at(0, 14).isoformat(), "pass")]
-    assert rows[0]["since_age"] == "4d 12h" and rows[2]["reason"] == SCRIPT
+    assert rows[0]["since_age"] == "4 d 12 h" and rows[2]["reason"] == SCRIPT
     groups = {(g["test_name"], g["state"]): g for g in fleet["stale_groups"]}
     assert set(groups) == {("gpu_health", "never"), ("dl_unit", "never"), ("gpu_health", "stale")}
     assert groups[("gpu_health", "stale")]["nodes"] == "gpu-003"  # the pass after D is not seen
-    assert groups[("gpu_health", "stale")]["oldest_age"] == "12d 12h"  # D-12 12:00 to the end of D
+    assert groups[("gpu_health", "stale")]["oldest_age"] == "12 d 12 h"  # D-12 12:00 to the end of D
     assert groups[("dl_unit", "never")]["nodes"] == "gpu-004"
 
 
@@ -212,12 +212,12 @@ def test_markdown_and_html_show_the_numbers_and_escape_content(data):
     md, page = daily.render_markdown(data), daily.render_html(data)
     for text in (md, page):
         assert "<script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-        assert "gpu-002 · dl_unit — " in text and "66.7%" in text
+        assert "gpu-002 · dl_unit — " in text and "66.7 %" in text
         assert "2026-11-10" in text
     assert "gpu-002 · dl_unit — FAIL at 10:00 UTC (new)" in md
     assert "| gemm_bf16_tflops | fail | cuda:3 | 100.5 TFLOPS | &gt;= 620.5 | GPU 3 is 84% below the model baseline |" in md
     assert "\\| cuda:5 NaN" in md  # a pipe in a reason does not break the table
-    assert "| 2026-11-09 | 2 | 7 | 28.6% |" in md
+    assert "| 2026-11-09 | 2 | 7 | 28.6 % |" in md
     assert f"| {H100} | dl_unit | gemm_bf16_tflops_min | 2 | 710 | 700 |" in md
     assert "Validation GPU-hours: 15" in md
     assert "| dl_unit | never validated | 1 |" in md and "gpu-004" in md

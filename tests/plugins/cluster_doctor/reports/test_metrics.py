@@ -228,19 +228,26 @@ def test_documented_config_and_rules_parse_and_name_real_families(small_db):
 # ---------------------------------------------------------------------------------------- robustness
 def test_coverage_slo_gauges(small_db):
     """Pair coverage now and over 30 days, worst staleness; the 30-day figure is recomputed here from
-    the seeded attempts (each day end T: pairs with an executed attempt finished in [T - 7 d, T))."""
+    the seeded attempts (each day end T: pairs with an executed attempt finished in [T - 7 d, T), of the
+    nodes first seen before T: the days before the fleet's first record have no data, not 0 %)."""
     from cluster_doctor.domain import coverage
 
     s = samples(scrape(small_db)[0])
     assert value(s, "cluster_doctor_fleet_pair_coverage_ratio") == pytest.approx((32 - 11) / 32)
     assert math.isinf(value(s, "cluster_doctor_fleet_worst_staleness_seconds"))  # gpu-006 never executed
-    store_rows = [a for a in _seeded_attempts() if a.status in ("pass", "fail", "error")]
-    fresh = []
+    seeded = _seeded_attempts()
+    store_rows = [a for a in seeded if a.status in ("pass", "fail", "error")]
+    first_seen: dict[str, dt.datetime] = {}
+    for a in seeded:
+        first_seen[a.node_name] = min(first_seen.get(a.node_name, a.finished_at), a.finished_at)
+    fresh, pairs_known = [], []
     for end in coverage.day_ends(seed.NOW, 30):
         pairs = {(a.node_name, a.test_name) for a in store_rows
                  if end - dt.timedelta(days=7) <= a.finished_at < end and a.test_name in seed.TESTS}
         fresh.append(len(pairs))
-    expected = sum(fresh) / (30 * 32)
+        pairs_known.append(len(seed.TESTS) * sum(seen < end for seen in first_seen.values()))
+    assert 0 in pairs_known and pairs_known[-1] == 32  # the seed starts ten days ago: days without data
+    expected = sum(fresh) / sum(pairs_known)
     assert value(s, "cluster_doctor_fleet_pair_coverage_ratio_30d") == pytest.approx(expected)
 
 

@@ -11,6 +11,7 @@ import datetime as dt
 import re
 
 import pytest
+from cluster_doctor.domain import coverage
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.store.history import ResultStore
 from cluster_doctor.web import app as webapp
@@ -133,7 +134,7 @@ def test_summary_and_matrix(client):
     assert "every GPU node discovery has seen" in html  # the definition is on the page
     assert rows(html) == ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006", "gpu-010", "gpu-011"]
     assert re.search(r'class="cell" data-test="nccl_loopback" data-status="fail" title="nccl_loopback: fail since '
-                     + _utc(seed.NOW - dt.timedelta(hours=1)) + r' \(1h\), before: pass', html)
+                     + _utc(seed.NOW - dt.timedelta(hours=1)) + r' \(1 h\), before: pass', html)
     assert 'class="cell stale" data-test="gpu_health" data-status="pass"' in html  # gpu-005: 10 days old
     assert 'data-test="dl_unit" data-status="never"' in html
 
@@ -337,8 +338,8 @@ def test_5000_nodes_page_is_bounded_and_pages(big_db):
 
 def test_age_formatting():
     assert [webapp.format_age(s) for s in (None, 5, 300, 3600, 5400, 86400 * 3 + 7200, 86400 * 12)] == \
-        ["never", "5s", "5m", "1h", "1h 30m", "3d 2h", "12d"]
-    assert webapp.format_duration(3725) == "1h 2m" and webapp.format_duration(42.4) == "42s"
+        ["never", "5 s", "5 min", "1 h", "1 h 30 min", "3 d 2 h", "12 d"]
+    assert webapp.format_duration(3725) == "1 h 2 min" and webapp.format_duration(42.4) == "42 s"
     assert webapp.format_ts(dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)) == "2026-01-02 03:04 UTC"
 
 
@@ -351,31 +352,41 @@ def _cell(html: str, node: str, test: str) -> str:
 def test_cells_show_how_long_the_status_has_held(client):
     html = client.get("/cluster-doctor/").text
     # gpu-003 nccl: failing for 1 h, ran 1 h ago; its other tests passed 5 days ago and still pass
-    assert "for 1h" in _cell(html, "gpu-003", "nccl_loopback")
+    assert "for 1 h" in _cell(html, "gpu-003", "nccl_loopback")
     health = _cell(html, "gpu-003", "gpu_health")
-    assert "for 5d" in health and "ran 5d ago" in health
+    assert "for 5 d" in health and "ran 5 d ago" in health
     # gpu-011 storage_fio: passing since its run 1 h ago (the later preemption is no executed result)
-    assert "for 1h" in _cell(html, "gpu-011", "storage_fio")
+    assert "for 1 h" in _cell(html, "gpu-011", "storage_fio")
     assert "class=\"since\"" not in _cell(html, "gpu-006", "dl_unit")  # never executed: no status to hold
 
 
 def test_status_age_is_the_streak_not_the_last_run(db_dsn, store):
-    """Three passes a day apart: the cell says 'for 3d' (the streak), 'ran 1h ago' (the last run)."""
+    """Three passes a day apart: the cell says 'for 3 d' (the streak), 'ran 1 h ago' (the last run)."""
     now = seed.NOW
     store.record([seed.attempt("gpu-001", "gpu_health", "pass", now - dt.timedelta(days=d, hours=1), map_index=d)
                   for d in (3, 2, 1, 0)])
     html = make_client(db_dsn).get("/cluster-doctor/").text
     cell = _cell(html, "gpu-001", "gpu_health")
-    assert "for 3d 1h" in cell and "ran 1h ago" in cell
+    assert "for 3 d 1 h" in cell and "ran 1 h ago" in cell
 
 
 def test_coverage_slo_and_chart(client):
     html = client.get("/cluster-doctor/").text
     assert re.search(r'id="slo">\s*<div class="value">65\.6 %</div>', html)  # 21 of 32 pairs fresh
-    assert "over the last 30 days" in html
-    assert re.search(r'id="worst-staleness">\s*<div class="value">never</div>', html)  # gpu-006
+    # the fleet's first record is gpu-005's, ten days ago: the days before have no data, never 0 %
+    first = seed.NOW - dt.timedelta(days=10, minutes=5 * (len(seed.TESTS) - 1))
+    with_data = [end for end in coverage.day_ends(seed.NOW, 30) if end > first]
+    days = len(with_data)
+    assert f"over the {days} days since the fleet was first seen (no data for the {30 - days} before)" in html
+    slo = re.search(r'id="slo">.*?</div>\s*</div>', html, re.S).group(0)
+    assert "over the last 30 days" not in slo  # it read 0 % for the 19 days before
+    # a pair never executed: no bold "never" but how many nodes were never validated, as a link
+    card = re.search(r'<div class="card" id="worst-staleness" data-never="true">.*?</div>\s*</div>', html, re.S).group(0)
+    assert ">n/a<" in card and "worst staleness: n/a — " in card and ">1 GPU node never validated</a>" in card
+    assert ">never<" not in card
     svg = re.search(r'<svg id="coverage-chart".*?</svg>', html, re.S).group(0)
-    assert svg.count("<circle") == 30 and "<script" not in svg and "href" not in svg
+    assert svg.count("<circle") == days and "<script" not in svg and "href" not in svg
+    assert svg.count('class="no-data"') == 1 and ">no data<" in svg
 
 
 def test_metrics_route_is_the_library_app_gzip_and_openmetrics(small_db):
