@@ -418,8 +418,8 @@ def test_the_trend_starts_when_the_fleet_was_first_seen_and_agrees_with_that_day
     assert {k: trend[D.isoformat()][k] for k in ("covered", "nodes", "coverage")} == yesterday["coverage"]
     assert today["coverage"] == {"covered": 2, "nodes": 3, "coverage": round(2 / 3, 4)}
     section = daily.render_markdown(today).split("## Coverage trend")[1].split("\n## ")[0]
-    assert section.count("| no data |") == 12 and "0.0%" not in section
-    assert "33.3%" in section and "66.7%" in section
+    assert section.count("| no data |") == 12 and "0.0 %" not in section
+    assert "33.3 %" in section and "66.7 %" in section
     assert "no data" in daily.render_html(today)
 
 
