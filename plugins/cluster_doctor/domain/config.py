@@ -269,6 +269,9 @@ class Settings(BaseSettings):
     signal_speed_load_util: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=100)] = _setting(
         80.0, "Speed signals: a GPU counts as under load at this `DCGM_FI_DEV_GPU_UTIL` (%) or more; only then "
               "are its SM clock and PCIe link judged (an idle GPU lowers both on purpose).")
+    slow_probe_seconds: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        3.0, "Speed probe: seconds of GEMM and of HBM copy per GPU in gpu_health, on the sweeps that probe the node "
+             "(at most 0.2 s in CPU mode). 0: never probed.")
     slow_probe_min_interval_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         6.0, "Speed probe (gpu_health's GEMM and HBM bandwidth, judged against the fleet): a node that ran user "
              "jobs since its last probe is probed again after this long.")

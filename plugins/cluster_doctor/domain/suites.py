@@ -47,9 +47,10 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "model should have; Xids judged by NVIDIA's catalog and every other driver error in the "
                     "kernel log (fail-closed); uncorrected ECC, row remapping / retired pages, the driver's "
                     "recovery action, throttle reasons and thermal throttling under load since the previous run "
-                    "(NVML's violation counter), NVSwitch fabric; DCGM diag level 1 (not run: said so).",
+                    "(NVML's violation counter), NVSwitch fabric; DCGM diag level 1 (not run: said so); on the sweeps that probe the node, "
+                    "a few seconds of GEMM and HBM copy per GPU, judged against the model's floor and the fleet.",
         module="cluster_doctor_suites.gpu_health", cpu="1", memory="2Gi",
-        key_metrics=("gpus_visible", "xid_events"),
+        key_metrics=("gpus_visible", "xid_events", "probe_gemm_tflops_min", "probe_hbm_gbps_min"),
     ),
     Suite(
         name="dl_unit",
