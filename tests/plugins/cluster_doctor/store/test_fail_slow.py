@@ -95,3 +95,30 @@ def test_when_the_probe_is_due(store):
     assert due == {"gpu-001", "gpu-999"}
     assert fail_slow.due_probes(store.connect, ["gpu-002"], now=NOW + 41 * H, min_interval=6 * H, max_age=72 * H,
                                 window=WINDOW) == {"gpu-002"}
+
+
+def test_status_and_the_metrics_name_the_slow_node_with_its_evidence(store, db_dsn):
+    from cluster_doctor.cli import main as cli
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.reports import metrics
+    from cluster_doctor.store import fleet as stored_fleet
+
+    from tests.plugins.cluster_doctor.reports.test_metrics import samples
+
+    fleet(store, NOW - 80 * H)
+    probe(store, "gpu-100", NOW - 7 * H, 625.0)
+    probe(store, "gpu-100", NOW - H, 623.0)
+    with stored_fleet.open_for(Settings(), db_dsn, now=NOW) as q:
+        found = q.slow_nodes()
+    lines = cli.since_lines({}, {}, cli.parse_node_range(None), {}, found)
+    assert lines[0] == "slow: 1 GPU node(s)"
+    assert lines[1].startswith("  gpu-100  slow (failing, SLOW): probe straggler:probe_gemm_tflops_min=623")
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(
+        lambda s: db_dsn, lambda: Settings(tests=["gpu_health"]), clock=lambda: NOW, cache_ttl_s=0))
+    series = samples(metrics.render(registry, None)[0].decode())
+    assert series[("cluster_doctor_fleet_slow_nodes", frozenset({("state", "failing")}))] == 1
+    assert series[("cluster_doctor_fleet_slow_nodes", frozenset({("state", "suspect")}))] == 0
+    [(labels, at)] = [(dict(k[1]), v) for k, v in series.items()
+                      if k[0] == "cluster_doctor_node_slow_since_timestamp_seconds"]
+    assert labels["node"] == "gpu-100" and labels["state"] == "failing" and at == (NOW - H).timestamp()
+    assert labels["evidence"].startswith("probe straggler:probe_gemm_tflops_min=623")
