@@ -307,6 +307,7 @@ SPEED_FIELDS = (*CLOCK_EVENT_FIELDS, SM_CLOCK, MAX_SM_CLOCK, GPU_UTIL, PCIE_GEN,
 # The bits of the clock event reasons that slow a GPU for a fault of its own (DCGM_CLOCKS_EVENT_REASON_*,
 # 1:1 with NVML's nvmlClocksEventReason*). Idle, application clocks, the software power cap, sync boost and
 # display clocks are the workload's or the operator's doing, never evidence against the node.
+HW_SLOWDOWN = 0x08
 SLOW_CLOCK_EVENTS = {
     0x08: "hardware slowdown",  # HW_SLOWDOWN: clocks cut by 2x or more (temperature, power brake, fast trigger)
     0x20: "software thermal slowdown",  # SW_THERMAL
@@ -353,7 +354,9 @@ def speed(seen: Iterable[Sample], policy: SpeedPolicy, now: dt.datetime) -> list
             if field in v:
                 bits = int(v[field])
                 for bit, name in SLOW_CLOCK_EVENTS.items():
-                    if bits & bit:
+                    # HW slowdown "may be also reported during PState or clock change" (dcgm_fields.h):
+                    # evidence only under load; the thermal and power-brake reasons are always the GPU's
+                    if bits & bit and (loaded or bit != HW_SLOWDOWN):
                         add(node, gpu, f"clock_event_{bit:#x}", f"{name} (clock event reasons {bits:#x}, {field})")
                 break  # one name per exporter: never the same bits twice
         if not loaded:

@@ -133,3 +133,11 @@ def test_speed_signals_follow_the_settings():
     assert policy.speed is False and policy.speed_policy.load_util == 50
     with pytest.raises(InvalidSettings):
         Settings(signal_speed_load_util=0)
+
+
+def test_a_hardware_slowdown_on_an_idle_gpu_is_a_clock_change_not_evidence():
+    idle = _gpu("n1", 0, util=0, reasons=0x08 | 0x01)
+    assert signals.speed(idle, signals.SpeedPolicy(), NOW) == []
+    hot = _gpu("n1", 0, util=0, reasons=0x40)  # a thermal slowdown is the GPU's, busy or not
+    assert [e.text for e in signals.speed(hot, signals.SpeedPolicy(), NOW)] == [
+        "GPU 0: hardware thermal slowdown (clock event reasons 0x40, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"]
