@@ -30,6 +30,7 @@ from . import gpu_state
 from .baselines import Baselines, expectations, model_for_node
 from .checkers import (clocks, dcgm, driver_log, ecc, fabric, gpu_mode, kernel_log, log_evidence, nvlink, pcie,
                        processes, recovery, retired_pages, row_remap, thermal_violation, xid)
+from .dl import probe
 from .harness.checks import Check, SuiteError
 from .harness.context import Context
 from .harness.inventory import NvmlUnavailable, nvml_init
@@ -97,6 +98,11 @@ def add_arguments(p) -> None:
                    help="a previous gpu_health result JSON to judge the thermal violation counters' growth against "
                    "(default: the newest in <output-dir>/gpu_health/<node>/) [CLUSTER_DOCTOR_GPU_PREVIOUS]")
     g.add_argument("--boot-id-file", default=BOOT_ID, help="where the kernel's boot id is read from")
+    g.add_argument("--probe-seconds", type=float, default=os.environ.get("CLUSTER_DOCTOR_PROBE_SECONDS") or None,
+                   help="the speed probe: seconds of GEMM and of HBM copy per GPU (e.g. 3); 0, the default: no "
+                   "probe (the orchestrator sets it on the sweeps that probe the node) [CLUSTER_DOCTOR_PROBE_SECONDS]")
+    g.add_argument("--probe-gemm-size", type=int, default=None, help="the probe's GEMM dimension (8192; 128 in CPU mode)")
+    g.add_argument("--probe-membw-mib", type=int, default=None, help="the probe's copy size in MiB (1024; 16 in CPU mode)")
 
 
 def default_timeout(args) -> float:
@@ -120,6 +126,7 @@ def run(ctx: Context) -> None:
             _judge_thermal(ctx, a, gpus, settings, source)
         _judge_driver_log(ctx, a, gpus, settings, nv)
         _judge_dcgm(ctx, a, gpus)
+        _speed_probe(ctx, a, baselines, gpus, ok)
         nvswitch = not ctx.cpu and bool(expect.get("nvswitch"))
         _ensure_expected(ctx, gpus, None if state is not None else "no GPU state: " + "; ".join(why_none),
                          ("fabric",) if nvswitch else ())
@@ -340,6 +347,21 @@ def _judge_dcgm(ctx: Context, a, gpus: list[dict]) -> None:
         ctx.warn("dcgmi found but no DCGM host engine: start nv-hostengine or use the DCGM exporter's engine")
     for c in dcgm.to_checks(r, [g["index"] for g in gpus if not g.get("lost")]):
         ctx.record(c)
+
+
+def _speed_probe(ctx: Context, a, baselines: Baselines, gpus: list[dict], ok: bool) -> None:
+    """A few seconds of GEMM and HBM copy per live GPU (dl/probe.py): the figures the orchestrator judges
+    against the fleet every sweep that probes the node (the orchestrator's --probe-seconds)."""
+    seconds = float(a.probe_seconds or 0)
+    if seconds <= 0:
+        ctx.environment["speed_probe"] = {"seconds": 0, "why": "not asked for (--probe-seconds 0): not due this sweep"}
+        return
+    live = [g["index"] for g in gpus if not g.get("lost") and isinstance(g.get("index"), int)]
+    if not ctx.cpu and not (ok and live):
+        ctx.check("speed_probe", "skip", code="PROBE_UNAVAILABLE", message="no live GPU to probe")
+        return
+    key = "cpu" if ctx.cpu else ctx.environment.get("baseline")
+    probe.run(ctx, baselines, key, live, seconds=seconds, gemm_size=a.probe_gemm_size, membw_mib=a.probe_membw_mib)
 
 
 def _ensure_expected(ctx: Context, gpus: list[dict], no_state: str | None, more: tuple = ()) -> None:

@@ -38,6 +38,8 @@ FIGURES = {
     "fio_seq_write_mibps": 3072.0,
     "fio_rand_read_iops": 250000.0,
     "fio_rand_write_iops": 120000.0,
+    "probe_gemm_tflops_min": 728.0,  # gpu_health's speed probe
+    "probe_hbm_gbps_min": 2940.0,
 }
 
 

@@ -24,9 +24,15 @@ def run(
     key,
     override,
     tolerance: float = 2e-2,
+    metric: str | None = None,
+    prefix: str = "",
+    agreement_check: bool = True,
 ) -> None:
+    """``metric``: the figure's name (default by dtype); ``prefix``: before the checks' names (the speed
+    probe's ``probe_``), so a suite that runs both keeps them apart; ``agreement_check``: judge the first
+    results bit for bit across devices (the probe leaves that to dl_unit: it measures speed)."""
     dt = torch.float32 if ctx.cpu else torch.bfloat16
-    metric = "gemm_fp32_tflops" if ctx.cpu else "gemm_bf16_tflops"
+    metric = metric or ("gemm_fp32_tflops" if ctx.cpu else "gemm_bf16_tflops")
     ctx.set_phase(
         f"GEMM {n}x{n}x{n} {str(dt).split('.')[-1]}, {fmt(seconds)} s, {len(devs)} device(s)"
         + (" concurrently" if not ctx.cpu else "")
@@ -46,9 +52,10 @@ def run(
     del state
     for name, why in pre_bad.items():
         verdicts.reference_wrong(name, why)
-    for c in perf.sustained_checks("gemm_result", f"GEMM {n}x{n}x{n}", verdicts, devs):
+    for c in perf.sustained_checks(prefix + "gemm_result", f"GEMM {n}x{n}x{n}", verdicts, devs):
         ctx.record(c)
-    agreement.judge_outputs(ctx, torch, "gemm_agreement", f"GEMM {n}x{n}x{n}", firsts, devs)
+    if agreement_check:
+        agreement.judge_outputs(ctx, torch, prefix + "gemm_agreement", f"GEMM {n}x{n}x{n}", firsts, devs)
     exp = baselines.expectation(key, metric) if key else None
     record(ctx, perf.to_checks(metric, "TFLOPS", perf.summarise(rates, cpu=ctx.cpu), exp, override,
                                baselines.relative_tol(key), devs, ctx.expected_gpus or len(devs)))

@@ -12,7 +12,8 @@ from .devices import Dev
 from .judged import record
 
 
-def run(ctx: Context, torch, devs: list[Dev], mib: int, seconds: float, baselines: Baselines, key, override) -> None:
+def run(ctx: Context, torch, devs: list[Dev], mib: int, seconds: float, baselines: Baselines, key, override,
+        metric: str = "mem_bw_gbps", prefix: str = "") -> None:
     ctx.set_phase(f"memory bandwidth: copy of {mib} MiB, {fmt(seconds)} s, {len(devs)} device(s)")
     elems = mib * (1 << 20) // 4
     # a position-dependent pattern (not all ones), so a stuck bit or a misplaced block shows up
@@ -37,9 +38,9 @@ def run(ctx: Context, torch, devs: list[Dev], mib: int, seconds: float, baseline
     verdicts = Verdicts(devs)
     rates = bench(ctx, torch, devs, step, state, seconds, 2.0 * elems * 4 / 1e9, verify, verdicts)  # read + write
     del state
-    for c in perf.sustained_checks("membw_result", f"copy of {mib} MiB", verdicts, devs):
+    for c in perf.sustained_checks(prefix + "membw_result", f"copy of {mib} MiB", verdicts, devs):
         ctx.record(c)
     record(ctx, perf.to_checks(
-        "mem_bw_gbps", "GB/s", perf.summarise(rates, cpu=ctx.cpu),
-        baselines.expectation(key, "mem_bw_gbps") if key else None, override, baselines.relative_tol(key),
+        metric, "GB/s", perf.summarise(rates, cpu=ctx.cpu),
+        baselines.expectation(key, metric) if key else None, override, baselines.relative_tol(key),
         devs, ctx.expected_gpus or len(devs)))

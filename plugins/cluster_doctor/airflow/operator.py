@@ -187,6 +187,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         gpu_count: int | None = None,
         gpu_model: str | None = None,
         node_gpus: int | None = None,
+        probe_seconds: float | None = None,
         planned_at: str | dt.datetime | None = None,
         why: str | None = None,
         run_config: Mapping[str, Any] | RunConfig | None = None,
@@ -205,6 +206,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             # the kwargs ship_suites built (payloads.Validation.to_xcom), read back typed
             target = Validation.from_xcom({"node_name": node_name, "test_name": test_name, "gpu_count": gpu_count,
                                            "gpu_model": gpu_model, "node_gpus": node_gpus,
+                                           "probe_seconds": probe_seconds,
                                            "planned_at": planned_at, "why": why, "run_config": run_config})
         s = target.run_config.settings if target is not None else (settings or Settings())
         self.test_name = test_name
@@ -263,6 +265,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
         self.gpu_count = target.gpu_count
         self.gpu_model = target.gpu_model
         self.node_gpus = target.node_gpus
+        self.probe_seconds = target.probe_seconds
         self.planned_at = target.planned_at
         self.why = target.why
         self.run_config = target.run_config
@@ -337,6 +340,7 @@ class NodeValidationPodOperator(KubernetesPodOperator):
             gpu_count=self.gpu_count,
             gpu_model=self.gpu_model,
             node_gpus=self.node_gpus,
+            probe_seconds=self.probe_seconds,
             run_id=ti_run_id,
             configmap=self.run_config.configmap,
             suite_version=self.run_config.suite_version,

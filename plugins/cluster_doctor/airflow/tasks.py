@@ -40,6 +40,7 @@ from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import discovery, suite_code, volumes
 from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims, plan_inputs, spool, verdicts
+from cluster_doctor.store import fail_slow as stored_fail_slow
 from cluster_doctor.store import peers as stored_peers
 
 log = logging.getLogger(__name__)
@@ -188,8 +189,37 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
                                   peer_due=_peer_due(store, discovered, now) if store is not None else ())
     claim = _claimer(store, discovered.settings, given.run, dag_id, run_id, run_ended) if store is not None else None
     plan = planner.plan(given, now=now, claim=claim).plan
+    if store is not None:
+        plan = _with_probes(plan, store, discovered.settings, now)
     _log_plan(plan, given, now)
     return plan
+
+
+def _with_probes(plan: Plan, store: Any, settings: Settings, now: dt.datetime) -> Plan:
+    """The plan's gpu_health pairs whose node's speed probe is due (``domain.fail_slow.probe_due``: loaded
+    since its last probe and ``slow_probe_min_interval_hours`` past it, ``slow_probe_max_age_hours`` old,
+    never probed, or suspect of being slow) carry the probe's seconds; the others do not probe. Best
+    effort: a store that cannot answer leaves this run without probes, never without its checks."""
+    seconds = settings.slow_probe_seconds if settings.suite_device == "cuda" else min(settings.slow_probe_seconds, 0.2)
+    health = [p for p in plan.pairs if p.test_name == stored_fail_slow.PROBE_TEST]
+    if not seconds or not health:
+        return plan
+    try:
+        due = stored_fail_slow.due_probes(
+            store.connect, [p.node_name for p in health], now=now,
+            min_interval=dt.timedelta(hours=settings.slow_probe_min_interval_hours),
+            max_age=dt.timedelta(hours=settings.slow_probe_max_age_hours),
+            window=dt.timedelta(hours=settings.slow_signal_window_hours))
+    except Exception as exc:  # noqa: BLE001 - the probe is an addition to the sweep, not a condition of it
+        log.warning("speed probe: could not read when nodes were last probed (%s); none probes this run",
+                    one_line(exc, 300))
+        return plan
+    if due:
+        log.info("speed probe: %d of %d gpu_health node(s) probe this run (%g s per benchmark)", len(due),
+                 len(health), seconds)
+    return plan.model_copy(update={"pairs": [
+        p.model_copy(update={"probe_seconds": seconds}) if p.test_name == stored_fail_slow.PROBE_TEST
+        and p.node_name in due else p for p in plan.pairs]})
 
 
 def _peer_due(store: Any, discovered: Discovered, now: dt.datetime) -> frozenset[str]:
@@ -285,7 +315,8 @@ def _bundles(planned: Plan, nodes: Sequence[str], run_config: RunConfig) -> list
         bundles.append(Bundle(node_name=node, gpu_count=pairs[0].gpu_count, gpu_model=pairs[0].gpu_model,
                               node_gpus=pairs[0].node_gpus, planned_at=planned.planned_at,
                               reserved=node in planned.reserved,
-                              steps=[BundleStep(test_name=p.test_name, why=p.why) for p in pairs],
+                              steps=[BundleStep(test_name=p.test_name, why=p.why, probe_seconds=p.probe_seconds)
+                                     for p in pairs],
                               run_config=run_config))
     return bundles
 
@@ -471,7 +502,7 @@ def quarantine(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str 
     report = q.quarantine_failing(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
                          tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
                          node_selector=settings.node_selector, now=now, repeat=RepeatPolicy.of(settings),
-                         run_id=run_id)
+                         run_id=run_id, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours))
     log.info("%s", report.describe())
     if report.breaker_open:
         from airflow.sdk.exceptions import AirflowFailException

@@ -391,6 +391,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
+        slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours))  # with its evidence
         missing_baselines = q.missing_baselines()  # once per node pool, not one error per node
         with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
             offenders = stored_transitions.repeat_offenders(cur)
@@ -430,7 +431,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
           + (f"; {len(unattempted)} GPU node(s) never attempted" if unattempted else ""), file=out)
     print(coverage_line(summary, days, never_pairs), file=out)
     print(slo_line(summary, days), file=out)
-    for line in since_lines(suspected, failing, node_range, offenders):
+    for line in since_lines(suspected, failing, node_range, offenders, slow):
         print(line, file=out)
     for m in missing_baselines:
         print(f"configuration: {m.describe()}", file=out)
@@ -440,12 +441,14 @@ def cmd_status(args: argparse.Namespace, out) -> int:
 
 
 def since_lines(suspected: Mapping[str, Any], failing: Mapping[str, Any], node_range: NodeRange,
-                offenders: Mapping[str, Any] | None = None) -> list[str]:
+                offenders: Mapping[str, Any] | None = None, slow: Mapping[str, Any] | None = None) -> list[str]:
     """The suspect nodes ("suspect since T: evidence"), since when each failing node fails (its first
-    failing evidence after its last pass) and the repeat offenders (since when, why: action replace), in the
+    failing evidence after its last pass), the repeat offenders (since when, why: action replace) and the
+    slow nodes (suspect or failing with code SLOW: the probe's verdicts and the speed signals), in the
     range."""
     lines = []
-    for what, found in (("suspect", suspected), ("failing", failing), ("repeat offender", offenders or {})):
+    for what, found in (("suspect", suspected), ("failing", failing), ("repeat offender", offenders or {}),
+                        ("slow", slow or {})):
         names = sorted((n for n in found if node_range.matches(n)), key=fleet.natural_key)
         if names:
             lines.append(f"{what}: {len(names)} GPU node(s)")

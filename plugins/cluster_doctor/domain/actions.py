@@ -34,6 +34,9 @@ NOT_EXECUTED_ACTION = "retest"
 # itself. check_fabric / check_storage point outside the node (a switch, the shared file system: one
 # fault fails many nodes at once), retest is a flake; unknown keeps what quarantine did before 0004.
 QUARANTINE_ACTIONS = ("reset_gpu", "reboot", "drain_and_service", UNKNOWN)
+# A node failing for speed (domain.fail_slow.SLOW: two flagged probes, or a probe and a signal): a person
+# looks at its clocks, cooling, power and links, as for a suite's GEMM_SLOW; quarantine acts on it.
+SLOW_ACTION = "drain_and_service"
 
 
 def valid(action: Any) -> str | None:

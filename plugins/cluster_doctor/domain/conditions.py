@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain import actions, spans
+from cluster_doctor.domain.fail_slow import SLOW
 from cluster_doctor.domain.status import Status
 
 CONDITION_TYPE = "ClusterDoctorHealthy"
@@ -150,6 +151,14 @@ def repeat_offender(latest: Condition, offender: Any) -> Condition:
     """A repeat offender's condition (``domain.transitions.RepeatOffender``): False until a person releases it,
     whatever its latest results say (they follow in the message)."""
     return Condition(FALSE, REASON_REPEAT, _cut(f"{offender.describe()}; latest: {latest.message}"))
+
+
+def slow(latest: Condition, node: Any) -> Condition:
+    """A node failing for speed (``store.fail_slow.SlowNode``, code SLOW): False with its evidence, unless a
+    failed suite already says False (that finding names the fault more precisely)."""
+    if latest.status == FALSE:
+        return latest
+    return Condition(FALSE, SLOW, _cut(f"{node.describe()}; action: {actions.SLOW_ACTION}; latest: {latest.message}"))
 
 
 def _ts(t: dt.datetime) -> str:

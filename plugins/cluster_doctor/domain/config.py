@@ -261,6 +261,25 @@ class Settings(BaseSettings):
         "Signal: DCGM exporter fields whose series changed to a non-zero value within `signal_window_minutes` make "
         "their node suspect (Xid, row-remap failure and uncorrectable remapped rows are in its default counters; "
         "double-bit ECC and NVLink CRC counters must be enabled in its counters file).")
+    signal_speed: bool = _setting(
+        True, "Signal: read the DCGM exporter's speed fields through `prometheus_url` too: clock event reasons "
+              "(hardware slowdown, thermal, power brake; under both of the field's names), the SM clock under load "
+              "against the SKU's maximum and the node's other GPUs, the PCIe link generation/width under load "
+              "against its maximum. Each makes the node suspect of being slow, never failing by itself.")
+    signal_speed_load_util: Annotated[float, BeforeValidator(_not_bool), Field(gt=0, le=100)] = _setting(
+        80.0, "Speed signals: a GPU counts as under load at this `DCGM_FI_DEV_GPU_UTIL` (%) or more; only then "
+              "are its SM clock and PCIe link judged (an idle GPU lowers both on purpose).")
+    slow_probe_seconds: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        3.0, "Speed probe: seconds of GEMM and of HBM copy per GPU in gpu_health, on the sweeps that probe the node "
+             "(at most 0.2 s in CPU mode). 0: never probed.")
+    slow_probe_min_interval_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        6.0, "Speed probe (gpu_health's GEMM and HBM bandwidth, judged against the fleet): a node that ran user "
+             "jobs since its last probe is probed again after this long.")
+    slow_probe_max_age_hours: PositiveNumber = _setting(
+        72.0, "Speed probe: an idle node is probed at least this often (a suspect node at every sweep).")
+    slow_signal_window_hours: PositiveNumber = _setting(
+        24.0, "Fail-slow: a speed signal seen within this long and a flagged probe together make a node failing "
+              "with code SLOW (as do two flagged probes in a row).")
     fast_path_minutes: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         5.0, "The fast path (DAG `suspect_signals`): every this many minutes it reads the signals and triggers a "
              "`continuous_validation` run for new free suspects (when no run is queued or running and the hourly "

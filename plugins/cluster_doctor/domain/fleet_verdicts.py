@@ -43,9 +43,11 @@ DRIFT = "drift"
 KINDS = (STRAGGLER, DRIFT)
 MAD_SCALE = 1.4826  # scales the MAD to a standard deviation for normally distributed values
 
-# Performance metrics judged per suite (higher is better). gpu_health's key metrics are counts
-# (GPUs visible, XID events) that the suite already judges exactly: nothing relative to say there.
+# Performance metrics judged per suite (higher is better). gpu_health's counts (GPUs visible, XID
+# events) are judged exactly by the suite; its speed probe's figures are judged here, every sweep that
+# probes (the fail-slow rule of domain.fail_slow reads these verdicts).
 JUDGED_METRICS: dict[str, tuple[str, ...]] = {
+    "gpu_health": ("probe_gemm_tflops_min", "probe_hbm_gbps_min"),
     "dl_unit": ("gemm_bf16_tflops_min", "mem_bw_gbps_min"),
     "nccl_loopback": ("nccl_busbw_gbps",),
     "storage_fio": ("fio_seq_read_mibps", "fio_seq_write_mibps", "fio_rand_read_iops", "fio_rand_write_iops"),

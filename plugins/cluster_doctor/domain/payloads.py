@@ -274,6 +274,7 @@ class PlannedPair(Part):
     gpu_count: int
     gpu_model: str | None = None
     node_gpus: int | None = None
+    probe_seconds: float | None = None  # gpu_health: its speed probe runs this long (None: not this run)
 
 
 class HeldPair(Part):
@@ -332,10 +333,13 @@ class Validation(Part):
     planned_at: Timestamp
     why: str | None = None
     run_config: RunConfig
+    probe_seconds: float | None = None  # gpu_health's speed probe, when this run probes the node
 
     def to_xcom(self) -> dict[str, Any]:
-        # the operator's keyword arguments: node_gpus only when known (the kwargs of earlier releases)
-        return self.model_dump(mode="json", exclude=None if self.node_gpus is not None else {"node_gpus"})
+        # the operator's keyword arguments: node_gpus and probe_seconds only when set (the kwargs of earlier
+        # releases)
+        unset = {k for k in ("node_gpus", "probe_seconds") if getattr(self, k) is None}
+        return self.model_dump(mode="json", exclude=unset or None)
 
     @classmethod
     def from_xcom(cls, data: Mapping[str, Any]) -> Validation:
@@ -353,6 +357,7 @@ class Validation(Part):
 class BundleStep(Part):
     test_name: str
     why: str | None = None
+    probe_seconds: float | None = None  # gpu_health's speed probe, when this run probes the node
 
 
 class Bundle(Payload):
@@ -381,7 +386,8 @@ class Bundle(Payload):
         step = self.step(test)
         return Validation(node_name=self.node_name, test_name=test, gpu_count=self.gpu_count,
                           gpu_model=self.gpu_model, node_gpus=self.node_gpus, planned_at=self.planned_at,
-                          why=step.why if step else None, run_config=self.run_config)
+                          why=step.why if step else None, run_config=self.run_config,
+                          probe_seconds=step.probe_seconds if step else None)
 
 
 # ---------------------------------------------------------------------------- peers.plan → peers.test

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,8 @@ POD_FAILURE = "pod failure"
 NEW_NODE = "new node"
 REBOOT = "reboot"
 UNCORDONED = "uncordoned"
-SOURCES = (ALLOCATABLE, CONDITION, EVENT, DCGM, POD_FAILURE, NEW_NODE, REBOOT, UNCORDONED)
+SPEED = "speed"  # a passive speed signal: the node may be slow (domain.fail_slow), never failing by itself
+SOURCES = (ALLOCATABLE, CONDITION, EVENT, DCGM, POD_FAILURE, NEW_NODE, REBOOT, UNCORDONED, SPEED)
 NODE_CHANGES = ("new", "reboot", "uncordoned")  # setting signal_node_changes
 
 MAX_TEXT = 500  # one line for people: a condition's message, an event's, a pod's termination message
@@ -81,6 +83,8 @@ class SignalPolicy:
     pod_patterns: tuple[re.Pattern[str], ...] = ()
     pod_failures: int = 1
     node_changes: frozenset[str] = frozenset(NODE_CHANGES)
+    speed: bool = True  # read the speed fields (SPEED_FIELDS) through the same Prometheus
+    speed_policy: SpeedPolicy = dataclasses.field(default_factory=lambda: SpeedPolicy())
 
     @classmethod
     def of(cls, settings: Any) -> SignalPolicy:
@@ -91,7 +95,9 @@ class SignalPolicy:
                    dcgm_metrics=tuple(settings.signal_dcgm_metrics), node_label=settings.prometheus_node_label,
                    window=dt.timedelta(minutes=settings.signal_window_minutes),
                    pod_patterns=tuple(re.compile(p, re.IGNORECASE) for p in settings.signal_pod_failure_patterns),
-                   pod_failures=settings.signal_pod_failures, node_changes=frozenset(settings.signal_node_changes))
+                   pod_failures=settings.signal_pod_failures, node_changes=frozenset(settings.signal_node_changes),
+                   speed=getattr(settings, "signal_speed", True),
+                   speed_policy=SpeedPolicy(load_util=getattr(settings, "signal_speed_load_util", 80.0)))
 
 
 def check_conditions(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -215,6 +221,7 @@ class Sample:
     metric: str
     gpu: str
     value: float
+    model: str = ""  # the exporter's modelName label, where it has one
 
 
 def dcgm(seen: Iterable[Sample]) -> list[Evidence]:
@@ -283,3 +290,101 @@ class FailingSince:
         if self.last_pass is not None:
             return text + f"; last pass {self.last_pass.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC"
         return text + "; no pass before"
+
+
+# ---------------------------------------------------------------------------- speed (fail-slow)
+# DCGM fields that say "slow" while user jobs run (dcgmlib/dcgm_fields.h; dcgm-exporter exports a field
+# under the name its counters file gives it). The clock event reasons field is 112 under both names:
+# DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is the deprecated alias older counters files still use.
+CLOCK_EVENT_FIELDS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")
+SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz, in the exporter's default counters
+MAX_SM_CLOCK = "DCGM_FI_DEV_MAX_SM_CLOCK"  # MHz, the SKU's maximum (field 113)
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # %, in the default counters: what "under load" means here
+PCIE_GEN, PCIE_MAX_GEN = "DCGM_FI_DEV_PCIE_LINK_GEN", "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"  # fields 237, 235
+PCIE_WIDTH, PCIE_MAX_WIDTH = "DCGM_FI_DEV_PCIE_LINK_WIDTH", "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"  # 238, 236
+SPEED_FIELDS = (*CLOCK_EVENT_FIELDS, SM_CLOCK, MAX_SM_CLOCK, GPU_UTIL, PCIE_GEN, PCIE_MAX_GEN, PCIE_WIDTH,
+                PCIE_MAX_WIDTH)
+# The bits of the clock event reasons that slow a GPU for a fault of its own (DCGM_CLOCKS_EVENT_REASON_*,
+# 1:1 with NVML's nvmlClocksEventReason*). Idle, application clocks, the software power cap, sync boost and
+# display clocks are the workload's or the operator's doing, never evidence against the node.
+HW_SLOWDOWN = 0x08
+SLOW_CLOCK_EVENTS = {
+    0x08: "hardware slowdown",  # HW_SLOWDOWN: clocks cut by 2x or more (temperature, power brake, fast trigger)
+    0x20: "software thermal slowdown",  # SW_THERMAL
+    0x40: "hardware thermal slowdown",  # HW_THERMAL
+    0x80: "hardware power brake",  # HW_POWER_BRAKE
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedPolicy:
+    """What a speed signal is: a GPU is under load at ``load_util`` % or more; its SM clock under load is
+    low below ``sku_clock_share`` of its SKU's maximum or ``peer_clock_margin`` below the median of the same
+    node's other loaded GPUs; its PCIe link is judged only under load (the driver lowers an idle link's
+    generation and width to save power, nvidia-smi's ``pcie.link.gen.current`` says so)."""
+
+    load_util: float = 80.0
+    sku_clock_share: float = 0.80
+    peer_clock_margin: float = 0.10
+    sku_sm_clock_mhz: Mapping[str, float] = dataclasses.field(default_factory=dict)  # modelName -> MHz
+
+
+def speed(seen: Iterable[Sample], policy: SpeedPolicy, now: dt.datetime) -> list[Evidence]:
+    """The speed evidence of DCGM exporter samples (current values of ``SPEED_FIELDS``): per GPU a slowing
+    clock event reason, a low SM clock under load, a PCIe link trained below its maximum under load. Each
+    makes its node suspect, never failing (``domain.fail_slow``); the key holds the hour, so a slowdown that
+    lasts is raised again each hour, not once forever."""
+    per_gpu: dict[tuple[str, str], dict[str, float]] = {}
+    models: dict[tuple[str, str], str] = {}
+    for s in seen:
+        key = (s.node_name, s.gpu)
+        per_gpu.setdefault(key, {})[s.metric] = s.value
+        if s.model:
+            models[key] = s.model
+    hour = f"{now.astimezone(dt.UTC):%Y-%m-%dT%H}"
+    found: list[Evidence] = []
+
+    def add(node: str, gpu: str, what: str, text: str) -> None:
+        found.append(Evidence(node, SPEED, f"{what}/gpu{gpu}@{hour}", _short(f"GPU {gpu or '?'}: {text}"), now))
+
+    loaded_clocks: dict[str, dict[str, float]] = {}
+    for (node, gpu), v in sorted(per_gpu.items()):
+        loaded = v.get(GPU_UTIL, 0.0) >= policy.load_util
+        for field in CLOCK_EVENT_FIELDS:
+            if field in v:
+                bits = int(v[field])
+                for bit, name in SLOW_CLOCK_EVENTS.items():
+                    # HW slowdown "may be also reported during PState or clock change" (dcgm_fields.h):
+                    # evidence only under load; the thermal and power-brake reasons are always the GPU's
+                    if bits & bit and (loaded or bit != HW_SLOWDOWN):
+                        add(node, gpu, f"clock_event_{bit:#x}", f"{name} (clock event reasons {bits:#x}, {field})")
+                break  # one name per exporter: never the same bits twice
+        if not loaded:
+            continue
+        clock = v.get(SM_CLOCK)
+        if clock is not None and clock > 0:
+            loaded_clocks.setdefault(node, {})[gpu] = clock
+            sku = v.get(MAX_SM_CLOCK) or policy.sku_sm_clock_mhz.get(models.get((node, gpu), ""))
+            if sku and clock < policy.sku_clock_share * sku:
+                add(node, gpu, "sm_clock_sku", f"SM clock {clock:g} MHz under load ({v.get(GPU_UTIL, 0):g} % busy), "
+                                               f"below {policy.sku_clock_share:.0%} of the SKU's {sku:g} MHz")
+        for cur, top, what, unit in ((PCIE_GEN, PCIE_MAX_GEN, "generation", "Gen"), (PCIE_WIDTH, PCIE_MAX_WIDTH,
+                                                                                    "width", "x")):
+            if cur in v and v.get(top) and v[cur] < v[top]:
+                add(node, gpu, f"pcie_{what}",
+                    f"PCIe link {what} {unit}{v[cur]:g} under load, below its maximum {unit}{v[top]:g}")
+    for node, clocks in sorted(loaded_clocks.items()):
+        for gpu, clock in sorted(clocks.items()):
+            others = [c for g, c in clocks.items() if g != gpu]
+            if len(others) < 2:
+                continue  # one other GPU is no majority to be slow against
+            median = statistics.median(others)
+            if clock < median * (1 - policy.peer_clock_margin):
+                add(node, gpu, "sm_clock_peers", f"SM clock {clock:g} MHz under load, {100 * (1 - clock / median):.0f} % "
+                                                 f"below the median {median:g} MHz of this node's other loaded GPUs")
+    return found
+
+
+def speed_flagged(evidence: Iterable[Evidence]) -> set[str]:
+    """The nodes some speed evidence names (``fail_slow.slow_state``'s ``signal_flagged``)."""
+    return {e.node_name for e in evidence if e.source == SPEED}

@@ -47,9 +47,11 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "model should have; Xids judged by NVIDIA's catalog and every other driver error in the "
                     "kernel log (fail-closed); uncorrected ECC, row remapping / retired pages, the driver's "
                     "recovery action, throttle reasons and thermal throttling under load since the previous run "
-                    "(NVML's violation counter), NVSwitch fabric; DCGM diag level 1 (not run: said so).",
-        module="cluster_doctor_suites.gpu_health", cpu="1", memory="2Gi",
-        key_metrics=("gpus_visible", "xid_events"),
+                    "(NVML's violation counter), NVSwitch fabric; DCGM diag level 1 (not run: said so); on the sweeps that probe the node, "
+                    "a few seconds of GEMM and HBM copy per GPU, judged against the model's floor and the fleet.",
+        # 4Gi: the speed probe's torch and its 8192x8192 GEMM inputs, made on the host (about 1.5 GiB)
+        module="cluster_doctor_suites.gpu_health", cpu="1", memory="4Gi",
+        key_metrics=("gpus_visible", "xid_events", "probe_gemm_tflops_min", "probe_hbm_gbps_min"),
     ),
     Suite(
         name="dl_unit",

@@ -209,6 +209,7 @@ def build_pod(
     suite_files: list[str] | None = None,
     template: Mapping[str, Any] | None = None,
     node_gpus: int | None = None,
+    probe_seconds: float | None = None,
 ) -> dict[str, Any]:
     """The pod of one node-test pair: the template (``template``, else the setting's file) hydrated
     field by field. Each step below sets its own part of the manifest; the order of the steps is the
@@ -231,7 +232,7 @@ def build_pod(
     _harden(spec, container, capabilities_for(test_name, settings), settings.pod_allowed_host_fields)
     _set_resources(container, suite, settings, gpu_count=gpu_count)
     _set_env(container, settings, test_name=test_name, gpu_count=gpu_count, gpu_model=gpu_model, run_id=run_id,
-             suite_version=suite_version, own_dir=own_dir, node_gpus=node_gpus)
+             suite_version=suite_version, own_dir=own_dir, node_gpus=node_gpus, probe_seconds=probe_seconds)
     return pod
 
 
@@ -323,7 +324,7 @@ def _set_resources(container: dict[str, Any], suite: suites.Suite, settings: Set
 
 def _set_env(container: dict[str, Any], settings: Settings, *, test_name: str, gpu_count: int,
              gpu_model: str | None, run_id: str, suite_version: str, own_dir: str,
-             node_gpus: int | None = None) -> None:
+             node_gpus: int | None = None, probe_seconds: float | None = None) -> None:
     """The suite's environment (its contract), over the template's: the same name is set once."""
     env = {e["name"]: e for e in container.get("env") or []}
     values = {
@@ -341,6 +342,8 @@ def _set_env(container: dict[str, Any], settings: Settings, *, test_name: str, g
         **({"CLUSTER_DOCTOR_GPU_MODEL": gpu_model} if gpu_model else {}),
         # fio's scratch files go under the pod's own directory: the only writable place on the volume
         **({"CLUSTER_DOCTOR_FIO_DIR": own_dir} if test_name == "storage_fio" else {}),
+        # gpu_health's speed probe, on the runs that probe the node (domain.fail_slow.probe_due)
+        **({"CLUSTER_DOCTOR_PROBE_SECONDS": f"{probe_seconds:g}"} if probe_seconds else {}),
         **{str(k): str(v) for k, v in settings.pod_env.items()},
         # the node pool's own counts (setting node_pool_expectations, by GPU model): after pod_env, the
         # more specific wins

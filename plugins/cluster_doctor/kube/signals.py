@@ -71,6 +71,9 @@ def read(core_v1: Any, settings: Any, found: Discovery, changes: Iterable[signal
         sources.append(("failed pods", lambda: signals.pod_failures(failed_pods(core_v1, reading), policy, now)))
     if policy.prometheus_url:
         sources.append(("prometheus", lambda: signals.dcgm(dcgm_samples(policy, now, fetch or _fetch))))
+        if policy.speed:
+            sources.append(("prometheus speed fields",
+                            lambda: signals.speed(speed_samples(policy, now, fetch or _fetch), policy.speed_policy, now)))
     for name, source in sources:
         try:
             reading.evidence += source()
@@ -166,6 +169,34 @@ def dcgm_samples(policy: SignalPolicy, now: dt.datetime, fetch: Callable[[str], 
             if node:
                 samples.append(signals.Sample(node, labels.get("__name__", metric), str(labels.get("gpu", "")),
                                               float(value[1])))
+    return samples
+
+
+def speed_query() -> str:
+    """One instant query for every speed field at its current value: the exporter exports each under the
+    name its counters file gives it, so both names of the clock event reasons are asked for."""
+    return "{__name__=~\"" + "|".join(signals.SPEED_FIELDS) + "\"}"
+
+
+def speed_samples(policy: SignalPolicy, now: dt.datetime, fetch: Callable[[str], bytes]) -> list[signals.Sample]:
+    """The current value of every speed field's series (one query), each with its node, GPU and the
+    exporter's ``modelName``; a field the exporter does not export is simply absent."""
+    url = f"{policy.prometheus_url}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": speed_query(), "time": f"{now.timestamp():.3f}"})
+    answer = json.loads(fetch(url))
+    if answer.get("status") != "success":
+        raise ValueError(f"Prometheus answered {answer.get('errorType')}: {answer.get('error')}")
+    samples = []
+    for series in (answer.get("data") or {}).get("result") or []:
+        labels, value = series.get("metric") or {}, series.get("value") or [None, "nan"]
+        node, metric = labels.get(policy.node_label), labels.get("__name__")
+        try:
+            number = float(value[1])
+        except (TypeError, ValueError):
+            continue
+        if node and metric and number == number:  # NaN: a blank field
+            samples.append(signals.Sample(node, metric, str(labels.get("gpu", "")), number,
+                                          str(labels.get("modelName", ""))))
     return samples
 
 

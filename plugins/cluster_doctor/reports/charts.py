@@ -122,6 +122,8 @@ METRIC_LABELS: dict[str, tuple[str, str]] = {
     "fio_seq_write_mibps": ("fio sequential write", "MiB/s"),
     "fio_rand_read_iops": ("fio random read (4k)", "IOPS"),
     "fio_rand_write_iops": ("fio random write (4k)", "IOPS"),
+    "probe_gemm_tflops_min": ("speed probe GEMM (bf16; fp32 in CPU mode), slowest GPU", "TFLOPS"),
+    "probe_hbm_gbps_min": ("speed probe HBM copy, slowest GPU", "GB/s"),
 }
 
 

@@ -163,6 +163,29 @@ def suspect_families(since: Mapping[str, float] | None) -> list[Metric]:
     return [count, each]
 
 
+def slow_families(slow: Mapping[str, Any] | None) -> list[Metric]:
+    """Slow nodes (fail-slow: ``store.fail_slow.SlowNode``): how many suspect and failing (code SLOW), and
+    each one with its evidence, the flagged probe figures and the speed signals. ``slow`` None: the families
+    without samples (describe)."""
+    count = GaugeMetricFamily(f"{PREFIX}_fleet_slow_nodes", "GPU nodes slow now by state: suspect (one "
+                              "sighting: a speed probe judged low against the fleet, or a speed signal) or "
+                              "failing (code SLOW: two flagged probes in a row, or a probe and a signal).",
+                              labels=["state"])
+    each = GaugeMetricFamily(f"{PREFIX}_node_slow_since_timestamp_seconds", "A slow node, since its last flagged "
+                             "probe (else its first speed signal), Unix time; `evidence` names the probe's "
+                             "verdicts and the signals.", labels=["node", "state", "evidence"])
+    if slow is not None:
+        for state in ("suspect", "failing"):
+            count.add_metric([state], float(sum(s.state.value == state for s in slow.values())))
+        for node, s in sorted(slow.items()):
+            evidence = "; ".join([*(f"probe {p}" for p in s.probes), *(f"signal {x}" for x in s.signals)])
+            each.add_metric([node, s.state.value, evidence[:MAX_EVIDENCE]], s.since.timestamp() if s.since else 0.0)
+    return [count, each]
+
+
+MAX_EVIDENCE = 300  # a label value: the first pieces of evidence, enough to say what is slow
+
+
 # How far back the quarantine durations reach: the releases of the last 30 days.
 LIFECYCLE_WINDOW = dt.timedelta(days=30)
 
@@ -245,6 +268,7 @@ class _Scrape:
     idle_gpu_hours: float | None
     chunks: list[exposition.Chunk] | None = None
     suspect_since: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> Unix time
+    slow: dict[str, Any] = dataclasses.field(default_factory=dict)  # node -> store.fail_slow.SlowNode
     lifecycle: dict[str, Any] | None = None  # issue 31: transitions, repeat offenders, durations
 
 
@@ -281,6 +305,7 @@ class ClusterDoctorCollector(Collector):
         yield reservation_family(None)
         yield peer_family(None)
         yield from suspect_families(None)
+        yield from slow_families(None)
         yield from lifecycle_families(None)
         if self.spool_provider is not None:
             yield from spool_families(None, self.clock())
@@ -300,7 +325,8 @@ class ClusterDoctorCollector(Collector):
             # one assessment per scrape: the summary and the pairs are the same one's
             read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
                            q.reservation_idle_gpu_hours(),
-                           suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()})
+                           suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()},
+                           slow=q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours)))
             with q.conn.cursor() as cur:
                 read.lifecycle = lifecycle(cur, q.now)
         self._cache = read if self.cache_ttl_s > 0 else None
@@ -313,7 +339,8 @@ class ClusterDoctorCollector(Collector):
                 self._text = PairText(PairLayout(read.tests))
             small = [*summary_families(read.summary)]
             tail = [peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
-                    *suspect_families(read.suspect_since), *lifecycle_families(read.lifecycle)]
+                    *suspect_families(read.suspect_since), *slow_families(read.slow),
+                    *lifecycle_families(read.lifecycle)]
             read.chunks = [*map(exposition.Chunk, small), *self._text.chunks(read.assessment),
                            *map(exposition.Chunk, tail)]
         return read.chunks
@@ -327,7 +354,8 @@ class ClusterDoctorCollector(Collector):
                     return self._chunks(read), 1.0
                 families = build_families(read.summary, read.assessment.pairs, read.tests)
                 return [*families, peer_family(read.peer_counts), reservation_family(read.idle_gpu_hours),
-                        *suspect_families(read.suspect_since), *lifecycle_families(read.lifecycle)], 1.0
+                        *suspect_families(read.suspect_since), *slow_families(read.slow),
+                        *lifecycle_families(read.lifecycle)], 1.0
         except Exception as exc:  # noqa: BLE001 - any failure is a down scrape
             log.warning("cluster doctor metrics: results database not readable: %s", one_line(exc, 300))
             return [], 0.0

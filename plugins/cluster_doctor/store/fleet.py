@@ -39,8 +39,8 @@ from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite
 from cluster_doctor.domain.status import EXECUTED, Status
 from cluster_doctor.domain.peers import PeerVerdict
-from cluster_doctor.store import (baselines, database, fleet_state, inventory, peers, reservations, suspects, trend,
-                                  verdicts)
+from cluster_doctor.store import (baselines, database, fail_slow, fleet_state, inventory, peers, reservations, suspects,
+                                  trend, verdicts)
 from cluster_doctor.store.fleet_state import MODEL_EXPR
 from cluster_doctor.store.history import require_schema
 from cluster_doctor.store.timestamps import lenient_timestamps
@@ -329,6 +329,13 @@ class FleetQueries:
         yet), each a ``domain.signals.Suspect`` ("suspect since T: evidence"); of ``nodes``, or all."""
         with self.conn.cursor() as cur:
             return suspects.current(cur, self.tests, nodes)
+
+    def slow_nodes(self, nodes: Sequence[str] | None = None, *,
+                   window: dt.timedelta = fail_slow.SLOW_WINDOW) -> dict[str, Any]:
+        """The nodes suspect or failing for speed (``store.fail_slow.SlowNode``: its flagged probe verdicts
+        and speed signals); of ``nodes``, or all."""
+        with self.conn.cursor() as cur:
+            return fail_slow.slow_nodes(cur, now=self.now, window=window, nodes=nodes)
 
     def failing_since(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
         """Since when each failing node fails (``domain.signals.FailingSince``: its first failing evidence,

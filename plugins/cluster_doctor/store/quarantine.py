@@ -8,10 +8,12 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from cluster_doctor.domain.actions import SLOW_ACTION
+from cluster_doctor.domain.fail_slow import SLOW
 from cluster_doctor.domain.quarantine import Failure
 from cluster_doctor.domain.status import Status
 from cluster_doctor.domain.transitions import RepeatOffender, Transition
-from cluster_doctor.store import database, transitions
+from cluster_doctor.store import database, fail_slow, transitions
 
 # ---------------------------------------------------------------------------- what the results say
 CONFIRMED_FAILURES_SQL = """
@@ -35,9 +37,12 @@ def _failed_checks(checks: Any) -> str:
     return ",".join(names) or "fail"
 
 
-def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Failure]]:
+def confirmed_failures(connect: Any, tests: Sequence[str], *, now: dt.datetime | None = None,
+                       slow_window: dt.timedelta = fail_slow.SLOW_WINDOW) -> dict[str, list[Failure]]:
     """node -> its confirmed failures among the enabled tests, each with the latest result's recommended
-    action (None: unknown), and the confirmed verdicts."""
+    action (None: unknown), the confirmed verdicts, and a node failing for speed (code SLOW, on the suite
+    that probes: ``store.fail_slow``; the probe's own verdicts count through it, not twice)."""
+    now = now or dt.datetime.now(dt.UTC)
     conn = database.connector(connect)()
     out: dict[str, list[Failure]] = {}
     try:
@@ -46,7 +51,10 @@ def confirmed_failures(connect: Any, tests: Sequence[str]) -> dict[str, list[Fai
             rows = [(n, t, Failure(t, _failed_checks(c), action, since=since))
                     for n, t, c, action, since in cur.fetchall()]
             cur.execute(CONFIRMED_VERDICTS_SQL)
-            rows += [(n, t, Failure(t, code, verdict=True, since=at)) for n, t, code, at in cur.fetchall()]
+            rows += [(n, t, Failure(t, code, verdict=True, since=at)) for n, t, code, at in cur.fetchall()
+                     if t != fail_slow.PROBE_TEST]
+            rows += [(n, fail_slow.PROBE_TEST, Failure(fail_slow.PROBE_TEST, SLOW, SLOW_ACTION, since=s.since))
+                     for n, s in fail_slow.slow_nodes(cur, now=now, window=slow_window).items() if s.failing]
     finally:
         conn.close()
     for node, test, failure in sorted(rows, key=lambda r: (r[0], r[1], r[2].code)):

@@ -92,6 +92,33 @@ def test_cpu_mode_passes(run_cli, h):
     assert ns.summary["incomplete"] is True
 
 
+def test_the_speed_probe_runs_only_when_asked_and_reports_its_figures(run_cli, h):
+    quiet = run_cli("gpu_health", "--device", "cpu")
+    assert "probe_gemm_tflops_min" not in quiet.summary["metrics"]  # not asked: the orchestrator schedules it
+    assert quiet.result["environment"]["speed_probe"]["seconds"] == 0
+    ns = run_cli("gpu_health", "--device", "cpu", env={"CLUSTER_DOCTOR_PROBE_SECONDS": "0.1"})
+    h.check_artifacts(ns, status="pass", suite="gpu_health")
+    checks = {(c["name"], c.get("device")): c for c in ns.result["checks"]}
+    for name in ("probe_gemm_tflops", "probe_hbm_gbps", "probe_gemm_result", "probe_membw_result"):
+        assert checks[(name, "cpu:0")]["status"] == "pass", name
+    figures = ns.summary["metrics"]  # the two figures the orchestrator judges against the fleet
+    assert figures["probe_gemm_tflops_min"] > 0 and figures["probe_hbm_gbps_min"] > 0
+    assert ns.result["environment"]["speed_probe"]["dtype"] == "fp32"
+
+
+def test_a_probe_below_its_floor_fails_with_its_code_and_action(run_cli, h, tmp_path):
+    import yaml
+
+    data = yaml.safe_load((Path(gpu_health.__file__).parent / "baselines.yaml").read_text())
+    data["models"]["cpu"]["metrics"]["probe_gemm_tflops"]["value"] = 1e6  # no CPU reaches an exaflop
+    path = tmp_path / "baselines.yaml"
+    path.write_text(yaml.safe_dump(data))
+    ns = run_cli("gpu_health", "--device", "cpu", "--probe-seconds", "0.1", "--baselines", str(path))
+    h.check_artifacts(ns, status="fail", suite="gpu_health")
+    [slow] = [c for c in ns.result["checks"] if c["name"] == "probe_gemm_tflops"]
+    assert (slow["status"], slow["code"], slow["action"]) == ("fail", "PROBE_GEMM_SLOW", "drain_and_service")
+
+
 def test_no_gpu_visible_with_expected_8_fails(run_cli, h):
     ns = run_cli(
         "gpu_health", "--device", "cuda", "--expected-gpus", "8", "--nvidia-smi", "nvidia-smi-not-here"

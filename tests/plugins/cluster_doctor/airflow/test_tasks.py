@@ -280,3 +280,35 @@ def test_a_run_asking_for_a_suite_the_dag_has_no_step_for_is_refused_before_any_
     assert str(refused.value) == (
         "tests: ib_health not enabled in this deployment (the DAG runs gpu_health, dl_unit, nccl_loopback, "
         "storage_fio); enable it with CLUSTER_DOCTOR_TESTS in the deployment environment")
+
+
+def test_the_speed_probe_rides_on_the_gpu_health_pairs_whose_probe_is_due(store):
+    from cluster_doctor.domain.attempts import Attempt
+    from cluster_doctor.domain.payloads import Bundle, BundleStep, RunConfig
+    from cluster_doctor.kube import podspec
+
+    # gpu-002 was probed an hour ago and stayed idle: not due; gpu-001 never was
+    store.record([Attempt(node_name="gpu-002", test_name="gpu_health", status="pass",
+                          finished_at=NOW - dt.timedelta(hours=1), gpu_model="NVIDIA H200", gpu_count=8,
+                          metrics={"probe_gemm_tflops_min": 700.0, "probe_hbm_gbps_min": 4000.0},
+                          dag_id="continuous_validation", run_id="r0")])
+    plan = planned(("gpu-001", "gpu_health"), ("gpu-001", "dl_unit"), ("gpu-002", "gpu_health"))
+    gpu = tasks._with_probes(plan, store, Settings(suite_device="cuda"), NOW)
+    assert [(p.node_name, p.test_name, p.probe_seconds) for p in gpu.pairs] == [
+        ("gpu-001", "gpu_health", 3.0), ("gpu-001", "dl_unit", None), ("gpu-002", "gpu_health", None)]
+    assert tasks._with_probes(plan, store, Settings(suite_device="cpu"), NOW).pairs[0].probe_seconds == 0.2  # short
+    assert tasks._with_probes(plan, store, Settings(slow_probe_seconds=0), NOW) == plan  # switched off
+    # the pair's seconds reach the pod as the suite's environment, through the bundle step
+    config = RunConfig(settings=Settings(), configmap="cm", suite_version="v", suite_files=[])
+    [bundle] = tasks._bundles(gpu, ["gpu-001"], config)
+    step = Bundle.from_xcom(bundle.to_xcom()).validation("gpu_health")
+    assert step.probe_seconds == 3.0 and step.to_xcom()["probe_seconds"] == 3.0
+    assert "probe_seconds" not in Bundle.from_xcom(bundle.to_xcom()).validation("dl_unit").to_xcom()
+    assert BundleStep(test_name="gpu_health").probe_seconds is None
+    pod = podspec.build_pod(Settings(), node_name="gpu-001", test_name="gpu_health", gpu_count=8, gpu_model=None,
+                            run_id="r", configmap="cm", suite_version="v", probe_seconds=step.probe_seconds)
+    env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] if c["name"] == "base" for e in c["env"]}
+    assert env["CLUSTER_DOCTOR_PROBE_SECONDS"] == "3"
+    plain = podspec.build_pod(Settings(), node_name="gpu-001", test_name="gpu_health", gpu_count=8, gpu_model=None,
+                              run_id="r", configmap="cm", suite_version="v")
+    assert "CLUSTER_DOCTOR_PROBE_SECONDS" not in {e["name"] for c in plain["spec"]["containers"] for e in c["env"]}

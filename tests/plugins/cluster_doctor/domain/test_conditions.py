@@ -89,3 +89,19 @@ def test_limit_follows_the_fleet_size():
     p = ConditionPolicy(enabled=True)
     assert (p.limit(20), p.limit(1000), p.limit(5000)) == (1, 10, 10)
     assert ConditionPolicy(enabled=True, max_share=0.5, max_nodes=100).limit(40) == 20
+
+
+def test_a_slow_node_is_false_with_code_slow_and_its_evidence_unless_a_failure_already_says_so():
+    from cluster_doctor.domain import conditions as c
+    from cluster_doctor.domain.fail_slow import SlowState
+    from cluster_doctor.store.fail_slow import SlowNode
+
+    node = SlowNode("gpu-1", SlowState.FAILING, None, ("straggler:probe_gemm_tflops_min=612 (fleet median 706)",),
+                    ("GPU 2: hardware slowdown (clock event reasons 0x8, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)",))
+    passed = c.Condition(c.TRUE, c.REASON_PASSED, "2 suite(s) passed")
+    slow = c.slow(passed, node)
+    assert (slow.status, slow.reason) == (c.FALSE, "SLOW")
+    assert slow.message.startswith("slow (failing, SLOW): probe straggler:probe_gemm_tflops_min=612")
+    assert "signal GPU 2: hardware slowdown" in slow.message and "action: drain_and_service" in slow.message
+    failed = c.Condition(c.FALSE, "XID_MEMORY_ERROR", "gpu_health failed")
+    assert c.slow(failed, node) is failed

@@ -85,3 +85,59 @@ def test_settings_refuse_a_bad_pattern_or_url():
     with pytest.raises(InvalidSettings, match="not an http"):
         Settings(prometheus_url="prometheus:9090")
     assert Settings(prometheus_url="http://prom:9090/").prometheus_url == "http://prom:9090"
+
+
+# ---------------------------------------------------------------------------- speed (fail-slow)
+def _gpu(node, gpu, **fields):
+    names = {"util": signals.GPU_UTIL, "clock": signals.SM_CLOCK, "max_clock": signals.MAX_SM_CLOCK,
+             "reasons": signals.CLOCK_EVENT_FIELDS[0], "old_reasons": signals.CLOCK_EVENT_FIELDS[1]}
+    return [signals.Sample(node, names[k], str(gpu), float(v), "NVIDIA H100 80GB HBM3") for k, v in fields.items()]
+
+
+def test_a_slowing_clock_event_is_suspect_once_whichever_names_the_exporter_uses():
+    both = _gpu("n1", 0, util=100, clock=1980, reasons=0x88, old_reasons=0x88)
+    found = signals.speed(both, signals.SpeedPolicy(), NOW)
+    assert [e.text for e in found] == [
+        "GPU 0: hardware slowdown (clock event reasons 0x88, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)",
+        "GPU 0: hardware power brake (clock event reasons 0x88, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"]
+    assert {e.source for e in found} == {signals.SPEED} and signals.speed_flagged(found) == {"n1"}
+    # idle, application clocks, the software power cap, sync boost, display clocks: never evidence
+    assert signals.speed(_gpu("n1", 0, util=100, old_reasons=0x1 | 0x2 | 0x4 | 0x10 | 0x100),
+                         signals.SpeedPolicy(), NOW) == []
+
+
+def test_a_lasting_slowdown_is_raised_again_each_hour_not_each_read():
+    seen = _gpu("n1", 0, util=100, reasons=0x40)
+    first = signals.speed(seen, signals.SpeedPolicy(), NOW)
+    again = signals.speed(seen, signals.SpeedPolicy(), NOW + dt.timedelta(minutes=20))
+    later = signals.speed(seen, signals.SpeedPolicy(), NOW + dt.timedelta(hours=1))
+    assert [e.key for e in first] == [e.key for e in again] != [e.key for e in later]
+
+
+def test_an_sm_clock_under_load_against_the_sku_and_the_nodes_other_gpus():
+    policy = signals.SpeedPolicy(sku_sm_clock_mhz={"NVIDIA H100 80GB HBM3": 1980})
+    seen = [s for g, c in enumerate((1980, 1975, 1700, 1500)) for s in _gpu("n1", g, util=95, clock=c)]
+    texts = [e.text for e in signals.speed(seen, policy, NOW)]
+    # 1500 < 0.8 x 1980 (the SKU's, from the setting: this exporter has no max clock field) and 24 % below
+    # its peers' median; 1700 is 14 % below its peers' 1975
+    assert texts == ["GPU 3: SM clock 1500 MHz under load (95 % busy), below 80% of the SKU's 1980 MHz",
+                     "GPU 2: SM clock 1700 MHz under load, 14 % below the median 1975 MHz of this node's other loaded GPUs",
+                     "GPU 3: SM clock 1500 MHz under load, 24 % below the median 1975 MHz of this node's other loaded GPUs"]
+    # a GPU not under load is judged neither against the SKU nor its peers
+    idle = [s for g, c in enumerate((1980, 1975, 300)) for s in _gpu("n1", g, util=95 if c > 1000 else 3, clock=c)]
+    assert signals.speed(idle, policy, NOW) == []
+
+
+def test_speed_signals_follow_the_settings():
+    policy = SignalPolicy.of(Settings(signal_speed=False, signal_speed_load_util=50))
+    assert policy.speed is False and policy.speed_policy.load_util == 50
+    with pytest.raises(InvalidSettings):
+        Settings(signal_speed_load_util=0)
+
+
+def test_a_hardware_slowdown_on_an_idle_gpu_is_a_clock_change_not_evidence():
+    idle = _gpu("n1", 0, util=0, reasons=0x08 | 0x01)
+    assert signals.speed(idle, signals.SpeedPolicy(), NOW) == []
+    hot = _gpu("n1", 0, util=0, reasons=0x40)  # a thermal slowdown is the GPU's, busy or not
+    assert [e.text for e in signals.speed(hot, signals.SpeedPolicy(), NOW)] == [
+        "GPU 0: hardware thermal slowdown (clock event reasons 0x40, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"]

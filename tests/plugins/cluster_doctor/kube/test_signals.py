@@ -152,7 +152,9 @@ def test_dcgm_metrics_through_prometheus(emu, prometheus):
         ("gpu-002", "row remapping failed on GPU 0 (DCGM_FI_DEV_ROW_REMAP_FAILURE)")]
     asked = {a["query"] for a in Prometheus.asked}
     assert "DCGM_FI_DEV_XID_ERRORS > 0 and changes(DCGM_FI_DEV_XID_ERRORS[600s]) > 0" in asked
-    assert len(asked) == len(Settings().signal_dcgm_metrics)  # one instant query per field
+    # one instant query per field, and one for every speed field together
+    assert len(asked - {kube_signals.speed_query()}) == len(Settings().signal_dcgm_metrics)
+    assert kube_signals.speed_query() in asked
 
 
 def test_a_source_that_cannot_be_read_is_named_and_the_others_count(emu, prometheus):

@@ -257,11 +257,13 @@ def test_metric_series_of_a_node(plots_db):
         series = q.metric_series("gpu-003", seed.TESTS)
         few = q.metric_series("gpu-003", ["nccl_loopback"], per_test=3)
         recent = q.metric_series("gpu-003", ["dl_unit"], days=15)
-        assert q.metric_series("gpu-003", ["gpu_health"]) == {}  # counts, not judged: nothing to plot
+        health = q.metric_series("gpu-003", ["gpu_health"])  # its speed probe's figures; its counts are not plotted
+        assert set(health) == {("gpu_health", "probe_gemm_tflops_min"), ("gpu_health", "probe_hbm_gbps_min")}
         with pytest.raises(InvalidNodeName):
             q.metric_series("gpu-003'; --", seed.TESTS)
-    # the judged metrics of each suite (gpu_health's key figures are counts the suite judges exactly)
-    assert set(series) == {("dl_unit", "gemm_bf16_tflops_min"), ("dl_unit", "mem_bw_gbps_min"),
+    # the judged metrics of each suite (of gpu_health: its speed probe's, not the counts it judges exactly)
+    assert set(series) == {("gpu_health", "probe_gemm_tflops_min"), ("gpu_health", "probe_hbm_gbps_min"),
+                           ("dl_unit", "gemm_bf16_tflops_min"), ("dl_unit", "mem_bw_gbps_min"),
                            ("nccl_loopback", "nccl_busbw_gbps"), ("storage_fio", "fio_seq_read_mibps"),
                            ("storage_fio", "fio_seq_write_mibps"), ("storage_fio", "fio_rand_read_iops"),
                            ("storage_fio", "fio_rand_write_iops")}
@@ -300,7 +302,7 @@ def test_fleet_bands_are_the_straggler_baseline_with_p10_and_p90(plots_db):
     assert (band["p10"], band["median"], band["p90"]) == pytest.approx((deciles[0], statistics.median(values),
                                                                         deciles[8]))
     assert band["p10"] < band["median"] < band["p90"]
-    assert ("gpu_health", "gpus_visible") not in bands and len(bands) == 7
+    assert ("gpu_health", "gpus_visible") not in bands and len(bands) == 9  # the probe's two figures among them
     assert a100 == {} and strict == {}  # one A100 node, five H100 nodes: below the minimum, no band
 
 

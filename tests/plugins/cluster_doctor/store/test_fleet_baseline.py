@@ -18,7 +18,7 @@ T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
 # keep the numbers recognisable.
 LEVELS = {"gemm_bf16_tflops_min": 730.0, "mem_bw_gbps_min": 2900.0, "nccl_busbw_gbps": 480.0,
           "fio_seq_read_mibps": 2400.0, "fio_seq_write_mibps": 1800.0, "fio_rand_read_iops": 120000.0,
-          "fio_rand_write_iops": 60000.0}
+          "fio_rand_write_iops": 60000.0, "probe_gemm_tflops_min": 730.0, "probe_hbm_gbps_min": 2900.0}
 
 
 class SimFleet:

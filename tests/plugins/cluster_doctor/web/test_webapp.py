@@ -225,7 +225,9 @@ def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots
     c = make_client(plots_db, settings=settings)
     html = c.get("/cluster-doctor/nodes/gpu-003").text
     plots = _svgs(html)
-    assert set(plots) == {"dl_unit-gemm_bf16_tflops_min", "dl_unit-mem_bw_gbps_min", "nccl_loopback-nccl_busbw_gbps",
+    # gpu_health's: its speed probe's figures against the model's fleet band
+    assert set(plots) == {"gpu_health-probe_gemm_tflops_min", "gpu_health-probe_hbm_gbps_min",
+                          "dl_unit-gemm_bf16_tflops_min", "dl_unit-mem_bw_gbps_min", "nccl_loopback-nccl_busbw_gbps",
                           "storage_fio-fio_seq_read_mibps", "storage_fio-fio_seq_write_mibps",
                           "storage_fio-fio_rand_read_iops", "storage_fio-fio_rand_write_iops"}
     assert html.index('id="plots"') < html.index('id="history"')  # the plots come before the long table
@@ -234,6 +236,7 @@ def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots
     assert nccl.count('class="point st-fail"') == 1 and "12.5 GB/s (fail)" in nccl
     assert 'class="band"' in nccl and 'class="band-median"' in nccl and "fleet p10–p90, 5 nodes" in nccl
     assert nccl.count('class="transition to-fail"') == 1 and 'class="transition to-pass"' not in nccl
+    assert 'class="band"' in plots["gpu_health-probe_gemm_tflops_min"]  # the probe against its model's fleet
     gemm = plots["dl_unit-gemm_bf16_tflops_min"]  # failed 20 days ago, passed again 17 days ago
     assert gemm.count('class="transition to-fail"') == 1 and gemm.count('class="transition to-pass"') == 1
     changed = seed.NOW - dt.timedelta(minutes=5)  # dl_unit is the second test: 5 min before each run's first
@@ -244,7 +247,7 @@ def test_node_page_plots_metric_history_with_fleet_band_and_status_changes(plots
     only = _svgs(c.get("/cluster-doctor/nodes/gpu-003?test=nccl_loopback").text)
     assert set(only) == {"nccl_loopback-nccl_busbw_gbps"}
     a100 = c.get("/cluster-doctor/nodes/gpu-002").text
-    assert len(_svgs(a100)) == 7 and 'class="band"' not in a100 and "no fleet band" in a100
+    assert len(_svgs(a100)) == 9 and 'class="band"' not in a100 and "no fleet band" in a100
     # a node without any plotted value (timeouts only): no plot section at all
     assert 'id="plots"' not in c.get("/cluster-doctor/nodes/gpu-006").text
 

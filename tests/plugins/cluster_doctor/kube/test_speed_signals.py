@@ -1,0 +1,128 @@
+"""Speed signals (fail-slow) read through Prometheus' query API from dcgm-exporter answers in their own
+exposition format (fixtures/dcgm_exporter, SOURCES.md there): a local HTTP server answers the instant query
+as a Prometheus that scraped that exporter would."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from cluster_doctor.domain import signals
+from cluster_doctor.domain.config import Settings
+from cluster_doctor.kube import discovery
+from cluster_doctor.kube import signals as kube_signals
+from k8s_emulator import EmulatorProcess
+
+from tests.clock import now as clock_now
+
+FIXTURES = Path(__file__).parent / "fixtures" / "dcgm_exporter"
+NODE = "r6i3n0"  # the exporter's Hostname label in the fixtures
+SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def exposition(text: str) -> list[tuple[dict[str, str], str]]:
+    """The samples of a text exposition: (labels with __name__, value)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        out.append(({"__name__": m["name"], **dict(LABEL.findall(m["labels"]))}, m["value"]))
+    return out
+
+
+class Prometheus(http.server.BaseHTTPRequestHandler):
+    """Answers an instant query ``{__name__=~"A|B"}`` (or a bare name) from the scraped samples."""
+
+    scraped: list[tuple[dict[str, str], str]] = []
+    asked: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - the handler's name
+        url = urllib.parse.urlparse(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        q = query["query"][0]
+        type(self).asked.append(q)
+        m = re.fullmatch(r'\{__name__=~"([^"]*)"\}', q)
+        names = set(m[1].split("|")) if m else {q.split(" ")[0]}
+        result = [{"metric": labels, "value": [float(query["time"][0]), value]}
+                  for labels, value in self.scraped if labels["__name__"] in names and m]
+        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def _emu():
+    with EmulatorProcess(settings={"scheduler_interval": 0.05, "startup_delay": 0.05}) as emu:
+        yield emu
+
+
+@pytest.fixture
+def emu(_emu):
+    _emu.reset()
+    _emu.add_gpu_node(NODE, 4)
+    return _emu
+
+
+@pytest.fixture
+def prometheus():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Prometheus.asked.clear()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def read(emu, prometheus, fixture: str, **settings) -> kube_signals.Reading:
+    Prometheus.scraped = exposition((FIXTURES / fixture).read_text())
+    s = Settings(prometheus_url=prometheus, signal_event_reasons=[], signal_pod_failure_patterns=[], **settings)
+    return kube_signals.read(emu.core_v1(), s, discovery.discover(emu.core_v1(), s), now=clock_now())
+
+
+def speed(reading) -> list[tuple[str, str]]:
+    return [(e.node_name, e.text) for e in reading.evidence if e.source == signals.SPEED]
+
+
+def test_a_healthy_node_under_load_gives_no_speed_evidence(emu, prometheus):
+    reading = read(emu, prometheus, "metrics_v100x4_healthy_under_load.prom")
+    assert reading.problems == [] and speed(reading) == []  # SW power cap (0x4) on GPU 1 is the workload's
+    assert kube_signals.speed_query() in Prometheus.asked  # one query for every speed field
+
+
+def test_an_idle_node_is_not_slow_for_its_low_clocks_and_links(emu, prometheus):
+    assert speed(read(emu, prometheus, "metrics_v100x4_idle.prom")) == []
+
+
+def test_a_throttled_gpu_makes_its_node_suspect_under_the_fields_new_name(emu, prometheus):
+    found = speed(read(emu, prometheus, "metrics_v100x4_gpu2_hw_thermal_slowdown.prom"))
+    assert found == [
+        (NODE, "GPU 2: hardware slowdown (clock event reasons 0x48, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"),
+        (NODE, "GPU 2: hardware thermal slowdown (clock event reasons 0x48, DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"),
+        (NODE, "GPU 2: SM clock 765 MHz under load (100 % busy), below 80% of the SKU's 1530 MHz"),
+        (NODE, "GPU 2: SM clock 765 MHz under load, 50 % below the median 1530 MHz of this node's other loaded GPUs"),
+    ]
+
+
+def test_a_link_trained_below_its_maximum_under_load(emu, prometheus):
+    assert speed(read(emu, prometheus, "metrics_v100x4_pcie_downgraded.prom")) == [
+        (NODE, "GPU 1: PCIe link width x8 under load, below its maximum x16"),
+        (NODE, "GPU 3: PCIe link generation Gen1 under load, below its maximum Gen3"),
+    ]
+
+
+def test_speed_fields_are_not_read_when_switched_off(emu, prometheus):
+    reading = read(emu, prometheus, "metrics_v100x4_gpu2_hw_thermal_slowdown.prom", signal_speed=False)
+    assert speed(reading) == [] and kube_signals.speed_query() not in Prometheus.asked
