@@ -2,7 +2,7 @@
 hourly history.
 
 For each size, a database of a throwaway embedded PostgreSQL is seeded like bench-metrics (the fleet of
-tests/ui/fleet_seed.py plus 35 days of older history), and gpu-0001 gets a year of hourly attempts of
+tests/support/fleet_seed.py plus 35 days of older history), and gpu-0001 gets a year of hourly attempts of
 every test (35,040 rows, generate_series in SQL). ``/cluster-doctor/`` is requested through the real
 FastAPI app (auth dependency overridden: Airflow's JWT check is not what is measured). The first request
 fills the 30-day coverage samples cache, as the first visit after a restart would. Then, per size:
@@ -37,7 +37,7 @@ import time
 import warnings
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
+sys.path.insert(0, str(REPO))  # tests.support.fleet_seed builds the fleet
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 

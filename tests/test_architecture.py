@@ -399,3 +399,46 @@ def test_the_hypothesis_scan_finds_a_deadline_and_a_dropped_too_slow(tmp_path):
         "@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])\ndef test_c(): pass\n")
     assert [f.split(": ", 1)[0] for f in hypothesis_timing(tmp_path / "tests", tmp_path)] == [
         "tests/test_x.py:1", "tests/test_x.py:3"]
+
+
+# What tests share lives in tests/support (and the clock in tests/clock.py): a test module never imports
+# another test module or a helper kept beside one, so moving or deleting a test file breaks no other. A
+# conftest may be imported by the tests it already serves: the root one, and those of the folders above.
+def imports_of_other_test_modules(root: pathlib.Path, repo: pathlib.Path = REPO) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(repo)
+        own_conftests = {".".join((*rel.parts[:i], "conftest")) for i in range(1, len(rel.parts))}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = ([f"{node.module}.{alias.name}" for alias in node.names] if node.module == "tests"
+                         else [node.module])
+            elif isinstance(node, ast.ImportFrom):
+                names = ["." * node.level + (node.module or "")]  # relative: a sibling module
+            else:
+                continue
+            for name in names:
+                if not (name == "tests" or name.startswith(("tests.", "."))):
+                    continue
+                if (name.startswith("tests.support.") or name == "tests.support" or name == "tests.clock"
+                        or name in own_conftests):
+                    continue
+                found.append(f"{rel.as_posix()}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_other_test_modules(REPO / "tests") == [], "move what tests share to tests/support"
+
+
+def test_the_test_import_scan_finds_a_test_module_and_a_helper_beside_one(tmp_path):
+    for folder in ("tests/a", "tests/b", "tests/support"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "tests" / "a" / "test_x.py").write_text(
+        "from tests.b.test_y import helper\nfrom tests.b import seed\nimport tests.b.conftest\n"
+        "from tests.a.conftest import NS\nfrom tests.conftest import REPO\nfrom tests import clock\n"
+        "from tests.support.emulator import FAST\nfrom tests.support import fleet_seed\nfrom . import near\n")
+    assert [f.split(": ", 1)[1] for f in imports_of_other_test_modules(tmp_path / "tests", tmp_path)] == [
+        "tests.b.test_y", "tests.b", "tests.b.conftest", "."]

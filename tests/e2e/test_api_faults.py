@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.e2e.conftest import NAMESPACE, script_result, summary, validation_pods
+from tests.e2e.conftest import NAMESPACE
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 

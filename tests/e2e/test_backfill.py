@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, validation_pods
+from tests.support.suite_results import script_result, validation_pods
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import dag_runner
 import psycopg
 import pytest
 
-from tests.e2e.conftest import summary, validation_pods
+from tests.support.suite_results import summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -89,7 +89,7 @@ def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner
     """Issue 30: the task recorded its pass but the API refused the deletion, so the Completed pod stayed.
     The next run does not take it for one "its task may still be handling": the row of its try says the
     task is done with it. It is deleted, and its try keeps one row."""
-    from tests.e2e.conftest import script_result
+    from tests.support.suite_results import script_result
 
     cluster.add_gpu_node("gpu-001")
     script_result(cluster, "gpu-001")

@@ -11,7 +11,7 @@ import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, summary, validation_pods
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 

@@ -18,8 +18,8 @@ from cluster_doctor.store.history import ResultStore
 
 from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
-from tests.ui import fleet_seed as seed
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+from tests.support import fleet_seed as seed
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 

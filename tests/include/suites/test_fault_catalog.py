@@ -17,8 +17,8 @@ import pytest
 import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 from cluster_doctor_suites.dl.devices import current_device
-from tests.include.suites import catalog_gpu_cases as gpu29
-from tests.include.suites import catalog_judged_cases as judged
+from tests.support import catalog_gpu_cases as gpu29
+from tests.support import catalog_judged_cases as judged
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -741,7 +741,7 @@ COUNT_FAULTS = [
 
 def _count_gpu_health(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
     """Seven healthy H100s through the fake NVML; Kubernetes sends --node-gpus 7 --expected-gpus 7."""
-    from tests.include.suites.fake_nvml import FakeNVML
+    from tests.support.fake_nvml import FakeNVML
 
     nv = FakeNVML(sick=False, count=7)
     monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from cluster_doctor_suites import gpu_health
-from tests.include.suites.fake_nvml import FakeNVML
+from tests.support.fake_nvml import FakeNVML
 
 XML_590 = "nvidia-smi-q-x_590.44.01_2xRTX-A5000.xml"  # driver 590.44.01, 2 GPUs: 81:00.0 and C1:00.0
 NVLINK_2 = "nvidia-smi-nvlink-s_2xA100-SXM4-80GB.txt"  # 2 GPUs x 12 links

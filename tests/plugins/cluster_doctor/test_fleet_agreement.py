@@ -21,7 +21,7 @@ from cluster_doctor.web import app as webapp
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 H = dt.timedelta(hours=1)
 

@@ -8,7 +8,7 @@ import ipaddress
 import socket
 import textwrap
 
-from tests.tools.k8s_emulator.emu_helpers import pod, wait_pod
+from tests.support.emu_helpers import pod, wait_pod
 
 
 def _free_port() -> int:

@@ -7,7 +7,7 @@ from cluster_doctor_suites import dl_unit
 from cluster_doctor_suites.dl import agreement
 from cluster_doctor_suites.dl.agreement import DeviceOutputs
 
-from tests.include.suites.dl.faults import FAST, corrupt_matmul, statuses
+from tests.support.dl_faults import FAST, corrupt_matmul, statuses
 
 
 def test_one_ulp_corruption_on_one_of_three_devices_names_it(run_inproc, monkeypatch, h):

@@ -15,15 +15,17 @@ from cluster_doctor.domain.attempts import NOT_JUDGED
 from cluster_doctor.kube import orphans, retry
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import script_result, summary
-from tests.plugins.cluster_doctor.airflow.test_operator_lifecycle import (  # noqa: F401 - fixtures
-    NS,
-    POD_SELECTOR,
-    FakeTI,
-    cluster,
-    emulator,
-    operator,
-)
+from tests.support.emulator import FAST, NS, POD_SELECTOR
+from tests.support.operator import FakeTI, operator
+from tests.support.suite_results import script_result, summary
+
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST)
+
+
+@pytest.fixture
+def cluster(operator_cluster):
+    operator_cluster.add_gpu_node("gpu-001")
+    return operator_cluster
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,6 @@ from cluster_doctor.domain.quarantine import ANN_ACTION, ANN_REPEAT, LABEL, TOLE
 from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.kube import conditions
 from cluster_doctor.store import transitions
-from k8s_emulator import EmulatorProcess
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)  # its later steps are past too
 M, H = dt.timedelta(minutes=1), dt.timedelta(hours=1)
@@ -42,19 +41,14 @@ def settings(**changes):
                     quarantine={"enabled": True, "taint": True, "max_share": 0.5}, **changes)
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"metadata": {"name": "cluster-doctor"}})
+def cluster(validation_cluster):
     for name in NODES:
-        emulator.add_gpu_node(name)
-    return emulator
+        validation_cluster.add_gpu_node(name)
+    return validation_cluster
 
 
 def record(store, node, test, status, at, action=None):

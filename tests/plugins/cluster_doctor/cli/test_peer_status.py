@@ -3,7 +3,7 @@
 import datetime as dt
 import json
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 
 def test_status_names_suspect_and_blamed_peers(db_url, tmp_path):

@@ -11,28 +11,22 @@ import json
 import pytest
 from cluster_doctor.cli import main as cli
 from cluster_doctor.store import claims, reservations
-from k8s_emulator import EmulatorProcess
 
 NS = "cluster-doctor"
 PVC = "cluster-doctor-results"
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
+def cluster(validation_cluster):
     """gpu-001 and gpu-002 free, gpu-003 busy with a user job; the results claim Bound."""
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     for name in ("gpu-001", "gpu-002", "gpu-003"):
-        emulator.add_gpu_node(name, gpus=4 if name == "gpu-002" else 8)
-    emulator.add_user_pod("gpu-003")
-    return emulator
+        validation_cluster.add_gpu_node(name, gpus=4 if name == "gpu-002" else 8)
+    validation_cluster.add_user_pod("gpu-003")
+    return validation_cluster
 
 
 def plan(*args: str) -> tuple[int, str]:

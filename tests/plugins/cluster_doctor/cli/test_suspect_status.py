@@ -8,7 +8,7 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import suspects
 from cluster_doctor.store.history import ResultStore
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 
 def test_status_shows_suspects_and_failing_since(db_url, tmp_path):

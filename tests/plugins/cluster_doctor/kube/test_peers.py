@@ -10,36 +10,25 @@ import threading
 import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import peers, retry, suite_code
-from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import summary
+from tests.support.emulator import FAST_DELETE
+from tests.support.suite_results import summary
 
 NS = "cluster-doctor"
 PVC = "cluster-doctor-results"
 GPUS = {"gpu-001": (8, "NVIDIA-H100-80GB-HBM3"), "gpu-002": (8, "NVIDIA-H100-80GB-HBM3")}
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))},
-                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05,
-                                   "static_termination_seconds": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST_DELETE)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
+def cluster(operator_cluster):
     for node in GPUS:
-        emulator.add_gpu_node(node)
-    yield emulator
-    assert [p["name"] for p in emulator.live_pods("app.kubernetes.io/name=cluster-doctor")] == []
+        operator_cluster.add_gpu_node(node)
+    return operator_cluster
 
 
 class Recorder:

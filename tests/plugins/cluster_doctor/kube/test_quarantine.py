@@ -9,7 +9,6 @@ import logging
 import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.kube import quarantine as q
-from k8s_emulator import EmulatorProcess
 
 TESTS = ["gpu_health", "nccl_loopback"]
 NOW = dt.datetime(2026, 3, 10, 12, tzinfo=dt.UTC)
@@ -17,12 +16,6 @@ FAILED_CHECK = [{"name": "nccl_busbw", "status": "fail", "value": 310.2, "unit":
                  "message": "bus bandwidth below floor", "device": None},
                 {"name": "nccl_transport_ib", "status": "pass", "value": "IB", "unit": None, "threshold": None,
                  "message": "ok", "device": None}]
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
 
 
 @pytest.fixture

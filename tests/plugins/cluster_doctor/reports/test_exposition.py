@@ -16,7 +16,7 @@ from cluster_doctor.store import fleet_state
 from cluster_doctor.store.history import ResultStore
 from prometheus_client.utils import floatToGoString
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 FORMATS = [None, "text/plain; version=0.0.4", "text/plain; version=1.0.0; escaping=underscores",
            "application/openmetrics-text; version=1.0.0", "application/openmetrics-text; version=0.0.1",

@@ -9,7 +9,7 @@ from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.reports import metrics
 from cluster_doctor.store import transitions
 
-from tests.plugins.cluster_doctor.reports.test_metrics import samples
+from tests.support.metrics import samples
 
 H = dt.timedelta(hours=1)
 

@@ -14,7 +14,7 @@ from cluster_doctor.store import database, fleet
 from cluster_doctor.store.history import ResultStore, SchemaMissing
 
 from tests.conftest import NO_SCHEMA, _fresh_database
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 WEEK = dt.timedelta(days=7)
 

@@ -11,8 +11,8 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import suspects
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.web import make_client
 
 
 def row(html: str, node: str) -> str:

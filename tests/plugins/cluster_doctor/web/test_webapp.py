@@ -18,19 +18,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import _fresh_database
-from tests.ui import fleet_seed as seed
-
-JWT_SECRET = "cluster-doctor-unit-tests-" + "0" * 64
-
-
-def make_client(dsn: dict, *, authenticated: bool = True, settings: Settings | None = None) -> TestClient:
-    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=lambda: settings or Settings(),
-                            clock=lambda: seed.NOW)
-    if authenticated:
-        sub.dependency_overrides[webapp.require_ui_access] = lambda: "test-user"
-    root = FastAPI()
-    root.mount(webapp.MOUNT_PREFIX, sub)
-    return TestClient(root, follow_redirects=False)
+from tests.support import fleet_seed as seed
+from tests.support.web import JWT_SECRET, make_client
 
 
 @pytest.fixture
