@@ -11,7 +11,7 @@ data:
   every scrape reads the database (what changed: ``store.fleet_state``) and writes its exposition
   (``reports.exposition``), gzipped;
 * the baseline: the same collector's families through prometheus_client's own WSGI app (its encoder,
-  gzip level 9), what every scrape cost before issue 32 but for the threefold assessment; its text is
+  gzip level 9), what every scrape cost before the collector's own encoder, but for the threefold assessment; its text is
   checked to be the scrape's, byte for byte.
 
 Also, per size: the cold scrape (a fresh process: every pair read and assessed, every line written), the

@@ -50,7 +50,7 @@ from leftovers import Leftovers
 
 NODE = "gpu-0001"
 # A year of hourly attempts of every test on one node, copied from its latest ones (the health sweep
-# of issue 28 adds such rows for every free node); older than them, so its latest state is unchanged.
+# adds such rows for every free node); older than them, so its latest state is unchanged.
 YEAR_OF_HOURS = """
 INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, duration_s, metrics,
                                 checks, reason, log_path, pod_name, gpu_model, gpu_count, suite_version,

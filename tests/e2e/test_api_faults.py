@@ -34,7 +34,7 @@ def test_429_500_503_and_a_lost_create_answer_during_a_run_are_retried(runner, c
     assert recorded == [(node, "pass") for node in nodes]
 
 
-# ---------------------------------------------------------------------------- a control plane that blinks (issue 30)
+# ---------------------------------------------------------------------------- a control plane that blinks
 def when_running(cluster, action):
     """``action()`` once a validation pod is Running, beside the DagRun."""
     import threading

@@ -1,6 +1,6 @@
 """Backfill re-validates a node range progressively: each run of the backfill takes the next stalest
 pairs of the range whose last executed result is older than stale_before, so N runs cover the range
-without repeats (issue 5, "re-validate a rack after a driver upgrade")."""
+without repeats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two DagRuns of the real DAG at once (a backfill run beside the hourly one, issue 11 item 2): both
+"""Two DagRuns of the real DAG at once (a backfill run beside the hourly one): both
 plan from the same validation_latest, and the run-to-run claims in the results DB make them split the
 free nodes instead of validating the same ones."""
 

@@ -1,4 +1,4 @@
-"""The fast path on a real Airflow scheduler (issue 28 §2, acceptance 1): a signal on a free node has its
+"""The fast path on a real Airflow scheduler: a signal on a free node has its
 validation pod Running within the goal of 10 minutes, without waiting for the hour.
 
 A real Airflow 3.3 — api-server, scheduler and dag-processor, LocalExecutor on the SQLite metadata DB of the

@@ -1,4 +1,4 @@
-"""A validation task killed hard (issue 11 item 3): its pod leaks, and the next DagRun records the pod's
+"""A validation task killed hard: its pod leaks, and the next DagRun records the pod's
 result and removes it. The real DAG through dag.test(), the real operator and client against the
 Kubernetes API emulator, a real PostgreSQL results DB."""
 
@@ -86,7 +86,7 @@ def test_a_hard_killed_validation_task_leaks_its_pod_and_the_next_run_records_an
 
 @pytest.mark.slow  # covered fast by kube/test_orphans.py (the next run's reaper records it, deletes it)
 def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner, cluster, db_dsn):
-    """Issue 30: the task recorded its pass but the API refused the deletion, so the Completed pod stayed.
+    """The task recorded its pass but the API refused the deletion, so the Completed pod stayed.
     The next run does not take it for one "its task may still be handling": the row of its try says the
     task is done with it. It is deleted, and its try keeps one row."""
     from tests.support.suite_results import script_result

@@ -1,4 +1,4 @@
-"""Cadence on a real Airflow scheduler (issue 33, "Cadence"): the scheduled continuous_validation runs and
+"""Cadence on a real Airflow scheduler: the scheduled continuous_validation runs and
 the fast path's runs never starve each other. With max_active_runs=1 Airflow creates no scheduled run while
 another run is active, so a fast-path run over the scheduled time would push the scheduled run back; the
 fast path triggers only when no run is queued or running and the scheduled one is not due within

@@ -1,4 +1,4 @@
-"""Retries on a real Airflow scheduler (issue 33, "Retries"): a scheduler killed while a validation pod runs
+"""Retries on a real Airflow scheduler: a scheduler killed while a validation pod runs
 makes Airflow run the task again as try 2 (the next scheduler resets the orphaned task instance: LocalExecutor
 cannot adopt it), although the DAG sets no retries. Try 2 adopts try 1's pod, never creates a second one:
 one validation of the node, one row for the pair with the suite's real result, no pod left behind.

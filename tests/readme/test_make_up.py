@@ -5,7 +5,7 @@ The stack itself — started by ``tools/stack.py up`` exactly as ``make up`` run
 drives it, stopped by ``down`` leaving nothing — is tests/stack/test_stack.py's, in ``make test``. What
 only this file can see is the Makefile's wiring of the README's two commands onto that tool: checked fast
 here (``make -n``: the recipe, nothing run); the block run as written, about a minute of a worker, is in
-``make test-slow`` (issue 27: ``make test`` within 12 minutes)."""
+``make test-slow`` (``make test`` within 12 minutes)."""
 
 import contextlib
 import re

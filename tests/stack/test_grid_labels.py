@@ -1,4 +1,4 @@
-"""The grid tells the two "skipped" apart (issue 33), on a real Airflow 3.3 in Chromium: a validate step
+"""The grid tells the two "skipped" apart, on a real Airflow 3.3 in Chromium: a validate step
 whose suite its node's bundle does not plan is an Airflow `skipped` task labelled "node · test · not due"
 (no attempt, no row), while a skipped step that is an attempt — here gpu-004's ib_health, stopped by its
 gpu_health failing on the injected fault — keeps its plain "node · test" label and has its `skipped` row.

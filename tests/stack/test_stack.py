@@ -157,7 +157,7 @@ def stack():
         # what make up prints: the UI on 127.0.0.1, the user and the generated password
         assert f"http://127.0.0.1:{port}" in up.stdout and f"admin / {password}" in up.stdout
         assert (state / "airflow" / "passwords.json").stat().st_mode & 0o077 == 0
-        # its last line: how long it took, phase by phase, on what machine (issue 33; the README quotes it)
+        # its last line: how long it took, phase by phase, on what machine (the README quotes it)
         assert_timing_line(up.stdout.strip().splitlines()[-1], "make up ready")
         cluster = json.loads((state / "cluster" / "ready.json").read_text())
         results_url = re.search(r"--db-url '([^']+)'", up.stdout).group(1)
@@ -231,7 +231,7 @@ def _planned(tis: list[dict]) -> set[tuple[str, str]]:
     """The run's node · test pairs, from the labels of its validate and sweep groups' steps (the stack
     enables one suite, gpu_health: every step is planned; the health sweep's are in the sweep group). A
     group that mapped over nothing has one unexpanded instance (map_index -1, no label); a step labelled
-    "not due" (issue 33) was no attempt."""
+    "not due" was no attempt."""
     return {tuple(ti["rendered_map_index"].split(" · ")) for ti in tis
             if ti["task_id"].startswith(("validate.", "sweep.")) and not ti["task_id"].endswith(".finish_node")
             and ti["rendered_map_index"] and not ti["rendered_map_index"].endswith(" · not due")}

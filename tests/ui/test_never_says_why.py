@@ -1,4 +1,4 @@
-"""Every "never" says why (issue 33), in a real Airflow UI driven by headless Chromium: on the fleet page a
+"""Every "never" says why, in a real Airflow UI driven by headless Chromium: on the fleet page a
 pair whose only attempt did not run its suite shows that attempt and its reason in the cell (not "never"
 beside a "Last attempt" of minutes ago), a busy node shows who holds it in the row (not only in a
 tooltip); the page of a never-validated node says why (not eligible since when and by whom, or due and

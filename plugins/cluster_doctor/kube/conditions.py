@@ -88,7 +88,7 @@ def publish_conditions(
     report.gpu_nodes, report.limit = len(gpu), policy.limit(len(gpu))
     latest = latest_by_node(connect, tests)
     wanted = {name: policy_of.condition(latest.get(name, ()), tests, now, stale_after) for name in sorted(gpu)}
-    for name, offender in repeat_offenders_now(connect).items():  # issue 31 §3: False until a person releases it
+    for name, offender in repeat_offenders_now(connect).items():  # False until a person releases it
         if name in wanted:
             wanted[name] = policy_of.repeat_offender(wanted[name], offender)
     window = dt.timedelta(hours=policy.window_hours)

@@ -1,4 +1,4 @@
-"""The acceptance gate (issue 31 §1, acceptance 1) in the DAGs' task bodies — the fast path's tick and the
+"""The acceptance gate in the DAGs' task bodies — the fast path's tick and the
 hourly run's discover — against the Kubernetes API emulator (real client) and a real PostgreSQL: a new node
 is tainted, planned whole and first, and accepted when every suite passed; a failing one stays out and is
 quarantined; a mass reboot opens the breaker; a node no validation answered is let go at the maximum hold; a

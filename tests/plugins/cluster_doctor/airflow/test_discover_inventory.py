@@ -1,5 +1,5 @@
 """The discover task keeps the GPU node inventory and hands on only node ranges: against the Kubernetes
-API emulator (real client) and a real PostgreSQL (issue 21 §4, §7)."""
+API emulator (real client) and a real PostgreSQL."""
 
 from __future__ import annotations
 

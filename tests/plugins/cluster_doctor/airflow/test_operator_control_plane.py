@@ -1,5 +1,5 @@
-"""A control plane that blinks never fails a healthy node (issue 30), and a re-run never validates a node
-twice (issue 33): NodeValidationPodOperator.execute with the real provider and client against the
+"""A control plane that blinks never fails a healthy node, and a re-run never validates a node
+twice: NodeValidationPodOperator.execute with the real provider and client against the
 Kubernetes API emulator restarting, throttling and refusing, as a real apiserver does."""
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def test_a_result_not_read_in_time_keeps_the_pod_and_the_next_run_records_it_onc
     cluster.wait_for(lambda: not cluster.live_pods(POD_SELECTOR), timeout=30, message="the kept pod gone")
 
 
-# ---------------------------------------------------------------------------- a re-run (issue 33)
+# ---------------------------------------------------------------------------- a re-run
 def earlier_try(cluster, try_number: int = 1) -> k8s.V1Pod:
     """The pod try ``try_number`` of the same task instance created before Airflow lost it."""
     op, ti = operator(), FakeTI()

@@ -1,5 +1,5 @@
 """While our pod is Pending, its node going away ends the wait at once, with the real cause — against the
-Kubernetes API emulator with the real provider and client (issue 21 §6)."""
+Kubernetes API emulator with the real provider and client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The repair loop closed and repeat offenders handed off (issue 31 §2, §3, acceptance 1), in the DAG's task
+"""The repair loop closed and repeat offenders handed off, in the DAG's task
 bodies against the Kubernetes API emulator (real client) and a real PostgreSQL: a quarantined node that
 rebooted is validated at once — the fast path triggers a run for it and its whole bundle is planned, with the
 reboot signal off and its failure younger than the 6-hour retest — and released when it passes; every

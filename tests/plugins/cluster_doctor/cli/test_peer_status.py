@@ -1,4 +1,4 @@
-"""`cluster-doctor status` shows peer tests (issue 23 §2): suspects apart from blamed nodes, the peer named."""
+"""`cluster-doctor status` shows peer tests: suspects apart from blamed nodes, the peer named."""
 
 import datetime as dt
 import json

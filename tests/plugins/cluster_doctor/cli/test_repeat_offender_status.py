@@ -1,5 +1,4 @@
-"""`cluster-doctor status` names the repeat offenders, since when and why, with their action: replace
-(issue 31 §3)."""
+"""`cluster-doctor status` names the repeat offenders, since when and why, with their action: replace."""
 
 import datetime as dt
 

@@ -1,5 +1,5 @@
 """`cluster-doctor status` says which nodes are suspect since when and why, and since when a failing node
-fails: its first failing evidence (a signal its failure confirmed) and its last pass (issue 28 §2)."""
+fails: its first failing evidence (a signal its failure confirmed) and its last pass."""
 
 import datetime as dt
 import json

@@ -1,4 +1,4 @@
-"""Discovery reads what a GPU node has, not only what it offers (issue 29): its capacity or GPU Feature
+"""Discovery reads what a GPU node has, not only what it offers: its capacity or GPU Feature
 Discovery's count label; a node whose allocatable is below that is a finding, still validated, and
 its pods carry the node's count (CLUSTER_DOCTOR_NODE_GPUS) beside what they request."""
 

@@ -182,7 +182,7 @@ def not_judged_row(pod: k8s.V1Pod, run_id: str = RUN_ID, try_number: int = 1) ->
 
 
 def test_a_kept_pods_result_replaces_its_not_judged_row_and_the_pod_goes(cluster, store):
-    """Issue 30: the task could not read the pod's result in time (a 429 storm), recorded its try as not
+    """The task could not read the pod's result in time (a 429 storm), recorded its try as not
     judged and kept the pod. The next run records the pod's own verdict over that row — the same row,
     never a second one — at once, whatever Airflow says of the run, then deletes the pod."""
     script_result(cluster, "gpu-001")
@@ -217,7 +217,7 @@ def test_a_kept_pod_still_running_is_left_to_end(cluster, store):
 
 
 def test_a_completed_pod_whose_task_finished_without_deleting_it_goes_with_the_next_run(cluster, store):
-    """Issue 30 acceptance 2: the task recorded its try but its deletion failed (the API refused it). The
+    """The task recorded its try but its deletion failed (the API refused it). The
     next run deletes the pod even though it just ended and Airflow says its run is still running: the row
     of its try says the task is done with it. Its result is recorded only if it was not yet."""
     script_result(cluster, "gpu-001")

@@ -1,4 +1,4 @@
-"""Issue 30 "No pod outlives its run", for peer tests: a peer-test pod whose deletion failed is deleted by
+"""No pod outlives its run, for peer tests too: a peer-test pod whose deletion failed is deleted by
 the next run's reaper, whatever its phase, and its side's result is recorded once if it was not yet (naming
 its peer). The peer task (``airflow.peers_task.run_peer_test``) against the Kubernetes API emulator with the
 real client, the reaper (``kube.orphans``), a real PostgreSQL results database."""

@@ -1,4 +1,4 @@
-"""The peer-test launcher (issue 23 §2) against the Kubernetes API emulator with the real client: both
+"""The peer-test launcher against the Kubernetes API emulator with the real client: both
 pods start (the client with the server pod's IP), a user pod claiming either node stops both, a side
 that never schedules gives up on both, one side ending stops the other, and no pod is ever left."""
 
@@ -249,7 +249,7 @@ def test_gang_scheduling_is_detected_from_api_discovery(monkeypatch):
 
 
 def test_an_api_refusal_while_both_sides_run_is_never_an_error_of_the_nodes(cluster):
-    """Issue 30: an orchestration failure once both pods run says nothing about either node: both sides
+    """An orchestration failure once both pods run says nothing about either node: both sides
     skipped (the pair stays due), the missing permission named, both pods deleted."""
     cluster.set_script("*", "run")
     api = retry.wrap(cluster.core_v1(), retry.RetryPolicy(attempts=1))

@@ -240,7 +240,7 @@ def test_settings_refuse_a_bad_quarantine_or_verdict_setting():
         Settings.load(env={"CLUSTER_DOCTOR_FLEET_VERDICTS": '{"k_mad": -1}'})
 
 
-# ---------------------------------------------------------------------------- keyed on the action (issue 20)
+# ---------------------------------------------------------------------------- keyed on the action
 def _record_action(store, node: str, test: str, action: str, *, runs: int = 2) -> None:
     check = {**FAILED_CHECK[0], "action": action}
     store.record([Attempt(node_name=node, test_name=test, status="fail", checks=[check], reason="failed",

@@ -1,4 +1,4 @@
-"""Opt-in reservation of overdue nodes (issue 21 §2): through the real kubernetes client against the
+"""Opt-in reservation of overdue nodes: through the real kubernetes client against the
 Kubernetes API emulator (its scheduler honours NoSchedule taints), the rows in a real PostgreSQL."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def collector(dsn: dict, now: dt.datetime = seed.NOW) -> metrics.ClusterDoctorCo
 
 
 def library(c: metrics.ClusterDoctorCollector, accept: str | None, names=None) -> tuple[bytes, str]:
-    """The library's encoder over the collector's families (what every scrape was before issue 32)."""
+    """The library's encoder over the collector's families (every scrape's encoder before ours)."""
     registry = metrics.make_registry(type("Families", (), {"collect": c.collect, "describe": c.describe})())
     return metrics.render(registry, accept, names)
 

@@ -1,4 +1,4 @@
-"""The node lifecycle in the metrics (issue 31 §2, §3): transitions counted by kind, the repeat offenders, how
+"""The node lifecycle in the metrics: transitions counted by kind, the repeat offenders, how
 long quarantines lasted and how long from a repair to the release."""
 
 import datetime as dt

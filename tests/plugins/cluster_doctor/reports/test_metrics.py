@@ -320,7 +320,7 @@ def test_actions_and_incomplete_passes_are_exposed_sparsely(small_db, db_dsn):
 
 
 def test_what_reservations_cost_is_a_counter(small_db):
-    """Issue 21 §2: the idle GPU-hours reserved nodes stood waiting for their validation."""
+    """The idle GPU-hours reserved nodes stood waiting for their validation."""
     from cluster_doctor.store import database
     from cluster_doctor.store import reservations as rows
 

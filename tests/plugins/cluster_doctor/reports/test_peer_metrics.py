@@ -1,4 +1,4 @@
-"""Peer tests in the metrics (issue 23 §2): suspects counted apart from blamed nodes."""
+"""Peer tests in the metrics: suspects counted apart from blamed nodes."""
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.reports import metrics

@@ -1,4 +1,4 @@
-"""Suspect nodes in the metrics (issue 28 §2): how many, and since when each."""
+"""Suspect nodes in the metrics: how many, and since when each."""
 
 import datetime as dt
 

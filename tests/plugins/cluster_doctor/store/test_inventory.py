@@ -1,5 +1,5 @@
 """cluster_doctor.store.inventory: the GPU node inventory every view of the fleet counts, against a real
-PostgreSQL (issue 21 §4)."""
+PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The node page shows the node's life as a timeline, and the fleet and node pages name a repeat offender
-with its action, replace (issue 31 §2, §3)."""
+with its action, replace."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fleet and node pages show peer tests (issue 23 §2): a failed peer test not yet blamed is
+"""The fleet and node pages show peer tests: a failed peer test not yet blamed is
 `suspect`, apart from fail, with the peer named."""
 
 from __future__ import annotations

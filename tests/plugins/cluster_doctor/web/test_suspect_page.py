@@ -1,5 +1,5 @@
 """The fleet and node pages show "suspect since T: evidence" and since when a failing node fails: its first
-failing evidence, signal or attempt, and its last pass (issue 28 §2)."""
+failing evidence, signal or attempt, and its last pass."""
 
 from __future__ import annotations
 

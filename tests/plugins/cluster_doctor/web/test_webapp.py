@@ -404,7 +404,7 @@ def test_metrics_route_asks_the_auth_manager(small_db, airflow_auth, monkeypatch
     assert r.status_code == 403 and "cluster_doctor_" not in r.text
 
 
-# ---------------------------------------------------------------------------------------- issue 20
+# ---------------------------------------------------------------------------------------- incomplete passes
 def test_an_incomplete_pass_is_never_shown_as_a_clean_pass_and_failures_show_their_action(db_dsn, store):
     import dataclasses
 
