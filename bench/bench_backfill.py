@@ -1,4 +1,4 @@
-"""make bench-backfill: the README's "re-validate a rack" backfill on a real Airflow scheduler (issue 21 §5).
+"""make bench-backfill: the README's "re-validate a rack" backfill on a real Airflow scheduler.
 
 ``make up``'s stack (tools/stack.py: a real Airflow 3.3 with LocalExecutor, the emulator, an embedded
 PostgreSQL) in a throwaway state dir, without churn. Then the recipe twice, each over fresh results

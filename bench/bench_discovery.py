@@ -1,5 +1,5 @@
 """make bench-discovery: free-node discovery at the Kubernetes scalability limits and twice them, against
-the goals of issue 21 §7 and issue 32 — peak memory, wall time against one raw list, and the discover
+its goals — peak memory, wall time against one raw list, and the discover
 task's XCom.
 
 The Kubernetes API emulator serves 5,000 GPU nodes and 150,000 pods, then 10,000 and 300,000; discovery

@@ -1,5 +1,5 @@
 """make bench-guards: the API time of one validation's node re-checks at 5,000 nodes / 150,000 pods
-(issue 21 §6: at most 1 s), against the re-checks they replaced, measured in the same run.
+(at most 1 s), against the re-checks they replaced, measured in the same run.
 
 One validation re-checks its node twice before its pod starts: right before creating the pod and at
 the first Pending check. Each check now is one GET of the node and one list of that node's pods
@@ -46,7 +46,7 @@ def check_now(core_v1, node: str, settings: Settings) -> None:
 
 
 def check_before(core_v1, node: str, settings: Settings) -> None:
-    """One re-check as the operator made it before issue 21 §6: the node's pods and every unbound
+    """One re-check as the operator made it before the watch-cache guards: the node's pods and every unbound
     pending pod as paged consistent lists, then the node."""
     calls = [0]
     for _ in listing.paginate(core_v1.list_pod_for_all_namespaces, calls,

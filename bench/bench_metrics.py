@@ -2,7 +2,7 @@
 encoder measured in the same run.
 
 For each size, a database of a throwaway embedded PostgreSQL is seeded with the fleet of
-tests/ui/fleet_seed.py plus 35 days of older history (six attempts per pair, so the 30-day coverage
+tests/support/fleet_seed.py plus 35 days of older history (six attempts per pair, so the 30-day coverage
 samples and the 7-day GPU-hours read a realistic window), then, alternating in one process on the same
 data:
 
@@ -11,7 +11,7 @@ data:
   every scrape reads the database (what changed: ``store.fleet_state``) and writes its exposition
   (``reports.exposition``), gzipped;
 * the baseline: the same collector's families through prometheus_client's own WSGI app (its encoder,
-  gzip level 9), what every scrape cost before issue 32 but for the threefold assessment; its text is
+  gzip level 9), what every scrape cost before the collector's own encoder, but for the threefold assessment; its text is
   checked to be the scrape's, byte for byte.
 
 Also, per size: the cold scrape (a fresh process: every pair read and assessed, every line written), the
@@ -37,7 +37,7 @@ import sys
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
+sys.path.insert(0, str(REPO))  # tests.support.fleet_seed builds the fleet
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
@@ -63,7 +63,7 @@ def seed(dsn: dict, nodes: int) -> None:
     import psycopg
     from cluster_doctor.store.history import ResultStore
 
-    from tests.ui import fleet_seed
+    from tests.support import fleet_seed
 
     ResultStore(dsn).upgrade()
     fleet_seed.bulk_fleet(dsn, nodes)
@@ -97,7 +97,7 @@ class Fleet:
         from cluster_doctor.domain.config import Settings
         from cluster_doctor.store.history import ResultStore
 
-        from tests.ui import fleet_seed
+        from tests.support import fleet_seed
 
         self.dsn, self.nodes, self.seed = dsn, nodes, fleet_seed
         self.settings = Settings(tests=TESTS, staleness_days=7)

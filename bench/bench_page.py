@@ -2,7 +2,7 @@
 hourly history.
 
 For each size, a database of a throwaway embedded PostgreSQL is seeded like bench-metrics (the fleet of
-tests/ui/fleet_seed.py plus 35 days of older history), and gpu-0001 gets a year of hourly attempts of
+tests/support/fleet_seed.py plus 35 days of older history), and gpu-0001 gets a year of hourly attempts of
 every test (35,040 rows, generate_series in SQL). ``/cluster-doctor/`` is requested through the real
 FastAPI app (auth dependency overridden: Airflow's JWT check is not what is measured). The first request
 fills the 30-day coverage samples cache, as the first visit after a restart would. Then, per size:
@@ -37,7 +37,7 @@ import time
 import warnings
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.ui.fleet_seed builds the fleet
+sys.path.insert(0, str(REPO))  # tests.support.fleet_seed builds the fleet
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tools"))
 
@@ -50,7 +50,7 @@ from leftovers import Leftovers
 
 NODE = "gpu-0001"
 # A year of hourly attempts of every test on one node, copied from its latest ones (the health sweep
-# of issue 28 adds such rows for every free node); older than them, so its latest state is unchanged.
+# adds such rows for every free node); older than them, so its latest state is unchanged.
 YEAR_OF_HOURS = """
 INSERT INTO validation_history (node_name, test_name, status, started_at, finished_at, duration_s, metrics,
                                 checks, reason, log_path, pod_name, gpu_model, gpu_count, suite_version,

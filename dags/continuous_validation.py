@@ -31,7 +31,7 @@ SETTINGS = Settings.load()
 # and discover refuses a run that asks for a suite without one.
 STEPS = bundle_order(SETTINGS.tests)
 STEP_IDS = [f"validate.{test}" for test in STEPS]
-# The sweep group's steps (issue 28 §1): the short health suites among those, health first.
+# The sweep group's steps: the short health suites among those, health first.
 SWEEP_STEPS = [test for test in STEPS if test in planner.SWEEP_SUITES]
 SWEEP_STEP_IDS = [f"sweep.{test}" for test in SWEEP_STEPS]
 # Pool priority (absolute): every sweep step below every step of a due bundle, so sweeps use the pool after
@@ -395,7 +395,7 @@ with DAG(
 
     validated = validate.expand(bundle=bundles)
 
-    # The health sweep's bundles (issue 28 §1), after ship_suites (its suite code is reused).
+    # The health sweep's bundles, after ship_suites (its suite code is reused).
     @task
     def ship_sweep() -> list:
         from cluster_doctor.airflow import runtime

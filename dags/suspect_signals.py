@@ -1,4 +1,4 @@
-"""suspect_signals: the fast path of issue 28 §2 — every few minutes, read what the cluster says about its
+"""suspect_signals: the fast path — every few minutes, read what the cluster says about its
 GPU nodes and start a validation of new suspects without waiting for the hour.
 
 Thin on purpose: the behaviour lives in ``cluster_doctor.airflow.signals_task``.

@@ -21,6 +21,9 @@ from cluster_doctor.store.history import ResultStore, RetryPolicy
 
 from tests import clock
 
+# Fixtures every folder shares, each module saying what it provides.
+pytest_plugins = ["tests.support.emulator"]
+
 # Property tests judge what the code does, never how fast: no per-example deadline and no "too slow"
 # health check (both fail a correct test on a loaded machine), and a failure prints the blob that
 # replays its example (@reproduce_failure), so a rare failing input is a bug report, not a flake.

@@ -155,7 +155,7 @@ def long_functions(root: pathlib.Path) -> list[str]:
 
 
 def test_no_function_over_80_lines_in_the_library_the_suites_or_the_dags():
-    """Functions short enough to read at once (issue 27 §5): a long one is split into named steps."""
+    """Functions short enough to read at once: a long one is split into named steps."""
     assert [f for root in ("plugins", "include", "dags") for f in long_functions(REPO / root)] == []
 
 
@@ -399,3 +399,97 @@ def test_the_hypothesis_scan_finds_a_deadline_and_a_dropped_too_slow(tmp_path):
         "@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])\ndef test_c(): pass\n")
     assert [f.split(": ", 1)[0] for f in hypothesis_timing(tmp_path / "tests", tmp_path)] == [
         "tests/test_x.py:1", "tests/test_x.py:3"]
+
+
+# What tests share lives in tests/support (and the clock in tests/clock.py): a test module never imports
+# another test module or a helper kept beside one, so moving or deleting a test file breaks no other. A
+# conftest may be imported by the tests it already serves: the root one, and those of the folders above.
+def imports_of_other_test_modules(root: pathlib.Path, repo: pathlib.Path = REPO) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(repo)
+        own_conftests = {".".join((*rel.parts[:i], "conftest")) for i in range(1, len(rel.parts))}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = ([f"{node.module}.{alias.name}" for alias in node.names] if node.module == "tests"
+                         else [node.module])
+            elif isinstance(node, ast.ImportFrom):
+                names = ["." * node.level + (node.module or "")]  # relative: a sibling module
+            else:
+                continue
+            for name in names:
+                if not (name == "tests" or name.startswith(("tests.", "."))):
+                    continue
+                if (name.startswith("tests.support.") or name == "tests.support" or name == "tests.clock"
+                        or name in own_conftests):
+                    continue
+                found.append(f"{rel.as_posix()}:{node.lineno}: {name}")
+    return found
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_other_test_modules(REPO / "tests") == [], "move what tests share to tests/support"
+
+
+def test_the_test_import_scan_finds_a_test_module_and_a_helper_beside_one(tmp_path):
+    for folder in ("tests/a", "tests/b", "tests/support"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "tests" / "a" / "test_x.py").write_text(
+        "from tests.b.test_y import helper\nfrom tests.b import seed\nimport tests.b.conftest\n"
+        "from tests.a.conftest import NS\nfrom tests.conftest import REPO\nfrom tests import clock\n"
+        "from tests.support.emulator import FAST\nfrom tests.support import fleet_seed\nfrom . import near\n")
+    assert [f.split(": ", 1)[1] for f in imports_of_other_test_modules(tmp_path / "tests", tmp_path)] == [
+        "tests.b.test_y", "tests.b", "tests.b.conftest", "."]
+
+
+# Comments say why, not when: an issue's number and section point at nothing a reader has. A reference to another
+# project's tracker is a source and stays ("NVIDIA/nccl issue #1244", "ucx#9590", a URL). Migrations keep
+# their text as applied (a deployed database holds each one's checksum); fixtures are tools' own output.
+ISSUE_REF = re.compile(r"\bissues? #?\d+|§ ?\d+", re.I)
+EXTERNAL = re.compile(r"[\w.-]+/[\w.-]+ $")
+SCANNED = ("plugins", "tests", "dags", "include", "tools", "docs", "bench", "deploy", "README.md", "Makefile",
+           "pyproject.toml")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".html", ".sql", ".cfg", ".ini", ".sh", ".txt", ".json", ""}
+
+
+def _scanned_files(repo: pathlib.Path):
+    for top in SCANNED:
+        path = repo / top
+        for file in sorted(path.rglob("*")) if path.is_dir() else [path] if path.exists() else []:
+            parts = file.relative_to(repo).parts
+            if (file.is_file() and file.suffix in TEXT_SUFFIXES and "fixtures" not in parts
+                    and "migrations" not in parts and "__pycache__" not in parts):
+                yield file
+
+
+def issue_references(repo: pathlib.Path = REPO) -> list[str]:
+    found = []
+    for file in _scanned_files(repo):
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for m in ISSUE_REF.finditer(line):
+                if not EXTERNAL.search(line[:m.start()]):
+                    found.append(f"{file.relative_to(repo).as_posix()}:{lineno}: {m.group(0)}")
+    return found
+
+
+def test_no_issue_numbers_in_code_docs_or_the_readme():
+    assert issue_references() == [], "say why, briefly, not which issue asked for it"
+
+
+def test_the_issue_scan_finds_ours_and_leaves_other_projects(tmp_path):
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "x.py").write_text(
+        f"# the fast path ({'issue'} 28 {'§'}2)\n"
+        f"# peers, {'Issues'} #23\n"
+        f"# NVIDIA/nccl {'issue'} #1244, ucx#9590, https://github.com/NVIDIA/DCGM/issues/253\n")
+    (tmp_path / "plugins" / "migrations").mkdir()
+    (tmp_path / "plugins" / "migrations" / "0001.sql").write_text(f"-- {'issue'} 21\n")
+    (tmp_path / "README.md").write_text(f"As {'issue'} 31 asked.\n")
+    assert [f.rsplit(": ", 1)[1] for f in issue_references(tmp_path)] == [
+        f"{'issue'} 28", f"{'§'}2", f"{'Issues'} #23", f"{'issue'} 31"]

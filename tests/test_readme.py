@@ -10,7 +10,7 @@ import textwrap
 from cluster_doctor.domain.config import Settings
 
 from tests.conftest import REPO
-from tests.readme.readme_commands import (
+from tests.support.readme_commands import (
     NOT_HERE,
     RUN_BLOCKS,
     bash_blocks,

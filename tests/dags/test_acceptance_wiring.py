@@ -1,4 +1,4 @@
-"""The continuous_validation DAG opens the acceptance gate right after its record (issue 31 §1): a gated node
+"""The continuous_validation DAG opens the acceptance gate right after its record: a gated node
 whose whole bundle passed loses the taint at the run's end, not at the next fast-path tick."""
 
 

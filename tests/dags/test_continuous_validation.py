@@ -31,7 +31,7 @@ def steps(dag) -> list[str]:
 
 
 def test_tasks_flow_in_one_direction_along_one_line(dagbag):
-    """The Graph view (issue 24): one line from discover to verdict, every edge between neighbours."""
+    """The Graph view: one line from discover to verdict, every edge between neighbours."""
     dag = dagbag.dags["continuous_validation"]
     order = ["discover", "reap_orphans", "load_latest", "prioritize", "ship_suites", *steps(dag),
              "validate.finish_node", "record", "summarize", "verdict"]
@@ -43,8 +43,8 @@ def test_tasks_flow_in_one_direction_along_one_line(dagbag):
     # no edge skips ahead: a task reads the XComs of tasks further up by id, not as arguments
     assert dag.get_task("discover").downstream_task_ids == {"reap_orphans", "reserve"}
     assert dag.get_task("record").upstream_task_ids == {"validate.finish_node", "sweep.finish_node", "peers.finish"}
-    # the peers group beside validate (issue 23 §2): after ship_suites, plan, one test per pair, finish,
-    # then record; the health sweep's too (issue 28 §1): its bundles, a step per health suite, finish_node
+    # the peers group beside validate: after ship_suites, plan, one test per pair, finish,
+    # then record; the health sweep's too: its bundles, a step per health suite, finish_node
     for upstream, downstream in (("ship_suites", "peers.plan"), ("peers.plan", "peers.test"),
                                  ("peers.test", "peers.finish"), ("ship_suites", "ship_sweep"),
                                  ("ship_sweep", "sweep.gpu_health")):
@@ -76,7 +76,7 @@ def test_orphans_are_reaped_after_discovery_and_before_the_run_reads_results_or_
 
 
 def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_first(dagbag):
-    """Issue 21 §1: a node's suites one after another in one run, each step its own pool-limited
+    """A node's suites one after another in one run, each step its own pool-limited
     KubernetesPodOperator task; later steps outrank other nodes' first steps for a slot."""
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
     from airflow.sdk import TriggerRule
@@ -106,7 +106,7 @@ def test_validate_is_a_group_mapped_over_nodes_one_kpo_step_per_suite_health_fir
 
 
 def test_a_step_its_bundle_does_not_plan_is_labelled_not_due_in_the_grid(dagbag):
-    """Issue 33: the grid's skipped steps read apart at a glance. A step its node's bundle does not plan is
+    """The grid's skipped steps read apart at a glance. A step its node's bundle does not plan is
     skipped without an attempt and labelled "node · test · not due"; a planned step (pass, fail, or an
     attempt recorded skipped) keeps "node · test"; before the bundle is rendered, the plain label."""
     from types import SimpleNamespace
@@ -127,7 +127,7 @@ def test_a_step_its_bundle_does_not_plan_is_labelled_not_due_in_the_grid(dagbag)
 
 
 def test_the_health_sweep_is_a_group_mapped_over_free_nodes_below_every_bundle_step_in_the_pool(dagbag):
-    """Issue 28 §1: the sweep's steps take a pool slot after every due bundle's (a lower priority_weight
+    """The sweep's steps take a pool slot after every due bundle's (a lower priority_weight
     than any validate step, peer tests included), read the attempts of their own group, and record reads
     them too."""
     from airflow.sdk import TriggerRule

@@ -1,4 +1,4 @@
-"""The continuous_validation DAG hands off after quarantine, whatever quarantine did (issue 31 §3)."""
+"""The continuous_validation DAG hands off after quarantine, whatever quarantine did."""
 
 
 def test_handoff_runs_after_quarantine_whatever_it_did(dagbag):

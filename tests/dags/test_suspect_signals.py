@@ -1,4 +1,4 @@
-"""The fast path DAG (issue 28 §2): every fast_path_minutes, read the signals, then trigger a
+"""The fast path DAG: every fast_path_minutes, read the signals, then trigger a
 continuous_validation run limited to the new free suspects, and record which run took them."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityCla
 
 # What the Airflow side does, and therefore all it may do ("<resource>.<group>" outside the core group).
 CLUSTER_READ = {"nodes": {"get", "list", "watch"}, "pods": {"get", "list", "watch"},
-                "events": {"list"},  # the signals between validations: events on nodes (issue 28 §2)
+                "events": {"list"},  # the signals between validations: events on nodes
                 "storageclasses.storage.k8s.io": {"get"}}
 NAMESPACE_RULES = {
     "pods": {"create", "get", "list", "watch", "patch", "delete"},
@@ -343,7 +343,7 @@ def test_quarantine_kustomization_builds(tmp_path):
 # ------------------------------------------------------------------ opt-in reservation and gate permissions
 @pytest.mark.parametrize("overlay", ["reservation", "acceptance"])
 def test_reservation_and_acceptance_roles_are_opt_in_and_only_patch_nodes(overlay):
-    """Issue 21 §2 and issue 31 §1: exactly the node patch the reservation's and the acceptance gate's taints
+    """Exactly the node patch the reservation's and the acceptance gate's taints
     need, bound to the Airflow side only, each in its own overlay."""
     folder, name = K8S / overlay, f"cluster-doctor-{overlay}"
     docs = [d for d in yaml.safe_load_all((folder / f"{overlay}-rbac.yaml").read_text()) if d]

@@ -156,7 +156,7 @@ def exposed(pg_admin_dsn, template_db, tmp_path_factory):
     from prometheus_client.parser import text_string_to_metric_families
 
     from tests.conftest import _fresh_database
-    from tests.ui import fleet_seed as seed
+    from tests.support import fleet_seed as seed
 
     with _fresh_database(pg_admin_dsn, template_db) as dsn:
         store = ResultStore(dsn)

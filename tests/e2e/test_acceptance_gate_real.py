@@ -1,4 +1,4 @@
-"""The acceptance gate on a real Airflow scheduler (issue 31 §1, acceptance 1): a node that joins the cluster is
+"""The acceptance gate on a real Airflow scheduler: a node that joins the cluster is
 tainted by the fast path, its bundle runs within minutes without waiting for the hour, a user pod meant for it
 stays Pending meanwhile, and the validation run's own accept task removes the taint right after its record.
 
@@ -17,16 +17,16 @@ from cluster_doctor.domain import acceptance as gate
 from cluster_doctor.store import transitions
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import summary
-from tests.e2e.real_airflow import airflow
-from tests.e2e.real_airflow import runs as _runs
-from tests.e2e.real_airflow import wait as _wait
+from tests.support.real_airflow import airflow
+from tests.support.real_airflow import runs as _runs
+from tests.support.real_airflow import wait as _wait
+from tests.support.suite_results import summary
 
 # make test-slow (about 2 minutes: a real Airflow starts, then two DAGs run); every case of the gate runs in
 # make test at task level (tests/plugins/cluster_doctor/airflow/test_acceptance_gate.py).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
-GOAL_S = 600  # from the node's join to its validation pod Running: the fast path's goal (issue 28 §2)
+GOAL_S = 600  # from the node's join to its validation pod Running: the fast path's goal
 USER_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first-job", "namespace": "default"},
             "spec": {"nodeSelector": {"kubernetes.io/hostname": "gpu-002"},
                      "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}

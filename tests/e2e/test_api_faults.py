@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.e2e.conftest import NAMESPACE, script_result, summary, validation_pods
+from tests.e2e.conftest import NAMESPACE
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +34,7 @@ def test_429_500_503_and_a_lost_create_answer_during_a_run_are_retried(runner, c
     assert recorded == [(node, "pass") for node in nodes]
 
 
-# ---------------------------------------------------------------------------- a control plane that blinks (issue 30)
+# ---------------------------------------------------------------------------- a control plane that blinks
 def when_running(cluster, action):
     """``action()`` once a validation pod is Running, beside the DagRun."""
     import threading

@@ -1,6 +1,6 @@
 """Backfill re-validates a node range progressively: each run of the backfill takes the next stalest
 pairs of the range whose last executed result is older than stale_before, so N runs cover the range
-without repeats (issue 5, "re-validate a rack after a driver upgrade")."""
+without repeats."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, validation_pods
+from tests.support.suite_results import script_result, validation_pods
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
-"""One free window serves all of a node's due suites (issue 21 §1), and reservation of an overdue node
-(§2), end to end: the real DAG through Airflow, the real KubernetesPodOperator against the emulator,
+"""One free window serves all of a node's due suites, and reservation of an overdue node,
+end to end: the real DAG through Airflow, the real KubernetesPodOperator against the emulator,
 a real PostgreSQL."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.reservation import KEY
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, summary, validation_pods
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""Two DagRuns of the real DAG at once (a backfill run beside the hourly one, issue 11 item 2): both
+"""Two DagRuns of the real DAG at once (a backfill run beside the hourly one): both
 plan from the same validation_latest, and the run-to-run claims in the results DB make them split the
 free nodes instead of validating the same ones."""
 
@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from cluster_doctor.store import claims, database
 
-from tests.e2e.conftest import Runner, script_result, validation_pods
+from tests.e2e.conftest import Runner
+from tests.support.suite_results import script_result, validation_pods
 
 # make test-slow (two DagRuns at once, then three in a row): in make test, the stack test's overlapping
 # runs (a real scheduler) never validate or hold the same node, and the claims' own tests

@@ -12,7 +12,8 @@ import pytest
 from cluster_doctor.domain.planning import due
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import NAMESPACE, PVC, script_result, summary, validation_pods
+from tests.e2e.conftest import NAMESPACE, PVC
+from tests.support.suite_results import script_result, summary, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""The fast path on a real Airflow scheduler (issue 28 §2, acceptance 1): a signal on a free node has its
+"""The fast path on a real Airflow scheduler: a signal on a free node has its
 validation pod Running within the goal of 10 minutes, without waiting for the hour.
 
 A real Airflow 3.3 — api-server, scheduler and dag-processor, LocalExecutor on the SQLite metadata DB of the
@@ -17,10 +17,10 @@ import pytest
 from cluster_doctor.store import suspects
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import summary
-from tests.e2e.real_airflow import airflow
-from tests.e2e.real_airflow import runs as _runs
-from tests.e2e.real_airflow import wait as _wait
+from tests.support.real_airflow import airflow
+from tests.support.real_airflow import runs as _runs
+from tests.support.real_airflow import wait as _wait
+from tests.support.suite_results import summary
 
 # make test-slow (about 2 minutes: a real Airflow's three components start, then two DAGs run): the fast
 # path's decisions and its trigger run in make test at task level (tests/plugins/cluster_doctor/airflow/

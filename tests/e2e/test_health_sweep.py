@@ -1,4 +1,4 @@
-"""The health sweep (issue 28 §1), end to end: the real DAG through Airflow, the real KubernetesPodOperator
+"""The health sweep, end to end: the real DAG through Airflow, the real KubernetesPodOperator
 against the Kubernetes API emulator, a real PostgreSQL. A free node whose suites are fresh but whose last
 health check is older than sweep_interval_hours runs gpu_health in the sweep group, after the due node's
 bundle."""
@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, summary, validation_pods
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 

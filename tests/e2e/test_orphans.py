@@ -1,4 +1,4 @@
-"""A validation task killed hard (issue 11 item 3): its pod leaks, and the next DagRun records the pod's
+"""A validation task killed hard: its pod leaks, and the next DagRun records the pod's
 result and removes it. The real DAG through dag.test(), the real operator and client against the
 Kubernetes API emulator, a real PostgreSQL results DB."""
 
@@ -14,7 +14,7 @@ import dag_runner
 import psycopg
 import pytest
 
-from tests.e2e.conftest import summary, validation_pods
+from tests.support.suite_results import summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 
@@ -86,10 +86,10 @@ def test_a_hard_killed_validation_task_leaks_its_pod_and_the_next_run_records_an
 
 @pytest.mark.slow  # covered fast by kube/test_orphans.py (the next run's reaper records it, deletes it)
 def test_a_completed_pod_its_task_could_not_delete_goes_with_the_next_run(runner, cluster, db_dsn):
-    """Issue 30: the task recorded its pass but the API refused the deletion, so the Completed pod stayed.
+    """The task recorded its pass but the API refused the deletion, so the Completed pod stayed.
     The next run does not take it for one "its task may still be handling": the row of its try says the
     task is done with it. It is deleted, and its try keeps one row."""
-    from tests.e2e.conftest import script_result
+    from tests.support.suite_results import script_result
 
     cluster.add_gpu_node("gpu-001")
     script_result(cluster, "gpu-001")

@@ -1,4 +1,4 @@
-"""Peer tests between two nodes (issue 23 §2), end to end: the real DAG through Airflow, the peer launcher
+"""Peer tests between two nodes, end to end: the real DAG through Airflow, the peer launcher
 against the Kubernetes API emulator, a real PostgreSQL. Both pods start (the client given the server pod's
 IP) and each side's row names its peer; the nodes of the run's bundles are left out; the claims go."""
 
@@ -11,7 +11,7 @@ import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, summary, validation_pods
+from tests.support.suite_results import script_result, summary, validation_pods
 
 pytestmark = pytest.mark.e2e
 

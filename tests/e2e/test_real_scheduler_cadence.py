@@ -1,10 +1,10 @@
-"""Cadence on a real Airflow scheduler (issue 33, "Cadence"): the scheduled continuous_validation runs and
+"""Cadence on a real Airflow scheduler: the scheduled continuous_validation runs and
 the fast path's runs never starve each other. With max_active_runs=1 Airflow creates no scheduled run while
 another run is active, so a fast-path run over the scheduled time would push the scheduled run back; the
 fast path triggers only when no run is queued or running and the scheduled one is not due within
 fast_path_quiet_minutes (docs/signals.md, "The hour and the fast path never starve each other").
 
-A real Airflow 3.3 (tests/e2e/real_airflow.py) runs both DAGs unpaused against the Kubernetes API emulator
+A real Airflow 3.3 (tests/support/real_airflow.py) runs both DAGs unpaused against the Kubernetes API emulator
 and a real PostgreSQL, scaled down: the fast path every 30 s with a quiet window of 150 s (a run of the DAG
 takes up to about two minutes on a loaded 2-CPU box), gpu-001 turning suspect again and again (a new Xid event
 every 20 s), and continuous_validation scheduled once an hour at the minute six minutes or so after the test
@@ -22,8 +22,8 @@ import threading
 import pytest
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import summary
-from tests.e2e.real_airflow import airflow, metadata, wait
+from tests.support.real_airflow import airflow, metadata, wait
+from tests.support.suite_results import summary
 
 # make test-slow (about 8 minutes: Airflow starts, the unpausing run, a triggered run, the scheduled one);
 # the fast path's decision (no trigger while a run is active or the scheduled one is near) runs in make test

@@ -1,9 +1,9 @@
-"""Retries on a real Airflow scheduler (issue 33, "Retries"): a scheduler killed while a validation pod runs
+"""Retries on a real Airflow scheduler: a scheduler killed while a validation pod runs
 makes Airflow run the task again as try 2 (the next scheduler resets the orphaned task instance: LocalExecutor
 cannot adopt it), although the DAG sets no retries. Try 2 adopts try 1's pod, never creates a second one:
 one validation of the node, one row for the pair with the suite's real result, no pod left behind.
 
-A real Airflow 3.3 (tests/e2e/real_airflow.py) against the Kubernetes API emulator and a real PostgreSQL.
+A real Airflow 3.3 (tests/support/real_airflow.py) against the Kubernetes API emulator and a real PostgreSQL.
 The scheduler is killed as a lost host kills it: SIGKILL to every process of its session, the LocalExecutor
 workers and the task processes they forked included, so nothing of try 1 is left to heartbeat or record.
 """
@@ -15,8 +15,8 @@ import time
 import psycopg
 import pytest
 
-from tests.e2e.conftest import summary, validation_pods
-from tests.e2e.real_airflow import SCHEDULER, airflow, metadata, runs, wait
+from tests.support.real_airflow import SCHEDULER, airflow, metadata, runs, wait
+from tests.support.suite_results import summary, validation_pods
 
 # make test-slow (about 3 minutes); the adoption itself runs in make test at task level
 # (tests/plugins/cluster_doctor/airflow/test_operator_control_plane.py).

@@ -4,7 +4,7 @@ read_signals waits within its budget (one fast-path interval, and each Kubernete
 when the Kubernetes API still does not answer, the task fails on one line that names it and says the next tick tries again (before, its log ended
 in urllib3's traceback and said nothing else). Once the cluster answers, the next tick succeeds.
 
-A real Airflow 3.3 (tests/e2e/real_airflow.py) against the Kubernetes API emulator behind a TCP forwarder
+A real Airflow 3.3 (tests/support/real_airflow.py) against the Kubernetes API emulator behind a TCP forwarder
 that is down at first (connection refused, as before the emulator listens) and a real PostgreSQL.
 """
 
@@ -15,7 +15,7 @@ import json
 import pytest
 from k8s_emulator.process import write_kubeconfig
 
-from tests.e2e.real_airflow import airflow, runs, wait
+from tests.support.real_airflow import airflow, runs, wait
 from tests.support.tcp_proxy import TcpProxy
 
 # make test-slow (about 3 minutes: a real Airflow's three components start, then two ticks run); the wait

@@ -13,7 +13,7 @@ import pytest
 from cluster_doctor.store import spool
 from cluster_doctor.store.history import ResultStore
 
-from tests.e2e.conftest import script_result, validation_pods
+from tests.support.suite_results import script_result, validation_pods
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # ~8 min; the task-level outage test runs in make test

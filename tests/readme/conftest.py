@@ -1,8 +1,8 @@
-"""One scratch checkout and HOME per test module (tests/readme/readme_commands.py)."""
+"""One scratch checkout and HOME per test module (tests/support/readme_commands.py)."""
 
 import pytest
 
-from tests.readme.readme_commands import scratch_checkout
+from tests.support.readme_commands import scratch_checkout
 
 
 @pytest.fixture(scope="module")

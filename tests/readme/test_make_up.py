@@ -1,11 +1,11 @@
 """The README's `make up` / `make down`: the UI stack starts (on a free port: 8080 may be someone's) and
-stops leaving nothing (tests/readme/readme_commands.py runs the block).
+stops leaving nothing (tests/support/readme_commands.py runs the block).
 
 The stack itself — started by ``tools/stack.py up`` exactly as ``make up`` runs it, driven as a user
 drives it, stopped by ``down`` leaving nothing — is tests/stack/test_stack.py's, in ``make test``. What
 only this file can see is the Makefile's wiring of the README's two commands onto that tool: checked fast
 here (``make -n``: the recipe, nothing run); the block run as written, about a minute of a worker, is in
-``make test-slow`` (issue 27: ``make test`` within 12 minutes)."""
+``make test-slow`` (``make test`` within 12 minutes)."""
 
 import contextlib
 import re
@@ -16,7 +16,7 @@ import leftovers
 import pytest
 
 from tests.conftest import REPO
-from tests.readme.readme_commands import RUN_BLOCKS, assert_nothing_left, block_after, commands, run_block
+from tests.support.readme_commands import RUN_BLOCKS, assert_nothing_left, block_after, commands, run_block
 
 
 def free_port() -> int:

@@ -1,6 +1,6 @@
 """The README's quick start, then what it says to do with the demo's results: `make demo` exits 0 and
 prints a real daily report section; the README's SQL runs on its results; the CLI examples read them;
-nothing keeps running (tests/readme/readme_commands.py runs the blocks)."""
+nothing keeps running (tests/support/readme_commands.py runs the blocks)."""
 
 import re
 
@@ -8,8 +8,8 @@ import psycopg
 import pytest
 from cluster_doctor.store import database
 
-from tests.readme.readme_commands import README, assert_nothing_left, run_block
-from tests.readme.timing_lines import assert_timing_line
+from tests.support.readme_commands import README, assert_nothing_left, run_block
+from tests.support.timing_lines import assert_timing_line
 
 
 @pytest.mark.timeout(900)

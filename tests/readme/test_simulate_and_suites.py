@@ -1,7 +1,7 @@
 """The README's `cluster-doctor simulate` examples and its standalone suite in CPU mode, as written
-(tests/readme/readme_commands.py runs the blocks)."""
+(tests/support/readme_commands.py runs the blocks)."""
 
-from tests.readme.readme_commands import assert_nothing_left, run_block
+from tests.support.readme_commands import assert_nothing_left, run_block
 
 
 def test_simulate_examples(scratch):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 
 from tests.conftest import REPO
-from tests.readme.timing_lines import PHASES, assert_timing_line
+from tests.support.timing_lines import PHASES, assert_timing_line
 
 README = (REPO / "README.md").read_text()
 RECORDED = tomllib.loads((REPO / "bench" / "figures.toml").read_text())["timing"]

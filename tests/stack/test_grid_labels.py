@@ -1,4 +1,4 @@
-"""The grid tells the two "skipped" apart (issue 33), on a real Airflow 3.3 in Chromium: a validate step
+"""The grid tells the two "skipped" apart, on a real Airflow 3.3 in Chromium: a validate step
 whose suite its node's bundle does not plan is an Airflow `skipped` task labelled "node · test · not due"
 (no attempt, no row), while a skipped step that is an attempt — here gpu-004's ib_health, stopped by its
 gpu_health failing on the injected fault — keeps its plain "node · test" label and has its `skipped` row.
@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from cluster_doctor.store import database
 
-from tests.stack.test_stack import DAG, STACK, TERMINAL, Api, _down, _free_port
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.stack import DAG, STACK, TERMINAL, Api, free_port, stack_down
 
 # slow: a stack of its own (~7 min on a loaded 2-core box); `make test` covers the label itself through
 # tests/dags (every step's rendered label for a bundle that plans gpu_health only), `make test-slow` runs
@@ -42,7 +42,7 @@ def stack(tmp_path_factory):
     import subprocess
 
     state = tmp_path_factory.mktemp("grid-stack")
-    port = _free_port()
+    port = free_port()
     up = subprocess.run([*STACK, "up", "--state-dir", str(state), "--port", str(port), "--nodes", "6",
                          "--churn-interval", "0", "--seed", "3"], env={**os.environ, **SETTINGS},
                         capture_output=True, text=True, timeout=900)
@@ -53,7 +53,7 @@ def stack(tmp_path_factory):
         yield {"url": f"http://127.0.0.1:{port}", "password": password, "api": Api(f"http://127.0.0.1:{port}", password),
                "results_url": results_url}
     finally:
-        _down(state)
+        stack_down(state)
 
 
 def _trigger(api: Api, conf: dict, stale_before: dt.datetime) -> str:

@@ -31,7 +31,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -45,16 +44,14 @@ import stack as stack_tool  # tools/stack.py, the code behind make up / make dow
 from cluster_doctor.store import database
 
 from tests.conftest import REPO
-from tests.readme.timing_lines import assert_timing_line
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.stack import DAG, STACK, TERMINAL, Api, free_port, stack_down
+from tests.support.timing_lines import assert_timing_line
 
 pytestmark = pytest.mark.e2e
 
-STACK = [sys.executable, str(REPO / "tools" / "stack.py")]
-DAG = "continuous_validation"
 SLOTS = 2
 STATUSES = {"pass", "fail", "error", "timeout", "preempted", "skipped"}
-TERMINAL = {"success", "failed"}
 ARTIFACTS = REPO / "artifacts"
 SETTINGS = {  # through the environment of `up`, as a user tunes `make up`
     "CLUSTER_DOCTOR_TESTS": "gpu_health",
@@ -68,59 +65,8 @@ SCENARIO_S = pytest.StashKey[float]()
 RUNS_TIMEOUT_S = 600
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _ts(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-
-
-class Api:
-    """The stack's REST API with a JWT from POST /auth/token (SimpleAuthManager)."""
-
-    def __init__(self, base: str, password: str):
-        self.base = base
-        self.token = self._call("POST", "/auth/token", {"username": "admin", "password": password},
-                                expect=201)["access_token"]
-
-    def _call(self, method: str, path: str, body=None, expect: int = 200):
-        req = urllib.request.Request(self.base + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json", "Accept": "application/json",
-                                              **({"Authorization": f"Bearer {self.token}"}
-                                                 if getattr(self, "token", None) else {})})
-        # A read is retried on a 5xx: on a loaded box the api-server's database pool can time out once
-        # ("Database error"), which says nothing about the product; a write is never repeated.
-        for attempt in range(4 if method == "GET" else 1):
-            try:
-                with urllib.request.urlopen(req, timeout=30) as resp:
-                    status, raw = resp.status, resp.read()
-            except urllib.error.HTTPError as exc:
-                status, raw = exc.code, exc.read()
-            if status < 500:
-                break
-            time.sleep(2 * (attempt + 1))
-        assert status == expect, f"{method} {path}: {status} {raw[:2000]!r}"
-        return json.loads(raw) if raw else None
-
-    def get(self, path: str):
-        return self._call("GET", path)
-
-    def post(self, path: str, body, expect: int = 200):
-        return self._call("POST", path, body, expect=expect)
-
-    def runs(self) -> list[dict]:
-        return self.get(f"/api/v2/dags/{DAG}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
-
-    def run(self, run_id: str) -> dict:
-        return self.get(f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id)}")
-
-    def task_instances(self, run_id: str) -> list[dict]:
-        return self.get(f"/api/v2/dags/{DAG}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances?limit=500")[
-            "task_instances"]
 
 
 @dataclasses.dataclass
@@ -174,10 +120,6 @@ def _listening(pids) -> set[str]:
     return found
 
 
-def _down(state: pathlib.Path) -> subprocess.CompletedProcess:
-    return subprocess.run([*STACK, "down", "--state-dir", str(state)], capture_output=True, text=True, timeout=180)
-
-
 def _up(state: pathlib.Path, port: int, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([*STACK, "up", "--state-dir", str(state), "--port", str(port), "--nodes", "10",
                            "--churn-interval", "3", "--seed", "11"], env=env, capture_output=True, text=True,
@@ -186,7 +128,7 @@ def _up(state: pathlib.Path, port: int, env: dict) -> subprocess.CompletedProces
 
 def test_a_failed_up_says_why_and_leaves_nothing_behind(tmp_path):
     # a setting the DAG cannot parse: everything is started by the time the dag-processor reports it
-    port = _free_port()
+    port = free_port()
     up = _up(tmp_path, port, {**os.environ, **SETTINGS, "CLUSTER_DOCTOR_POOL_SLOTS": "two"})
     assert up.returncode == 1, up.stdout + up.stderr
     error = [line for line in up.stderr.splitlines() if line.startswith("error: ")]
@@ -202,7 +144,7 @@ def stack():
     # outside pytest's basetemp: as root, pgserver opens up the parents of its data directory for its own
     # user, and any pytest starting meanwhile (a test's probe run) closes /tmp/pytest-of-<user> again
     state = pathlib.Path(tempfile.mkdtemp(prefix="cd-test-stack-"))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **SETTINGS}
     started = time.monotonic()
     up = _up(state, port, env)
@@ -215,7 +157,7 @@ def stack():
         # what make up prints: the UI on 127.0.0.1, the user and the generated password
         assert f"http://127.0.0.1:{port}" in up.stdout and f"admin / {password}" in up.stdout
         assert (state / "airflow" / "passwords.json").stat().st_mode & 0o077 == 0
-        # its last line: how long it took, phase by phase, on what machine (issue 33; the README quotes it)
+        # its last line: how long it took, phase by phase, on what machine (the README quotes it)
         assert_timing_line(up.stdout.strip().splitlines()[-1], "make up ready")
         cluster = json.loads((state / "cluster" / "ready.json").read_text())
         results_url = re.search(r"--db-url '([^']+)'", up.stdout).group(1)
@@ -223,7 +165,7 @@ def stack():
                     Api(f"http://127.0.0.1:{port}", password))
     finally:
         if record_path.exists():  # the last test takes it down; this only covers a failure before
-            _down(state)
+            stack_down(state)
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -289,7 +231,7 @@ def _planned(tis: list[dict]) -> set[tuple[str, str]]:
     """The run's node · test pairs, from the labels of its validate and sweep groups' steps (the stack
     enables one suite, gpu_health: every step is planned; the health sweep's are in the sweep group). A
     group that mapped over nothing has one unexpanded instance (map_index -1, no label); a step labelled
-    "not due" (issue 33) was no attempt."""
+    "not due" was no attempt."""
     return {tuple(ti["rendered_map_index"].split(" · ")) for ti in tis
             if ti["task_id"].startswith(("validate.", "sweep.")) and not ti["task_id"].endswith(".finish_node")
             and ti["rendered_map_index"] and not ti["rendered_map_index"].endswith(" · not due")}
@@ -542,14 +484,14 @@ def test_the_default_trigger_form_submits_in_chromium(stack, scenario):
 def test_down_stops_everything_it_started(stack, request):
     assert _leftovers(stack.state, stack.record), "nothing of the stack found running before down"
     started = time.monotonic()
-    down = _down(stack.state)
+    down = stack_down(stack.state)
     down_s = time.monotonic() - started
     assert down.returncode == 0, down.stdout + down.stderr
     assert _leftovers(stack.state, stack.record) == []
     with pytest.raises(OSError):
         urllib.request.urlopen(stack.url + "/api/v2/monitor/health", timeout=5)
     assert not (stack.state / "pgdata" / "postmaster.pid").exists()
-    again = _down(stack.state)  # idempotent: nothing recorded, says so, exit 0
+    again = stack_down(stack.state)  # idempotent: nothing recorded, says so, exit 0
     assert again.returncode == 0 and "nothing to stop" in again.stdout
     print(f"\nstack: up {stack.up_s:.0f} s, scenario {request.session.stash.get(SCENARIO_S, 0):.0f} s, "
           f"down {down_s:.1f} s")

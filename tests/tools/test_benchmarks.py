@@ -47,7 +47,7 @@ REGRESSES = {"bench_store.py": ("store.speedup", "20,000 rows", 1e9),
 @pytest.mark.parametrize("bench", sorted(FIGURES))
 def test_a_benchmark_compares_in_one_run_prints_its_figure_last_and_leaves_nothing(bench, tmp_path):
     """... and, against a recorded figure more than 20 % better than what it measures, says REGRESSION
-    and exits 1 (issue 32: a benchmark that regresses fails loudly in its own output)."""
+    and exits 1 (a benchmark that regresses fails loudly in its own output)."""
     args, figure = FIGURES[bench]
     env = dict(os.environ)
     if bench in REGRESSES:

@@ -17,7 +17,7 @@ from cluster_doctor.store.history import ResultStore
 from k8s_emulator import EmulatorProcess
 from leftovers import processes_mentioning
 
-from tests.tools.suite_pods import run_suite_pod
+from tests.support.suite_pods import run_suite_pod
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import stack_cluster as sc
 from k8s_emulator import EmulatorProcess
 
-from tests.tools.suite_pods import run_suite_pod
+from tests.support.suite_pods import run_suite_pod
 
 NODES = tuple(sc.node_names(10))
 

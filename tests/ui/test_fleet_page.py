@@ -21,14 +21,14 @@ from cluster_doctor.store.history import ResultStore
 
 from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
-from tests.ui import fleet_seed as seed
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+from tests.support import fleet_seed as seed
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
 # clock: the api-server computes ages with the real clock (tests/test_clock.py moves it)
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
 USER, PASSWORD = "sre", "correct-horse-battery-staple"
-NEVER_ATTEMPTED = "gpu-012"  # a GPU node discovery saw and nothing ever ran on (issue 21 §4)
+NEVER_ATTEMPTED = "gpu-012"  # a GPU node discovery saw and nothing ever ran on
 ARTIFACTS = REPO / "artifacts"
 
 
@@ -233,7 +233,7 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
 
 
 def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
-    """Issue 21 §4: a GPU node discovery saw and nothing ever ran on is a row of the fleet, never
+    """A GPU node discovery saw and nothing ever ran on is a row of the fleet, never
     validated, with why (busy for 3 h, by whom); the "not eligible" card and filter find it; its node
     page is not "Unknown node"."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -258,7 +258,7 @@ def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
         busy = re.fullmatch(r"busy for (\d+) h(?: (\d+) min)?", now.locator(".now-label").inner_text())
         assert busy and 175 <= int(busy[1]) * 60 + int(busy[2] or 0) <= 200, now.inner_text()
         assert "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu" in now.get_attribute("title")
-        assert now.locator(".holder").inner_text() == "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu"  # issue 33
+        assert now.locator(".holder").inner_text() == "ml-team/llm-pretrain-7 requests 8 nvidia.com/gpu"  # who holds it, and how much
         assert frame.locator("#never .value").inner_text() == "2"  # gpu-006 (timeouts only) and gpu-012
         card = frame.locator("#not-eligible")
         assert card.locator(".value").inner_text() == "1" and "busy 1" in card.inner_text()

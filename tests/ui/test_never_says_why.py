@@ -1,4 +1,4 @@
-"""Every "never" says why (issue 33), in a real Airflow UI driven by headless Chromium: on the fleet page a
+"""Every "never" says why, in a real Airflow UI driven by headless Chromium: on the fleet page a
 pair whose only attempt did not run its suite shows that attempt and its reason in the cell (not "never"
 beside a "Last attempt" of minutes ago), a busy node shows who holds it in the row (not only in a
 tooltip); the page of a never-validated node says why (not eligible since when and by whom, or due and
@@ -18,8 +18,8 @@ from cluster_doctor.store.history import ResultStore
 
 from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
-from tests.ui import fleet_seed as seed
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+from tests.support import fleet_seed as seed
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
 
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 

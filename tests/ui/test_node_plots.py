@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import REPO, _fresh_database, dsn_to_url
-from tests.ui.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 

@@ -1,4 +1,4 @@
-"""The hand-off to a ticketing or RMA system (issue 31 §3), the body of the continuous_validation DAG's
+"""The hand-off to a ticketing or RMA system, the body of the continuous_validation DAG's
 ``handoff`` task: after quarantine, the documents due go into the outbox of the results DB and the outbox is
 drained to the webhook of the Airflow connection the setting ``handoff_conn_id`` names. Off when it is empty
 (the default): no document is written, nothing is posted.

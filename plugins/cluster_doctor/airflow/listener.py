@@ -1,6 +1,6 @@
 """Run notes: when a continuous_validation run ends, its DagRun note (what the Airflow UI shows on the
 run) says what it did — or why it planned nothing (all fresh since X, all claimed by run Y, none free) —
-and what it waited for (issue 21 §5, issue 24). A note a person wrote is never replaced.
+and what it waited for. A note a person wrote is never replaced.
 
 An Airflow listener, registered by the plugin: it runs where the run's state changes (the scheduler,
 or ``dag.test()``), with the run's own database session, so it reads the summarize task's XCom and

@@ -1,4 +1,4 @@
-"""The peers task group of continuous_validation (issue 23 §2): peer tests between two free nodes.
+"""The peers task group of continuous_validation: peer tests between two free nodes.
 
 * ``plan`` (after ship_suites, beside the validate group): with setting ``peer_tests`` on, the free
   nodes no bundle of this run uses are matched (``domain.peers.match_peers``, on the recent peer rows

@@ -1,4 +1,4 @@
-"""The signals between validations in Airflow (issue 28 §2): what every run's discover does with them, and
+"""The signals between validations in Airflow: what every run's discover does with them, and
 the fast path, the DAG ``suspect_signals`` that does not wait for the hour.
 
 Every ``continuous_validation`` run reads the signals after its discovery (``read_signals``) and plans the

@@ -87,7 +87,7 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         log.warning("%s", warnings[-1])
     update = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
     inventory_at = now if update is not None else None
-    if store:  # the signals between validations (issue 28 §2): suspects, planned first by prioritize
+    if store:  # the signals between validations: suspects, planned first by prioritize
         signals_task.read_signals(core_v1, settings, found, update, store, now)
         signals_task.accept(core_v1, settings, update, store, run_id=run_id, now=now, dry_run=run.dry_run)
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
@@ -181,7 +181,7 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     a live one); without it (planning only), nothing is claimed. A plan with nothing in it says why
     (``Plan.why_empty``)."""
     now = now or _now()
-    if suspects is None and store is not None:  # issue 28 §2: what the signals say, their bundles first
+    if suspects is None and store is not None:  # what the signals say, their bundles first
         # judged against every enabled suite: a run of fewer (params) never clears a suspicion alone
         suspects = {node: s.describe() for node, s in signals_task.current_suspects(
             store, discovered.settings.tests, [n.name for n in discovered.free], now).items()}
@@ -283,7 +283,7 @@ def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bun
 
 
 def sweep_bundles(discovered: Discovered, planned: Plan, core_v1: Any, shipped: RunConfig | None) -> list[Bundle]:
-    """The health sweep's bundles (issue 28 §1), for the mapped sweep task group, whose steps take a pool
+    """The health sweep's bundles, for the mapped sweep task group, whose steps take a pool
     slot after every due bundle's. ``shipped``: the suite code ship_suites already shipped (None when it
     shipped nothing: shipped here then)."""
     nodes = _planned_nodes(planned, sweep=True)
@@ -493,7 +493,7 @@ def waited_line(run_type: str | None, run_after: dt.datetime | None, started: dt
 def quarantine(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str | None = None,
                now: dt.datetime | None = None) -> QuarantineReport:
     """Label (and optionally taint) nodes with confirmed failures, release recovered ones, name repeat
-    offenders (issue 31 §3: settings repeat_offender_*); off by default. An open circuit breaker fails the
+    offenders (settings repeat_offender_*); off by default. An open circuit breaker fails the
     task: a human decides."""
     from cluster_doctor.domain.transitions import RepeatPolicy
     from cluster_doctor.kube import quarantine as q

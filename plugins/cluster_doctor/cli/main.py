@@ -389,11 +389,11 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         known = q.inventory()
         summary = q.summary()  # with the coverage SLO of the last 30 days, as the fleet page shows it
         never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
-        peer_verdicts = q.peer_verdicts()  # issue 23 §2: empty while peer tests are off
-        suspected, failing = q.suspects(), q.failing_since()  # issue 28 §2: since when, and why
+        peer_verdicts = q.peer_verdicts()  # empty while peer tests are off
+        suspected, failing = q.suspects(), q.failing_since()  # since when, and why
         slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours))  # with its evidence
         missing_baselines = q.missing_baselines()  # once per node pool, not one error per node
-        with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
+        with q.conn.cursor() as cur:  # repeat offenders, action replace
             offenders = stored_transitions.repeat_offenders(cur)
     # GPU nodes nothing ever ran on (no row at all); not when a status filter asks for results
     attempted = set() if args.status else {r["node_name"] for r in store.latest(node_range=node_range)}
@@ -604,7 +604,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     store = _store(args)
     latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
     reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
-    with store.connection() as conn, conn.cursor() as cur:  # issue 28 §2: suspects first, as prioritize plans
+    with store.connection() as conn, conn.cursor() as cur:  # suspects first, as prioritize plans
         suspected = stored_suspects.current(cur, settings.tests, [n.name for n in nodes.free])
     given = planner.PlanInput(
         settings=settings, run=run, free=nodes.free, states=planner.pair_states(latest), ineligible=nodes.ineligible,

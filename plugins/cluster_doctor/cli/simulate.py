@@ -91,7 +91,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--sweep-interval", type=float, default=1.0,
                    help="hours: the health sweep runs gpu_health on free nodes with no due suite whose last check "
                         "is older (setting sweep_interval_hours, default 1)")
-    p.add_argument("--no-sweep", action="store_true", help="no health sweep (the rule before issue 28)")
+    p.add_argument("--no-sweep", action="store_true", help="no health sweep: free nodes with nothing due stay idle")
     p.add_argument("--faults", type=float, default=0.0,
                    help="inject faults: this many per 1,000 node-days (Meta's research clusters: 6.5); adds the "
                         "time to detect and the user jobs on broken nodes")
@@ -102,7 +102,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="a user job on a broken node crashes with this probability, the running one included "
                         "(default 0.7)")
     p.add_argument("--no-signals", action="store_true",
-                   help="no signals: a crashed job does not make its node suspect (the rule before issue 28)")
+                   help="no signals: a crashed job does not make its node suspect, only a validation finds it")
     p.add_argument("--joins", type=int, default=0,
                    help="nodes replaced by new ones over the period, each at a random time (no history)")
     p.add_argument("--reboots", type=float, default=0.0,
@@ -220,7 +220,7 @@ def render(result: sim.SimResult) -> str:
 
 
 def fault_lines(result: sim.SimResult) -> list[str]:
-    """The health sweep, what validation costs and, with faults, how fast they are found (issue 28)."""
+    """The health sweep, what validation costs and, with faults, how fast they are found."""
     cfg = result.config
     sweep = (f"health sweep every {cfg.sweep_interval_hours:g} h: {result.swept:,} pairs executed"
              if cfg.sweep_interval_hours else "no health sweep")

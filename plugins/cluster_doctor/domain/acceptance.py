@@ -1,4 +1,4 @@
-"""The acceptance gate, the policy (issue 31 §1, opt-in): a node first seen, rebooted, or back from our
+"""The acceptance gate, the policy (opt-in): a node first seen, rebooted, or back from our
 quarantine gets its whole bundle before users do. Pure: ``cluster_doctor.kube.acceptance`` acts on it,
 ``cluster_doctor.simulator`` models it.
 

@@ -167,7 +167,7 @@ class Attempt:
     action: str | None = None
     incomplete: bool | None = None
     checks_not_run: int | None = None
-    # a peer test (suite fabric_peer, issue 23 §2): the other node of the test; None for a node's own suites
+    # a peer test (suite fabric_peer): the other node of the test; None for a node's own suites
     peer: str | None = None
 
     COLUMNS = (

@@ -8,7 +8,7 @@ breaker, as quarantine has). Pure; ``cluster_doctor.kube.conditions`` writes it 
 * Unknown: a suite never ran on the node, its latest result is older than the target (stale
   evidence, whatever it said), or the suite could not judge (error: its code is the reason).
 
-A repeat offender (issue 31 §3) is False with reason ``RepeatOffender`` and action replace, whatever its
+A repeat offender is False with reason ``RepeatOffender`` and action replace, whatever its
 latest results say, until a person releases it.
 """
 
@@ -30,7 +30,7 @@ REASON_PASSED = "AllSuitesPassed"
 REASON_STALE = "EvidenceStale"
 REASON_NEVER = "NotValidated"
 REASON_ERROR = "SuiteError"
-REASON_REPEAT = "RepeatOffender"  # issue 31 §3: action replace, whatever its latest results say
+REASON_REPEAT = "RepeatOffender"  # action replace, whatever its latest results say
 MESSAGE_LIMIT = 1024  # characters: a summary for `kubectl describe node`, the history has the details
 
 

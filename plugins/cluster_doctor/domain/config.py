@@ -202,7 +202,7 @@ class Settings(BaseSettings):
     tests: Annotated[list[str], Field(min_length=1), AfterValidator(_node_suites)] = _setting(
         ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"],
         "Enabled suites, in tie-break order (cheapest first).")
-    # --- peer tests: two nodes at a time (issue 23 §2, cluster_doctor.domain.peers) ---
+    # --- peer tests: two nodes at a time (cluster_doctor.domain.peers) ---
     peer_tests: bool = _setting(
         False, "Peer tests (suite `fabric_peer`): free nodes of one GPU model are paired and run a two-node NCCL "
                "all-reduce forced onto the network and an ib_write_bw per rail; a failed pair is blamed on a node "
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         "Node labels naming a node's leaf switch, narrowest first: a node is paired with one under another leaf "
         "(the first label both carry differs) so the test crosses the spine. Defaults: NVIDIA Topograph's "
         "leaf (and its former block name) and EKS's bottom network layer.")
-    # --- signals between validations (issue 28 §2, cluster_doctor.domain.signals, kube.signals) ---
+    # --- signals between validations (cluster_doctor.domain.signals, kube.signals) ---
     signal_gpu_allocatable: bool = _setting(
         True, "Signal: a GPU node whose `gpu_resource` allocatable is below its capacity (or GPU Feature Discovery's "
               "count label) is suspect: the device plugin withdrew a GPU it found unhealthy. A signal never fails a "
@@ -395,7 +395,7 @@ class Settings(BaseSettings):
             "with the quarantine's circuit breaker ([docs/node-conditions.md](docs/node-conditions.md)), e.g. "
             "{\"enabled\": true, \"dry_run\": false, \"max_share\": 0.05, \"max_nodes\": 10, \"window_hours\": 24}. "
             "Needs include/k8s/conditions. Off by default.")
-    # --- the repair loop, repeat offenders and the hand-off (issue 31 §2, §3) ---
+    # --- the repair loop, repeat offenders and the hand-off ---
     repeat_offender_days: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         30.0, "A node quarantined again within this many days of a release, or for the `repeat_offender_failures`-th "
               "time within them, is a repeat offender: action `replace`, kept in quarantine until a person releases "

@@ -1,4 +1,4 @@
-"""The hand-off to a ticketing or RMA system (issue 31 §3): the JSON document posted to the configured webhook
+"""The hand-off to a ticketing or RMA system: the JSON document posted to the configured webhook
 once per new repeat offender and once per confirmed failure needing ``drain_and_service``. Pure Python: the
 store keeps the documents in an outbox until the webhook takes them (``cluster_doctor.store.handoff``), the
 airflow layer posts them (``cluster_doctor.airflow.handoff_task``).

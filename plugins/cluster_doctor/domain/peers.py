@@ -1,4 +1,4 @@
-"""Peer tests (issue 23 §2): a test *between* two nodes, pure Python.
+"""Peer tests: a test *between* two nodes, pure Python.
 
 The suite ``fabric_peer`` runs on two free nodes of the same GPU model at once — a two-node NCCL
 all-reduce forced onto the network and an ``ib_write_bw`` per rail — and each side records its own

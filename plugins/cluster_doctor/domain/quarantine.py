@@ -22,7 +22,7 @@ ANN_CODES = f"{DOMAIN}/failure-codes"
 ANN_SINCE = f"{DOMAIN}/quarantined-at"
 # the most severe recommended action of the failures (domain.actions), for remediation tooling
 ANN_ACTION = f"{DOMAIN}/recommended-action"
-# a repeat offender's cause (issue 31 §3): its recommended action is then replace, and quarantine keeps it out
+# a repeat offender's cause: its recommended action is then replace, and quarantine keeps it out
 # until a person releases it (removes the label)
 ANN_REPEAT = f"{DOMAIN}/repeat-offender"
 ANNOTATIONS = (ANN_TESTS, ANN_CODES, ANN_SINCE, ANN_ACTION, ANN_REPEAT)
@@ -123,7 +123,7 @@ class QuarantineReport:
     not_acted_on: list[str] = dataclasses.field(default_factory=list)
     breaker_open: bool = False
     breaker_reason: str | None = None
-    # issue 31 §3: nodes named repeat offenders by this run ("node: cause"); repeat offenders that pass again but
+    # nodes named repeat offenders by this run ("node: cause"); repeat offenders that pass again but
     # stay quarantined until a person releases them; nodes whose label a person removed (released by a person)
     repeat_offenders: list[str] = dataclasses.field(default_factory=list)
     kept_for_person: list[str] = dataclasses.field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Reservation of overdue nodes, the policy (issue 21 §2): which busy GPU nodes get our NoSchedule taint
+"""Reservation of overdue nodes, the policy: which busy GPU nodes get our NoSchedule taint
 so that no new user pod lands when their current job ends, how many at once, for how long, and the
 circuit breaker. Pure: ``cluster_doctor.kube.reservation`` acts on it, ``cluster_doctor.simulator``
 models it with the same functions.

@@ -537,7 +537,7 @@ def to_attempt(
     identity = dict(node_name=node_name, test_name=test_name, gpu_count=gpu_count, dag_id=dag_id,
                     run_id=run_id, map_index=map_index, try_number=try_number,
                     pod_name=_optional(pod_name),
-                    # a peer test's other node: the orchestrator's, else the suite's report (issue 23 §2)
+                    # a peer test's other node: the orchestrator's, else the suite's report
                     peer=_optional(peer) or _optional(summary.get("peer")))
     try:
         return Attempt(

@@ -1,4 +1,4 @@
-"""Signals between validations (issue 28 §2): what the cluster already says about a node, judged into the
+"""Signals between validations: what the cluster already says about a node, judged into the
 evidence that makes it suspect (pure Python).
 
 A source (``cluster_doctor.kube.signals`` reads them) reports what it saw; the functions here decide which of

@@ -1,4 +1,4 @@
-"""A node's life as transitions (issue 31 §2, §3): quarantined, repaired, accepted, released, repeat offender,
+"""A node's life as transitions: quarantined, repaired, accepted, released, repeat offender,
 each with its time and cause; and the rule that names a repeat offender. Pure Python; the store keeps them
 (``cluster_doctor.store.transitions``), the quarantine task writes most of them (``kube.quarantine``).
 
@@ -22,7 +22,7 @@ REPAIRED = "repaired"  # rebooted while quarantined (a new status.nodeInfo.bootI
 ACCEPTED = "accepted"  # passed the acceptance gate
 RELEASED = "released"
 REPEAT_OFFENDER = "repeat_offender"
-GATED = "gated"  # new, rebooted or back from quarantine: the acceptance gate's taint (issue 31 §1)
+GATED = "gated"  # new, rebooted or back from quarantine: the acceptance gate's taint
 KINDS = (QUARANTINED, REPAIRED, ACCEPTED, RELEASED, REPEAT_OFFENDER, GATED)
 # How a kind reads on the pages, in the CLI and the daily report.
 SHOWN = {QUARANTINED: "quarantined", REPAIRED: "repaired", ACCEPTED: "accepted", RELEASED: "released",

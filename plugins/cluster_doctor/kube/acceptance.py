@@ -1,4 +1,4 @@
-"""The acceptance gate on the nodes (issue 31 §1, opt-in; the policy is ``cluster_doctor.domain.acceptance``).
+"""The acceptance gate on the nodes (opt-in; the policy is ``cluster_doctor.domain.acceptance``).
 
 Once per read of the cluster (every fast-path tick and every run's discovery, ``gate_new_nodes``):
 

@@ -93,7 +93,7 @@ def publish_conditions(
     for name, node in read_slow_nodes(connect, now=now, window=slow_window, nodes=wanted).items():
         if node.failing:  # slow: False like any failure, with its evidence
             wanted[name] = policy_of.slow(wanted[name], node)
-    for name, offender in repeat_offenders_now(connect).items():  # issue 31 §3: False until a person releases it
+    for name, offender in repeat_offenders_now(connect).items():  # False until a person releases it
         if name in wanted:
             wanted[name] = policy_of.repeat_offender(wanted[name], offender)
     window = dt.timedelta(hours=policy.window_hours)

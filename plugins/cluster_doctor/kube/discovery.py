@@ -87,7 +87,7 @@ class GpuShortfall:
 
 @dataclasses.dataclass(frozen=True)
 class NodeFacts:
-    """What the signals (issue 28 §2) read of a GPU node in the same list: its boot id, whether it carries
+    """What the signals read of a GPU node in the same list: its boot id, whether it carries
     Cluster Doctor's quarantine label, and its conditions of the types setting signal_node_conditions names."""
 
     boot_id: str | None

@@ -1,4 +1,4 @@
-"""Peer tests (issue 23 §2): one suite run BETWEEN two free nodes, a server pod on one and a client pod
+"""Peer tests: one suite run BETWEEN two free nodes, a server pod on one and a client pod
 on the other (suite ``fabric_peer``: a two-node NCCL all-reduce forced onto the network, ib_write_bw per
 rail). Each pod is an ordinary validation pod (``kube.podspec``: hardened, pinned to its node by
 required node affinity, the lowest PriorityClass, the suite ConfigMap) plus the peer environment:

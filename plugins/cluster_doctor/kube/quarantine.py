@@ -20,7 +20,7 @@ Off by default. When enabled (setting ``quarantine``), after every run:
   driver rollout than bad nodes. Releases still happen (they only give capacity back).
 * dry run: everything is computed and logged as "would quarantine/release"; nothing is patched.
 
-The repair loop and repeat offenders (issue 31 §2, §3): every transition is recorded in ``node_transitions``
+The repair loop and repeat offenders: every transition is recorded in ``node_transitions``
 (quarantined, released; the inventory's trigger records repaired, and makes a quarantined node that rebooted
 suspect so its whole bundle runs at once). A node quarantined again within ``repeat_offender_days`` of a
 release, or for the ``repeat_offender_failures``-th time in that period, is a **repeat offender**: its

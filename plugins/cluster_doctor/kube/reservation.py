@@ -1,6 +1,6 @@
-"""Reservation of overdue nodes (issue 21 §2, opt-in): our NoSchedule taint on busy nodes that will exceed
+"""Reservation of overdue nodes (opt-in): our NoSchedule taint on busy nodes that will exceed
 their staleness target soon, so that no new user pod lands when their job ends and the next run
-validates them — and on suspect nodes (issue 28 §2), busy or free, so that none lands before their
+validates them — and on suspect nodes, busy or free, so that none lands before their
 validation; removed when their validation is done, at the maximum hold, or when they are no longer
 overdue (or suspect). The policy is ``cluster_doctor.domain.reservation``; what was done and what it cost
 is in the results database (``cluster_doctor.store.reservations``, table ``node_reservations``).
@@ -11,7 +11,7 @@ Once per run, before planning (``reserve_and_release``):
   them busy); free → noted as free since now at the latest, and planned first; held longer than
   ``max_hold_hours``, no longer overdue (another run validated them), cordoned, not ready or
   quarantined → the taint is removed;
-* new reservations: suspect nodes (issue 28 §2: a signal said they may be broken), busy or free, first;
+* new reservations: suspect nodes (a signal said they may be broken), busy or free, first;
   then busy nodes (never cordoned, not ready, tainted by others or quarantined) with a due pair whose
   oldest pair reaches the target within the lead, stalest first; within the limit at once; when more
   than ``breaker_share`` of the GPU nodes are overdue at once, none (the breaker: the run fails, a human
@@ -134,7 +134,7 @@ def reserve_and_release(
 ) -> ReservationReport:
     """One run's reservations; see the module docstring. ``busy``/``free``: this run's discovery (busy: a
     user pod holds the GPUs; eligible otherwise) within ``node_range`` (None: every GPU node); ``latest``:
-    the pair states of those nodes; ``suspects``: nodes a signal made suspect (issue 28 §2): one not
+    the pair states of those nodes; ``suspects``: nodes a signal made suspect: one not
     reserved yet, busy or free, is reserved first, within the same limit and breaker, and kept until
     validated (a free one is planned first, released when its bundle is done). Makes no call at all when
     disabled. Long: the steps read in the order they happen, each a few lines."""
@@ -211,7 +211,7 @@ def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: Reser
 def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, suspects: Collection[str],
                      gpu_nodes: int, run_id: str, node_selector: str = "",
                      now: dt.datetime | None = None) -> ReservationReport:
-    """The fast path's part (issue 28 §2): taint the suspects ``suspects`` now, busy or free (never a
+    """The fast path's part: taint the suspects ``suspects`` now, busy or free (never a
     quarantined node), so no new user job lands on them before their validation — a busy one once its
     running job ends, a free one from now (its idle time until our pod is counted as a reservation's);
     within the same limit and breaker as ``reserve_and_release`` (every node carrying our taint counts against the

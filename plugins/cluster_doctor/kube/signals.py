@@ -1,4 +1,4 @@
-"""Reads the signals between validations (issue 28 §2) from the cluster, read-only, each source optional.
+"""Reads the signals between validations from the cluster, read-only, each source optional.
 
 What discovery already listed costs nothing more: allocatable below capacity (``Discovery.short``), the
 watched node conditions and the boot ids (``Discovery.facts``), and what the inventory says changed (new,

@@ -125,9 +125,9 @@ class _Reads:
     model_metrics: list[daily_reads.ModelMetric]
     reservations: daily_reads.ReservationsOfDay
     peers: dict[str, Any] | None
-    suspects: dict[str, Any]  # node -> domain.signals.Suspect at the report's end (issue 28 §2)
+    suspects: dict[str, Any]  # node -> domain.signals.Suspect at the report's end
     failing_since: dict[str, Any]  # node -> domain.signals.FailingSince of the nodes failing now
-    # issue 31 §2, §3: the day's transitions, and the repeat offenders at the report's end
+    # the day's transitions, and the repeat offenders at the report's end
     transitions: list[Any] = dataclasses.field(default_factory=list)
     offenders: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the node pools without a baseline at the report's end: once each, with the action
@@ -232,7 +232,7 @@ def build(
 
 
 def _transitions(found: Sequence[Any], max_rows: int) -> dict[str, Any]:
-    """The day's transitions (issue 31 §2): how many of each kind, and each one, oldest first."""
+    """The day's transitions: how many of each kind, and each one, oldest first."""
     counts = {kind: sum(t.kind == kind for t in found) for kind in life.KINDS}
     return {"counts": counts, "total": len(found),
             "lines": [f"{t.node_name} {t.line()}" for t in found[:max_rows]]}
@@ -266,7 +266,7 @@ def _day_figures(rows: Sequence[daily_reads.DayCount]) -> tuple[dict[str, int], 
 
 
 def _peers(cur, as_of: dt.datetime, window_days: float) -> dict[str, Any]:
-    """Peer tests (issue 23 §2) as of the report's end: nodes by verdict, the suspect and blamed ones
+    """Peer tests as of the report's end: nodes by verdict, the suspect and blamed ones
     named with their latest peer."""
     rows = [r for r in peers.peer_results(cur, since=as_of - dt.timedelta(days=window_days)) if r.finished_at < as_of]
     found = peers.triangulate(rows, model_sizes=peers.model_sizes(cur))
@@ -288,7 +288,7 @@ def peer_line(p: Mapping[str, Any], limit: int = 10) -> str:
 
 def _reservations(found: daily_reads.ReservationsOfDay, start: dt.datetime, end: dt.datetime,
                   nodes: Iterable[Any]) -> dict[str, Any] | None:
-    """Reservations of overdue nodes of the day (setting reservation, issue 21 §2): taints applied and
+    """Reservations of overdue nodes of the day (setting reservation): taints applied and
     removed, and the idle GPU-hours they cost, also as a share of the fleet's GPU-hours of the day. None
     when nothing was reserved that day and nothing is reserved now (the feature is off or idle)."""
     if not found.applied and not found.open_now and not found.released:
@@ -533,7 +533,7 @@ def _failure_blocks(f: Mapping[str, Any]) -> list[tuple]:
     new = "new" if f["new"] else f"repeat: the previous result was {f['previous_status']}"
     meta = [f"GPU model {f['gpu_model'] or 'unknown'}",
             f"run {f['dag_id']} {f['run_id']} map {f['map_index']}"]
-    if f.get("since"):  # the node's first failing evidence after its last pass (issue 28 §2)
+    if f.get("since"):  # the node's first failing evidence after its last pass
         meta.insert(0, f["since"])
     if f["log_path"]:
         meta.append(f"log {f['log_path']}")
@@ -637,7 +637,7 @@ def baseline_blocks(data: Mapping[str, Any]) -> list[tuple]:
 
 
 def transition_blocks(data: Mapping[str, Any]) -> list[tuple]:
-    """Issue 31: the repeat offenders at the report's end (action replace), and the day's transitions."""
+    """The repeat offenders at the report's end (action replace), and the day's transitions."""
     offenders = data.get("repeat_offenders") or []
     out: list[tuple] = [("h2", "Repeat offenders")]
     if offenders:

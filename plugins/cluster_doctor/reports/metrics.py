@@ -122,7 +122,7 @@ def summary_families(summary: Mapping[str, Any]) -> list[Metric]:
 
 
 def reservation_family(idle_gpu_hours: float | None) -> Metric:
-    """What reserving overdue nodes (setting reservation, issue 21 §2) has cost: GPU-hours reserved nodes
+    """What reserving overdue nodes (setting reservation) has cost: GPU-hours reserved nodes
     stood idle waiting for their validation, over every released reservation (``node_reservations``)."""
     family = CounterMetricFamily(
         f"{PREFIX}_reservation_idle_gpu_hours",
@@ -133,7 +133,7 @@ def reservation_family(idle_gpu_hours: float | None) -> Metric:
 
 
 def peer_family(counts: Mapping[str, int] | None) -> Metric:
-    """Peer tests (issue 23 §2): peer-tested nodes by verdict, suspects (a failed peer test not yet blamed
+    """Peer tests: peer-tested nodes by verdict, suspects (a failed peer test not yet blamed
     on either side) apart from blamed nodes; every verdict 0 while peer tests are off. ``counts`` None:
     the family without samples (describe)."""
     family = GaugeMetricFamily(
@@ -147,7 +147,7 @@ def peer_family(counts: Mapping[str, int] | None) -> Metric:
 
 
 def suspect_families(since: Mapping[str, float] | None) -> list[Metric]:
-    """Suspect nodes (issue 28 §2): a signal said they may be broken and their bundle has not answered yet;
+    """Suspect nodes: a signal said they may be broken and their bundle has not answered yet;
     how many, and since when each (Unix time of its earliest open evidence). ``since`` None: the families
     without samples (describe)."""
     count = GaugeMetricFamily(f"{PREFIX}_fleet_suspect_nodes", "GPU nodes suspect now: a signal (allocatable "
@@ -191,7 +191,7 @@ LIFECYCLE_WINDOW = dt.timedelta(days=30)
 
 
 def lifecycle(cur: Any, now: dt.datetime) -> dict[str, Any]:
-    """What the lifecycle families need (issue 31 §2, §3), from an open cursor: transitions by kind ever, the
+    """What the lifecycle families need, from an open cursor: transitions by kind ever, the
     repeat offenders now, and the durations of the quarantines released within ``LIFECYCLE_WINDOW``."""
     spans = life.durations(transitions.of_released_since(cur, now - LIFECYCLE_WINDOW), now - LIFECYCLE_WINDOW)
     return {"totals": transitions.totals(cur), "offenders": len(transitions.repeat_offenders(cur)),
@@ -200,7 +200,7 @@ def lifecycle(cur: Any, now: dt.datetime) -> dict[str, Any]:
 
 
 def lifecycle_families(read: Mapping[str, Any] | None) -> list[Metric]:
-    """The node lifecycle (issue 31): transitions counted by kind, repeat offenders, how long quarantines last
+    """The node lifecycle: transitions counted by kind, repeat offenders, how long quarantines last
     and how long from a repair to the release. ``read`` None: the families without samples (describe)."""
     total = CounterMetricFamily(f"{PREFIX}_node_transitions", "Transitions of GPU nodes recorded so far, by kind: "
                                 "quarantined, repaired (rebooted while quarantined), accepted, released, "
@@ -269,7 +269,7 @@ class _Scrape:
     chunks: list[exposition.Chunk] | None = None
     suspect_since: dict[str, float] = dataclasses.field(default_factory=dict)  # node -> Unix time
     slow: dict[str, Any] = dataclasses.field(default_factory=dict)  # node -> store.fail_slow.SlowNode
-    lifecycle: dict[str, Any] | None = None  # issue 31: transitions, repeat offenders, durations
+    lifecycle: dict[str, Any] | None = None  # transitions, repeat offenders, durations
 
 
 class ClusterDoctorCollector(Collector):

@@ -6,7 +6,7 @@ Each node alternates busy (a log-normal job, cut at the job limit) and idle (an 
 the occupancy, or none with ``no_gap``: a queue-backed cluster) periods; a reserved (tainted) node whose
 job ends stays idle until it is released. Events — period ends, faults, suspect marks — are taken in time
 order. With signals, a crashed job, or an Xid a user job raises on a broken GPU, makes its node suspect
-``signal_h`` later (issue 28 §2: the fast path reads the cluster every few minutes) and, within
+``signal_h`` later (the fast path reads the cluster every few minutes) and, within
 ``taint_limit`` tainted nodes, tainted at once, busy or free, so no new user job lands before its
 validation (as the DAG's fast path does). Pure Python.
 """
@@ -221,7 +221,7 @@ class Cluster:
         self.taint_suspect(n, at)
 
     def gate(self, n: int, at: float) -> None:
-        """The acceptance gate (issue 31 §1): a node that joined or returned is tainted and suspect at ``at``,
+        """The acceptance gate: a node that joined or returned is tainted and suspect at ``at``,
         busy or free, so no new user job lands before its whole bundle ran (released as a reservation is,
         when it is done)."""
         self.suspects.setdefault(n, at)

@@ -1,10 +1,10 @@
-"""Faults in the simulated fleet (issue 28 §3): when nodes break, which suites see it, the user jobs a broken
+"""Faults in the simulated fleet: when nodes break, which suites see it, the user jobs a broken
 node crashes, and when each fault is detected — the ledger behind ``cluster-doctor simulate --faults``.
 
 A fault breaks one node at a random time (a Poisson process per node, ``rate`` per 1,000 node-days) with a
 kind (``FAULT_KINDS``): the suites that fail on it, whether user jobs on the node crash, and whether it
 raises an Xid. A job on a broken node crashes with the crash probability: the one running at the fault at
-once, a later one within its first half hour (NCCL init, the first steps). The signals (issue 28 §2) see
+once, a later one within its first half hour (NCCL init, the first steps). The signals see
 two things: a crashed job (its pod failed with a GPU error), and an Xid the driver logs as soon as a user
 job uses the broken GPU (the device plugin marks the GPU unhealthy, so allocatable drops below capacity;
 DCGM's exporter and node-problem-detector report it too); either makes the node suspect minutes later.
@@ -16,7 +16,7 @@ fault no suite saw yet counts from when it turned suspect if no job came since, 
 lower bound; ``faults_undetected`` says how many no suite saw). Pure Python, its
 own random streams: the same faults whatever rule is compared.
 
-Arrivals (issue 31, the acceptance gate): a node that joins (``joins`` nodes replaced by new ones, each at
+Arrivals (the acceptance gate): a node that joins (``joins`` nodes replaced by new ones, each at
 a random time), reboots (``reboots`` per node per 30 days: maintenance, a driver rollout one node at a time)
 or comes back from its repair is broken on arrival with its own probability (``broken_on_join``,
 ``broken_on_reboot``, ``bad_repair``): a fault from that moment, ``Fault.arrival`` saying how it came. The
@@ -97,7 +97,7 @@ class Fault:
     jobs: int = 0
     suspect_since: float | None = None
     detected_at: float | None = None
-    arrival: str | None = None  # broken on arrival: NEW, REBOOT or REPAIR (issue 31: the acceptance gate)
+    arrival: str | None = None  # broken on arrival: NEW, REBOOT or REPAIR (the acceptance gate)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

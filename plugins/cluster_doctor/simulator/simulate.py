@@ -14,7 +14,7 @@ job claiming the node before a suite ends preempts it and skips the rest; a fail
 the rest. All of these leave the pairs due, as in production. Executed results fail with the given
 probability (and are retested after the failed-retest interval).
 
-With ``peer_tests`` (issue 23 §2) every run also plans peer tests — ``peers.match_peers``, the DAG's
+With ``peer_tests`` every run also plans peer tests — ``peers.match_peers``, the DAG's
 function — among the free nodes no bundle took: each holds two free nodes and two pool slots at once for
 its duration (after the run's bundles, in the same window and queue limit), a user job claiming either
 node preempts it, and its staleness per node (hours since the node's last executed peer test) is its
@@ -25,10 +25,10 @@ period, the share of pair-hours within the target, and the reservations' idle GP
 the fewest pool slots that keep every pair within a target (a search over slots, the same seed for each
 try). ``cluster-doctor simulate`` (``cluster_doctor.cli.simulate``) parses its options and prints them.
 
-The health sweep (issue 28 §1) comes with the planner: free nodes with no due suite run gpu_health when
+The health sweep comes with the planner: free nodes with no due suite run gpu_health when
 their last check is older than ``sweep_interval_hours``, after the due bundles on the same slots. With
 ``faults`` (``sim_faults``), nodes break at that rate and a broken node crashes user jobs; with
-``signals`` (§2) a crash or an Xid makes the node suspect minutes later (tainted at once with reservation,
+``signals`` a crash or an Xid makes the node suspect minutes later (tainted at once with reservation,
 busy or free, as the DAG's fast path does), the hourly plan puts its whole bundle first, and a fast path
 every ``fast_path_minutes`` triggers a run for the free suspects in between — as the DAG's
 ``suspect_signals`` decides: not while a run is running, nor within ``fast_path_quiet_minutes`` of the
@@ -124,11 +124,11 @@ class SimConfig:
     faults: float = 0.0  # faults per 1,000 node-days (0: none injected)
     fault_kinds: dict = dataclasses.field(default_factory=lambda: dict(sim_faults.DEFAULT_SHARES))
     crash_probability: float = 0.7  # a job on a broken node crashes (the running one included)
-    signals: bool = True  # a crashed job or an Xid makes its node suspect (issue 28 §2; False: --no-signals)
+    signals: bool = True  # a crashed job or an Xid makes its node suspect (False: --no-signals)
     signal_minutes: float = 5.0  # from the crash or Xid to the node suspect (a busy one tainted, with reservation)
     fast_path_minutes: float = _setting("fast_path_minutes")  # the fast path reads the signals this often
     fast_path_quiet_minutes: float = _setting("fast_path_quiet_minutes")  # no fast-path run this close to the hour
-    # issue 31: nodes that join or return, some broken on arrival (assumed rates: no published ones we know)
+    # nodes that join or return, some broken on arrival (assumed rates: no published ones we know)
     joins: int = 0  # nodes replaced by new ones over the period, each at a random time (no history)
     reboots: float = 0.0  # reboots per node per 30 days (maintenance, one node at a time)
     broken_on_join: float = 0.05  # a new node is broken on arrival (infant mortality)
@@ -270,7 +270,7 @@ class SimResult:
     peer_worst_staleness_h: float | None = None  # worst over the period (hourly samples)
     peer_final_max_h: float | None = None
     peer_never: int = 0  # nodes never peer-tested at the end
-    # issue 28: the health sweep's executed pairs; what validation costs (our pods' GPU-hours, and with the
+    # the health sweep's executed pairs; what validation costs (our pods' GPU-hours, and with the
     # reserved-idle ones, the share of the fleet's); suspects tainted, fast-path runs; with faults, the time
     # to detect them (hours; sim_faults.Faults.figures) and the user jobs a broken node ran meanwhile
     swept: int = 0
@@ -283,7 +283,7 @@ class SimResult:
     time_to_detect_h: dict | None = None  # {"median", "p90", "max"}
     jobs_on_broken_node: dict | None = None  # {"mean", "p90"}
     faults_by_kind: dict | None = None
-    # issue 31: nodes that joined or returned broken (new, rebooted, back from repair), the user jobs that
+    # nodes that joined or returned broken (new, rebooted, back from repair), the user jobs that
     # started on them before a suite saw it, the gates applied; ``arrivals``: by how they came, {"nodes",
     # "broken", "jobs_on_broken"}
     returned_broken: int = 0

@@ -176,7 +176,7 @@ class FleetQueries:
         self._counted: Callable[[], dict[str, inventory.InventoryNode]] | None = None
         self._assessment: coverage.Assessment | None = None
         self._summary: dict[str, Any] | None = None
-        # peer tests (issue 23 §2): how far back their evidence reaches; None: peer tests are off
+        # peer tests: how far back their evidence reaches; None: peer tests are off
         self.peer_window = peer_window
         self._peers: dict[str, PeerVerdict] | None = None
         self.snapshot_cache_s = snapshot_cache_s
@@ -325,7 +325,7 @@ class FleetQueries:
             return float(cur.fetchone()[0])
 
     def suspects(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
-        """The suspect nodes (issue 28 §2: a signal said they may be broken, their bundle has not answered
+        """The suspect nodes (a signal said they may be broken, their bundle has not answered
         yet), each a ``domain.signals.Suspect`` ("suspect since T: evidence"); of ``nodes``, or all."""
         with self.conn.cursor() as cur:
             return suspects.current(cur, self.tests, nodes)

@@ -1,4 +1,4 @@
-"""The hand-off's outbox (issue 31 §3): documents for the ticketing/RMA webhook, kept in ``handoff_outbox``
+"""The hand-off's outbox: documents for the ticketing/RMA webhook, kept in ``handoff_outbox``
 (migration 0012) until the webhook took them — the spool pattern, in the results database.
 
 ``enqueue`` writes documents (one row per idempotency key: the same document written again is kept once);

@@ -133,7 +133,7 @@ class InventoryUpdate:
     returned: list[str]  # were gone, seen again
     gone: list[str]  # left the cluster with this discovery
     stale: int = 0  # rows a newer discovery had written already: left as they were
-    # what changed since the previous discovery, for the signals (issue 28 §2): new nodes (not on the first
+    # what changed since the previous discovery, for the signals: new nodes (not on the first
     # discovery), new boot ids, nodes uncordoned that carry or carried our quarantine label
     changes: list[NodeChange] = dataclasses.field(default_factory=list)
 

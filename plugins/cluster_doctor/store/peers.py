@@ -1,4 +1,4 @@
-"""Peer tests, stored (issue 23 §2): the recent peer-test rows of ``validation_history`` (suite
+"""Peer tests, stored: the recent peer-test rows of ``validation_history`` (suite
 ``fabric_peer``, ``peer`` set by migration 0007) as ``domain.peers.PeerResult``, for ``match_peers`` (the
 DAG) and ``triangulate`` (the fleet page, the node page, ``cluster-doctor status``, the metrics).
 

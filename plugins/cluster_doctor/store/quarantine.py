@@ -1,5 +1,5 @@
 """Node quarantine, what the results say: confirmed failures, nodes healthy again, and what the transitions
-say of each node's past quarantines (issue 31: repeat offenders, nodes released by a person)."""
+say of each node's past quarantines (repeat offenders, nodes released by a person)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def healthy(connect: Any, nodes: Iterable[str], tests: Sequence[str]) -> set[str
 
 @dataclasses.dataclass(frozen=True)
 class Records:
-    """What the transitions say (issue 31): the repeat offenders now, the nodes in quarantine by our records
+    """What the transitions say: the repeat offenders now, the nodes in quarantine by our records
     (quarantined, not released since), and the past transitions of the nodes asked about."""
 
     offenders: dict[str, RepeatOffender]

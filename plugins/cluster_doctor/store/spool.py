@@ -313,7 +313,7 @@ def record_or_spool(store: Any, attempts: Sequence[Attempt], spool: Spool | None
     if failure is None:
         try:
             return store.record(attempts)
-        except Exception as exc:  # noqa: BLE001 - any failure to write spools the attempts (issue 22)
+        except Exception as exc:  # noqa: BLE001 - any failure to write spools the attempts
             failure = exc
     if not attempts:
         raise failure

@@ -1,4 +1,4 @@
-"""Suspect nodes (issue 28 §2): the evidence the cluster's signals gave, kept in ``node_suspicions``
+"""Suspect nodes: the evidence the cluster's signals gave, kept in ``node_suspicions``
 (migration 0011), and since when a failing node fails.
 
 ``record`` writes what one read of the signals found: one row per (node, source, key) — the same evidence

@@ -1,4 +1,4 @@
-"""A node's life (issue 31 §2, §3): the transitions kept in ``node_transitions`` (migration 0012) — quarantined,
+"""A node's life: the transitions kept in ``node_transitions`` (migration 0012) — quarantined,
 repaired, accepted, released, repeat_offender — each with its time and cause.
 
 ``record`` writes them (the quarantine task; the acceptance gate writes ``accepted``); the migration's trigger

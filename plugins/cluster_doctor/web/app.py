@@ -463,14 +463,14 @@ def fleet_page(
         with fleet.open_for(settings, connect, now=now, snapshot_cache_s=fleet.PAGE_SNAPSHOT_CACHE_S) as q:
             ctx.update(summary=q.summary(), gpu_models=q.gpu_models(), tests=q.tests, peer_tests=q.peer_tests,
                        missing_baselines=q.missing_baselines())  # once per node pool, not per node
-            if q.peer_tests:  # issue 23 §2: the peer-test verdict of every peer-tested node
+            if q.peer_tests:  # the peer-test verdict of every peer-tested node
                 ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
             if flt is not None:
                 page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
-                ctx.update(page=page_, filtered=flt.active, suspects=q.suspects(),  # issue 28 §2: since when
+                ctx.update(page=page_, filtered=flt.active, suspects=q.suspects(),  # since when
                            failing_since=q.failing_since([n["node_name"] for n in page_.nodes]))
                 form.page = page_.page
-            with q.conn.cursor() as cur:  # issue 31 §3: repeat offenders, action replace
+            with q.conn.cursor() as cur:  # repeat offenders, action replace
                 ctx.update(offenders=transitions.repeat_offenders(cur))
     except Exception as exc:  # noqa: BLE001 - failure() re-raises anything unexpected
         code, title, text = failure(exc)
@@ -517,7 +517,7 @@ def node_page(
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))
-                with fq.conn.cursor() as cur:  # issue 31 §2, §3: the node's life, and whether it is a repeat offender
+                with fq.conn.cursor() as cur:  # the node's life, and whether it is a repeat offender
                     ctx.update(timeline=transitions.timeline(cur, node_name)[::-1],
                                offender=transitions.repeat_offenders(cur, [node_name]).get(node_name))
     except Exception as exc:  # noqa: BLE001

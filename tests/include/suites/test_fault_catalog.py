@@ -17,8 +17,8 @@ import pytest
 import torch
 from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_loopback, nvbandwidth, storage_fio
 from cluster_doctor_suites.dl.devices import current_device
-from tests.include.suites import catalog_gpu_cases as gpu29
-from tests.include.suites import catalog_judged_cases as judged
+from tests.support import catalog_gpu_cases as gpu29
+from tests.support import catalog_judged_cases as judged
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -569,7 +569,7 @@ IB_FAULTS = [
     # the first sample's 15 overruns failed as link errors: past their carry window the counter is judged
     Fault("ib_counter_saturated", "ib_health", "pass", "ib_counters", "IB_COUNTER_SATURATED", "mlx5_1:1", "could not run",
           "skip", "none", args=("--link-error-window-hours", "0")),
-    # issue 29: a first sample is judged (13 million CRC / symbol errors on a ConnectX-6 Dx port; ucx#9590's
+    # a first sample is judged (13 million CRC / symbol errors on a ConnectX-6 Dx port; ucx#9590's
     # LinkDownedCounter 25), a cleared counter's new errors count, a flap fails for its window
     Fault("ib_first_sample_errors", "ib_health", "fail", "ib_counters", "IB_LINK_ERRORS", "mlx5_0:1", "",
           action="check_fabric"),
@@ -579,7 +579,7 @@ IB_FAULTS = [
           "3 new (cleared since", action="check_fabric"),
     Fault("ib_flap_window", "ib_health", "fail", "ib_counters", "IB_LINK_FLAPPED", "mlx5_6:1", "flap window",
           action="check_fabric"),
-    # issue 29: the expected set by name (a fleet's baselines naming the SKU's HCAs, as NHC's check_hw_ib
+    # the expected set by name (a fleet's baselines naming the SKU's HCAs, as NHC's check_hw_ib
     # lines do): a storage HCA in InfiniBand mode no longer hides a missing compute HCA
     Fault("ib_hcas_named_storage_hides_missing", "ib_health", "fail", "ib_hca_count", "IB_HCAS_NOT_PRESENT", None,
           "missing: mlx5_6:1 (not in sysfs)", action="drain_and_service"),
@@ -597,7 +597,7 @@ ROCE_400G = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
 
 def _run_ib(run_inproc, tmp_path, h, fault: Fault):
     """Two runs, as in production: the first records the counters, the fault happens, the second judges
-    (issue 29's cases: one run, or three, as each says)."""
+    (the GPU cases: one run, or three, as each says)."""
     boot = tmp_path / "boot_id"
     boot.write_text("8a1f5a0e-2f1c-4c55-9a8e-0c1f7f4a2b11\n")
     args = ["--boot-id-file", str(boot), "--gpu-model", "NVIDIA-H100-80GB-HBM3", *fault.args]
@@ -741,7 +741,7 @@ COUNT_FAULTS = [
 
 def _count_gpu_health(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
     """Seven healthy H100s through the fake NVML; Kubernetes sends --node-gpus 7 --expected-gpus 7."""
-    from tests.include.suites.fake_nvml import FakeNVML
+    from tests.support.fake_nvml import FakeNVML
 
     nv = FakeNVML(sick=False, count=7)
     monkeypatch.setattr(gpu_health, "nvml_init", lambda: nv)
@@ -774,7 +774,7 @@ COUNT_RUNNERS = {"gpu_count_seven_of_seven_on_hgx": _count_gpu_health, "nccl_pre
                  "ib_prefix_selector_missing_hca": _count_ib, "ib_prefix_selector_healthy": _count_ib}
 
 
-# issue 29's GPU classes, run by catalog_gpu_cases.py
+# the GPU classes, run by tests/support/catalog_gpu_cases.py
 GPU29_FAULTS = [Fault(**case) for case in gpu29.CASES]
 # fatal Xids until a reset, failures carried forward, key checks judged: catalog_judged_cases.py
 JUDGED_FAULTS = [Fault(**case) for case in judged.CASES]
@@ -831,7 +831,7 @@ def test_fault_is_caught(fault, run_inproc, monkeypatch, tmp_path, h):
 
 
 # ------------------------------------------------------------------------------------- the documents
-# The classes of issue 20 and the catalog cases that prove each one is caught: remove a behaviour
+# The fault classes and the catalog cases that prove each one is caught: remove a behaviour
 # and its cases fail. FAULTS.md carries the same table (checked below).
 CLASSES = {
     "counts against what the node should have": [
@@ -865,15 +865,15 @@ CLASSES = {
     "a kernel log that does not reach back to the boot is not clean": [
         "kernel_log_empty_journal", "kernel_log_wrapped"],
     "bits that flip between two identical runs on a single GPU are a finding": ["determinism_single_device"],
-    # issue 29, fabric and storage
+    # fabric and storage
     "HCAs: the expected set by name (a storage HCA no longer hides a missing compute one); a listed HCA that cannot "
-    "be read fails (issue 29)": ["ib_hcas_named_storage_hides_missing", "ib_device_unreadable"],
+    "be read fails": ["ib_hcas_named_storage_hides_missing", "ib_device_unreadable"],
     "IB counters: a first sample against absolute thresholds, a cleared counter's new errors, a flap failing for its "
-    "window (issue 29)": ["ib_first_sample_errors", "ib_first_sample_flapped", "ib_counter_cleared_new_errors",
+    "window": ["ib_first_sample_errors", "ib_first_sample_flapped", "ib_counter_cleared_new_errors",
                           "ib_flap_window"],
-    "storage: fio measures the volume, never the container's own disk (issue 29)": ["storage_not_mounted"],
-    "a check that could not prove its point is not run, always present (issue 29)": ["nccl_isolation_unproven"],
-    "floors per link type: link layer, rate and NIC, each with its source (issue 29)": [],
+    "storage: fio measures the volume, never the container's own disk": ["storage_not_mounted"],
+    "a check that could not prove its point is not run, always present": ["nccl_isolation_unproven"],
+    "floors per link type: link layer, rate and NIC, each with its source": [],
     "the bar is what the node should have: the SKU's GPUs whatever capacity says, NCCL_IB_HCA read as NCCL "
     "reads it, HCAs compared by name or an exact count of rails": [
         "gpu_count_seven_of_seven_on_hgx", "nccl_prefix_selector_slow", "nccl_prefix_selector_missing_rails",

@@ -4,7 +4,7 @@ cluster_doctor_suites.dl)."""
 
 from __future__ import annotations
 
-from tests.include.suites.dl.faults import statuses
+from tests.support.dl_faults import statuses
 
 
 def test_cpu_mode_full_run_passes(run_cli, h):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from cluster_doctor_suites import gpu_health
-from tests.include.suites.fake_nvml import FakeNVML
+from tests.support.fake_nvml import FakeNVML
 
 XML_590 = "nvidia-smi-q-x_590.44.01_2xRTX-A5000.xml"  # driver 590.44.01, 2 GPUs: 81:00.0 and C1:00.0
 NVLINK_2 = "nvidia-smi-nvlink-s_2xA100-SXM4-80GB.txt"  # 2 GPUs x 12 links
@@ -228,7 +228,7 @@ def test_xids_from_the_kernel_log(run_inproc, tools, h, monkeypatch, window, sta
         assert "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, driver hint: RESTART_BM), 1 h ago" in bus["message"]
         assert xids[("cuda:1", "XID_MEMORY_ERROR")]["status"] == "fail"  # Xid 94, on AzureHPC NHC's list
     else:  # older than the window: still reported, as a warning; but a GPU that fell off the bus stays
-        # failing until the log shows it reset (issue 29): this boot's log shows no reset
+        # failing until the log shows it reset: this boot's log shows no reset
         old = xids[("cuda:1", "XID_HISTORICAL")]
         assert old["status"] == "warn" and "Xid 94" in old["message"]
         bus = xids[("cuda:1", "GPU_FALLEN_OFF_BUS")]
@@ -325,7 +325,7 @@ def test_journal_dir_reads_the_node_journal_without_cap_syslog(run_cli, tools, f
     # each Xid 45 line says it was caused by an earlier NVLink Xid 149 / 145: judged as that one
     assert {c["status"] for c in xid} == {"fail"} and all("Xid 45 caused by Xid 14" in c["message"] for c in xid)
     assert {c["code"] for c in xid} == {"XID_NVLINK_ERROR"} and "node journal" in xid[0]["message"]
-    # the excerpt does not reach back to the boot: what it does not hold is not proven absent (issue 29)
+    # the excerpt does not reach back to the boot: what it does not hold is not proven absent
     skipped = {(c["name"], c["code"]) for c in ns.result["checks"] if c["status"] == "skip"}
     assert skipped == {("ecc_uncorrected_volatile", "ECC_COUNTERS_UNAVAILABLE"), ("dcgm_diag", "DCGM_UNAVAILABLE"),
                        ("thermal_violation", "THERMAL_VIOLATION_UNAVAILABLE"), ("baseline", "BASELINE_MISSING")} | {

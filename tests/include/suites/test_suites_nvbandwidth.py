@@ -94,7 +94,7 @@ def test_without_a_floor_the_node_median_still_names_a_slow_pair(run_cli, fake_t
 
 def test_pcie_pairs_without_nvlink_or_floor_are_not_compared(run_cli, fake_tool, tmp_path, h):
     # an unknown model without an NVLink expectation: GPU pairs under different PCIe switches
-    # legitimately differ (issue 50: 26 vs 22 GB/s): no floor, no comparison, said so
+    # legitimately differ (NVIDIA/nvbandwidth#50: 26 vs 22 GB/s): no floor, no comparison, said so
     # and the suite's key measurement was not judged: an error (a configuration finding), never a pass
     slow = _fx(h, "readme_v0.8_d2d_write_ce_8gpu.txt").replace("276.60", "200.00")
     ns = _run(run_cli, _readme_tool(fake_tool, h, tmp_path, slow), "--gpu-model", "Some-Future-GPU",
@@ -163,7 +163,7 @@ def test_the_image_builds_nvbandwidth_at_a_pinned_release(h):
 
 def test_a_device_to_device_only_run_without_a_device_list_counts_the_gpus_of_its_matrix(run_cli, fake_tool, h):
     """nvbandwidth v0.10 lists no `Device N:` lines; a device-to-device-only run (the README's write
-    matrix, printed without them) is a healthy 8-GPU run, never "found 0" (issue 29)."""
+    matrix, printed without them) is a healthy 8-GPU run, never "found 0"."""
     tool = _tool(fake_tool, h, f'cat "{h.FIXTURES / "nvbandwidth" / "readme_v0.8_d2d_write_ce_8gpu.txt"}"')
     ns = run_cli("nvbandwidth", "--nvbandwidth", tool, "--testcases", WRITE, "--gpu-model", A100, "--expected-gpus", "8")
     h.check_artifacts(ns, status="pass", suite="nvbandwidth")

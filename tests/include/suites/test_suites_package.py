@@ -20,7 +20,7 @@ def test_configmap_sized_with_valid_keys(h):
     files = version.package_files(h.SUITES_DIR)
     total = sum(len(v) for v in files.values())
     # The hard limit is 1 MiB of values (suite_code.ship refuses more); 3/4 of it leaves room for the
-    # ConfigMap's other bytes and a release's growth (issue 29's checks took the package past 512 KiB).
+    # ConfigMap's other bytes and a release's growth (one release's checks once took it past 512 KiB).
     assert total < 768 * 1024, f"{total} bytes: stay well under the 1 MiB ConfigMap limit"
     for name in files:  # ConfigMap keys: [-._a-zA-Z0-9]+, a subfolder's "/" spelled "__"
         assert re.fullmatch(r"[-._a-zA-Z0-9]+", name.replace("/", "__")), name
@@ -131,8 +131,7 @@ def test_requirements(h):
 
 def test_functions_over_60_lines_say_why(h):
     """STYLE: functions short enough to read at once; a longer one says why in a `# Long:` comment at
-    the top of its body (issue 19 named the 90-123-line ones, now split), and none is over 80 lines
-    (issue 27)."""
+    the top of its body (the 90-123-line ones are split), and none is over 80 lines."""
     import ast
 
     missing = []
@@ -147,7 +146,7 @@ def test_functions_over_60_lines_say_why(h):
     over_80 = [f"{p.relative_to(h.SUITES_DIR)}:{n.name}" for p in h.SUITES_DIR.rglob("*.py")
                for n in ast.walk(ast.parse(p.read_text()))
                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80]
-    assert not over_80, f"no function over 80 lines (issue 27): {over_80}"
+    assert not over_80, f"no function over 80 lines: {over_80}"
     sizes = {}
     for p in (h.SUITES_DIR / "nccl_worker.py", h.SUITES_DIR / "nccl_loopback.py", h.SUITES_DIR / "storage_fio.py"):
         for n in ast.walk(ast.parse(p.read_text())):

@@ -1,8 +1,8 @@
-"""One inventory of GPU nodes, one story (issue 21 §4): on the same results database the fleet page, the
+"""One inventory of GPU nodes, one story: on the same results database the fleet page, the
 daily report, ``cluster-doctor status``, the Prometheus metrics and the run summary count the same GPU
 nodes — never-attempted ones included, a node that left counted only for the grace period — and agree
 on coverage and never-validated nodes; each names its unit (GPU nodes or node-test pairs) beside the figure,
-and the same thing has the same figure in each (issue 33)."""
+and the same thing has the same figure in each."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cluster_doctor.web import app as webapp
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 H = dt.timedelta(hours=1)
 

@@ -1,7 +1,7 @@
-"""One planner, one plan (issue 27 §2): the same fleet planned by the DAG's prioritize task, by
+"""One planner, one plan: the same fleet planned by the DAG's prioritize task, by
 ``cluster-doctor plan`` (the CLI's main on a real results database) and by the simulator's hourly planning
 step gives the same pairs in the same order — bundle_ahead_hours, a suspect pair, a reserved node,
-max_pairs and the health sweep (issue 28 §1) included. (Tests a volume problem blocks:
+max_pairs and the health sweep included. (Tests a volume problem blocks:
 tests/plugins/cluster_doctor/cli/test_plan.py.)"""
 
 from __future__ import annotations

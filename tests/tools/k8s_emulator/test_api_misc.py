@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from kubernetes import client
 
-from tests.tools.k8s_emulator.emu_helpers import pod, wait_gone, wait_pod
+from tests.support.emu_helpers import pod, wait_gone, wait_pod
 
 
 def _get(emu, path):

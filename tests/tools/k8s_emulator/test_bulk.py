@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.tools.k8s_emulator.emu_helpers import scheduled, wait_pod
+from tests.support.emu_helpers import scheduled, wait_pod
 
 
 def _all(v1, fn, **kw):

@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.tools.k8s_emulator.emu_helpers import pod
+from tests.support.emu_helpers import pod
 
 
 def _err(fn, *args, **kwargs) -> tuple[int, dict]:

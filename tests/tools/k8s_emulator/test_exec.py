@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from tests.tools.k8s_emulator.emu_helpers import events_for, pod, wait_gone, wait_pod
+from tests.support.emu_helpers import events_for, pod, wait_gone, wait_pod
 
 
 def _alive(pid: int) -> bool:

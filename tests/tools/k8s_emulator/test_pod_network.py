@@ -1,5 +1,5 @@
 """Exec mode's pod network: a pod run as a local process gets a loopback status.podIP, so a second pod
-can connect to the first by its podIP, as pods do on a real cluster's pod network (issue 23 §2: peer
+can connect to the first by its podIP, as pods do on a real cluster's pod network (peer
 tests rendezvous by the server pod's IP). Scripted pods keep addresses of the node's pod CIDR."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import ipaddress
 import socket
 import textwrap
 
-from tests.tools.k8s_emulator.emu_helpers import pod, wait_pod
+from tests.support.emu_helpers import pod, wait_pod
 
 
 def _free_port() -> int:

@@ -15,7 +15,7 @@ from k8s_emulator.process import TOOLS_DIR
 from kubernetes import client, config
 
 from tests.conftest import kubectl
-from tests.tools.k8s_emulator.emu_helpers import pod, wait_pod
+from tests.support.emu_helpers import pod, wait_pod
 
 SLEEP = ["python", "-c", "import time; print('up', flush=True); time.sleep(120)"]
 
@@ -73,7 +73,7 @@ def test_emulator_exits_when_its_parent_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, {TOOLS_DIR!r}); sys.path.insert(0, {os.getcwd()!r})
         from k8s_emulator import EmulatorProcess
-        from tests.tools.k8s_emulator.emu_helpers import pod, wait_pod
+        from tests.support.emu_helpers import pod, wait_pod
         emu = EmulatorProcess(state_dir={str(tmp_path)!r}, settings={{"startup_delay": 0.01}}).start()
         emu.add_gpu_node("gpu-1")
         v1 = emu.core_v1()

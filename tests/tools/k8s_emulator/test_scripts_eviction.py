@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.tools.k8s_emulator.emu_helpers import (
+from tests.support.emu_helpers import (
     SLOW_EXIT,
     events_for,
     pod,

@@ -1,4 +1,4 @@
-"""What the signals of issue 28 §2 read, as a real cluster shows it: allocatable below capacity, a new bootID
+"""What the signals between validations read, as a real cluster shows it: allocatable below capacity, a new bootID
 with the kubelet's Rebooted event, conditions and events of node-problem-detector, failed pods with their
 termination reason and message, an admission failure (texts: SOURCES.md)."""
 

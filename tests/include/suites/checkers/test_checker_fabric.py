@@ -1,5 +1,5 @@
 """checkers/fabric: the NVSwitch fabric registration, and a query that fails is a visible not-run,
-never "no fabric on this system" (issue 29: the exception used to be swallowed and the check absent)."""
+never "no fabric on this system" (the exception used to be swallowed and the check absent)."""
 
 from __future__ import annotations
 

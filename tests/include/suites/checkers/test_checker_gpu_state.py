@@ -98,7 +98,7 @@ def test_a_field_the_driver_answers_with_an_error_is_reported(h):
 
 def test_nvlink_blocks_are_matched_by_uuid_and_a_block_no_gpu_takes_is_kept(h):
     """nccl-tests#228's two blocks: matched to the GPUs of `-q` by UUID first (whatever the index),
-    and a block of a GPU `-q` does not list kept for the report, never dropped (issue 29)."""
+    and a block of a GPU `-q` does not list kept for the report, never dropped."""
     from types import SimpleNamespace
 
     from cluster_doctor_suites import gpu_state

@@ -86,7 +86,7 @@ def test_notice_and_info_level_lines_are_not_errors():
 
 def test_old_driver_error_warns_unless_it_leaves_the_gpu_broken_until_a_reset(h):
     """An error older than the window warns (memory poison); a failed init does not: it
-    keeps failing until the log shows a reset of its GPU after it (issue 29, log_evidence)."""
+    keeps failing until the log shows a reset of its GPU after it (log_evidence)."""
     events, _ = classify(h, "syslog_rminitadapter_failed_gpu-operator1146.txt")
     recent = driver_log.judge(events[0], "cuda:0", 24, 1000.0)
     old = driver_log.judge(events[0], "cuda:0", 24, 885.0 + 25 * 3600)

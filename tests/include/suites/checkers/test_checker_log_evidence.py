@@ -1,5 +1,5 @@
 """checkers/log_evidence.py: whether a kernel log reaches back to the boot, and the resets it shows
-after an event (issue 29), on genuine logs (fixtures/SOURCES.md)."""
+after an event, on genuine logs (fixtures/SOURCES.md)."""
 
 from __future__ import annotations
 

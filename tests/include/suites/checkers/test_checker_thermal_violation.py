@@ -8,7 +8,7 @@ import datetime as dt
 import pynvml
 from cluster_doctor_suites import gpu_state
 from cluster_doctor_suites.checkers import thermal_violation as tv
-from tests.include.suites.fake_nvml import FakeNVML
+from tests.support.fake_nvml import FakeNVML
 
 S = 10**9
 THEN = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.timezone.utc)  # any two times an hour apart

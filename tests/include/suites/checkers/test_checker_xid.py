@@ -66,7 +66,7 @@ def test_nonfatal_and_fatal_nvlink_xids_from_their_lines(h):
 
 def test_old_failing_xid_is_reported_as_historical(h):
     """Xid 94 30 h ago: a warning. Xid 79 (fallen off the bus) stays a failure until the log shows a
-    reset after it (issue 29): here none, then the driver loaded again an hour later."""
+    reset after it: here none, then the driver loaded again an hour later."""
     checks = _checks(h, "dmesg_xids_derived.txt", {"0000:c1:00": "cuda:1"}, now=86400.0 + 30 * 3600)
     old = {c.code: c for c in checks if c.device == "cuda:1"}
     assert old["XID_HISTORICAL"].status == "warn" and "Xid 94" in old["XID_HISTORICAL"].message

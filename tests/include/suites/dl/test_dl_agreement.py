@@ -7,7 +7,7 @@ from cluster_doctor_suites import dl_unit
 from cluster_doctor_suites.dl import agreement
 from cluster_doctor_suites.dl.agreement import DeviceOutputs
 
-from tests.include.suites.dl.faults import FAST, corrupt_matmul, statuses
+from tests.support.dl_faults import FAST, corrupt_matmul, statuses
 
 
 def test_one_ulp_corruption_on_one_of_three_devices_names_it(run_inproc, monkeypatch, h):
@@ -102,8 +102,8 @@ def test_a_benchmark_output_is_compared_only_on_one_model():
 
 
 def test_on_a_single_device_a_change_between_two_runs_is_its_fault():
-    """With one device nothing tells the library's kernel from the GPU: what changed is a finding
-    (issue 29); with two devices that both change, it is the library's (a warning, excluded)."""
+    """With one device nothing tells the library's kernel from the GPU: what changed is a finding;
+    with two devices that both change, it is the library's (a warning, excluded)."""
     from cluster_doctor_suites.dl.agreement import DeviceOutputs, determinism, determinism_checks
 
     one = [DeviceOutputs("cuda:0", "H100", "", first={"a.out": "1", "b.out": "2"}, second={"a.out": "1", "b.out": "3"})]

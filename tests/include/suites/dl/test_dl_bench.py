@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cluster_doctor_suites import dl_unit
 
-from tests.include.suites.dl.faults import corrupt_when_hot, statuses
+from tests.support.dl_faults import corrupt_when_hot, statuses
 
 
 @pytest.mark.parametrize("kind, check, group", [("gemm", "gemm_result", "gemm"), ("membw", "membw_result", "membw")])

@@ -9,7 +9,7 @@ from cluster_doctor_suites.dl import memory
 from cluster_doctor_suites.dl.devices import Dev, current_device
 from cluster_doctor_suites.dl.memory import InUse, PatternTest
 
-from tests.include.suites.dl.faults import statuses
+from tests.support.dl_faults import statuses
 
 
 def test_a_stuck_bit_fails_the_pattern_test_naming_chunk_and_polarity(run_inproc, monkeypatch, h):

@@ -8,7 +8,7 @@ from cluster_doctor_suites import dl_unit
 from cluster_doctor_suites.dl import numerics
 from cluster_doctor_suites.dl.numerics import CaseResult, Raised
 
-from tests.include.suites.dl.faults import FAST, corrupt_matmul, statuses
+from tests.support.dl_faults import FAST, corrupt_matmul, statuses
 
 TOL = {"fp32": 3e-5, "bf16": 2e-2, "backward_factor": 2.5}
 

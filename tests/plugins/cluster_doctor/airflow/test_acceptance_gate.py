@@ -1,4 +1,4 @@
-"""The acceptance gate (issue 31 §1, acceptance 1) in the DAGs' task bodies — the fast path's tick and the
+"""The acceptance gate in the DAGs' task bodies — the fast path's tick and the
 hourly run's discover — against the Kubernetes API emulator (real client) and a real PostgreSQL: a new node
 is tainted, planned whole and first, and accepted when every suite passed; a failing one stays out and is
 quarantined; a mass reboot opens the breaker; a node no validation answered is let go at the maximum hold; a
@@ -18,7 +18,6 @@ from cluster_doctor.domain.quarantine import LABEL
 from cluster_doctor.domain.quarantine import TOLERATION as QUARANTINE_TOLERATION
 from cluster_doctor.kube import discovery
 from cluster_doctor.store import inventory, suspects, transitions
-from k8s_emulator import EmulatorProcess
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=20)  # every step is in the past
 M, H = dt.timedelta(minutes=1), dt.timedelta(hours=1)
@@ -32,19 +31,14 @@ def settings(**gate_changes):
                     acceptance={"enabled": True, "breaker_nodes": 3, **gate_changes})
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"metadata": {"name": "cluster-doctor"}})
+def cluster(validation_cluster):
     for name in NODES:
-        emulator.add_gpu_node(name)
-    return emulator
+        validation_cluster.add_gpu_node(name)
+    return validation_cluster
 
 
 def record(store, node, test, status, at):

@@ -6,7 +6,7 @@ from cluster_doctor.airflow import daily_tasks, runtime
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.store import inventory
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 
 def test_the_report_counts_the_inventory_and_never_asks_the_cluster(monkeypatch, store, db_url, tmp_path):

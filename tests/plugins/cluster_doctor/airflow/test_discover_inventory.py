@@ -1,5 +1,5 @@
 """The discover task keeps the GPU node inventory and hands on only node ranges: against the Kubernetes
-API emulator (real client) and a real PostgreSQL (issue 21 §4, §7)."""
+API emulator (real client) and a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,27 +13,20 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.store import inventory
 from cluster_doctor.store.history import ResultStore
-from k8s_emulator import EmulatorProcess
+
+from tests.support.emulator import create_namespace
 
 NOW = dt.datetime(2026, 11, 25, 12, tzinfo=dt.UTC)
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
-
-
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    for ns in ("cluster-doctor", "ml"):
-        emulator.core_v1().create_namespace({"metadata": {"name": ns}})
+def cluster(validation_cluster):
+    create_namespace(validation_cluster, "ml")
     for i in range(1, 5):
-        emulator.add_gpu_node(f"gpu-{i:03d}")
-    emulator.cordon("gpu-003")
-    emulator.add_user_pod("gpu-004", gpus=8, name="trainer-0", namespace="ml")
-    return emulator
+        validation_cluster.add_gpu_node(f"gpu-{i:03d}")
+    validation_cluster.cordon("gpu-003")
+    validation_cluster.add_user_pod("gpu-004", gpus=8, name="trainer-0", namespace="ml")
+    return validation_cluster
 
 
 def rows(store):

@@ -1,5 +1,5 @@
-"""A control plane that blinks never fails a healthy node (issue 30), and a re-run never validates a node
-twice (issue 33): NodeValidationPodOperator.execute with the real provider and client against the
+"""A control plane that blinks never fails a healthy node, and a re-run never validates a node
+twice: NodeValidationPodOperator.execute with the real provider and client against the
 Kubernetes API emulator restarting, throttling and refusing, as a real apiserver does."""
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from cluster_doctor.domain.attempts import NOT_JUDGED
 from cluster_doctor.kube import orphans, retry
 from kubernetes import client as k8s
 
-from tests.e2e.conftest import script_result, summary
-from tests.plugins.cluster_doctor.airflow.test_operator_lifecycle import (  # noqa: F401 - fixtures
-    NS,
-    POD_SELECTOR,
-    FakeTI,
-    cluster,
-    emulator,
-    operator,
-)
+from tests.support.emulator import FAST, NS, POD_SELECTOR
+from tests.support.operator import FakeTI, operator
+from tests.support.suite_results import script_result, summary
+
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST)
+
+
+@pytest.fixture
+def cluster(operator_cluster):
+    operator_cluster.add_gpu_node("gpu-001")
+    return operator_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -150,7 +152,7 @@ def test_a_result_not_read_in_time_keeps_the_pod_and_the_next_run_records_it_onc
     cluster.wait_for(lambda: not cluster.live_pods(POD_SELECTOR), timeout=30, message="the kept pod gone")
 
 
-# ---------------------------------------------------------------------------- a re-run (issue 33)
+# ---------------------------------------------------------------------------- a re-run
 def earlier_try(cluster, try_number: int = 1) -> k8s.V1Pod:
     """The pod try ``try_number`` of the same task instance created before Airflow lost it."""
     op, ti = operator(), FakeTI()

@@ -4,78 +4,30 @@ client: each of our hooks and overrides adds its behaviour and keeps the provide
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
-import types
 
 import pytest
 from airflow.providers.cncf.kubernetes.callbacks import KubernetesPodOperatorCallback
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowSkipException
 from cluster_doctor.airflow.operator import NodeValidationPodOperator, VerdictFailed
-from cluster_doctor.domain.config import Settings
-from k8s_emulator import EmulatorProcess
-from kubernetes import client as k8s
 
-from tests.e2e.conftest import script_result
+from tests.support.emulator import FAST
+from tests.support.operator import FakeTI, operator, run
+from tests.support.suite_results import script_result
 
 NS = "cluster-doctor"
 POD_SELECTOR = "app.kubernetes.io/name=cluster-doctor"
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    pvc = tmp_path_factory.mktemp("pvc")
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(pvc)},
-                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST)
 
 
 @pytest.fixture
-def cluster(emulator, monkeypatch):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": emulator.kubeconfig_path}}))
-    emulator.add_gpu_node("gpu-001")
-    yield emulator
-    assert [p["name"] for p in emulator.live_pods(POD_SELECTOR)] == [], "validation pods left behind"
-
-
-class FakeTI:
-    """The task instance fields the provider and the operator read, and XCom."""
-
-    def __init__(self):
-        self.dag_id, self.task_id, self.run_id = "continuous_validation", "validate", "manual__2026-11-22T10:00:00+00:00"
-        self.map_index, self.try_number = 3, 1
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-
-def run(op: NodeValidationPodOperator):
-    ti = FakeTI()
-    context = {"ti": ti, "run_id": ti.run_id, "dag": types.SimpleNamespace(dag_id=ti.dag_id)}
-    written = []
-    op._write = written.append  # the results DB path is tested in test_tasks / e2e
-    try:
-        returned, raised = op.execute(context), None
-    except (VerdictFailed, AirflowSkipException) as exc:
-        returned, raised = None, exc
-    return ti, written, returned, raised
-
-
-def operator(**settings) -> NodeValidationPodOperator:
-    settings = {"availability_check_s": 1, "pending_timeout_s": 30, "suite_device": "cpu", **settings}
-    run_config = {"settings": Settings(**settings).to_dict(), "configmap": "cluster-doctor-suites-0",
-                  "suite_version": "sha256:0000000000000000", "suite_files": ["__init__.py"]}
-    return NodeValidationPodOperator(task_id="validate", node_name="gpu-001", test_name="gpu_health", gpu_count=8,
-                                     planned_at=dt.datetime.now(dt.UTC).isoformat(), run_config=run_config)
+def cluster(operator_cluster):
+    operator_cluster.add_gpu_node("gpu-001")
+    return operator_cluster
 
 
 def test_a_passing_pod_is_built_by_the_provider_and_recorded_once(cluster):

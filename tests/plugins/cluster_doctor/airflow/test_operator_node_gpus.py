@@ -1,4 +1,4 @@
-"""The operator hands the pod the GPUs its node has (issue 29): the suites' bar, beside the GPUs the pod
+"""The operator hands the pod the GPUs its node has: the suites' bar, beside the GPUs the pod
 requests (the node's allocatable count)."""
 
 import datetime as dt

@@ -1,10 +1,9 @@
 """While our pod is Pending, its node going away ends the wait at once, with the real cause — against the
-Kubernetes API emulator with the real provider and client (issue 21 §6)."""
+Kubernetes API emulator with the real provider and client."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 import types
@@ -14,37 +13,24 @@ from airflow.sdk.exceptions import AirflowSkipException
 from cluster_doctor.airflow.operator import NodeValidationPodOperator, VerdictFailed
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import pod_lifecycle
-from k8s_emulator import EmulatorProcess
-from kubernetes import client as k8s
+
+from tests.support.emulator import FAST
 
 NS = "cluster-doctor"
 POD_SELECTOR = "app.kubernetes.io/name=cluster-doctor"
 SCHEDULER_SAYS = "0/1 nodes are available: waiting for the gang scheduler."
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    pvc = tmp_path_factory.mktemp("pvc")
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(pvc)},
-                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST)
 
 
 @pytest.fixture
-def cluster(emulator, monkeypatch):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": emulator.kubeconfig_path}}))
+def cluster(operator_cluster, monkeypatch):
     monkeypatch.setattr(pod_lifecycle, "NODE_CHECK_S", 1)
-    emulator.add_gpu_node("gpu-001")
+    operator_cluster.add_gpu_node("gpu-001")
     # our pod stays Pending (unbound) until the test changes the node
-    emulator.set_script("gpu-001", "never_schedule", message=SCHEDULER_SAYS)
-    yield emulator
-    assert [p["name"] for p in emulator.live_pods(POD_SELECTOR)] == [], "validation pods left behind"
+    operator_cluster.set_script("gpu-001", "never_schedule", message=SCHEDULER_SAYS)
+    return operator_cluster
 
 
 class FakeTI:

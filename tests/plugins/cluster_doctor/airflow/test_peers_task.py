@@ -1,4 +1,4 @@
-"""The peers task group's bodies (issue 23 §2): claims taken beside the run's bundles without dropping
+"""The peers task group's bodies: claims taken beside the run's bundles without dropping
 them, a match whose node another run holds gives its other node back, a side that never reported is
 recorded skipped naming its peer, a failed test blames neither node."""
 

@@ -1,4 +1,4 @@
-"""The repair loop closed and repeat offenders handed off (issue 31 §2, §3, acceptance 1), in the DAG's task
+"""The repair loop closed and repeat offenders handed off, in the DAG's task
 bodies against the Kubernetes API emulator (real client) and a real PostgreSQL: a quarantined node that
 rebooted is validated at once — the fast path triggers a run for it and its whole bundle is planned, with the
 reboot signal off and its failure younger than the 6-hour retest — and released when it passes; every
@@ -25,7 +25,6 @@ from cluster_doctor.domain.quarantine import ANN_ACTION, ANN_REPEAT, LABEL, TOLE
 from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.kube import conditions
 from cluster_doctor.store import transitions
-from k8s_emulator import EmulatorProcess
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0) - dt.timedelta(hours=2)  # its later steps are past too
 M, H = dt.timedelta(minutes=1), dt.timedelta(hours=1)
@@ -42,19 +41,14 @@ def settings(**changes):
                     quarantine={"enabled": True, "taint": True, "max_share": 0.5}, **changes)
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"metadata": {"name": "cluster-doctor"}})
+def cluster(validation_cluster):
     for name in NODES:
-        emulator.add_gpu_node(name)
-    return emulator
+        validation_cluster.add_gpu_node(name)
+    return validation_cluster
 
 
 def record(store, node, test, status, at, action=None):

@@ -1,4 +1,4 @@
-"""The signals in Airflow's task bodies (issue 28 §2): prioritize plans a suspect's whole bundle first, the
+"""The signals in Airflow's task bodies: prioritize plans a suspect's whole bundle first, the
 fast path's tick reads the signals against the emulator and triggers a run only when it does not hold the
 hourly one back, and a suspect, busy or free, is reserved at once; a free one's taint goes when the run that
 validates it is done with it, pass or fail."""

@@ -17,25 +17,19 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import AttemptLine, Plan, Recorded
 from cluster_doctor.reports import ctrf, daily, metrics
 from cluster_doctor.store import files, spool
-from k8s_emulator import EmulatorProcess
 
 NS = "cluster-doctor"
 PVC = "cluster-doctor-results"
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    emulator.add_gpu_node("gpu-001", gpus=8)
-    return emulator
+def cluster(validation_cluster):
+    validation_cluster.add_gpu_node("gpu-001", gpus=8)
+    return validation_cluster
 
 
 def an_attempt(node="gpu-001", minutes_ago=30, run="r1", now=None):

@@ -111,7 +111,7 @@ def test_timeouts_and_preemptions_never_fail_the_run():
 
 
 def test_a_failed_peer_test_makes_both_sides_suspect_and_blames_neither():
-    """Issue 23 §2: one failed peer test cannot say which side is bad; the verdict names the pair, once,
+    """One failed peer test cannot say which side is bad; the verdict names the pair, once,
     as suspect (the run still fails: something between them is broken), never a node as failing."""
     line = lambda node, peer, status: {"node_name": node, "test_name": "fabric_peer", "status": status,  # noqa: E731
                                        "reason": "PEER_IB_BW_LOW", "peer": peer}
@@ -212,7 +212,7 @@ def test_prioritize_with_a_store_needs_the_run_identity(store):
         tasks.prioritize(discovered(["gpu-001"]), Latest(), now=NOW, store=store, dag_id=DAG, run_id=None)
 
 
-# ---------------------------------------------------------------------------- bundles and shared ranges (issue 21)
+# ---------------------------------------------------------------------------- bundles and shared ranges
 def discovered_with(free, tests, max_pairs=16, ineligible=()):
     found = discovered(free, ineligible, max_pairs=max_pairs)
     return found.model_copy(update={"params": found.params.model_copy(update={"tests": tests})})

@@ -4,7 +4,7 @@ import datetime as dt
 
 from cluster_doctor.store.history import ResultStore
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 NOT_JUDGED = [{"name": "baseline", "status": "skip", "code": "BASELINE_MISSING"}]
 

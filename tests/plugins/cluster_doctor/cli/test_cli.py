@@ -1,18 +1,9 @@
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-# No PYTHONPATH: the CLI must work from the installed (editable) distribution alone.
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-ENV.pop("AIRFLOW_CONN_VALIDATION_DB", None)
-
-
-def cli(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "cluster_doctor", *args], capture_output=True, text=True,
-                          input=stdin, env={**ENV, **(env or {})}, timeout=120)
+from tests.support.cli import cli
 
 
 def test_upgrade_record_status_plan_history(db_url, tmp_path):

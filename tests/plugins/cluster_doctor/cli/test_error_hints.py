@@ -1,5 +1,5 @@
-"""A command that cannot use its results database says which database it looked at and the likely cause
-(issue 33): never `run cluster-doctor db upgrade` for a database that is simply not the results one, or
+"""A command that cannot use its results database says which database it looked at and the likely cause:
+never `run cluster-doctor db upgrade` for a database that is simply not the results one, or
 for a server that is not running."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from cluster_doctor.cli import metrics_exporter
 from cluster_doctor.reports import metrics
 
 from tests.conftest import dsn_to_url
-from tests.plugins.cluster_doctor.reports.test_metrics import samples, value
+from tests.support.metrics import samples, value
 
 
 

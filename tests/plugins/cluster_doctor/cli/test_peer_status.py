@@ -1,9 +1,9 @@
-"""`cluster-doctor status` shows peer tests (issue 23 §2): suspects apart from blamed nodes, the peer named."""
+"""`cluster-doctor status` shows peer tests: suspects apart from blamed nodes, the peer named."""
 
 import datetime as dt
 import json
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 
 def test_status_names_suspect_and_blamed_peers(db_url, tmp_path):

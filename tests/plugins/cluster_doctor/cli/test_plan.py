@@ -1,4 +1,4 @@
-"""``cluster-doctor plan`` shows what the next run would plan (issue 27 §2): with ``--live`` it reads the
+"""``cluster-doctor plan`` shows what the next run would plan: with ``--live`` it reads the
 cluster as the DAG's discover task does — the free nodes with their GPUs, and the claim the pods mount,
 so tests a volume problem blocks are left out with a line saying so — and it claims nothing."""
 
@@ -11,28 +11,22 @@ import json
 import pytest
 from cluster_doctor.cli import main as cli
 from cluster_doctor.store import claims, reservations
-from k8s_emulator import EmulatorProcess
 
 NS = "cluster-doctor"
 PVC = "cluster-doctor-results"
 TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
+def cluster(validation_cluster):
     """gpu-001 and gpu-002 free, gpu-003 busy with a user job; the results claim Bound."""
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     for name in ("gpu-001", "gpu-002", "gpu-003"):
-        emulator.add_gpu_node(name, gpus=4 if name == "gpu-002" else 8)
-    emulator.add_user_pod("gpu-003")
-    return emulator
+        validation_cluster.add_gpu_node(name, gpus=4 if name == "gpu-002" else 8)
+    validation_cluster.add_user_pod("gpu-003")
+    return validation_cluster
 
 
 def plan(*args: str) -> tuple[int, str]:
@@ -89,7 +83,7 @@ def test_a_plan_with_nothing_in_it_says_why(store, db_url, monkeypatch):
 
 
 def test_the_health_sweep_comes_after_the_due_bundles_marked_and_said(store, db_url, monkeypatch):
-    """Issue 28 §1: a free node with every suite fresh but a health check older than sweep_interval_hours
+    """A free node with every suite fresh but a health check older than sweep_interval_hours
     gets a gpu_health pair marked ``health sweep``, after the due node's bundle; a check younger than the
     interval less 30 minutes is not swept."""
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -117,5 +111,5 @@ def test_a_suspect_node_is_planned_first_with_its_whole_bundle_saying_why(cluste
     suspects.record(store.connect, [Evidence("gpu-002", "reboot", "b2", "rebooted")], seen_at=dt.datetime.now(dt.UTC))
     code, out = plan("--live", "--kubeconfig", cluster.kubeconfig_path, "--max-pairs", "6", "--db-url", db_url)
     assert code == 0, out
-    assert rows(out)[:4] == [("gpu-002", t) for t in TESTS]  # issue 28 §2: as the DAG's prioritize plans it
+    assert rows(out)[:4] == [("gpu-002", t) for t in TESTS]  # as the DAG's prioritize plans it
     assert "gpu-002 suspect since " in out and "reboot: rebooted: its whole bundle first" in out

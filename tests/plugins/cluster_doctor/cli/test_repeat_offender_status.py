@@ -1,5 +1,4 @@
-"""`cluster-doctor status` names the repeat offenders, since when and why, with their action: replace
-(issue 31 §3)."""
+"""`cluster-doctor status` names the repeat offenders, since when and why, with their action: replace."""
 
 import datetime as dt
 
@@ -8,7 +7,7 @@ from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.store import transitions
 from cluster_doctor.store.history import ResultStore
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 
 def test_status_names_the_repeat_offenders(db_url):

@@ -50,8 +50,8 @@ def test_cli_json(capsys):
 
 
 def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_the_validation_share(capsys):
-    """Issue 28 §3: --faults adds time_to_detect_h {median, p90, max} and jobs_on_broken_node {mean, p90};
-    validation_share is always there; --no-sweep and --no-signals give the rule before the issue."""
+    """--faults adds time_to_detect_h {median, p90, max} and jobs_on_broken_node {mean, p90};
+    validation_share is always there; --no-sweep and --no-signals turn the sweep and the signals off."""
     argv = ["simulate", "--nodes", "200", "--days", "7", "--slots", "6", "--reserve", "--faults", "30",
             "--format", "json"]
     assert cli.main(argv) == 0
@@ -74,7 +74,7 @@ def test_cli_faults_json_holds_the_time_to_detect_the_jobs_on_broken_nodes_and_t
 
 
 def test_cli_acceptance_json_reports_the_user_jobs_on_nodes_that_joined_or_returned_broken(capsys):
-    """Issue 31 acceptance 2: --joins, --reboots and --bad-repair bring nodes in, some broken on arrival;
+    """--joins, --reboots and --bad-repair bring nodes in, some broken on arrival;
     --format json says how many and how many user jobs started on them, with and without --acceptance."""
     argv = ["simulate", "--nodes", "200", "--days", "7", "--slots", "6", "--reserve", "--faults", "30",
             "--joins", "40", "--reboots", "2", "--broken-on-join", "0.3", "--broken-on-reboot", "0.1",

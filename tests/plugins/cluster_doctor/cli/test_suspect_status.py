@@ -1,5 +1,5 @@
 """`cluster-doctor status` says which nodes are suspect since when and why, and since when a failing node
-fails: its first failing evidence (a signal its failure confirmed) and its last pass (issue 28 §2)."""
+fails: its first failing evidence (a signal its failure confirmed) and its last pass."""
 
 import datetime as dt
 import json
@@ -8,7 +8,7 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import suspects
 from cluster_doctor.store.history import ResultStore
 
-from tests.plugins.cluster_doctor.cli.test_cli import cli
+from tests.support.cli import cli
 
 
 def test_status_shows_suspects_and_failing_since(db_url, tmp_path):

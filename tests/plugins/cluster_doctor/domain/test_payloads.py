@@ -68,7 +68,7 @@ OLD = [(Discovered, OLD_DISCOVERED), (Latest, OLD_LATEST), (Plan, OLD_PLANNED), 
 
 def _as_old(wire, old, nested=False):
     """``wire`` cut to the keys ``old`` has, at every depth; a key added inside a nested item (e.g. an
-    attempt line's peer, issue 23) must hold its empty default (the top level's are checked below)."""
+    attempt line's peer) must hold its empty default (the top level's are checked below)."""
     if isinstance(old, dict) and isinstance(wire, dict):
         extra = {k: v for k, v in wire.items() if k not in old}
         assert not nested or all(v in ([], None, 0, {}) for v in extra.values()), extra
@@ -89,7 +89,7 @@ def test_a_version_less_payload_of_the_previous_release_is_read_and_round_trips(
     # became node ranges in version 2 (test_discovered_version_1_is_read_as_node_ranges)
     if isinstance(old, dict) and cls is not Discovered:
         assert _as_old(wire, old) == json.loads(json.dumps(old))
-        # keys added since then only with their defaults (e.g. warnings, spool of issue 22)
+        # keys added since then only with their defaults (e.g. warnings, spool)
         added = {k: v for k, v in wire.items() if k not in old and k != "version"}
         assert added == {k: v for k, v in cls().to_xcom().items() if k in added} if cls is RunSummary else \
             all(v in ([], None, 0, {}) for v in added.values()), added
@@ -120,7 +120,7 @@ def test_discovered_version_1_is_read_as_node_ranges():
 
 
 def test_discovered_stays_small_at_5000_nodes():
-    """Issue 21 §7: the discover XCom at most 50 KB, even with free and busy nodes interleaved."""
+    """The discover XCom at most 50 KB, even with free and busy nodes interleaved."""
     found = Discovered.of(settings=Settings(), params={"tests": ["gpu_health"], "max_pairs": 16}, started_at=NOW,
                           free=[(f"gpu-{i:04d}", 8, "H100") for i in range(1, 5001) if i % 3],
                           ineligible=[(f"gpu-{i:04d}", "busy") for i in range(1, 5001) if i % 3 == 0])

@@ -1,4 +1,4 @@
-"""Peer tests (issue 23 §2): triangulation and matching, pure."""
+"""Peer tests: triangulation and matching, pure."""
 
 from __future__ import annotations
 

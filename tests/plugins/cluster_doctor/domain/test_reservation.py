@@ -1,4 +1,4 @@
-"""Reservation of overdue nodes, the policy (issue 21 §2): who may be reserved, how many, the breaker."""
+"""Reservation of overdue nodes, the policy: who may be reserved, how many, the breaker."""
 
 import datetime as dt
 

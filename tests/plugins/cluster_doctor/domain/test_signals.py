@@ -1,4 +1,4 @@
-"""domain.signals: what each source's observation counts as evidence (issue 28 §2)."""
+"""domain.signals: what each source's observation counts as evidence."""
 
 from __future__ import annotations
 

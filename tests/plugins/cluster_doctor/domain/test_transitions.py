@@ -1,4 +1,4 @@
-"""The repeat-offender rule and the hand-off document (issue 31 §3), pure."""
+"""The repeat-offender rule and the hand-off document, pure."""
 
 import datetime as dt
 import json

@@ -6,23 +6,13 @@ import pytest
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import discovery, suite_code
-from k8s_emulator import EmulatorProcess
 
 NS = "cluster-doctor"
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
-
-
 @pytest.fixture
-def core_v1(emulator):
-    emulator.reset()
-    api = emulator.core_v1()
-    api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    return api
+def core_v1(validation_cluster):
+    return validation_cluster.core_v1()
 
 
 def test_suite_code_ships_once_as_an_immutable_configmap(core_v1):

@@ -14,7 +14,6 @@ import yaml
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.conditions import CONDITION_TYPE, ConditionPolicy
 from cluster_doctor.kube import conditions as c
-from k8s_emulator import EmulatorProcess
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 TESTS = ["gpu_health", "ib_health"]
@@ -31,12 +30,6 @@ XID = [{"name": "xid", "status": "fail", "device": "cuda:3", "code": "GPU_FALLEN
 
 def rules(path: str) -> list[dict]:
     return next(d for d in yaml.safe_load_all((REPO / path).read_text()) if d and d["kind"] == "ClusterRole")["rules"]
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
 
 
 @pytest.fixture

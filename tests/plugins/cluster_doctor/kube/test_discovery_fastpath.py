@@ -15,13 +15,12 @@ from kubernetes.client.exceptions import ApiException
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        emu.bulk_generate(nodes=300, pods=6000, seed=3)
-        # a few hand-made cases on top: a pending pod nominated to a node, a cordoned node
-        emu.add_gpu_node("extra-001")
-        emu.add_gpu_node("extra-002", unschedulable=True)
-        yield emu
+def fleet(emulator):
+    emulator.bulk_generate(nodes=300, pods=6000, seed=3)
+    # a few hand-made cases on top: a pending pod nominated to a node, a cordoned node
+    emulator.add_gpu_node("extra-001")
+    emulator.add_gpu_node("extra-002", unschedulable=True)
+    return emulator
 
 
 def _same(a: discovery.Discovery, b: discovery.Discovery) -> None:
@@ -30,11 +29,11 @@ def _same(a: discovery.Discovery, b: discovery.Discovery) -> None:
     assert (a.nodes_seen, a.pods_seen) == (b.nodes_seen, b.pods_seen)
 
 
-def test_watch_cache_read_is_two_calls_and_exactly_the_paged_answer(emulator):
-    core = emulator.core_v1()
-    emulator.reset_counters()
+def test_watch_cache_read_is_two_calls_and_exactly_the_paged_answer(fleet):
+    core = fleet.core_v1()
+    fleet.reset_counters()
     fast = discovery.discover(core, Settings())
-    assert emulator.api_calls() == 2 == fast.api_calls  # the nodes, every non-terminal pod
+    assert fleet.api_calls() == 2 == fast.api_calls  # the nodes, every non-terminal pod
     assert fast.read_mode == "watch-cache" and fast.decode_seconds > 0
     paged = discovery.discover(core, Settings(), watch_cache=False)
     assert paged.read_mode == "paged" and paged.api_calls > 2
@@ -65,8 +64,8 @@ class _Refusing:
 
 
 @pytest.mark.parametrize("how", [410, 429, 500, 504, "pages"])
-def test_falls_back_to_paging_when_the_server_refuses(emulator, how, caplog):
-    core = emulator.core_v1()
+def test_falls_back_to_paging_when_the_server_refuses(fleet, how, caplog):
+    core = fleet.core_v1()
     expected = discovery.discover(core, Settings(), watch_cache=False)
     refusing = _Refusing(core, how)
     with caplog.at_level(logging.WARNING, logger="cluster_doctor.kube.discovery"):
@@ -77,9 +76,9 @@ def test_falls_back_to_paging_when_the_server_refuses(emulator, how, caplog):
     _same(found, expected)
 
 
-def test_permission_errors_are_not_hidden_by_the_fallback(emulator):
+def test_permission_errors_are_not_hidden_by_the_fallback(fleet):
     with pytest.raises(ApiException) as info:
-        discovery.discover(_Refusing(emulator.core_v1(), 403), Settings())
+        discovery.discover(_Refusing(fleet.core_v1(), 403), Settings())
     assert info.value.status == 403
 
 
@@ -107,14 +106,14 @@ def test_only_the_needed_fields_are_decoded():
     assert discovery.pod_request(pod, "nvidia.com/gpu") == 8
 
 
-def test_a_list_cut_off_mid_answer_starts_discovery_over(emulator, caplog):
+def test_a_list_cut_off_mid_answer_starts_discovery_over(fleet, caplog):
     """A streamed list is not read inside the client's retry (that would hold it whole): a connection
     lost mid-body reaches discovery, which starts over and gets the same answer."""
     from cluster_doctor.kube import retry
 
-    core = retry.core_v1(emulator.api_client())
+    core = retry.core_v1(fleet.api_client())
     expected = discovery.discover(core, Settings())
-    emulator.inject_faults("/api/v1/pods", ["cut"], method="GET")
+    fleet.inject_faults("/api/v1/pods", ["cut"], method="GET")
     with caplog.at_level(logging.WARNING, logger="cluster_doctor.kube.discovery"):
         found = discovery.discover(core, Settings())
     assert "cut off mid-answer" in caplog.text and "starts over (try 2 of 3)" in caplog.text
@@ -122,16 +121,16 @@ def test_a_list_cut_off_mid_answer_starts_discovery_over(emulator, caplog):
     _same(found, expected)
 
 
-def test_a_list_the_server_streams_reads_the_same(emulator):
+def test_a_list_the_server_streams_reads_the_same(fleet):
     """From Kubernetes 1.33 the apiserver writes a list item by item (chunked): the streamed decoding
     gives exactly what the paged consistent lists give."""
-    core = emulator.core_v1()
+    core = fleet.core_v1()
     expected = discovery.discover(core, Settings(), watch_cache=False)
-    emulator.configure(kubernetes_version="1.33")
+    fleet.configure(kubernetes_version="1.33")
     try:
         _same(discovery.discover(core, Settings()), expected)
     finally:
-        emulator.configure(kubernetes_version="1.31")
+        fleet.configure(kubernetes_version="1.31")
 
 
 class _Watching:
@@ -150,24 +149,23 @@ class _Watching:
         return self.core.list_node(**kwargs)
 
 
-def test_the_collector_is_paused_while_discovering_and_given_back_as_it_was(emulator):
+def test_the_collector_is_paused_while_discovering_and_given_back_as_it_was(fleet):
     """Discovery keeps tens of thousands of small objects until it returns; the collector, which would
     run over and over (and over the whole process) meanwhile, is paused, and is on again afterwards,
     whether discovery returned or raised; off before, it stays off."""
-    watching = _Watching(emulator.core_v1())
+    watching = _Watching(fleet.core_v1())
     found = discovery.discover(watching, Settings())
     assert watching.collector_on == [False] and gc.isenabled()
-    _same(found, discovery.discover(emulator.core_v1(), Settings(), watch_cache=False))
+    _same(found, discovery.discover(fleet.core_v1(), Settings(), watch_cache=False))
     with pytest.raises(ApiException):
-        discovery.discover(_Watching(emulator.core_v1(), fail=True), Settings())
+        discovery.discover(_Watching(fleet.core_v1(), fail=True), Settings())
     assert gc.isenabled()
     gc.disable()
     try:
-        discovery.discover(emulator.core_v1(), Settings())
+        discovery.discover(fleet.core_v1(), Settings())
         assert not gc.isenabled()
     finally:
         gc.enable()
-
 
 
 def test_free_and_not_eligible_nodes_come_in_numeric_order():

@@ -1,4 +1,4 @@
-"""Discovery reads what a GPU node has, not only what it offers (issue 29): its capacity or GPU Feature
+"""Discovery reads what a GPU node has, not only what it offers: its capacity or GPU Feature
 Discovery's count label; a node whose allocatable is below that is a finding, still validated, and
 its pods carry the node's count (CLUSTER_DOCTOR_NODE_GPUS) beside what they request."""
 
@@ -9,7 +9,6 @@ import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, RunConfig, Validation
 from cluster_doctor.kube import discovery, listing, podspec
-from k8s_emulator import EmulatorProcess
 
 GPU = "nvidia.com/gpu"
 
@@ -32,15 +31,14 @@ def test_the_gpus_a_node_has_come_from_its_capacity_or_gfd_label(n, want):
 
 
 @pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        emu.add_gpu_node("gpu-001", 8, labels={"nvidia.com/gpu.count": "8"})
-        emu.add_gpu_node("gpu-002", 7, labels={"nvidia.com/gpu.count": "8"})  # one GPU unhealthy
-        yield emu
+def fleet(emulator):
+    emulator.add_gpu_node("gpu-001", 8, labels={"nvidia.com/gpu.count": "8"})
+    emulator.add_gpu_node("gpu-002", 7, labels={"nvidia.com/gpu.count": "8"})  # one GPU unhealthy
+    return emulator
 
 
-def test_a_node_offering_fewer_gpus_than_it_has_is_a_finding_and_still_validated(emulator):
-    found = discovery.discover(emulator.core_v1(), Settings())
+def test_a_node_offering_fewer_gpus_than_it_has_is_a_finding_and_still_validated(fleet):
+    found = discovery.discover(fleet.core_v1(), Settings())
     free = {n.name: n for n in found.free}
     assert (free["gpu-002"].gpu_count, free["gpu-002"].node_gpus) == (7, 8)  # requests 7, expects 8
     assert (free["gpu-001"].gpu_count, free["gpu-001"].node_gpus) == (8, 8)

@@ -6,15 +6,8 @@ from __future__ import annotations
 import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import discovery, guards
-from k8s_emulator import EmulatorProcess
 
 TOLERATIONS = Settings().tolerations
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
 
 
 @pytest.fixture

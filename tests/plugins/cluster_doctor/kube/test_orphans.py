@@ -15,11 +15,11 @@ from cluster_doctor.domain.attempts import UNREPORTED, Attempt, not_judged
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import orphans
 from cluster_doctor.store.history import ResultStore, RetryPolicy
-from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 from kubernetes.client import ApiClient
 
-from tests.e2e.conftest import script_result, summary
+from tests.support.emulator import FAST
+from tests.support.suite_results import script_result, summary
 
 NS = "cluster-doctor"
 POD_SELECTOR = "app.kubernetes.io/name=cluster-doctor"
@@ -31,27 +31,14 @@ ended_run = lambda dag_id, run_id: "failed"  # noqa: E731
 live_run = lambda dag_id, run_id: "running"  # noqa: E731
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    pvc = tmp_path_factory.mktemp("pvc")
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(pvc)},
-                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST)
 
 
 @pytest.fixture
-def cluster(emulator, monkeypatch):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": emulator.kubeconfig_path}}))
+def cluster(operator_cluster):
     for node in ("gpu-001", "gpu-002"):
-        emulator.add_gpu_node(node)
-    yield emulator
-    assert [p["name"] for p in emulator.live_pods(POD_SELECTOR)] == [], "validation pods left behind"
+        operator_cluster.add_gpu_node(node)
+    return operator_cluster
 
 
 def settings(**overrides) -> Settings:
@@ -122,7 +109,7 @@ def test_an_ended_orphan_is_recorded_with_the_pods_own_status_then_deleted(clust
 
 
 def test_the_orphans_attempt_is_the_one_its_operator_would_have_recorded(cluster, store):
-    from tests.plugins.cluster_doctor.airflow.test_operator_lifecycle import FakeTI, operator, run
+    from tests.support.operator import FakeTI, operator, run
 
     script_result(cluster, "gpu-001")
     ti, written, _, _ = run(operator(**BASE))  # the live path, for comparison
@@ -195,7 +182,7 @@ def not_judged_row(pod: k8s.V1Pod, run_id: str = RUN_ID, try_number: int = 1) ->
 
 
 def test_a_kept_pods_result_replaces_its_not_judged_row_and_the_pod_goes(cluster, store):
-    """Issue 30: the task could not read the pod's result in time (a 429 storm), recorded its try as not
+    """The task could not read the pod's result in time (a 429 storm), recorded its try as not
     judged and kept the pod. The next run records the pod's own verdict over that row — the same row,
     never a second one — at once, whatever Airflow says of the run, then deletes the pod."""
     script_result(cluster, "gpu-001")
@@ -230,7 +217,7 @@ def test_a_kept_pod_still_running_is_left_to_end(cluster, store):
 
 
 def test_a_completed_pod_whose_task_finished_without_deleting_it_goes_with_the_next_run(cluster, store):
-    """Issue 30 acceptance 2: the task recorded its try but its deletion failed (the API refused it). The
+    """The task recorded its try but its deletion failed (the API refused it). The
     next run deletes the pod even though it just ended and Airflow says its run is still running: the row
     of its try says the task is done with it. Its result is recorded only if it was not yet."""
     script_result(cluster, "gpu-001")

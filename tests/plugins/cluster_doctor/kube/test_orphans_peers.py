@@ -1,4 +1,4 @@
-"""Issue 30 "No pod outlives its run", for peer tests: a peer-test pod whose deletion failed is deleted by
+"""No pod outlives its run, for peer tests too: a peer-test pod whose deletion failed is deleted by
 the next run's reaper, whatever its phase, and its side's result is recorded once if it was not yet (naming
 its peer). The peer task (``airflow.peers_task.run_peer_test``) against the Kubernetes API emulator with the
 real client, the reaper (``kube.orphans``), a real PostgreSQL results database."""
@@ -15,10 +15,9 @@ from cluster_doctor.domain import payloads
 from cluster_doctor.domain.payloads import RunConfig
 from cluster_doctor.domain.peers import PeerMatch
 from cluster_doctor.kube import orphans, pod_lifecycle, retry
-from k8s_emulator import EmulatorProcess
-from kubernetes import client as k8s
 
-from tests.e2e.conftest import summary
+from tests.support.emulator import FAST_DELETE
+from tests.support.suite_results import summary
 
 NS = "cluster-doctor"
 SELECTOR = "app.kubernetes.io/name=cluster-doctor"
@@ -28,30 +27,19 @@ GPUS = {"gpu-001": (8, "NVIDIA-H100-80GB-HBM3"), "gpu-002": (8, "NVIDIA-H100-80G
 SETTINGS = Settings(pending_timeout_s=20, availability_check_s=1, suite_device="cpu")
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={"cluster-doctor-results": str(tmp_path_factory.mktemp("pvc"))},
-                         settings={"scheduler_interval": 0.05, "startup_delay": 0.05,
-                                   "static_termination_seconds": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True, settings=FAST_DELETE)
 
 
 @pytest.fixture
-def cluster(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    k8s.SchedulingV1Api(emulator.api_client()).create_priority_class({
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-        "metadata": {"name": "cluster-doctor-preemptible"}, "value": -100, "preemptionPolicy": "Never"})
+def cluster(operator_cluster):
     for node in GPUS:
-        emulator.add_gpu_node(node)
+        operator_cluster.add_gpu_node(node)
     for node, peer in (("gpu-001", "gpu-002"), ("gpu-002", "gpu-001")):
         text = json.loads(summary(node, "fabric_peer", checks=[{"name": "nccl_allreduce", "status": "pass"}]))
         text["peer"] = peer
-        emulator.set_script(node, "exit", exit_code=0, run_seconds=2,
+        operator_cluster.set_script(node, "exit", exit_code=0, run_seconds=2,
                             termination_message=json.dumps(text, separators=(",", ":")))
-    yield emulator
-    assert [p["name"] for p in emulator.live_pods(SELECTOR)] == [], "validation pods left behind"
+    return operator_cluster
 
 
 @pytest.fixture(autouse=True)

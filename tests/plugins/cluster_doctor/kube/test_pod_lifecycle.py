@@ -1,4 +1,4 @@
-"""The pod lifecycle both launchers share (issue 27 §4), without a cluster: the free-node check's
+"""The pod lifecycle both launchers share, without a cluster: the free-node check's
 reasons, the node watch's schedule and what it reports, the ``Ended`` exception, a vanished pod's
 outcome, and the final deletion that never raises. The launchers run it against the emulator in
 test_peers.py and tests/plugins/cluster_doctor/airflow/test_operator_pending_node.py."""

@@ -9,7 +9,6 @@ import logging
 import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.kube import quarantine as q
-from k8s_emulator import EmulatorProcess
 
 TESTS = ["gpu_health", "nccl_loopback"]
 NOW = dt.datetime(2026, 3, 10, 12, tzinfo=dt.UTC)
@@ -17,12 +16,6 @@ FAILED_CHECK = [{"name": "nccl_busbw", "status": "fail", "value": 310.2, "unit":
                  "message": "bus bandwidth below floor", "device": None},
                 {"name": "nccl_transport_ib", "status": "pass", "value": "IB", "unit": None, "threshold": None,
                  "message": "ok", "device": None}]
-
-
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
 
 
 @pytest.fixture
@@ -247,7 +240,7 @@ def test_settings_refuse_a_bad_quarantine_or_verdict_setting():
         Settings.load(env={"CLUSTER_DOCTOR_FLEET_VERDICTS": '{"k_mad": -1}'})
 
 
-# ---------------------------------------------------------------------------- keyed on the action (issue 20)
+# ---------------------------------------------------------------------------- keyed on the action
 def _record_action(store, node: str, test: str, action: str, *, runs: int = 2) -> None:
     check = {**FAILED_CHECK[0], "action": action}
     store.record([Attempt(node_name=node, test_name=test, status="fail", checks=[check], reason="failed",

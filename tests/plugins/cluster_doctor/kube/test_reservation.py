@@ -1,4 +1,4 @@
-"""Opt-in reservation of overdue nodes (issue 21 §2): through the real kubernetes client against the
+"""Opt-in reservation of overdue nodes: through the real kubernetes client against the
 Kubernetes API emulator (its scheduler honours NoSchedule taints), the rows in a real PostgreSQL."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from cluster_doctor.domain.reservation import KEY, MAX_HOLD, NOT_OVERDUE, VALIDA
 from cluster_doctor.kube import podspec
 from cluster_doctor.kube import reservation as r
 from cluster_doctor.store import reservations as rows
-from k8s_emulator import EmulatorProcess
 
 TESTS = ["gpu_health", "dl_unit"]
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -24,10 +23,7 @@ SMALL = {"max_share": 1.0, "breaker_share": 1.0}
 POLICY = ReservationPolicy(enabled=True, target_days=7, lead_hours=30, **SMALL)
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess(settings={"scheduler_interval": 0.05}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(settings={"scheduler_interval": 0.05})
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A suspect is reserved (issue 28 §2), busy or free: before any overdue node, within the same limit and
+"""A suspect is reserved, busy or free: before any overdue node, within the same limit and
 breaker, never a quarantined node, and kept until validated however fresh its results; the fast path's
 reserve_suspects does the same at once. A free one's taint goes when its validation is done, its idle time
 counted; a run limited to a node range leaves the taints outside it alone."""

@@ -11,7 +11,6 @@ import pytest
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import api_errors, discovery, retry, suite_code
-from k8s_emulator import EmulatorProcess
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -20,17 +19,9 @@ FAST = retry.RetryPolicy(attempts=5, initial_s=0.05, max_wait_s=0.2, total_s=10.
 CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    with EmulatorProcess() as emu:
-        yield emu
-
-
 @pytest.fixture
-def emu(emulator):
-    emulator.reset()
-    emulator.core_v1().create_namespace({"metadata": {"name": NS}})
-    return emulator
+def emu(validation_cluster):
+    return validation_cluster
 
 
 @pytest.fixture(autouse=True)

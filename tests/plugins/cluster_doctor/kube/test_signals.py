@@ -1,5 +1,5 @@
 """kube.signals against the Kubernetes API emulator (and a real local HTTP server answering Prometheus' query
-API): one test per signal of issue 28 §2, each read through discovery's lists or its own one call."""
+API): one test per signal, each read through discovery's lists or its own one call."""
 
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, Latest
 from cluster_doctor.kube import podspec, volumes
 from cluster_doctor.reports import summary as report
-from k8s_emulator import EmulatorProcess
 from kubernetes import client
 
 from tests.conftest import REPO
@@ -25,18 +24,13 @@ TESTS = ["gpu_health", "dl_unit", "nccl_loopback", "storage_fio"]
 NOW = dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.UTC)
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    with EmulatorProcess(pvc_dirs={PVC: str(tmp_path_factory.mktemp("pvc"))}) as emu:
-        yield emu
+pytestmark = pytest.mark.emulator(pvc=True)
 
 
 @pytest.fixture
-def cluster(emulator):
+def cluster(validation_cluster):
     """A fresh cluster: the validation namespace, where the emulator's results claim is Bound."""
-    emulator.reset()
-    emulator.core_v1().create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    return emulator
+    return validation_cluster
 
 
 @pytest.fixture

@@ -363,7 +363,7 @@ def test_unrepresentable_stored_values_do_not_fail_the_report(store, db_dsn):
 
 
 def test_reservations_of_the_day_are_one_line_with_their_cost(seeded):
-    """Issue 21 §2: taints applied and removed, and the idle GPU-hours they cost; no line when unused."""
+    """Taints applied and removed, and the idle GPU-hours they cost; no line when unused."""
     from cluster_doctor.store import reservations as rows
 
     assert daily.build(seeded, D, tests=TESTS, staleness_days=7, now=NOW)["reservations"] is None
@@ -379,7 +379,7 @@ def test_reservations_of_the_day_are_one_line_with_their_cost(seeded):
 
 
 def test_a_pass_with_checks_not_run_is_counted_as_incomplete_not_as_a_clean_pass(store):
-    """Issue 20: a pass some of whose checks could not run says so in the report's headline."""
+    """A pass some of whose checks could not run says so in the report's headline."""
     store.record([a("gpu-101", "gpu_health", "pass", at(0, 2), incomplete=True, checks_not_run=2),
                   a("gpu-102", "gpu_health", "pass", at(0, 3)),
                   a("gpu-103", "gpu_health", "pass", at(0, 4), incomplete=True, checks_not_run=1)])

@@ -1,5 +1,5 @@
 """The daily report shows the suspect nodes ("suspect since T: evidence") and, for each failure, since when its
-node fails: the first failing evidence after its last pass (issue 28 §2)."""
+node fails: the first failing evidence after its last pass."""
 
 import datetime as dt
 

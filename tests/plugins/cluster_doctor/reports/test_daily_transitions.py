@@ -1,5 +1,5 @@
 """The daily report counts the day's transitions and names the repeat offenders at its end, with their action,
-replace (issue 31 §2, §3)."""
+replace."""
 
 import datetime as dt
 

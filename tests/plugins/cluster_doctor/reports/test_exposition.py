@@ -16,7 +16,7 @@ from cluster_doctor.store import fleet_state
 from cluster_doctor.store.history import ResultStore
 from prometheus_client.utils import floatToGoString
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 FORMATS = [None, "text/plain; version=0.0.4", "text/plain; version=1.0.0; escaping=underscores",
            "application/openmetrics-text; version=1.0.0", "application/openmetrics-text; version=0.0.1",
@@ -28,7 +28,7 @@ def collector(dsn: dict, now: dt.datetime = seed.NOW) -> metrics.ClusterDoctorCo
 
 
 def library(c: metrics.ClusterDoctorCollector, accept: str | None, names=None) -> tuple[bytes, str]:
-    """The library's encoder over the collector's families (what every scrape was before issue 32)."""
+    """The library's encoder over the collector's families (every scrape's encoder before ours)."""
     registry = metrics.make_registry(type("Families", (), {"collect": c.collect, "describe": c.describe})())
     return metrics.render(registry, accept, names)
 

@@ -1,4 +1,4 @@
-"""The node lifecycle in the metrics (issue 31 §2, §3): transitions counted by kind, the repeat offenders, how
+"""The node lifecycle in the metrics: transitions counted by kind, the repeat offenders, how
 long quarantines lasted and how long from a repair to the release."""
 
 import datetime as dt
@@ -9,7 +9,7 @@ from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.reports import metrics
 from cluster_doctor.store import transitions
 
-from tests.plugins.cluster_doctor.reports.test_metrics import samples
+from tests.support.metrics import samples
 
 H = dt.timedelta(hours=1)
 

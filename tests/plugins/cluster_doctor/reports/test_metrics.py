@@ -17,7 +17,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, _fresh_database
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.metrics import samples, value
 
 NOW_TS = seed.NOW.timestamp()
 
@@ -28,20 +29,6 @@ def scrape(dsn: dict, accept: str | None = None) -> tuple[str, str]:
         lambda s: dsn, Settings, clock=lambda: seed.NOW, spool_provider=lambda s: spool.Spool().status()))
     body, content_type = metrics.render(registry, accept)
     return body.decode(), content_type
-
-
-def samples(text: str) -> dict[tuple[str, frozenset], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = (s.name, frozenset(s.labels.items()))
-            assert key not in out, f"duplicate series {key}"
-            out[key] = s.value
-    return out
-
-
-def value(series: dict, name: str, **labels: str) -> float:
-    return series[(name, frozenset(labels.items()))]
 
 
 def names(series: dict) -> set[str]:
@@ -340,7 +327,7 @@ def test_actions_and_incomplete_passes_are_exposed_sparsely(small_db, db_dsn):
 
 
 def test_what_reservations_cost_is_a_counter(small_db):
-    """Issue 21 §2: the idle GPU-hours reserved nodes stood waiting for their validation."""
+    """The idle GPU-hours reserved nodes stood waiting for their validation."""
     from cluster_doctor.store import database
     from cluster_doctor.store import reservations as rows
 

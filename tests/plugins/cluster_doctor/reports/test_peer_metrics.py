@@ -1,11 +1,10 @@
-"""Peer tests in the metrics (issue 23 §2): suspects counted apart from blamed nodes."""
+"""Peer tests in the metrics: suspects counted apart from blamed nodes."""
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.reports import metrics
 
-from tests.plugins.cluster_doctor.reports.test_metrics import samples
-from tests.plugins.cluster_doctor.web.test_peer_page import both
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.metrics import samples
 
 
 def scrape(dsn, settings):
@@ -20,8 +19,8 @@ def verdicts(series):
 
 
 def test_peer_nodes_by_verdict(store, db_dsn):
-    store.record(both("gpu-001", "gpu-002", "fail", 30) + both("gpu-001", "gpu-003", "fail", 20)
-                 + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5))
+    store.record(seed.peer_test("gpu-001", "gpu-002", "fail", 30) + seed.peer_test("gpu-001", "gpu-003", "fail", 20)
+                 + seed.peer_test("gpu-002", "gpu-003", "pass", 10) + seed.peer_test("gpu-004", "gpu-005", "fail", 5))
     assert verdicts(scrape(db_dsn, Settings(peer_tests=True))) == {"pass": 2, "fail": 1, "suspect": 2}
     assert verdicts(scrape(db_dsn, Settings())) == {"pass": 0, "fail": 0, "suspect": 0}  # off
 
@@ -29,8 +28,8 @@ def test_peer_nodes_by_verdict(store, db_dsn):
 def test_the_daily_report_has_one_peer_line(store, db_dsn):
     from cluster_doctor.reports import daily
 
-    store.record(both("gpu-001", "gpu-002", "fail", 30) + both("gpu-001", "gpu-003", "fail", 20)
-                 + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5))
+    store.record(seed.peer_test("gpu-001", "gpu-002", "fail", 30) + seed.peer_test("gpu-001", "gpu-003", "fail", 20)
+                 + seed.peer_test("gpu-002", "gpu-003", "pass", 10) + seed.peer_test("gpu-004", "gpu-005", "fail", 5))
     day = seed.NOW.date()
     data = daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=seed.NOW, peer_window_days=28)
     line = daily.peer_line(data["peers"])

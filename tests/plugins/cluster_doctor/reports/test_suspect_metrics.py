@@ -1,4 +1,4 @@
-"""Suspect nodes in the metrics (issue 28 §2): how many, and since when each."""
+"""Suspect nodes in the metrics: how many, and since when each."""
 
 import datetime as dt
 
@@ -7,7 +7,7 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.reports import metrics
 from cluster_doctor.store import suspects
 
-from tests.plugins.cluster_doctor.reports.test_metrics import samples
+from tests.support.metrics import samples
 
 
 def scrape(dsn, now):

@@ -108,7 +108,7 @@ def test_without_gaps_only_reservation_validates():
     assert capped.breaker_open_runs > 0 and capped.worst_staleness_h > 72
 
 
-# ---------------------------------------------------------------------------- issue 28: sweep, faults, signals
+# ---------------------------------------------------------------------------- sweep, faults, signals
 from cluster_doctor.simulator import faults as sim_faults  # noqa: E402
 
 BUSY = simulate.SimConfig(nodes=300, days=14, slots=8, occupancy=0.85, staleness_days=5.5, target_days=7,
@@ -194,7 +194,7 @@ def test_a_suspect_is_tainted_busy_or_free_and_a_free_one_takes_no_user_job_unti
 
 
 def test_the_issue_goal_at_1000_nodes():
-    """Issue 28 §3's command: median ≤ 1 h, p90 ≤ 6 h, jobs on a broken node ≤ 1.5 on average, validation
+    """The goal at 1,000 nodes: median ≤ 1 h, p90 ≤ 6 h, jobs on a broken node ≤ 1.5 on average, validation
     share ≤ 1 %, every suite within its staleness target; with --no-gap median ≤ 2 h. At this seed (7, the
     command's) the README measures 0.08 h, 1.9 h, 1.47 and 0.94 %: the jobs goal holds narrowly, and the
     p90 (the 17th longest of 169 waits, among network faults whose first job survived) moves with the
@@ -210,7 +210,7 @@ def test_the_issue_goal_at_1000_nodes():
 
 
 def test_nodes_that_join_or_return_broken_take_user_jobs_unless_the_acceptance_gate_holds_them():
-    """Issue 31 acceptance 2: nodes join (new, no history), reboot and come back from repair, some broken on
+    """Nodes join (new, no history), reboot and come back from repair, some broken on
     arrival (rates raised here to see enough of them), the same schedule whatever the rule. With nothing
     reading the changes user jobs land on them; the signals (a new or rebooted node is suspect) catch most;
     the gate taints every one at the first read, so only a job landing before that read reaches one."""

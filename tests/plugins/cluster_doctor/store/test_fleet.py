@@ -14,7 +14,7 @@ from cluster_doctor.store import database, fleet
 from cluster_doctor.store.history import ResultStore, SchemaMissing
 
 from tests.conftest import NO_SCHEMA, _fresh_database
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 WEEK = dt.timedelta(days=7)
 
@@ -107,7 +107,7 @@ def test_status_filters(fq, status, expected):
 
 
 def test_a_fresh_pass_with_checks_not_run_is_incomplete_not_healthy(db_dsn, store):
-    """Issue 20: a node whose every test passed, fresh, but one of them could not run some checks is
+    """A node whose every test passed, fresh, but one of them could not run some checks is
     not "healthy" on the fleet page: it is listed under "incomplete" until a complete pass."""
     seed.small_fleet(store)
     partial = seed.attempt("gpu-001", seed.TESTS[0], "pass", seed.NOW - dt.timedelta(minutes=5), try_number=2)

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from cluster_doctor.store import fleet, fleet_state, inventory
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 WEEK = dt.timedelta(days=7)
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from cluster_doctor.store import fleet
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 DIRECT = f"""
 SELECT coalesce(sum({fleet.GPU_SECONDS}), 0) / 3600.0, count(*), count(*) FILTER (WHERE gpu_count IS NULL)

@@ -1,5 +1,5 @@
 """cluster_doctor.store.inventory: the GPU node inventory every view of the fleet counts, against a real
-PostgreSQL (issue 21 §4)."""
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cluster_doctor.store import inventory, migrations
 from cluster_doctor.store.history import ResultStore
 from cluster_doctor.store.inventory import SeenNode
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 T0 = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)

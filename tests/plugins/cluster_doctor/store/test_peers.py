@@ -1,4 +1,4 @@
-"""Peer tests stored (issue 23 §2, migration 0007): each side's attempt names its peer; the verdicts are
+"""Peer tests stored (migration 0007): each side's attempt names its peer; the verdicts are
 judged from the recent rows; validation_latest keeps one row per (node, test)."""
 
 import datetime as dt

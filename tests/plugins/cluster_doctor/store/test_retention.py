@@ -10,7 +10,7 @@ import pytest
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.store import retention
 
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 NOW = seed.NOW
 DAY = dt.timedelta(days=1)

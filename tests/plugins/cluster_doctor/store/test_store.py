@@ -347,7 +347,7 @@ def test_an_orphans_attempt_replaces_only_its_runs_did_not_report_placeholder(st
 
 
 def test_a_not_judged_row_becomes_its_tries_result_and_nothing_else_does(store, db_dsn):
-    """Issue 30: a try recorded not judged (its pod kept) becomes the pod's result, same row; a not-judged
+    """A try recorded not judged (its pod kept) becomes the pod's result, same row; a not-judged
     row of another try, another run's, or a verdict are never overwritten."""
     kept = "NOT_JUDGED: the suite's result could not be read: Kubernetes API 429; pod p kept"
     store.record([

@@ -1,4 +1,4 @@
-"""cluster_doctor.store.suspects and the inventory's part of the signals (issue 28 §2), against a real
+"""cluster_doctor.store.suspects and the inventory's part of the signals, against a real
 PostgreSQL: evidence kept once per (node, source, key), a node suspect until its bundle answers, since when
 a failing node fails."""
 

@@ -1,4 +1,4 @@
-"""cluster_doctor.store.transitions and the hand-off's outbox (issue 31 §2, §3), against a real PostgreSQL: a
+"""cluster_doctor.store.transitions and the hand-off's outbox, against a real PostgreSQL: a
 node's life kept with time and cause, the inventory's trigger that records a repair and makes the node
 suspect whatever the signal settings, the repeat offenders now, and an outbox that keeps each document once
 until it is sent."""

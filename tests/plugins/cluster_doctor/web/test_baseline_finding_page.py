@@ -7,8 +7,8 @@ import re
 
 from cluster_doctor.domain.config import Settings
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.web import make_client
 
 NOT_JUDGED = [{"name": "baseline", "status": "skip", "code": "BASELINE_MISSING"}]
 

@@ -1,5 +1,5 @@
 """The node page shows the node's life as a timeline, and the fleet and node pages name a repeat offender
-with its action, replace (issue 31 §2, §3)."""
+with its action, replace."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.transitions import Transition
 from cluster_doctor.store import transitions
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.web import make_client
 
 
 def row(html: str, node: str) -> str:

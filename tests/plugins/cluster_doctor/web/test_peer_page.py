@@ -1,4 +1,4 @@
-"""The fleet and node pages show peer tests (issue 23 §2): a failed peer test not yet blamed is
+"""The fleet and node pages show peer tests: a failed peer test not yet blamed is
 `suspect`, apart from fail, with the peer named."""
 
 from __future__ import annotations
@@ -9,14 +9,8 @@ import re
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
-
-
-def both(a: str, b: str, status: str, hours_ago: float) -> list[Attempt]:
-    at = seed.NOW - dt.timedelta(hours=hours_ago)
-    return [Attempt(node_name=n, test_name="fabric_peer", status=status, peer=p, finished_at=at, gpu_model="H100",
-                    dag_id="continuous_validation", run_id=f"r{hours_ago}") for n, p in ((a, b), (b, a))]
+from tests.support import fleet_seed as seed
+from tests.support.web import make_client
 
 
 def cell(html: str, node: str) -> str:
@@ -26,8 +20,8 @@ def cell(html: str, node: str) -> str:
 
 def test_suspect_and_blamed_nodes_on_the_fleet_and_node_pages(store, db_dsn):
     # gpu-001 failed with 002 and 003, who passed together: gpu-001 blamed; gpu-004 failed with 005: suspects
-    store.record(both("gpu-001", "gpu-002", "fail", 30) + both("gpu-001", "gpu-003", "fail", 20)
-                 + both("gpu-002", "gpu-003", "pass", 10) + both("gpu-004", "gpu-005", "fail", 5)
+    store.record(seed.peer_test("gpu-001", "gpu-002", "fail", 30) + seed.peer_test("gpu-001", "gpu-003", "fail", 20)
+                 + seed.peer_test("gpu-002", "gpu-003", "pass", 10) + seed.peer_test("gpu-004", "gpu-005", "fail", 5)
                  + [Attempt(node_name="gpu-006", test_name="gpu_health", status="pass",
                             finished_at=seed.NOW - dt.timedelta(hours=1), run_id="own")])
     c = make_client(db_dsn, settings=Settings(peer_tests=True))
@@ -48,6 +42,6 @@ def test_suspect_and_blamed_nodes_on_the_fleet_and_node_pages(store, db_dsn):
 
 
 def test_no_peer_column_while_peer_tests_are_off(store, db_dsn):
-    store.record(both("gpu-004", "gpu-005", "fail", 5))
+    store.record(seed.peer_test("gpu-004", "gpu-005", "fail", 5))
     page = make_client(db_dsn).get("/cluster-doctor/").text
     assert 'id="peer-tests"' not in page and "peer test</th>" not in page

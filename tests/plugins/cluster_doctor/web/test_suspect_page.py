@@ -1,5 +1,5 @@
 """The fleet and node pages show "suspect since T: evidence" and since when a failing node fails: its first
-failing evidence, signal or attempt, and its last pass (issue 28 §2)."""
+failing evidence, signal or attempt, and its last pass."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import suspects
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
+from tests.support.web import make_client
 
 
 def row(html: str, node: str) -> str:

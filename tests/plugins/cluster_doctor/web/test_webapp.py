@@ -19,19 +19,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import _fresh_database
-from tests.ui import fleet_seed as seed
-
-JWT_SECRET = "cluster-doctor-unit-tests-" + "0" * 64
-
-
-def make_client(dsn: dict, *, authenticated: bool = True, settings: Settings | None = None) -> TestClient:
-    sub = webapp.create_app(connector_provider=lambda s: dsn, settings_provider=lambda: settings or Settings(),
-                            clock=lambda: seed.NOW)
-    if authenticated:
-        sub.dependency_overrides[webapp.require_ui_access] = lambda: "test-user"
-    root = FastAPI()
-    root.mount(webapp.MOUNT_PREFIX, sub)
-    return TestClient(root, follow_redirects=False)
+from tests.support import fleet_seed as seed
+from tests.support.web import JWT_SECRET, make_client
 
 
 @pytest.fixture
@@ -429,7 +418,7 @@ def test_metrics_route_asks_the_auth_manager(small_db, airflow_auth, monkeypatch
     assert r.status_code == 403 and "cluster_doctor_" not in r.text
 
 
-# ---------------------------------------------------------------------------------------- issue 20
+# ---------------------------------------------------------------------------------------- incomplete passes
 def test_an_incomplete_pass_is_never_shown_as_a_clean_pass_and_failures_show_their_action(db_dsn, store):
     import dataclasses
 

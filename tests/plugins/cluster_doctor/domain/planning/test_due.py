@@ -202,7 +202,7 @@ def test_among_never_tested_pairs_never_validated_nodes_go_first():
     assert [(p.node_name, p.test_name) for p in pairs] == [("n2", "gpu_health")]
 
 
-# ------------------------------------------------------------------ bundles (issue 21 §1)
+# ------------------------------------------------------------------ bundles
 def test_a_free_node_runs_every_due_suite_health_first():
     latest = {("n1", "dl_unit"): state("pass", ago(days=9)), ("n1", "gpu_health"): state("pass", ago(days=8)),
               ("n1", "storage_fio"): state("pass", ago(days=1)), ("n2", "dl_unit"): state("pass", ago(days=1))}

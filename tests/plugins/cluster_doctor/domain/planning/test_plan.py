@@ -116,7 +116,7 @@ def fresh_but_health(ages: dict[str, dt.timedelta], tests=TESTS, health_status: 
 
 
 def test_the_health_sweep_takes_free_nodes_with_no_due_pair_after_every_due_bundle_oldest_check_first():
-    """Issue 28 §1: a free node whose suites are all fresh but whose last health check is older than
+    """A free node whose suites are all fresh but whose last health check is older than
     sweep_interval_hours (1 h; runs are hourly, so 30 minutes less) runs gpu_health, marked ``health sweep``,
     after the due bundles; a younger check, a failed one (the retest rule's) or a node with a due pair is not
     swept."""
@@ -175,7 +175,7 @@ def test_ib_health_is_swept_where_it_is_enabled_and_the_nodes_pool_has_hcas():
 
 
 def test_suspect_nodes_run_their_whole_bundle_first_before_reserved_ones():
-    """Issue 28 §2's input: a node a signal made suspect runs every enabled suite whatever their staleness,
+    """A node a signal made suspect runs every enabled suite whatever their staleness,
     before the reserved nodes (a free suspect can take a user job any moment; a reserved one cannot). A
     suspect that is not free is not planned (its taint is the reservation's)."""
     states = fresh_but_health({"gpu-001": dt.timedelta(minutes=10), "gpu-002": dt.timedelta(minutes=10)})

@@ -1,4 +1,4 @@
-"""One node's suites in one run (issue 21 §1): which earlier step stops the rest, when the next step's
+"""One node's suites in one run: which earlier step stops the rest, when the next step's
 queue time starts, when the run is done with the node."""
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""A run that plans nothing says why (issue 21 §5): in its log, its verdict and its note."""
+"""A run that plans nothing says why: in its log, its verdict and its note."""
 
 import datetime as dt
 

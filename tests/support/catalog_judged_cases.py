@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cluster_doctor_suites import gpu_health, ib_health, nvbandwidth
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "include" / "suites" / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
 RTX_XML = FIXTURES / "smi" / "nvidia-smi-q-x_590.44.01_2xRTX-A5000.xml"  # two GPUs, ECC disabled
 HOURS_30 = 30 * 3600

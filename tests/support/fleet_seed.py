@@ -70,7 +70,7 @@ def attempt(node: str, test: str, status: str, finished: dt.datetime, *, reason:
     )
 
 
-# A check that could not run: its pass is incomplete (issue 20), never shown as a clean one.
+# A check that could not run: its pass is incomplete, never shown as a clean one.
 NOT_RUN = {"name": "dcgm_diag", "status": "skip", "code": "DCGM_UNAVAILABLE", "action": "none",
            "message": "no DCGM host engine reachable"}
 
@@ -167,3 +167,10 @@ def bulk_fleet(dsn: dict, n_nodes: int = 5000, now: dt.datetime = NOW) -> list[s
     finally:
         conn.close()
     return names
+
+
+def peer_test(a: str, b: str, status: str, hours_ago: float) -> list[Attempt]:
+    """One peer test between a and b, ended hours_ago: the attempt of each side, naming the other."""
+    at = NOW - dt.timedelta(hours=hours_ago)
+    return [Attempt(node_name=n, test_name="fabric_peer", status=status, peer=p, finished_at=at, gpu_model="H100",
+                    dag_id="continuous_validation", run_id=f"r{hours_ago}") for n, p in ((a, b), (b, a))]

@@ -1,4 +1,4 @@
-"""The fault catalog's cases of issue 29's GPU classes (test_fault_catalog.py runs them): the GPU count
+"""The fault catalog's cases of the GPU classes (test_fault_catalog.py runs them): the GPU count
 from what the node should have, per-GPU results matched against the GPUs, fatal events that stay
 fatal until a reset is shown, a kernel log that must reach back to the boot, bits that flip on a
 single GPU. Each replays genuine outputs (fixtures/SOURCES.md) or the declared derivations written
@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 from cluster_doctor_suites import dl_unit, gpu_health, nvbandwidth
 from cluster_doctor_suites.dl.devices import current_device
-from tests.include.suites.fake_nvml import FakeNVML
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from tests.support.fake_nvml import FakeNVML
+
+FIXTURES = Path(__file__).resolve().parents[1] / "include" / "suites" / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
 HOURS_72 = 72 * 3600
 
