@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from k8s_emulator import EmulatorProcess
 from kubernetes import client as k8s
 
 NS = "cluster-doctor"
@@ -44,6 +43,10 @@ def emulator(request, tmp_path_factory):
     unknown = set(options) - {"pvc", "settings"}
     if unknown or (mark is not None and mark.args):
         raise pytest.UsageError(f"@pytest.mark.{MARKER} takes pvc= and settings= only, not {sorted(unknown) or mark.args}")
+    # imported here: tests/conftest.py loads this plugin in pytest runs from other roots too (the clock
+    # guard's probe), where tools/ is not on the path
+    from k8s_emulator import EmulatorProcess
+
     pvc_dirs = {PVC: str(tmp_path_factory.mktemp("pvc"))} if options.get("pvc") else None
     with EmulatorProcess(pvc_dirs=pvc_dirs, settings=options.get("settings")) as emu:
         yield emu

@@ -247,28 +247,20 @@ def test_the_fast_path_reads_nothing_while_its_target_dag_is_not_parsed_yet(emu,
 def test_a_throttled_gpu_read_by_the_fast_path_makes_its_node_suspect_of_being_slow(emu, store):
     """The exporter's answer (fixtures/dcgm_exporter, a node at HW thermal slowdown) through a Prometheus,
     recorded by the signals task: suspect, with the speed evidence, and slow-suspect by fail_slow's rule."""
-    import http.server
-    import threading
-    from pathlib import Path
-
     from cluster_doctor.domain.fail_slow import SlowState
     from cluster_doctor.domain.signals import SPEED
     from cluster_doctor.kube import discovery
     from cluster_doctor.store import fail_slow
 
-    from tests.plugins.cluster_doctor.kube import test_speed_signals as exporter
+    from tests.support import dcgm_exporter as exporter
 
-    fixture = Path(exporter.__file__).parent / "fixtures" / "dcgm_exporter" / "metrics_v100x4_gpu2_hw_thermal_slowdown.prom"
+    fixture = exporter.FIXTURES / "metrics_v100x4_gpu2_hw_thermal_slowdown.prom"
     exporter.Prometheus.scraped = exporter.exposition(fixture.read_text())
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), exporter.Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with exporter.serving() as url:
         emu.add_gpu_node(exporter.NODE, 4)
-        settings = Settings(tests=TESTS, prometheus_url=f"http://127.0.0.1:{server.server_address[1]}")
+        settings = Settings(tests=TESTS, prometheus_url=url)
         found = discovery.discover(emu.core_v1(), settings)
         recorded = signals_task.read_signals(emu.core_v1(), settings, found, None, store, NOW)
-    finally:
-        server.shutdown()
     assert {(e.node_name, e.source) for e in recorded.new} == {(exporter.NODE, SPEED)}
     assert "hardware thermal slowdown" in signals_task.current_suspects(
         store, TESTS, [exporter.NODE], NOW)[exporter.NODE].describe()

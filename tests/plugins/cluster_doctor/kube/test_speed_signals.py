@@ -4,86 +4,23 @@ as a Prometheus that scraped that exporter would."""
 
 from __future__ import annotations
 
-import http.server
-import json
-import re
-import threading
-import urllib.parse
-from pathlib import Path
-
 import pytest
 from cluster_doctor.domain import signals
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube import signals as kube_signals
-from k8s_emulator import EmulatorProcess
 
 from tests.clock import now as clock_now
+from tests.support.emulator import FAST
+from tests.support.dcgm_exporter import FIXTURES, NODE, Prometheus, exposition, prometheus  # noqa: F401 - a fixture
 
-FIXTURES = Path(__file__).parent / "fixtures" / "dcgm_exporter"
-NODE = "r6i3n0"  # the exporter's Hostname label in the fixtures
-SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$')
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def exposition(text: str) -> list[tuple[dict[str, str], str]]:
-    """The samples of a text exposition: (labels with __name__, value)."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("#") or not line.strip():
-            continue
-        m = SAMPLE.match(line)
-        assert m, line
-        out.append(({"__name__": m["name"], **dict(LABEL.findall(m["labels"]))}, m["value"]))
-    return out
-
-
-class Prometheus(http.server.BaseHTTPRequestHandler):
-    """Answers an instant query ``{__name__=~"A|B"}`` (or a bare name) from the scraped samples."""
-
-    scraped: list[tuple[dict[str, str], str]] = []
-    asked: list[str] = []
-
-    def do_GET(self):  # noqa: N802 - the handler's name
-        url = urllib.parse.urlparse(self.path)
-        query = urllib.parse.parse_qs(url.query)
-        q = query["query"][0]
-        type(self).asked.append(q)
-        m = re.fullmatch(r'\{__name__=~"([^"]*)"\}', q)
-        names = set(m[1].split("|")) if m else {q.split(" ")[0]}
-        result = [{"metric": labels, "value": [float(query["time"][0]), value]}
-                  for labels, value in self.scraped if labels["__name__"] in names and m]
-        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture(scope="module")
-def _emu():
-    with EmulatorProcess(settings={"scheduler_interval": 0.05, "startup_delay": 0.05}) as emu:
-        yield emu
-
+pytestmark = pytest.mark.emulator(settings=FAST)
 
 @pytest.fixture
-def emu(_emu):
-    _emu.reset()
-    _emu.add_gpu_node(NODE, 4)
-    return _emu
-
-
-@pytest.fixture
-def prometheus():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    Prometheus.asked.clear()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+def emu(emulator):
+    emulator.reset()
+    emulator.add_gpu_node(NODE, 4)
+    return emulator
 
 
 def read(emu, prometheus, fixture: str, **settings) -> kube_signals.Reading:

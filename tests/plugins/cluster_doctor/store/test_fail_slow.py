@@ -103,7 +103,7 @@ def test_status_and_the_metrics_name_the_slow_node_with_its_evidence(store, db_d
     from cluster_doctor.reports import metrics
     from cluster_doctor.store import fleet as stored_fleet
 
-    from tests.plugins.cluster_doctor.reports.test_metrics import samples
+    from tests.support.metrics import samples
 
     fleet(store, NOW - 80 * H)
     probe(store, "gpu-100", NOW - 7 * H, 625.0)

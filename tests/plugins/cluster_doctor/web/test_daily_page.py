@@ -9,8 +9,8 @@ from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.store import inventory
 
-from tests.plugins.cluster_doctor.web.test_webapp import make_client
-from tests.ui import fleet_seed as seed
+from tests.support.web import make_client
+from tests.support import fleet_seed as seed
 
 
 def test_the_fleet_page_links_to_the_report_of_today_so_far_on_a_new_install(store, db_dsn):

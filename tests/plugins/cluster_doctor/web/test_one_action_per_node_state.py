@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests import clock
-from tests.ui import fleet_seed as seed
+from tests.support import fleet_seed as seed
 
 
 def make_client(dsn: dict) -> TestClient:

@@ -1,0 +1,76 @@
+"""A Prometheus that scraped dcgm-exporter, for the speed-signal tests: a local HTTP server answers the
+instant query from the samples of an exposition text (the fixtures under
+tests/plugins/cluster_doctor/kube/fixtures/dcgm_exporter, SOURCES.md there)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import re
+import threading
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+NODE = "r6i3n0"  # the exporter's Hostname label in the fixtures
+FIXTURES = Path(__file__).resolve().parents[1] / "plugins" / "cluster_doctor" / "kube" / "fixtures" / "dcgm_exporter"
+SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def exposition(text: str) -> list[tuple[dict[str, str], str]]:
+    """The samples of a text exposition: (labels with __name__, value)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        out.append(({"__name__": m["name"], **dict(LABEL.findall(m["labels"]))}, m["value"]))
+    return out
+
+
+class Prometheus(http.server.BaseHTTPRequestHandler):
+    """Answers an instant query ``{__name__=~"A|B"}`` (or a bare name) from the scraped samples."""
+
+    scraped: list[tuple[dict[str, str], str]] = []
+    asked: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - the handler's name
+        url = urllib.parse.urlparse(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        q = query["query"][0]
+        type(self).asked.append(q)
+        m = re.fullmatch(r'\{__name__=~"([^"]*)"\}', q)
+        names = set(m[1].split("|")) if m else {q.split(" ")[0]}
+        result = [{"metric": labels, "value": [float(query["time"][0]), value]}
+                  for labels, value in self.scraped if labels["__name__"] in names and m]
+        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serving():
+    """The address of a Prometheus answering from ``Prometheus.scraped`` while the block runs."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Prometheus.asked.clear()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def prometheus():
+    with serving() as url:
+        yield url
