@@ -75,7 +75,7 @@ class Runner:
         }
         return dag_runner.airflow_env(self.home, extra=extra)
 
-    def run(self, conf: dict | None = None, logical_date: dt.datetime | None = None, timeout: int = 300) -> dict:
+    def run(self, conf: dict | None = None, logical_date: dt.datetime | None = None, timeout: int = 850) -> dict:  # a hang guard: a loaded box took over 300 s
         out_file = self.home / f"result-{len(list(self.home.glob('result-*')))}.json"
         cmd = dag_runner.command("--conf", json.dumps(conf or {}), "--out", str(out_file))
         if logical_date:

@@ -12,7 +12,6 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-import pytest
 
 NODE = "r6i3n0"  # the exporter's Hostname label in the fixtures
 FIXTURES = Path(__file__).resolve().parents[1] / "plugins" / "cluster_doctor" / "kube" / "fixtures" / "dcgm_exporter"
@@ -69,8 +68,3 @@ def serving():
     finally:
         server.shutdown()
 
-
-@pytest.fixture
-def prometheus():
-    with serving() as url:
-        yield url

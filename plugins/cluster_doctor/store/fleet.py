@@ -33,7 +33,7 @@ import hostlist
 import psycopg
 from psycopg.rows import dict_row
 
-from cluster_doctor.domain import coverage, fleet_verdicts, suites
+from cluster_doctor.domain import coverage, fleet_verdicts
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite

@@ -11,7 +11,7 @@ import pytest
 from cluster_doctor.airflow import signals_task, tasks
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, Latest, RunConfig
+from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, RunConfig
 from cluster_doctor.domain.reservation import KEY, VALIDATED
 from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import reservations, suspects

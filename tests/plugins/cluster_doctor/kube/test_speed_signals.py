@@ -12,9 +12,15 @@ from cluster_doctor.kube import signals as kube_signals
 
 from tests.clock import now as clock_now
 from tests.support.emulator import FAST
-from tests.support.dcgm_exporter import FIXTURES, NODE, Prometheus, exposition, prometheus  # noqa: F401 - a fixture
+from tests.support.dcgm_exporter import FIXTURES, NODE, Prometheus, exposition, serving
 
 pytestmark = pytest.mark.emulator(settings=FAST)
+
+@pytest.fixture
+def prometheus():
+    with serving() as url:
+        yield url
+
 
 @pytest.fixture
 def emu(emulator):

@@ -7,7 +7,6 @@ import math
 
 import pytest
 from cluster_doctor.domain import reservation
-from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning import plan as planner
 from cluster_doctor.simulator import simulate
 
