@@ -195,7 +195,7 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         assert frame.locator("body").evaluate("() => window.__xss") is None  # nothing injected ran
         # the metric plots: every judged metric drawn with points, the fleet band and status changes
         plots = frame.locator("#plots svg.metric-plot")
-        assert plots.count() == 7
+        assert plots.count() == 9  # dl_unit 2, nccl 1, storage 4, the speed probe 2
         for i in range(plots.count()):
             visible_box(plots.nth(i))
         nccl = frame.locator("svg#plot-nccl_loopback-nccl_busbw_gbps")

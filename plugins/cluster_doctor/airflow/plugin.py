@@ -48,12 +48,15 @@ class ClusterDoctorPlugin(AirflowPlugin):
             # deployment under [api] base_url=/airflow/ still reaches /airflow/cluster-doctor/
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/",
             "destination": "nav",  # no category: a top-level entry of the navigation bar
+            # top level by name: the UI folds two or more plugin entries into a "Plugins" menu otherwise
+            "nav_top_level": True,
             "url_route": webapp.URL_ROUTE,
         },
         {
             "name": REPORT_LABEL,  # today's or yesterday's, live from the results DB (web.daily_page)
             "href": webapp.MOUNT_PREFIX.lstrip("/") + "/reports/daily",
             "destination": "nav",
+            "nav_top_level": True,
             "url_route": daily_page.URL_ROUTE,
         },
     ]

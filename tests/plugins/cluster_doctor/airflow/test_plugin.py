@@ -48,6 +48,8 @@ def test_the_distribution_registers_the_plugin_entry_point():
     assert not view["href"].startswith("/")  # resolved against the UI's <base href>
     # the daily report one click away in the navigation bar, served by the same app
     assert report["name"] == "Report" and report["destination"] == "nav"
+    # both stay in the bar: the UI folds two or more entries without nav_top_level into a "Plugins" menu
+    assert view["nav_top_level"] is True and report["nav_top_level"] is True
     assert report["href"] == "cluster-doctor/reports/daily" and report["url_route"] == "daily-report"
 
 
