@@ -32,22 +32,33 @@ def exposition(text: str) -> list[tuple[dict[str, str], str]]:
 
 
 class Prometheus(http.server.BaseHTTPRequestHandler):
-    """Answers an instant query ``{__name__=~"A|B"}`` (or a bare name) from the scraped samples."""
+    """Answers /api/v1/query as Prometheus does: a vector per query, or a 400 with its error body. A query
+    ``{__name__=~"A|B"}`` is answered from the scraped exposition samples (``scraped``), a bare metric name
+    from ``answers`` (name -> [(labels, value)]); the metric BROKEN is a parse error."""
 
     scraped: list[tuple[dict[str, str], str]] = []
-    asked: list[str] = []
+    answers: dict[str, list[tuple[dict[str, str], str]]] = {}
+    asked: list[dict[str, str]] = []  # each query's parameters
 
     def do_GET(self):  # noqa: N802 - the handler's name
         url = urllib.parse.urlparse(self.path)
         query = urllib.parse.parse_qs(url.query)
-        q = query["query"][0]
-        type(self).asked.append(q)
+        type(self).asked.append({k: v[0] for k, v in query.items()})
+        q, at = query["query"][0], float(query["time"][0])
+        metric = q.split(" ")[0]
         m = re.fullmatch(r'\{__name__=~"([^"]*)"\}', q)
-        names = set(m[1].split("|")) if m else {q.split(" ")[0]}
-        result = [{"metric": labels, "value": [float(query["time"][0]), value]}
-                  for labels, value in self.scraped if labels["__name__"] in names and m]
-        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
+        if url.path != "/api/v1/query" or metric == "BROKEN":
+            body, code = {"status": "error", "errorType": "bad_data", "error": "parse error"}, 400
+        else:
+            if m:
+                result = [{"metric": labels, "value": [at, value]}
+                          for labels, value in self.scraped if labels["__name__"] in set(m[1].split("|"))]
+            else:
+                result = [{"metric": {"__name__": metric, **labels}, "value": [at, value]}
+                          for labels, value in self.answers.get(metric, [])]
+            body, code = {"status": "success", "data": {"resultType": "vector", "result": result}}, 200
+        data = json.dumps(body).encode()
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -55,6 +66,11 @@ class Prometheus(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+def queries() -> list[str]:
+    """The queries the fake Prometheus was asked since it started serving."""
+    return [a["query"] for a in Prometheus.asked]
 
 
 @contextlib.contextmanager
@@ -67,4 +83,5 @@ def serving():
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+        Prometheus.scraped, Prometheus.answers = [], {}  # the next test starts from an empty Prometheus
 

@@ -4,10 +4,6 @@ API): one test per signal, each read through discovery's lists or its own one ca
 from __future__ import annotations
 
 import datetime as dt
-import http.server
-import json
-import threading
-import urllib.parse
 
 import pytest
 from cluster_doctor.domain import signals
@@ -16,6 +12,8 @@ from cluster_doctor.domain.signals import NodeChange
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube import signals as kube_signals
 from k8s_emulator import EmulatorProcess
+
+from tests.support.dcgm_exporter import Prometheus, serving
 
 
 @pytest.fixture(scope="module")
@@ -102,41 +100,10 @@ def test_discovery_reads_the_boot_id_and_our_quarantine_label(emu):
     assert (after["gpu-001"].quarantined, after["gpu-002"].quarantined) == (False, True)
 
 
-class Prometheus(http.server.BaseHTTPRequestHandler):
-    """Answers /api/v1/query as Prometheus does: a vector per query, or a 400 with its error body."""
-
-    answers: dict[str, list[dict]] = {}
-    asked: list[dict] = []
-
-    def do_GET(self):  # noqa: N802 - the handler's name
-        url = urllib.parse.urlparse(self.path)
-        query = urllib.parse.parse_qs(url.query)
-        type(self).asked.append({k: v[0] for k, v in query.items()})
-        metric = query["query"][0].split(" ")[0]
-        if url.path != "/api/v1/query" or metric == "BROKEN":
-            body, code = {"status": "error", "errorType": "bad_data", "error": "parse error"}, 400
-        else:
-            result = [{"metric": {"__name__": metric, **labels}, "value": [float(query["time"][0]), value]}
-                      for labels, value in self.answers.get(metric, [])]
-            body, code = {"status": "success", "data": {"resultType": "vector", "result": result}}, 200
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def prometheus():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    Prometheus.asked.clear()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving() as url:
+        yield url
 
 
 def test_dcgm_metrics_through_prometheus(emu, prometheus):
