@@ -23,7 +23,7 @@ help:
 	@echo "make test             the test suite (real Postgres, Kubernetes API emulator, CPU suites)"
 	@echo "make test-slow        the few end-to-end scenarios that take many minutes by nature"
 	@echo "make test-celery      the DAG under CeleryExecutor, 2 workers + Redis, with a results-DB outage"
-	@echo "make screenshots      the README's Graph view picture, from the real Airflow UI (docs/images/)"
+	@echo "make screenshots      the README's pictures (Graph view, fleet, node page) from the real UI"
 	@echo "make bench-store      validation_latest at 10M and 30M history rows, at 5,000 and 10,000 nodes; naive query; retention"
 	@echo "make bench-discovery  discovery at 150,000 and 300,000 pods: memory, time vs one raw list, XCom"
 	@echo "make bench-guards     one validation's node re-checks at 5,000 nodes / 150,000 pods vs the old ones"
@@ -78,11 +78,13 @@ test-celery: $(STAMP)
 	@bash tools/system-packages
 	$(BIN)/python tools/celery_run.py $(CELERY_ARGS)
 
-# The README's picture of the Graph view (docs/images/graph-view.png): the stack test's own Graph view test
-# on the make up stack, in headless Chromium, writing the PNG it checks. About a minute.
+# The README's pictures (docs/images/): the Graph view, the fleet page with the fault node gpu-004 failing
+# and that node's page. The stack test's own tests of them on the make up stack, in headless Chromium, write
+# the PNGs they check; the fleet ones wait for the stack's first run to reach gpu-004. A few minutes.
 screenshots: $(STAMP)
 	@bash tools/system-packages
-	CLUSTER_DOCTOR_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/stack/test_stack.py -k test_the_graph_view_draws_the_dag $(PYTEST_ARGS)
+	CLUSTER_DOCTOR_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/stack/test_stack.py \
+		-k 'test_the_graph_view_draws_the_dag or test_the_fleet_page_shows_the_failing_node' $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python tools/demo.py

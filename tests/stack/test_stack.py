@@ -14,7 +14,8 @@ Then: the triggered run completed and its state is what its rows say; the pool n
 its slots (sampled, and from the pods' own lifetimes); the rows of the run are in validation_history;
 overlapping runs never validated, nor held, the same node at once; the default trigger form submits
 in real Chromium; ``down`` leaves nothing running. Before the scenario, the Graph view in real Chromium
-draws the DAG's tasks and edges from left to right (its picture is the README's with
+draws the DAG's tasks and edges from left to right, and the fleet page shows the fault node gpu-004
+failing (action and short reason) and its node page why (their pictures are the README's with
 CLUSTER_DOCTOR_UPDATE_SCREENSHOTS=1, which ``make screenshots`` sets). First, apart: an ``up`` that
 fails half-way says why in one line and leaves nothing behind.
 """
@@ -364,6 +365,90 @@ def _around(boxes: list[dict], page, margin: int = 24) -> dict:
     right = min(view["width"], max(b["x"] + b["width"] for b in boxes) + margin)
     bottom = min(view["height"], max(b["y"] + b["height"] for b in boxes) + margin)
     return {"x": left, "y": top, "width": right - left, "height": bottom - top}
+
+
+FLEET_PNG = REPO / "docs" / "images" / "fleet-page.png"  # the README's pictures too: `make screenshots`
+NODE_PNG = REPO / "docs" / "images" / "node-page.png"
+FAULTY = "gpu-004"  # the stack's fault node (tools/stack_cluster.py): kept free, so the first run reaches it
+
+
+def _failed_row(stack: Stack, node: str, test: str = "gpu_health") -> dict:
+    """The node's first failed row of the test, once a run has recorded it (the stack's first run does)."""
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+    while True:
+        with psycopg.connect(**database.libpq_params(stack.results_url)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT run_id, status, reason FROM validation_history WHERE dag_id = %s AND node_name = %s"
+                        " AND test_name = %s AND status = 'fail' ORDER BY created_at LIMIT 1", (DAG, node, test))
+            row = cur.fetchone()
+        if row:
+            return dict(zip(("run_id", "status", "reason"), row))
+        if time.monotonic() > deadline:
+            pytest.fail(f"no failed {test} row of {node} within {RUNS_TIMEOUT_S} s: {stack.api.runs()}")
+        time.sleep(2)
+
+
+@contextlib.contextmanager
+def _logged_in_page(stack: Stack, viewport: dict):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport=viewport).new_page()
+            page.goto(stack.url + "/")
+            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=30_000)
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill(stack.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+            yield page
+        finally:
+            browser.close()
+
+
+@pytest.mark.requires_tool("chromium")
+@pytest.mark.timeout(RUNS_TIMEOUT_S + 120)  # it may wait for the first run to reach the fault node
+def test_the_fleet_page_shows_the_failing_node_and_its_page_why(stack, tmp_path):
+    failed = _failed_row(stack, FAULTY)
+    update = os.environ.get("CLUSTER_DOCTOR_UPDATE_SCREENSHOTS") == "1"
+    fleet_png, node_png = (FLEET_PNG, NODE_PNG) if update else (tmp_path / "fleet.png", tmp_path / "node.png")
+    with _logged_in_page(stack, {"width": 1400, "height": 900}) as page:
+        # a user's way there: the UI's navigation opens the page inside the UI
+        page.get_by_role("link", name="Fleet", exact=True).click(timeout=30_000)
+        page.wait_for_url(re.compile(r".*/plugin/fleet-health.*"), timeout=30_000)
+        framed = page.frame_locator("iframe[title='Fleet']").locator(f"#matrix tr[data-node='{FAULTY}']")
+        framed.wait_for(timeout=30_000)
+        # the picture: the page itself (what the iframe holds), whole, without the UI's frame around it
+        page.goto(stack.url + "/cluster-doctor/")
+        nodes = page.locator("#matrix tbody tr[data-node]").evaluate_all("rs => rs.map(r => r.dataset.node)")
+        cell = page.locator(f"tr[data-node='{FAULTY}'] td[data-test='gpu_health']")
+        fleet = {"status": cell.get_attribute("data-status"), "why": cell.locator(".why").inner_text(),
+                 "action": cell.locator(".why .action").inner_text(), "visible": cell.locator(".why").is_visible(),
+                 "failing": page.locator("#failing .value").inner_text(),
+                 "since": page.locator(f"tr[data-node='{FAULTY}'] .failing-since").inner_text()}
+        page.screenshot(path=str(fleet_png), full_page=True)
+        page.locator("a.node-link", has_text=FAULTY).click()
+        page.locator("#history").wait_for(timeout=30_000)
+        latest = page.locator("#latest tr[data-test='gpu_health']")
+        node = {"name": page.locator("#node-name").inner_text(),
+                "since": page.locator("#failing-since").inner_text(),
+                "status": latest.get_attribute("data-status"), "action": latest.locator(".action").inner_text(),
+                "history": page.locator("#history tbody tr").all_inner_texts(),
+                "plots": page.locator("#plots svg.metric-plot").count(),
+                "points": page.locator("#plots svg.metric-plot circle.point").count()}
+        page.screenshot(path=str(node_png), full_page=True)
+    assert set(_faulted_nodes(stack)) >= {FAULTY} and FAULTY in nodes, nodes
+    # the failing cell: its status, the recommended action and a short reason, on screen
+    assert fleet["status"] == "fail" and fleet["visible"], fleet
+    assert fleet["action"] and fleet["action"] != "unknown", fleet  # the fault's checks name an action
+    assert re.fullmatch(rf"action: {re.escape(fleet['action'])} · .+", fleet["why"]), fleet
+    assert int(fleet["failing"]) >= 1 and fleet["since"].startswith("failing since "), fleet
+    # its page: since when it fails, the action, the evidence (the failed row's reason) and the probe's plots
+    assert node["name"] == FAULTY and node["since"].startswith("Failing since "), node
+    assert node["status"] == "fail" and node["action"] == f"action: {fleet['action']}", node
+    assert any(failed["reason"] and failed["reason"] in row for row in node["history"]), (failed, node["history"])
+    assert node["plots"] >= 1 and node["points"] >= 1, node
+    assert fleet_png.stat().st_size > 10_000 and node_png.stat().st_size > 10_000  # pictures, not blank pages
 
 
 @pytest.mark.timeout(RUNS_TIMEOUT_S + 120)  # the first test to use the scenario waits for it
