@@ -373,18 +373,22 @@ FAULTY = "gpu-004"  # the stack's fault node (tools/stack_cluster.py): kept free
 
 
 def _failed_row(stack: Stack, node: str, test: str = "gpu_health") -> dict:
-    """The node's first failed row of the test, once a run has recorded it (the stack's first run does)."""
-    deadline = time.monotonic() + RUNS_TIMEOUT_S
-    while True:
-        with psycopg.connect(**database.libpq_params(stack.results_url)) as conn, conn.cursor() as cur:
-            cur.execute("SELECT run_id, status, reason FROM validation_history WHERE dag_id = %s AND node_name = %s"
-                        " AND test_name = %s AND status = 'fail' ORDER BY created_at LIMIT 1", (DAG, node, test))
-            row = cur.fetchone()
-        if row:
-            return dict(zip(("run_id", "status", "reason"), row))
+    """A run of the node's test now, as a user revalidates one node, and its failed row: the hourly runs
+    take other nodes first (max_pairs 2), so waiting for one to reach the fault node could take hours."""
+    now = dt.datetime.now(dt.UTC)
+    run_id = stack.api.post(f"/api/v2/dags/{DAG}/dagRuns", {"logical_date": None, "conf": {
+        "node_range": node, "tests": [test], "stale_before": now.isoformat()}})["dag_run_id"]
+    deadline = time.monotonic() + RUNS_TIMEOUT_S  # a hang guard: it queues behind a running scheduled run
+    while stack.api.run(run_id)["state"] not in TERMINAL:
         if time.monotonic() > deadline:
-            pytest.fail(f"no failed {test} row of {node} within {RUNS_TIMEOUT_S} s: {stack.api.runs()}")
+            pytest.fail(f"the run of {node} did not finish within {RUNS_TIMEOUT_S} s: {stack.api.runs()}")
         time.sleep(2)
+    with psycopg.connect(**database.libpq_params(stack.results_url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT run_id, status, reason FROM validation_history WHERE dag_id = %s AND run_id = %s"
+                    " AND node_name = %s AND test_name = %s", (DAG, run_id, node, test))
+        row = cur.fetchone()
+    assert row and row[1] == "fail", (run_id, row)  # the injected fault fails it
+    return dict(zip(("run_id", "status", "reason"), row))
 
 
 @contextlib.contextmanager
@@ -407,7 +411,8 @@ def _logged_in_page(stack: Stack, viewport: dict):
 
 
 @pytest.mark.requires_tool("chromium")
-@pytest.mark.timeout(RUNS_TIMEOUT_S + 120)  # it may wait for the first run to reach the fault node
+@pytest.mark.slow  # make screenshots and make test-slow: a run of its own; tests/ui checks the failing cell fast
+@pytest.mark.timeout(RUNS_TIMEOUT_S + 120)
 def test_the_fleet_page_shows_the_failing_node_and_its_page_why(stack, tmp_path):
     failed = _failed_row(stack, FAULTY)
     update = os.environ.get("CLUSTER_DOCTOR_UPDATE_SCREENSHOTS") == "1"
@@ -434,8 +439,7 @@ def test_the_fleet_page_shows_the_failing_node_and_its_page_why(stack, tmp_path)
                 "since": page.locator("#failing-since").inner_text(),
                 "status": latest.get_attribute("data-status"), "action": latest.locator(".action").inner_text(),
                 "history": page.locator("#history tbody tr").all_inner_texts(),
-                "plots": page.locator("#plots svg.metric-plot").count(),
-                "points": page.locator("#plots svg.metric-plot circle.point").count()}
+}
         page.screenshot(path=str(node_png), full_page=True)
     assert set(_faulted_nodes(stack)) >= {FAULTY} and FAULTY in nodes, nodes
     # the failing cell: its status, the recommended action and a short reason, on screen
@@ -447,7 +451,6 @@ def test_the_fleet_page_shows_the_failing_node_and_its_page_why(stack, tmp_path)
     assert node["name"] == FAULTY and node["since"].startswith("Failing since "), node
     assert node["status"] == "fail" and node["action"] == f"action: {fleet['action']}", node
     assert any(failed["reason"] and failed["reason"] in row for row in node["history"]), (failed, node["history"])
-    assert node["plots"] >= 1 and node["points"] >= 1, node
     assert fleet_png.stat().st_size > 10_000 and node_png.stat().st_size > 10_000  # pictures, not blank pages
 
 
