@@ -4,6 +4,8 @@ import datetime as dt
 import logging
 
 from cluster_doctor.airflow import tasks
+from cluster_doctor.airflow.tasks.prioritize import _with_probes
+from cluster_doctor.airflow.tasks.ship_suites import _bundles
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, Latest, Plan, RunSummary
 from cluster_doctor.reports import summary as report
@@ -293,14 +295,14 @@ def test_the_speed_probe_rides_on_the_gpu_health_pairs_whose_probe_is_due(store)
                           metrics={"probe_gemm_tflops_min": 700.0, "probe_hbm_gbps_min": 4000.0},
                           dag_id="continuous_validation", run_id="r0")])
     plan = planned(("gpu-001", "gpu_health"), ("gpu-001", "dl_unit"), ("gpu-002", "gpu_health"))
-    gpu = tasks._with_probes(plan, store, Settings(suite_device="cuda"), NOW)
+    gpu = _with_probes(plan, store, Settings(suite_device="cuda"), NOW)
     assert [(p.node_name, p.test_name, p.probe_seconds) for p in gpu.pairs] == [
         ("gpu-001", "gpu_health", 3.0), ("gpu-001", "dl_unit", None), ("gpu-002", "gpu_health", None)]
-    assert tasks._with_probes(plan, store, Settings(suite_device="cpu"), NOW).pairs[0].probe_seconds == 0.2  # short
-    assert tasks._with_probes(plan, store, Settings(slow_probe_seconds=0), NOW) == plan  # switched off
+    assert _with_probes(plan, store, Settings(suite_device="cpu"), NOW).pairs[0].probe_seconds == 0.2  # short
+    assert _with_probes(plan, store, Settings(slow_probe_seconds=0), NOW) == plan  # switched off
     # the pair's seconds reach the pod as the suite's environment, through the bundle step
     config = RunConfig(settings=Settings(), configmap="cm", suite_version="v", suite_files=[])
-    [bundle] = tasks._bundles(gpu, ["gpu-001"], config)
+    [bundle] = _bundles(gpu, ["gpu-001"], config)
     step = Bundle.from_xcom(bundle.to_xcom()).validation("gpu_health")
     assert step.probe_seconds == 3.0 and step.to_xcom()["probe_seconds"] == 3.0
     assert "probe_seconds" not in Bundle.from_xcom(bundle.to_xcom()).validation("dl_unit").to_xcom()
