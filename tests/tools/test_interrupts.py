@@ -44,6 +44,13 @@ MARKER = "CD_INTERRUPT_TEST"
 SERVER_UP_TIMEOUT_S = 240  # the embedded server's initdb on a loaded 2-core box
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before exec: SIGINT at its default. A child of a background job or a non-interactive
+    shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so a Ctrl-C to the
+    group would not reach a pytest run; a terminal's command starts with the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def scratch():
     """Outside pytest's basetemp: as root, pgserver opens up the parents of its data directory, which a
@@ -97,7 +104,8 @@ def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_dire
     with open(err, "wb") as err_fh:
         # its own session and process group, as a command started from a terminal has
         proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=err_fh, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=err_fh, start_new_session=True,
+                                preexec_fn=_as_from_a_terminal)
     try:
         _wait_for_server(proc, tmp if prefix else demo, err)
         time.sleep(2)  # a moment into its work with the server
@@ -209,7 +217,8 @@ def test_a_test_run_that_is_stopped_tears_its_embedded_server_down(sig, scratch)
     with open(err, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
                                  "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(scratch)],
-                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + SERVER_UP_TIMEOUT_S
         while not (scratch / "started").exists():
