@@ -9,7 +9,6 @@ from cluster_doctor.airflow import storage
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, Plan, Recorded, RunSummary, SpoolState
-from cluster_doctor.store import spool
 
 
 def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, store: Any, *,
