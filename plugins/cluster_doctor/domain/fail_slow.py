@@ -10,7 +10,8 @@ kinds of evidence say "slow", neither a fail by itself:
 
 One flag makes the node **suspect** (retested soon, shown with its evidence). It becomes **failing** with
 code ``SLOW`` when the last two probe sweeps were both flagged, or the last probe and a signal within the
-window agree: one noisy sweep or one transient signal never fails a node, two independent sightings do.
+window agree (or the last probe and a bundle suite's fleet verdict); the two probes must be at least
+the confirmation spacing apart: one noisy sweep or one transient signal never fails a node, two independent sightings do.
 
 The probe is scheduled so its cost stays small (``probe_due``): on a node that ran user jobs since its
 last probe, at most every ``min_interval``, and at least every ``max_age`` on an idle one.
@@ -40,26 +41,35 @@ class ProbeOutcome:
     flagged: bool
 
 
-def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool) -> SlowState:
-    """The node's state from its probe outcomes (any order) and whether a speed signal flagged it within
-    the window: failing on two flagged probes in a row, or the last probe and a signal together."""
+def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool, *, bundle_flagged: bool = False,
+               min_spacing: dt.timedelta = dt.timedelta(0)) -> SlowState:
+    """The node's state from its probe outcomes (any order), whether a speed signal flagged it within the
+    window, and whether a bundle suite's fleet verdict (straggler/drift on dl_unit or nccl_loopback) did:
+    failing on two flagged probes in a row at least ``min_spacing`` apart (a transient slowness, congestion
+    or a noisy neighbour, lasts minutes to an hour, so two sightings hours apart mean a lasting one), or the
+    last probe and a signal or a bundle verdict together."""
     ordered = sorted(probes, key=lambda p: p.at)
     last = ordered[-1].flagged if ordered else False
-    before = ordered[-2].flagged if len(ordered) >= 2 else False
-    if last and (before or signal_flagged):
+    before = (len(ordered) >= 2 and ordered[-2].flagged
+              and ordered[-1].at - ordered[-2].at >= min_spacing)
+    if last and (before or signal_flagged or bundle_flagged):
         return SlowState.FAILING
-    if last or signal_flagged:
+    if last or signal_flagged or bundle_flagged:
         return SlowState.SUSPECT
     return SlowState.OK
 
 
 def probe_due(now: dt.datetime, last_probe: dt.datetime | None, *, busy_since: bool,
-              min_interval: dt.timedelta, max_age: dt.timedelta, suspect: bool = False) -> bool:
-    """Whether a sweep probes a node's speed now: never probed; suspect (the second sighting decides);
-    loaded by user jobs since the last probe and at least ``min_interval`` since it; or ``max_age`` old."""
-    if last_probe is None or suspect:
+              min_interval: dt.timedelta, max_age: dt.timedelta, suspect: bool = False,
+              confirm_after: dt.timedelta = dt.timedelta(0)) -> bool:
+    """Whether a sweep probes a node's speed now: never probed; suspect and ``confirm_after`` past the last
+    probe (the second sighting decides, spaced so a transient is over); loaded by user jobs since the last
+    probe and at least ``min_interval`` since it; or ``max_age`` old."""
+    if last_probe is None:
         return True
     age = now - last_probe
+    if suspect:
+        return age >= confirm_after
     if age >= max_age:
         return True
     return busy_since and age >= min_interval
