@@ -150,8 +150,9 @@ def names_in(expr: str) -> tuple[set[str], set[str]]:
 def exposed(pg_admin_dsn, template_db, tmp_path_factory):
     """(series names, label names) of a real scrape of the seeded fleet, its spool and a failure with codes."""
     from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.signals import SPEED, Evidence
     from cluster_doctor.reports import metrics
-    from cluster_doctor.store import spool
+    from cluster_doctor.store import spool, suspects
     from cluster_doctor.store.history import ResultStore
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -163,6 +164,10 @@ def exposed(pg_admin_dsn, template_db, tmp_path_factory):
         seed.small_fleet(store)
         store.record([seed.attempt("gpu-002", "gpu_health", "fail", seed.NOW - dt.timedelta(minutes=5), checks=[
             {"name": "xid_events", "status": "fail", "code": "XID_79", "action": "reboot"}])])
+        # a speed signal: the node is slow-suspect, so the slow-node series carry samples
+        seen = seed.NOW - dt.timedelta(minutes=10)
+        suspects.record(store.connect, [Evidence("gpu-003", SPEED, "clock_event_0x08/gpu1@x",
+                                                 "GPU 1: hardware slowdown", seen)], seen_at=seen)
         box = spool.Spool(tmp_path_factory.mktemp("spool"))
         registry = metrics.make_registry(metrics.ClusterDoctorCollector(
             lambda s: dsn, Settings, clock=lambda: seed.NOW, spool_provider=lambda s: box.status()))
@@ -173,6 +178,7 @@ def exposed(pg_admin_dsn, template_db, tmp_path_factory):
             series.add(sample.name)
             labels |= set(sample.labels)
     assert "cluster_doctor_validation_failure_code" in series and "cluster_doctor_spooled_attempts" in series
+    assert "cluster_doctor_node_slow_since_timestamp_seconds" in series
     return series, labels
 
 
