@@ -277,10 +277,6 @@ class Settings(BaseSettings):
              "jobs since its last probe is probed again after this long.")
     slow_probe_max_age_hours: PositiveNumber = _setting(
         72.0, "Speed probe: an idle node is probed at least this often (a suspect node at every sweep).")
-    slow_confirm_spacing_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
-        3.0, "Fail-slow: a suspect node's confirming probe runs at least this long after the flagged one, and two "
-             "flagged probes fail it only this far apart: transient slowness (congestion, a noisy neighbour) "
-             "lasts minutes to an hour, so two sightings hours apart mean a lasting slowness.")
     slow_signal_window_hours: PositiveNumber = _setting(
         24.0, "Fail-slow: a speed signal seen within this long and a flagged probe together make a node failing "
               "with code SLOW (as do two flagged probes in a row).")
