@@ -20,7 +20,7 @@ import pytest
 from cluster_doctor.store import database
 
 from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
-from tests.support.stack import DAG, STACK, TERMINAL, Api, free_port, stack_down
+from tests.support.stack import DAG, TERMINAL, Api, free_port, stack_down, stack_up
 
 # slow: a stack of its own (~7 min on a loaded 2-core box); `make test` covers the label itself through
 # tests/dags (every step's rendered label for a bundle that plans gpu_health only), `make test-slow` runs
@@ -39,13 +39,9 @@ RUN_TIMEOUT_S = 900
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    import subprocess
-
     state = tmp_path_factory.mktemp("grid-stack")
     port = free_port()
-    up = subprocess.run([*STACK, "up", "--state-dir", str(state), "--port", str(port), "--nodes", "6",
-                         "--churn-interval", "0", "--seed", "3"], env={**os.environ, **SETTINGS},
-                        capture_output=True, text=True, timeout=900)
+    up = stack_up(state, port, {**os.environ, **SETTINGS}, "--nodes", "6", "--churn-interval", "0", "--seed", "3")
     try:
         assert up.returncode == 0, f"make up failed:\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
         password = json.loads((state / "airflow" / "passwords.json").read_text())["admin"]

@@ -46,7 +46,7 @@ from cluster_doctor.store import database
 
 from tests.conftest import REPO
 from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
-from tests.support.stack import DAG, STACK, TERMINAL, Api, free_port, stack_down
+from tests.support.stack import DAG, TERMINAL, Api, free_port, stack_down, stack_up
 from tests.support.timing_lines import assert_timing_line
 
 pytestmark = pytest.mark.e2e
@@ -122,9 +122,7 @@ def _listening(pids) -> set[str]:
 
 
 def _up(state: pathlib.Path, port: int, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([*STACK, "up", "--state-dir", str(state), "--port", str(port), "--nodes", "10",
-                           "--churn-interval", "3", "--seed", "11"], env=env, capture_output=True, text=True,
-                          timeout=900)
+    return stack_up(state, port, env, "--nodes", "10", "--churn-interval", "3", "--seed", "11")
 
 
 def test_a_failed_up_says_why_and_leaves_nothing_behind(tmp_path):

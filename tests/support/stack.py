@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 
 from tests.conftest import REPO
+from tests.support.commands import run_stoppable
 
 STACK = [sys.executable, str(REPO / "tools" / "stack.py")]
 DAG = "continuous_validation"
@@ -25,6 +26,11 @@ def free_port() -> int:
     with contextlib.closing(socket.socket()) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stack_up(state: pathlib.Path, port: int, env: dict, *args: str) -> subprocess.CompletedProcess:
+    """``make up`` into ``state`` on ``port``; stopped (and so stopping what it started) if the test run is."""
+    return run_stoppable([*STACK, "up", "--state-dir", str(state), "--port", str(port), *args], env=env, timeout=900)
 
 
 def stack_down(state: pathlib.Path) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -24,11 +25,13 @@ import pytest
 from leftovers import processes_mentioning
 
 from tests.conftest import REPO
+from tests.support.commands import run_stoppable
 
-# The whole commands interrupted run in make test-slow: on a fresh clone inside make test the bench-metrics
-# cases and the interrupted pytest run failed (the interrupted pytest did not end within 300 s), a bug to
-# fix; they run on their own meanwhile. The interruption's own rules (held blocks, a closed pipe) run here.
-SLOW_WHILE_BROKEN = pytest.mark.slow
+# Each case is a whole command with its own embedded PostgreSQL, half a minute or more on a loaded box:
+# make test interrupts the one the benchmarks were found leaving behind (bench-metrics, Ctrl-C) and a test
+# run stopped as a CI timeout stops it; make test-slow every command every way. The interruption's own
+# rules (held blocks, a closed pipe, a fixture's command) run in make test.
+IN_MAKE_TEST = {("bench-metrics", "SIGINT to the group"), ("test run", "SIGTERM")}
 
 TARGETS = {  # make target -> (command at a small scale, the prefix of its temporary directories)
     "bench-metrics": ([str(REPO / "bench" / "bench_metrics.py"), "--nodes", "60", "--runs", "1"], "cd-bench-metrics-"),
@@ -87,9 +90,9 @@ def _wait_for_server(proc: subprocess.Popen, where: pathlib.Path, err: pathlib.P
                         "(/proc), which no moved clock moves; the rest reads no date, and minutes of runs twice "
                         "is what make test cannot pay")
 @pytest.mark.e2e
-@SLOW_WHILE_BROKEN
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("target", "how"), CASES, ids=[f"{t}-{h}" for t, h in CASES])
+@pytest.mark.parametrize(("target", "how"), [
+    pytest.param(t, h, id=f"{t}-{h}", marks=() if (t, h) in IN_MAKE_TEST else pytest.mark.slow) for t, h in CASES])
 def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_directories(target, how, scratch):
     argv, prefix = TARGETS[target]
     marker = uuid.uuid4().hex
@@ -189,12 +192,53 @@ def test_a_closed_pipe_ends_the_command_once_and_its_cleanup_still_prints_nowher
     assert b"Traceback" not in err and b"interrupted (closed pipe)" in err, err
 
 
+def test_a_test_run_stopped_while_its_command_starts_servers_lets_the_command_stop_them(tmp_path):
+    """A fixture's make up (``run_stoppable``) when the test run is stopped meanwhile: the command gets
+    SIGTERM and stops what it started before the interruption goes on (``subprocess.run`` would SIGKILL it,
+    and its server, in a session of its own as a daemon's, would run on)."""
+    script = tmp_path / "starts_a_server.py"
+    script.write_text(
+        "import pathlib, subprocess, sys, time\n"
+        f"sys.path.insert(0, {str(REPO / 'tools')!r})\n"
+        "import interrupts\n"
+        "def main():\n"
+        "    server = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        f"    pathlib.Path({str(tmp_path / 'server')!r}).write_text(str(server.pid))\n"
+        "    try:\n"
+        "        time.sleep(600)\n"
+        "    finally:\n"
+        "        server.terminate()\n"
+        "        server.wait()\n"
+        "sys.exit(interrupts.run(main))\n")
+    ready = tmp_path / "server"
+
+    def interrupt_when_the_server_runs():  # as pytest's SIGTERM handler does: an exception in the main thread
+        while not ready.exists():
+            time.sleep(0.05)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    watcher = threading.Thread(target=interrupt_when_the_server_runs, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_stoppable([sys.executable, str(script)], timeout=600)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    server = int(ready.read_text())
+    assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
+
+
 @pytest.mark.real_clock("a pytest run's teardown reads no date; starting a server twice is what make test "
                         "cannot pay")
 @pytest.mark.e2e
-@SLOW_WHILE_BROKEN
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT to the group"])
+@pytest.mark.parametrize("sig", [
+    pytest.param(sig, id=how, marks=() if ("test run", how) in IN_MAKE_TEST else pytest.mark.slow)
+    for sig, how in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT to the group"))])
 def test_a_test_run_that_is_stopped_tears_its_embedded_server_down(sig, scratch):
     """The suite's own servers: a pytest run (with the suite's conftest as its plugin) whose fixture started
     an embedded PostgreSQL, as tests/conftest.py does without a local server, is stopped mid-test."""
