@@ -113,7 +113,11 @@ def install(signals: tuple[int, ...] = SIGNALS, *, streams: bool = True) -> None
     if _State.installed:
         return
     for sig in signals:
-        signal.signal(sig, _on_signal)
+        # A signal ignored on entry stays ignored, as POSIX asks of a program: ``nohup`` ignores SIGHUP so
+        # the command outlives its terminal, a shell script's ``cmd &`` ignores SIGINT so Ctrl-C stops the
+        # script's foreground work only.
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _on_signal)
     if streams:
         sys.stdout, sys.stderr = _PipeGuard(sys.stdout), _PipeGuard(sys.stderr)
     _State.installed = True

@@ -168,6 +168,38 @@ def test_an_interruption_during_a_held_block_is_raised_when_it_ends_and_a_second
     assert out.stderr.strip() == "interrupted (SIGTERM): stopped what it had started"
 
 
+def test_a_signal_ignored_when_the_command_started_stays_ignored(tmp_path):
+    """``nohup make bench-store``: the terminal's SIGHUP is ignored, as nohup asked; SIGTERM still stops it."""
+    script = tmp_path / "nohup.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        f"sys.path.insert(0, {str(REPO / 'tools')!r})\n"
+        "import interrupts\n"
+        "def main():\n"
+        "    print('ready', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "    print('outlived SIGHUP', flush=True)\n"
+        "    time.sleep(600)\n"
+        "sys.exit(interrupts.run(main))\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGHUP)
+        proc.stdin.write("go on\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "outlived SIGHUP\n"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted (SIGTERM)" in err
+
+
 def test_a_closed_pipe_ends_the_command_once_and_its_cleanup_still_prints_nowhere(tmp_path):
     script = tmp_path / "pipe.py"
     script.write_text(
