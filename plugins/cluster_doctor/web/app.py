@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import math
 import secrets
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -45,7 +46,7 @@ from cluster_doctor.domain.nodes import (
 from cluster_doctor.domain.status import FAILING
 from cluster_doctor.reports import charts, metrics, text
 from cluster_doctor.reports.templating import environment
-from cluster_doctor.store import database, fail_slow, fleet, transitions
+from cluster_doctor.store import database, fail_slow, fleet, inventory, transitions
 from cluster_doctor.store.history import SchemaMissing
 from cluster_doctor.web import daily_page
 
@@ -423,6 +424,32 @@ def slow_view(now: dt.datetime, found: Mapping[str, Any],
     return dict(sorted(out.items(), key=lambda kv: (not kv[1]["failing"], fleet.natural_key(kv[0]))))
 
 
+# The fleet's slow nodes, per database and window: reading them scans every node's last probes (hundreds of
+# milliseconds at 5,000 nodes), and they change with a sweep's probe or a signal, hours apart; so a page reuses
+# the last read for as long as it reuses a fleet snapshot, on the wall clock and on the page's own clock.
+SLOW_CACHE_S = fleet.PAGE_SNAPSHOT_CACHE_S
+_SLOW_CACHE: dict[tuple[Any, ...], tuple[float, dt.datetime, dict[str, dict[str, Any]]]] = {}
+
+
+def fleet_slow(q: fleet.FleetQueries, settings: Settings, now: dt.datetime) -> dict[str, dict[str, Any]]:
+    """``slow_view`` of every slow node of the fleet, with each one's GPU count from the inventory."""
+    window = slow_window(settings)
+    key = (q.conn.info.dsn, window)
+    hit = _SLOW_CACHE.get(key)
+    if hit is not None and time.monotonic() - hit[0] <= SLOW_CACHE_S and abs((now - hit[1]).total_seconds()) <= SLOW_CACHE_S:
+        return hit[2]
+    found = q.slow_nodes(window=window)
+    known = {}
+    if found:
+        with q.conn.cursor() as cur:
+            known = inventory.read(cur, list(found))
+    view = slow_view(now, found, lambda n: known[n].gpu_count if n in known else None)
+    if len(_SLOW_CACHE) > 16:  # one results database in practice
+        _SLOW_CACHE.clear()
+    _SLOW_CACHE[key] = (time.monotonic(), now, view)
+    return view
+
+
 def fleet_nodes_query(slow: Mapping[str, Any]) -> str:
     """The node range of the slow nodes, for the matrix filter (empty when none, or too long for the filter)."""
     names = compress(sorted(slow, key=fleet.natural_key))
@@ -505,9 +532,7 @@ def fleet_page(
             if q.peer_tests:  # the peer-test verdict of every peer-tested node
                 ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
             # the slow nodes of the whole fleet (a few at most): they pass their floors, so no status shows them
-            known = q.inventory()
-            slow = slow_view(now, q.slow_nodes(window=slow_window(settings)),
-                             lambda n: known[n].gpu_count if n in known else None)
+            slow = fleet_slow(q, settings, now)
             names = fleet_nodes_query(slow)
             ctx.update(slow=slow, slow_nodes_query=names,
                        slow_counts={"failing": sum(s["failing"] for s in slow.values()),
