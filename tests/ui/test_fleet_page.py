@@ -143,6 +143,8 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
         assert rows.evaluate_all("rs => rs.map(r => r.dataset.node)") == results_db[1]["nodes"]
         assert frame.locator("#coverage .value").inner_text() == "55.6 %"  # 5 of 9, rounded as the CLI does
         assert frame.locator("#failing .value").inner_text() == "2"
+        # beside it, the slow nodes (they pass their floors, so no status counts them): none in this fleet
+        assert frame.locator("#slow .value").inner_text() == "0 / 0"
         fail_cell = frame.locator("tr[data-node='gpu-003'] td[data-test='nccl_loopback']")
         assert fail_cell.get_attribute("data-status") == "fail"
         assert frame.locator("tr[data-node='gpu-001'] td[data-test='dl_unit']").get_attribute("data-status") == "pass"

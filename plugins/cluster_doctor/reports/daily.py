@@ -6,6 +6,8 @@ What it shows, for day D (UTC), from the results database only:
 - **attempts of the day**: counts per test and status;
 - **failures of the day**: every fail/error attempt finished during D with its failing checks (name,
   device, value, threshold) and whether it is new (previous executed result passed, or none);
+- **slow nodes**: the nodes suspect or failing for speed (code SLOW) at the end of D, though they pass every
+  floor: state, since, evidence, action, node page, and the GPU-hours they cost, estimated (``reports.daily_slow``);
 - **coverage trend**: for each of the 14 days ending D, the share of fleet nodes whose every enabled
   test has an executed result (pass/fail/error) finished within [end of day − staleness, end of day);
 - **per GPU model**: attempts per status, and the median / min of each suite's key metrics
@@ -53,10 +55,11 @@ from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.numbers import finite, skip
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.reports.ctrf import resolve_reports_dir
+from cluster_doctor.reports.daily_slow import slow_blocks, slow_counts, slow_data, slow_line
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.reports.text import age, md_escape, percent
 from cluster_doctor.store import daily as daily_reads
-from cluster_doctor.store import baselines, files, inventory, peers, suspects, transitions, trend
+from cluster_doctor.store import baselines, fail_slow, files, inventory, peers, suspects, transitions, trend
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +135,22 @@ class _Reads:
     offenders: dict[str, Any] = dataclasses.field(default_factory=dict)
     # the node pools without a baseline at the report's end: once each, with the action
     missing_baselines: list[Any] = dataclasses.field(default_factory=list)
+    # the nodes slow at the report's end: node -> store.fail_slow.SlowNode
+    slow: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
           staleness: dt.timedelta, trend_ends: Sequence[dt.datetime], gone_grace_hours: float,
-          key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None) -> _Reads:
+          key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None,
+          slow_window: dt.timedelta = fail_slow.SLOW_WINDOW) -> _Reads:
     """Every section's rows, in one consistent, read-only snapshot."""
     window = {"start": start, "end": as_of}
     with daily_reads.snapshot(store) as cur:
         counted = {n.node_name: n for n in inventory.counted(
             cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
         fleet = sorted(counted, key=_node_key)
+        with cur.connection.cursor() as tuples:  # same snapshot; store.fail_slow reads rows as tuples
+            slow = fail_slow.slow_nodes(tuples, now=as_of, window=slow_window, nodes=fleet)
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
@@ -157,7 +165,8 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
             suspects=suspects.as_of(cur, as_of), failing_since=suspects.failing_since(cur, tests, fleet),
             transitions=transitions.in_window(cur, start, as_of),
             offenders=transitions.repeat_offenders(cur, as_of=as_of),
-            missing_baselines=baselines.missing(cur, tests))
+            missing_baselines=baselines.missing(cur, tests),
+            slow=slow)
 
 
 # ---------------------------------------------------------------------------- building
@@ -172,6 +181,7 @@ def build(
     max_rows: int = DEFAULT_MAX_ROWS,
     peer_window_days: float | None = None,
     ui_base: str = "/",
+    slow_window_hours: float = fail_slow.SLOW_WINDOW.total_seconds() / 3600,
 ) -> dict[str, Any]:
     """Everything the daily report shows, as a JSON-able dict (the renderers read only this).
     ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off). ``ui_base``:
@@ -189,7 +199,8 @@ def build(
     key_pairs = [(s.name, m) for s in suites.CATALOG.values() for m in s.key_metrics]
     read = _read(store, start=start, as_of=as_of, tests=tests, staleness=staleness,
                  trend_ends=[min(_start_of(d) + dt.timedelta(days=1), as_of) for d in trend_days],
-                 gone_grace_hours=gone_grace_hours, key_pairs=key_pairs, peer_window_days=peer_window_days)
+                 gone_grace_hours=gone_grace_hours, key_pairs=key_pairs, peer_window_days=peer_window_days,
+                 slow_window=dt.timedelta(hours=slow_window_hours))
     fleet_section = _fleet(read.pairs, read.fleet, tests, as_of, staleness, max_rows)
     fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), read.counted)
     coverage_trend = _trend(trend_days, read.trend)
@@ -228,6 +239,9 @@ def build(
                              for n, o in sorted(read.offenders.items(), key=lambda i: _node_key(i[0]))],
         "missing_baselines": [{"gpu_model": m.gpu_model, "nodes": m.nodes, "tests": list(m.tests),
                                "example": m.example, "line": m.describe()} for m in read.missing_baselines],
+        "slow_nodes": slow_data(read.slow, as_of=as_of, order=_node_key,
+                                gpus=lambda n: getattr(read.counted.get(n), "gpu_count", None),
+                                node_url=lambda n: _base(ui_base) + NODE_PAGE.format(node=_quote(n))),
     }
 
 
@@ -522,6 +536,7 @@ def headline(data: Mapping[str, Any]) -> list[str]:
         f"{data['newly_failing_today']} newly failing",
         f"Node-test pairs in the fleet: {fleet['pairs']}; failing: {fleet['failing_total']}; "
         f"stale: {fleet['counts']['stale']}; never validated: {fleet['counts']['never']} node-test pair(s)",
+        slow_line(data.get("slow_nodes") or []),
         *([f"Passes with checks not run (incomplete, not a clean pass): {fleet['incomplete_passes']} pair(s) on "
            f"{fleet['incomplete_nodes']}"] if fleet.get("incomplete_passes") else []),
         f"Validation GPU-hours: {_num(data['gpu_hours']['total'])}",
@@ -581,6 +596,7 @@ def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
             (counts["total"], "attempts of the day"),
             (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
             (fleet["failing_total"], "failing node-test pairs in the fleet"),
+            (slow_counts(data.get("slow_nodes") or []), "slow nodes: failing (code SLOW) / suspect"),
             (fleet["counts"]["stale"] + fleet["counts"]["never"], "node-test pairs stale or never validated"),
             (_num(gh["total"]), "validation GPU-hours")])]),
         ("only", "markdown", [("h2", "Headline"), ("list", headline(data))]),
@@ -613,7 +629,8 @@ def _attempts_blocks(data: Mapping[str, Any]) -> list[tuple]:
 
 
 def _failures_blocks(data: Mapping[str, Any]) -> list[tuple]:
-    out: list[tuple] = [("h2", "Suspect nodes"), *suspect_blocks(data), *transition_blocks(data),
+    out: list[tuple] = [("h2", "Suspect nodes"), *suspect_blocks(data), *slow_blocks(data.get("slow_nodes") or []),
+                        *transition_blocks(data),
                         ("h2", "Failures of the day")]
     if not data["failures"]:
         out.append(("p", "No node failed a check and no suite errored on this day.", ""))
@@ -815,6 +832,7 @@ def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
             day = report_day(default_day(data_interval_end, now), trend.first_seen(cur), now)
     return build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
                  gone_grace_hours=settings.gone_node_grace_hours, ui_base=ui_base,
+                 slow_window_hours=settings.slow_signal_window_hours,
                  peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
                                    if getattr(settings, "peer_tests", False) else None))
 

@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import math
 import secrets
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -30,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor.domain import actions, fleet_verdicts, suites
+from cluster_doctor.domain import actions, fleet_verdicts, slow_cost, suites
 from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.planning import steps
@@ -38,13 +39,14 @@ from cluster_doctor.domain.config import InvalidSettings, Settings
 from cluster_doctor.domain.nodes import (
     InvalidNodeName,
     InvalidNodeRange,
+    compress,
     parse_node_range,
     validate_node_name,
 )
 from cluster_doctor.domain.status import FAILING
 from cluster_doctor.reports import charts, metrics, text
 from cluster_doctor.reports.templating import environment
-from cluster_doctor.store import database, fleet, transitions
+from cluster_doctor.store import database, fail_slow, fleet, inventory, transitions
 from cluster_doctor.store.history import SchemaMissing
 from cluster_doctor.web import daily_page
 
@@ -53,6 +55,7 @@ URL_ROUTE = "fleet-health"  # the UI route of the external view: /plugin/fleet-h
 DAG_ID = "continuous_validation"  # whoever may read its task instances may read their results
 VALIDATE_GROUP = "validate"  # the DAG's task group mapped per node: step validate.<test> runs one pair
 FLEET_QUERY_KEYS = ("nodes", "status", "gpu_model", "per_page", "page")
+MAX_NODE_RANGE = 2000  # the fleet page's node range filter, at most (its Query max_length)
 
 ConnectorProvider = Callable[[Settings], database.Connector]  # the settings name the Airflow connection
 SettingsProvider = Callable[[], Settings]
@@ -406,6 +409,67 @@ def peer_title(now: dt.datetime, verdict: Any) -> str:
                  f"{format_age((now - verdict.finished_at).total_seconds())} ago", 400)
 
 
+def slow_view(now: dt.datetime, found: Mapping[str, Any],
+              gpus: Callable[[str], int | None]) -> dict[str, dict[str, Any]]:
+    """The slow nodes (``store.fail_slow.SlowNode``) as the pages show them: state, since, evidence, the action
+    of a failing one (code SLOW), the estimated cost (``domain.slow_cost``, with the node's GPU count from
+    ``gpus``); failing ones first, then in natural order."""
+    out = {}
+    for name, s in found.items():
+        cost = slow_cost.estimate(s.probes, since=s.since, now=now, gpus=gpus(name))
+        out[name] = {"node_name": name, "state": s.state.value, "failing": s.failing, "since": s.since,
+                     "probes": list(s.probes), "signals": list(s.signals), "line": s.describe(),
+                     "cost": cost.describe(), "gpu_hours": cost.gpu_hours,
+                     "action": actions.shown(actions.SLOW_ACTION) if s.failing else None}
+    return dict(sorted(out.items(), key=lambda kv: (not kv[1]["failing"], fleet.natural_key(kv[0]))))
+
+
+# The fleet's slow nodes, per database and window: reading them scans every node's last probes (hundreds of
+# milliseconds at 5,000 nodes), and they change with a sweep's probe or a signal, hours apart; so a page reuses
+# the last read for as long as it reuses a fleet snapshot, on the wall clock and on the page's own clock.
+SLOW_CACHE_S = fleet.PAGE_SNAPSHOT_CACHE_S
+_SLOW_CACHE: dict[tuple[Any, ...], tuple[float, dt.datetime, dict[str, dict[str, Any]]]] = {}
+
+
+def fleet_slow(q: fleet.FleetQueries, settings: Settings, now: dt.datetime) -> dict[str, dict[str, Any]]:
+    """``slow_view`` of every slow node of the fleet, with each one's GPU count from the inventory."""
+    window = slow_window(settings)
+    key = (q.conn.info.dsn, window)
+    hit = _SLOW_CACHE.get(key)
+    if hit is not None and time.monotonic() - hit[0] <= SLOW_CACHE_S and abs((now - hit[1]).total_seconds()) <= SLOW_CACHE_S:
+        return hit[2]
+    found = q.slow_nodes(window=window)
+    known = {}
+    if found:
+        with q.conn.cursor() as cur:
+            known = inventory.read(cur, list(found))
+    view = slow_view(now, found, lambda n: known[n].gpu_count if n in known else None)
+    if len(_SLOW_CACHE) > 16:  # one results database in practice
+        _SLOW_CACHE.clear()
+    _SLOW_CACHE[key] = (time.monotonic(), now, view)
+    return view
+
+
+def fleet_nodes_query(slow: Mapping[str, Any]) -> str:
+    """The node range of the slow nodes, for the matrix filter (empty when none, or too long for the filter)."""
+    names = compress(sorted(slow, key=fleet.natural_key))
+    return names if len(names) <= MAX_NODE_RANGE else ""
+
+
+def node_gpus(node: Mapping[str, Any]) -> int | None:
+    """A node's GPU count: as discovery saw it, else as its latest gpu_health attempt recorded it."""
+    known = (node.get("inventory") or {}).get("gpu_count")
+    if known:
+        return int(known)
+    counts = [c.get("gpu_count") for c in node.get("cells", ()) if c.get("test_name") == fail_slow.PROBE_TEST]
+    return int(counts[0]) if counts and counts[0] else None
+
+
+def slow_window(settings: Settings) -> dt.timedelta:
+    """How far back a speed signal counts (setting slow_signal_window_hours), as status and the metrics read it."""
+    return dt.timedelta(hours=settings.slow_signal_window_hours)
+
+
 def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
                test: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """The node page's plots and the tests without any value to plot. A plot per metric of each of
@@ -437,7 +501,7 @@ scrape = APIRouter()
 @pages.get("/", response_class=HTMLResponse)
 def fleet_page(
     request: Request,
-    nodes: str = Query("", max_length=2000),
+    nodes: str = Query("", max_length=MAX_NODE_RANGE),
     status: str = Query("", max_length=20),
     gpu_model: str = Query("", max_length=200),
     per_page: int = Query(fleet.DEFAULT_PER_PAGE, ge=1, le=fleet.MAX_PER_PAGE),
@@ -450,6 +514,8 @@ def fleet_page(
     ctx.update(form=form, status_filters=fleet.STATUS_FILTERS, gpu_models=[], summary=None, page=None,
                tests=[], filtered=False, peer_tests=False, peers={}, peer_counts={}, suspects={}, failing_since={},
                offenders={}, missing_baselines=[], baseline_action=domain_baselines.ACTION,
+               slow={}, slow_counts={"failing": 0, "suspect": 0}, slow_nodes_query="",
+               probe_test=fail_slow.PROBE_TEST, slow_action=actions.shown(actions.SLOW_ACTION),
                fleet_url=lambda **kw: f"{ctx['base']}/?{form.query(**{'page': 1, **kw})}")
     code = 200
     try:
@@ -465,6 +531,12 @@ def fleet_page(
                        missing_baselines=q.missing_baselines())  # once per node pool, not per node
             if q.peer_tests:  # the peer-test verdict of every peer-tested node
                 ctx.update(peers=q.peer_verdicts(), peer_counts=q.peer_counts())
+            # the slow nodes of the whole fleet (a few at most): they pass their floors, so no status shows them
+            slow = fleet_slow(q, settings, now)
+            names = fleet_nodes_query(slow)
+            ctx.update(slow=slow, slow_nodes_query=names,
+                       slow_counts={"failing": sum(s["failing"] for s in slow.values()),
+                                    "suspect": sum(not s["failing"] for s in slow.values())})
             if flt is not None:
                 page_ = q.nodes_page(flt, page=form.page, per_page=form.per_page)
                 ctx.update(page=page_, filtered=flt.active, suspects=q.suspects(),  # since when
@@ -500,7 +572,8 @@ def node_page(
     carried = _safe_fleet_query(q)
     ctx = common(request, now, carry=carried)
     ctx.update(node_name=node_name, node=None, history=[], test=test or None, plots=[], plots_missing=[], peer=None,
-               suspect=None, failing_since=None, timeline=[], offender=None,
+               suspect=None, failing_since=None, timeline=[], offender=None, slow=None,
+               probe_test=fail_slow.PROBE_TEST,
                back_url=f"{ctx['base']}/" + (f"?{carried}" if carried else ""))
     code = 200
     try:
@@ -517,6 +590,8 @@ def node_page(
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))
+                ctx.update(slow=slow_view(now, fq.slow_nodes([node_name], window=slow_window(settings)),
+                                          lambda n: node_gpus(node)).get(node_name))
                 with fq.conn.cursor() as cur:  # the node's life, and whether it is a repeat offender
                     ctx.update(timeline=transitions.timeline(cur, node_name)[::-1],
                                offender=transitions.repeat_offenders(cur, [node_name]).get(node_name))
