@@ -134,7 +134,7 @@ class _Reads:
     missing_baselines: list[Any] = dataclasses.field(default_factory=list)
 
 
-def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
+def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
           staleness: dt.timedelta, trend_ends: Sequence[dt.datetime], gone_grace_hours: float,
           key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None) -> _Reads:
     """Every section's rows, in one consistent, read-only snapshot."""
@@ -162,7 +162,7 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
 
 # ---------------------------------------------------------------------------- building
 def build(
-    store: Any,
+    store: daily_reads.Connections,
     day: dt.date | str,
     *,
     tests: Sequence[str],
@@ -802,7 +802,7 @@ def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path | files.Locat
     return {"markdown": files.describe(md), "html": files.describe(page)}
 
 
-def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
+def for_settings(store: daily_reads.Connections, settings: Any, *, day: dt.date | str | None = None,
                  data_interval_end: dt.datetime | None = None, now: dt.datetime | None = None,
                  ui_base: str = "/") -> dict[str, Any]:
     """``build`` with what the settings say (tests, staleness, grace, peer tests), for ``day`` or, given
@@ -820,7 +820,7 @@ def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
 
 
 def run(
-    store: Any,
+    store: daily_reads.Connections,
     settings: Any,
     *,
     day: dt.date | str | None = None,
