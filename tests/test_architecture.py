@@ -165,6 +165,47 @@ def test_the_length_scan_finds_a_long_function(tmp_path):
     assert long_functions(tmp_path) == ["mod.py:5 long (81 lines)"]
 
 
+# ------------------------------------------------------------------------------------ typed handles
+# The Kubernetes client and the results store have types (kube.api.CoreV1; store.history.ResultStore, or
+# store.daily.Connections where the web page's reader comes in too): a parameter holding one names its
+# type, so a reader (and an editor) can go from it to what it offers.
+TYPED_PARAMETERS = ("core_v1", "store")
+
+
+def untyped_handles(root: pathlib.Path) -> list[str]:
+    """Every parameter named in TYPED_PARAMETERS under ``root`` annotated with Any (``Any | None``
+    too), or not annotated at all."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+                if arg.arg not in TYPED_PARAMETERS:
+                    continue
+                names = {getattr(n, "id", None) or getattr(n, "attr", None)
+                         for n in ast.walk(arg.annotation)} if arg.annotation else {"Any"}
+                if "Any" in names:
+                    shown = ast.unparse(arg.annotation) if arg.annotation else "no annotation"
+                    found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.name}({arg.arg}: {shown})")
+    return found
+
+
+def test_the_kubernetes_client_and_the_store_are_typed_where_they_are_taken():
+    assert untyped_handles(REPO / "plugins") == [], \
+        "annotate core_v1 with kube.api.CoreV1 and store with store.history.ResultStore (or a Protocol of store/)"
+
+
+def test_the_handle_scan_finds_any_and_a_missing_annotation(tmp_path):
+    (tmp_path / "mod.py").write_text(
+        "import typing\nfrom typing import Any\n"
+        "def a(core_v1: Any, store: ResultStore, api: Any): ...\n"
+        "async def b(*, store: Any | None = None, core_v1: CoreV1 | None = None): ...\n"
+        "class C:\n    def m(self, store, core_v1: typing.Any): ...\n")
+    assert untyped_handles(tmp_path) == ["mod.py:3 a(core_v1: Any)", "mod.py:4 b(store: Any | None)",
+                                         "mod.py:6 m(store: no annotation)", "mod.py:6 m(core_v1: typing.Any)"]
+
+
 # ------------------------------------------------------------------------------------ the clock
 # The domain takes the time as an argument: its callers read the clock, and its tests pass one ``now``.
 WALL_CLOCK_CALLS = {"now", "utcnow", "today", "time", "time_ns", "gmtime", "localtime"}

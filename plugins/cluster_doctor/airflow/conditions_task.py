@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 from cluster_doctor.domain.conditions import ConditionPolicy, ConditionReport
 from cluster_doctor.domain.payloads import Discovered
+from cluster_doctor.kube.api import CoreV1
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 
 
-def node_conditions(discovered: Discovered, store: Any, core_v1: Any, now: dt.datetime | None = None) -> ConditionReport:
+def node_conditions(discovered: Discovered, store: ResultStore, core_v1: CoreV1,
+                    now: dt.datetime | None = None) -> ConditionReport:
     """Write the conditions; an open circuit breaker or a patch that kept failing fails the task (a human
     decides), after every other node was written. A node's health is judged over every enabled suite
     (the setting `tests`), not over the subset a manual run chose."""

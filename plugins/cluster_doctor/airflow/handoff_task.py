@@ -35,6 +35,7 @@ from cluster_doctor.domain.transitions import REPLACE
 from cluster_doctor.store import handoff as outbox
 from cluster_doctor.store import quarantine as stored_quarantine
 from cluster_doctor.store import transitions as stored_transitions
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 NODE_PAGE = "/cluster-doctor/nodes/"  # the web app's node page, under the Airflow UI's base URL
@@ -102,7 +103,7 @@ def _history_base() -> str:
         return ""
 
 
-def documents(store: Any, tests: list[str], *, now: dt.datetime, history_base: str) -> list[docs.Document]:
+def documents(store: ResultStore, tests: list[str], *, now: dt.datetime, history_base: str) -> list[docs.Document]:
     """Every document due now: the open repeat offenders and the confirmed failures needing drain_and_service
     (the outbox keeps each key once, so the same document built again is not sent again)."""
     failing = stored_quarantine.confirmed_failures(store.connect, tests)
@@ -150,7 +151,7 @@ def _why(exc: BaseException) -> str:
     return one_line(exc, 200)
 
 
-def drain(store: Any, hook: Webhook, *, now: dt.datetime, retry: dt.timedelta, report: HandoffReport,
+def drain(store: ResultStore, hook: Webhook, *, now: dt.datetime, retry: dt.timedelta, report: HandoffReport,
           send: Post = post, sleep: Callable[[float], None] = time.sleep) -> None:
     """Post every document due, oldest first; a document the webhook does not take after ``QUICK_TRIES``
     waits for a later run (backoff) and ends this drain: the rest wait too, untouched."""
@@ -178,7 +179,7 @@ def drain(store: Any, hook: Webhook, *, now: dt.datetime, retry: dt.timedelta, r
         break
 
 
-def handoff(settings: Any, store: Any, *, now: dt.datetime | None = None, hook: Webhook | None = None,
+def handoff(settings: Any, store: ResultStore, *, now: dt.datetime | None = None, hook: Webhook | None = None,
             send: Post = post, sleep: Callable[[float], None] = time.sleep,
             history_base: str | None = None) -> HandoffReport:
     """Write the documents due into the outbox and drain it (see the module doc); off without

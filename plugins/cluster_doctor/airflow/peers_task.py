@@ -30,8 +30,10 @@ from cluster_doctor.domain.peers import PEER_SUITE, PeerCandidate, PeerMatch, ma
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.kube import peers as launcher
 from cluster_doctor.kube import suite_code
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import claims
 from cluster_doctor.store import peers as stored
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def _now() -> dt.datetime:
 
 
 # ---------------------------------------------------------------------------- plan
-def plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any, *, dag_id: str, run_id: str,
+def plan(discovered: Discovered, planned: Plan | None, store: ResultStore, core_v1: CoreV1, *, dag_id: str, run_id: str,
          run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None,
          shipped: RunConfig | None = None) -> PeerTests:
     """``_plan``, logged; a problem is logged and plans no peer test: peer tests are opt-in, so planning
@@ -62,8 +64,8 @@ def plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any,
     return found
 
 
-def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any, *, dag_id: str, run_id: str,
-          run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None,
+def _plan(discovered: Discovered, planned: Plan | None, store: ResultStore, core_v1: CoreV1, *, dag_id: str,
+          run_id: str, run_ended: Callable[[str, str], bool] | None = None, now: dt.datetime | None = None,
           shipped: RunConfig | None = None) -> PeerTests:
     """This run's peer tests: off (setting ``peer_tests``), a dry run or nothing matched gives none, with
     why. The nodes of this run's bundles are not used; the peers' nodes are claimed beside the bundles'
@@ -102,7 +104,7 @@ def _plan(discovered: Discovered, planned: Plan | None, store: Any, core_v1: Any
                                      run_config=run_config, label=f"{m.server} ↔ {m.client}") for m in matches])
 
 
-def _claimed(matches: list[PeerMatch], settings: Settings, store: Any, *, dag_id: str, run_id: str,
+def _claimed(matches: list[PeerMatch], settings: Settings, store: ResultStore, *, dag_id: str, run_id: str,
              run_ended: Callable[[str, str], bool] | None) -> list[PeerMatch]:
     """The matches whose two nodes this run could claim; a match with one node held elsewhere gives its
     other node back."""
@@ -121,8 +123,9 @@ def _claimed(matches: list[PeerMatch], settings: Settings, store: Any, *, dag_id
 
 
 # ---------------------------------------------------------------------------- test
-def run_peer_test(peer_test: PeerTest, core_v1: Any, store: Any | None, *, dag_id: str, run_id: str, map_index: int,
-         try_number: int, logger: Any = None, task_id: str = TASK_ID) -> list[Attempt]:
+def run_peer_test(peer_test: PeerTest, core_v1: CoreV1, store: ResultStore | None, *, dag_id: str,
+                  run_id: str, map_index: int, try_number: int, logger: Any = None,
+                  task_id: str = TASK_ID) -> list[Attempt]:
     """Run one peer test to its end (``kube.peers.PeerLauncher``); both sides' attempts, each naming its
     peer. Written to the results DB here (best effort: the record task writes them from XCom too). The pods
     carry this try's identity, so the next run's reaper deletes one whose deletion failed."""
@@ -178,7 +181,7 @@ def conclude(attempts: Sequence[Attempt]) -> str:
 
 
 # ---------------------------------------------------------------------------- finish, record
-def finish(planned: PeerTests | None, store: Any, *, dag_id: str, run_id: str) -> str:
+def finish(planned: PeerTests | None, store: ResultStore, *, dag_id: str, run_id: str) -> str:
     """The run is done with the matched nodes: their claims go (best effort: a claim expires)."""
     nodes = planned.nodes() if planned else []
     if not nodes:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from cluster_doctor.domain.config import VARIABLE_NAME, Settings
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.database import (
     CONN_ID,
     DEFAULT_CONNECT_TIMEOUT,
@@ -48,7 +49,7 @@ def results_store(conn_id: str, retry: RetryPolicy = RetryPolicy()) -> ResultSto
     return ResultStore(hook_connector(conn_id), retry=retry)
 
 
-def core_v1(conn_id: str) -> Any:
+def core_v1(conn_id: str) -> CoreV1:
     """The kubernetes CoreV1Api of the provider's hook for ``conn_id``, every call retried on
     transient failures (``cluster_doctor.kube.retry``)."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook

@@ -29,13 +29,16 @@ from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.signals import Suspect
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube import signals as kube_signals
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import inventory, suspects
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 
 
-def read_signals(core_v1: Any, settings: Settings, found: discovery.Discovery,
-                 update: inventory.InventoryUpdate | None, store: Any, now: dt.datetime) -> suspects.Recorded | None:
+def read_signals(core_v1: CoreV1, settings: Settings, found: discovery.Discovery,
+                 update: inventory.InventoryUpdate | None, store: ResultStore,
+                 now: dt.datetime) -> suspects.Recorded | None:
     """Read every configured signal about the GPU nodes ``found`` saw (``update``: what the inventory says
     changed) and record the evidence. Best effort: None when it could not (the run plans without it)."""
     try:
@@ -52,8 +55,8 @@ def read_signals(core_v1: Any, settings: Settings, found: discovery.Discovery,
     return recorded
 
 
-def accept(core_v1: Any, settings: Settings, update: inventory.InventoryUpdate | None, store: Any, *, run_id: str,
-           now: dt.datetime, dry_run: bool = False) -> Any:
+def accept(core_v1: CoreV1, settings: Settings, update: inventory.InventoryUpdate | None, store: ResultStore, *,
+           run_id: str, now: dt.datetime, dry_run: bool = False) -> Any:
     """The acceptance gate (setting ``acceptance``, off by default; ``cluster_doctor.kube.acceptance``): gate the
     nodes this discovery found new, rebooted or back from quarantine, accept those whose bundle passed. Best
     effort: the next read tries again; None when disabled or when it could not."""
@@ -72,7 +75,8 @@ def accept(core_v1: Any, settings: Settings, update: inventory.InventoryUpdate |
         return None
 
 
-def accept_after_run(found: Any, store: Any, core_v1: Any, *, run_id: str, now: dt.datetime | None = None) -> Any:
+def accept_after_run(found: Any, store: ResultStore, core_v1: CoreV1, *, run_id: str,
+                     now: dt.datetime | None = None) -> Any:
     """After a ``continuous_validation`` run recorded its results (``found``: its ``Discovered``): a gated node
     whose whole bundle passed loses the taint now, not a fast-path tick (or an hour) later; a failed one
     keeps it. Gates nothing new (no inventory change is read here). None when disabled or when it could not."""
@@ -80,7 +84,8 @@ def accept_after_run(found: Any, store: Any, core_v1: Any, *, run_id: str, now: 
                   dry_run=found.params.dry_run)
 
 
-def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now: dt.datetime) -> dict[str, Suspect]:
+def current_suspects(store: ResultStore, tests: Sequence[str], nodes: Iterable[str],
+                     now: dt.datetime) -> dict[str, Suspect]:
     """The suspect nodes among ``nodes``, after writing down the suspicions their bundles answered. Best
     effort: none when the results DB could not say."""
     try:
@@ -99,7 +104,7 @@ def current_suspects(store: Any, tests: Sequence[str], nodes: Iterable[str], now
 
 
 # ---------------------------------------------------------------------------- the fast path
-def tick(settings: Settings, core_v1: Any, store: Any, *, paused: bool, active_runs: int,
+def tick(settings: Settings, core_v1: CoreV1, store: ResultStore, *, paused: bool, active_runs: int,
          next_run: dt.datetime | None, now: dt.datetime | None = None) -> Decision:
     """One run of the fast path: discover, record the inventory and the signals, reserve the suspects, busy
     or free (setting reservation), and decide on a run for the free ones (``decide``)."""
@@ -192,7 +197,7 @@ def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:
     return seen
 
 
-def _reserve(core_v1: Any, store: Any, settings: Settings, found_suspects: list[str], *, gpu_nodes: int,
+def _reserve(core_v1: CoreV1, store: ResultStore, settings: Settings, found_suspects: list[str], *, gpu_nodes: int,
              now: dt.datetime) -> list[str]:
     """Taint the suspects, busy or free, now (setting reservation); the nodes tainted."""
     policy = ReservationPolicy.from_mapping(settings.reservation)
@@ -210,7 +215,7 @@ def _reserve(core_v1: Any, store: Any, settings: Settings, found_suspects: list[
     return report.applied
 
 
-def triggered(store: Any, decision: dict[str, Any]) -> str:
+def triggered(store: ResultStore, decision: dict[str, Any]) -> str:
     """After the trigger: the suspects' open evidence is taken by that run (not triggered again)."""
     marked = suspects.mark_triggered(store.connect, decision["nodes"], decision["run_id"])
     return f"run {decision['run_id']} of {TARGET_DAG} for {compress(decision['nodes'])} ({marked} piece(s) of evidence)"

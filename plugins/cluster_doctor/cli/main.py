@@ -642,7 +642,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     return 0
 
 
-def _peer_due(store: Any, settings: Settings, free: list[str], now: dt.datetime) -> frozenset[str]:
+def _peer_due(store: ResultStore, settings: Settings, free: list[str], now: dt.datetime) -> frozenset[str]:
     """The free nodes whose peer test is due (setting peer_tests): the health sweep leaves them to the peer
     tests, as the DAG's prioritize task does."""
     if not settings.peer_tests:

@@ -28,8 +28,10 @@ from cluster_doctor.domain import acceptance as gate
 from cluster_doctor.domain import signals, timestamps
 from cluster_doctor.domain import transitions as life
 from cluster_doctor.domain.acceptance import ANN_SINCE, ANN_WHY, AcceptancePolicy
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.node_patch import annotation_time, is_quarantined, patch_node, taints
 from cluster_doctor.store import suspects, transitions
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 SOURCE = {"new": signals.NEW_NODE, "reboot": signals.REBOOT, "uncordoned": signals.UNCORDONED,
@@ -80,9 +82,9 @@ def _since(node: Mapping[str, Any]) -> dt.datetime | None:
     return annotation_time(node, ANN_SINCE)
 
 
-def gate_new_nodes(core_v1: Any, store: Any, policy: AcceptancePolicy, *, changes: Sequence[signals.NodeChange],
-              tests: Sequence[str], run_id: str, node_selector: str = "",
-              now: dt.datetime | None = None) -> AcceptanceReport:
+def gate_new_nodes(core_v1: CoreV1, store: ResultStore, policy: AcceptancePolicy, *,
+                   changes: Sequence[signals.NodeChange], tests: Sequence[str], run_id: str, node_selector: str = "",
+                   now: dt.datetime | None = None) -> AcceptanceReport:
     """One read's gate; see the module docstring. ``changes``: what the inventory says changed with this
     discovery; ``tests``: the enabled suites (all must pass). Makes no call at all when disabled."""
     if not policy.enabled:
@@ -115,7 +117,7 @@ def gate_new_nodes(core_v1: Any, store: Any, policy: AcceptancePolicy, *, change
     return report
 
 
-def _open_or_keep(core_v1: Any, store: Any, policy: AcceptancePolicy, ours: Mapping[str, Mapping[str, Any]],
+def _open_or_keep(core_v1: CoreV1, store: ResultStore, policy: AcceptancePolicy, ours: Mapping[str, Mapping[str, Any]],
                   tests: Sequence[str], report: AcceptanceReport, *, run_id: str, now: dt.datetime) -> None:
     """The gated nodes: accepted, let go at the maximum hold, or kept (failed, or waiting for their bundle)."""
     states = store.pair_states(list(ours), list(tests)) if ours else {}
@@ -148,8 +150,8 @@ def _open_or_keep(core_v1: Any, store: Any, policy: AcceptancePolicy, ours: Mapp
     _suspect(store, provisioned, now)
 
 
-def _close(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str, Any], why: str, *, run_id: str,
-           now: dt.datetime) -> None:
+def _close(core_v1: CoreV1, store: ResultStore, policy: AcceptancePolicy, node: Mapping[str, Any], why: str, *,
+           run_id: str, now: dt.datetime) -> None:
     name = node["metadata"]["name"]
     if policy.dry_run:
         log.info("acceptance dry run: would taint %s %s:NoSchedule (%s)", name, policy.taint_key, why)
@@ -168,8 +170,8 @@ def _close(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str
                 name, policy.taint_key, why)
 
 
-def _open(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str, Any], kind: str, cause: str, *,
-          run_id: str, now: dt.datetime) -> bool:
+def _open(core_v1: CoreV1, store: ResultStore, policy: AcceptancePolicy, node: Mapping[str, Any], kind: str,
+          cause: str, *, run_id: str, now: dt.datetime) -> bool:
     """Remove the taint; False when another reader (a fast-path tick beside a run's accept task) removed it
     first: its transition is already recorded, not twice."""
     name = node["metadata"]["name"]
@@ -194,7 +196,7 @@ def _open(core_v1: Any, store: Any, policy: AcceptancePolicy, node: Mapping[str,
     return True
 
 
-def _suspect(store: Any, why: Mapping[str, str], now: dt.datetime, *,
+def _suspect(store: ResultStore, why: Mapping[str, str], now: dt.datetime, *,
              ungated: Mapping[str, str] | None = None) -> None:
     """The gated nodes, and those the limit or the breaker left untainted, are suspect: whole bundle first,
     the fast path starts it. ``ungated``: node -> why it carries no taint, said in its evidence (the fleet

@@ -34,6 +34,7 @@ from typing import Any
 from cluster_doctor.domain import conditions as policy_of
 from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.conditions import CONDITION_TYPE, FALSE, TRUE, ConditionPolicy, ConditionReport
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.conditions import latest_by_node
 from cluster_doctor.store.fail_slow import SLOW_WINDOW, read_slow_nodes
 from cluster_doctor.store.transitions import repeat_offenders_now
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
-def _nodes(core_v1: Any, node_selector: str) -> list[dict[str, Any]]:
+def _nodes(core_v1: CoreV1, node_selector: str) -> list[dict[str, Any]]:
     from cluster_doctor.kube.listing import paginate
 
     return list(paginate(core_v1.list_node, [0], **({"label_selector": node_selector} if node_selector else {})))
@@ -69,7 +70,7 @@ def _body(cond: policy_of.Condition, cur: Mapping[str, Any] | None, now: dt.date
 
 
 def publish_conditions(
-    core_v1: Any,
+    core_v1: CoreV1,
     connect: Any,
     policy: ConditionPolicy,
     *,
@@ -115,7 +116,7 @@ def publish_conditions(
     return report
 
 
-def _write(core_v1: Any, report: ConditionReport, name: str, node: Mapping[str, Any], cond: policy_of.Condition,
+def _write(core_v1: CoreV1, report: ConditionReport, name: str, node: Mapping[str, Any], cond: policy_of.Condition,
            now: dt.datetime) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -142,7 +143,7 @@ def _write(core_v1: Any, report: ConditionReport, name: str, node: Mapping[str, 
     log.info("set %s=%s (%s) on %s", CONDITION_TYPE, cond.status, cond.reason, name)
 
 
-def clear(core_v1: Any, *, node_selector: str = "", dry_run: bool = False) -> list[str]:
+def clear(core_v1: CoreV1, *, node_selector: str = "", dry_run: bool = False) -> list[str]:
     """Remove the condition from every node that has it; returns their names."""
     cleared = []
     for node in _nodes(core_v1, node_selector):

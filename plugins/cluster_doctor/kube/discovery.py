@@ -43,6 +43,7 @@ from cluster_doctor.domain.quarantine import LABEL_VALUE as QUARANTINE_VALUE
 from cluster_doctor.domain.signals import ConditionSeen
 from cluster_doctor.domain.taints import untolerated_taints
 from cluster_doctor.kube import listing
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.listing import PAGE_SIZE, ListRefused, paginate  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ def _pod_ref(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = None, *,
+def discover(core_v1: CoreV1, settings: Settings, node_range: NodeRange | None = None, *,
              watch_cache: bool = True) -> Discovery:
     """Classify every GPU node (within ``node_range``) as free or not eligible, with the reason.
     ``watch_cache=False`` reads paged consistent lists only. Every list is folded item by item into
@@ -265,7 +266,7 @@ def discover(core_v1: Any, settings: Settings, node_range: NodeRange | None = No
     raise AssertionError("unreachable")
 
 
-def _discover(core_v1: Any, settings: Settings, node_range: NodeRange | None, *, watch_cache: bool) -> Discovery:
+def _discover(core_v1: CoreV1, settings: Settings, node_range: NodeRange | None, *, watch_cache: bool) -> Discovery:
     calls = listing.Counter()
     mode = ["watch-cache" if watch_cache else "paged"]
     # The pod list is asked for first, in a thread that returns once its answer starts; the nodes are
@@ -304,7 +305,7 @@ def _collection_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _classify(core_v1: Any, settings: Settings, node_range: NodeRange | None, calls: listing.Counter,
+def _classify(core_v1: CoreV1, settings: Settings, node_range: NodeRange | None, calls: listing.Counter,
               mode: list[str], pod_list: Callable[[], Iterator[list[Any]]]) -> Discovery:
     """The nodes read and judged, then the pods (``pod_list()``: batches of them) folded in (see
     ``discover``)."""

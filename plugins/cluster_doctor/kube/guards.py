@@ -26,6 +26,7 @@ from typing import Any
 
 from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.kube import discovery, listing
+from cluster_doctor.kube.api import CoreV1
 
 GONE = "gone"
 NODE_PODS = "spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
@@ -48,7 +49,7 @@ class NodeProblem:
         }.get(self.reason, f"{self.reason}: {self.detail}")
 
 
-def node_problem(core_v1: Any, node_name: str, tolerations: Sequence[Mapping[str, Any]]) -> NodeProblem | None:
+def node_problem(core_v1: CoreV1, node_name: str, tolerations: Sequence[Mapping[str, Any]]) -> NodeProblem | None:
     """One GET of the node: what keeps validation pods off it now, or None."""
     from kubernetes.client.exceptions import ApiException
 
@@ -64,7 +65,7 @@ def node_problem(core_v1: Any, node_name: str, tolerations: Sequence[Mapping[str
     return NodeProblem(*found) if found else None
 
 
-def gpu_holders(core_v1: Any, node_name: str, resource: str, *, exclude_pod: str | None = None) -> list[str]:
+def gpu_holders(core_v1: CoreV1, node_name: str, resource: str, *, exclude_pod: str | None = None) -> list[str]:
     """Non-terminal pods bound to the node that hold its GPUs (other than ``exclude_pod``), each as
     'ns/name requests N <resource>'. One list call, answered from the watch cache's node index."""
     validate_node_name(node_name)

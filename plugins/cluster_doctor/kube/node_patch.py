@@ -12,6 +12,7 @@ from typing import Any
 
 from cluster_doctor.domain import quarantine as q
 from cluster_doctor.domain import timestamps
+from cluster_doctor.kube.api import CoreV1
 
 
 def taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -31,12 +32,12 @@ def annotation_time(node: Mapping[str, Any], key: str) -> dt.datetime | None:
     return timestamps.parse(((node.get("metadata") or {}).get("annotations") or {}).get(key))
 
 
-def read_node(core_v1: Any, name: str) -> dict[str, Any]:
+def read_node(core_v1: CoreV1, name: str) -> dict[str, Any]:
     """The node as the API serves it, as plain JSON (no client model conversion)."""
     return json.loads(core_v1.read_node(name, _preload_content=False).data)
 
 
-def patch_node(core_v1: Any, node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], dict[str, Any]],
+def patch_node(core_v1: CoreV1, node: Mapping[str, Any], build: Callable[[Mapping[str, Any]], dict[str, Any]],
                attempts: int = 3) -> None:
     """Patch with ``build(node)`` and the node's resourceVersion; on a conflict, re-read and try again."""
     from kubernetes.client.exceptions import ApiException

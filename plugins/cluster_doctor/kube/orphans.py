@@ -56,7 +56,9 @@ from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.payloads import OrphanReport
 from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import api_errors, discovery, podspec, retry
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import verdicts
+from cluster_doctor.store.history import ResultStore
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +291,7 @@ def attempt_of(orphan: Orphan, settings: Settings, *, log_tail: list[str] | None
 
 
 # ---------------------------------------------------------------------------- the cluster
-def find(core_v1: Any, settings: Settings, *, run_state: RunState | None = None,
+def find(core_v1: CoreV1, settings: Settings, *, run_state: RunState | None = None,
          now: dt.datetime | None = None, report: Report | None = None,
          tries: TriesRecorded | None = None) -> list[Orphan]:
     """Validation pods of the namespace no live task owns. Pods left alone go to ``report.kept``.
@@ -349,7 +351,7 @@ def _recorded(tries: TriesRecorded | None, owners: list[Owner]) -> Mapping[tuple
         return {}
 
 
-def _log_tail(core_v1: Any, pod: Mapping[str, Any]) -> list[str]:
+def _log_tail(core_v1: CoreV1, pod: Mapping[str, Any]) -> list[str]:
     """The pod's last log lines, only needed when its termination message holds no result (best effort:
     pods/log is proxied to a kubelet that may be gone)."""
     if results.parse_summary(_message(pod)) is not None:
@@ -364,7 +366,7 @@ def _log_tail(core_v1: Any, pod: Mapping[str, Any]) -> list[str]:
     return text.splitlines() if isinstance(text, str) else []
 
 
-def _delete(core_v1: Any, pod: Mapping[str, Any]) -> bool:
+def _delete(core_v1: CoreV1, pod: Mapping[str, Any]) -> bool:
     """Delete exactly this pod (UID precondition); False when it was already gone."""
     from kubernetes.client import V1DeleteOptions, V1Preconditions
     from kubernetes.client.exceptions import ApiException
@@ -380,7 +382,7 @@ def _delete(core_v1: Any, pod: Mapping[str, Any]) -> bool:
     return True
 
 
-def dispose(core_v1: Any, store: Any, settings: Settings, orphans: list[Orphan], report: Report) -> Report:
+def dispose(core_v1: CoreV1, store: ResultStore, settings: Settings, orphans: list[Orphan], report: Report) -> Report:
     """Record each orphan's attempt, then delete it. One pod's failure never stops the others; an ended
     pod whose attempt could not be written is kept (it holds the only copy of the result)."""
     judged = []
@@ -414,7 +416,7 @@ def dispose(core_v1: Any, store: Any, settings: Settings, orphans: list[Orphan],
     return report
 
 
-def reap(core_v1: Any, store: Any, settings: Settings, *, run_state: RunState | None = None,
+def reap(core_v1: CoreV1, store: ResultStore, settings: Settings, *, run_state: RunState | None = None,
          now: dt.datetime | None = None) -> Report:
     """Find the orphaned validation pods, record and delete them. Never raises: every problem is one
     line in the report's errors, and the report is logged."""

@@ -62,6 +62,7 @@ from cluster_doctor.domain.nodes import validate_node_name
 from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import pod_lifecycle as lifecycle
 from cluster_doctor.kube import api_errors, podspec, retry
+from cluster_doctor.kube.api import CoreV1
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def sides(server: str, client: str, gpus: Mapping[str, tuple]) -> tuple[Side, Si
     return side(server, SERVER, client), side(client, CLIENT, server)
 
 
-def gang_scheduler(core_v1: Any) -> str | None:
+def gang_scheduler(core_v1: CoreV1) -> str | None:
     """The gang scheduling the cluster serves, from API discovery: "coscheduling" (PodGroups of the
     scheduler-plugins project), "kueue", or None. Never raises: unknown is None."""
     try:
@@ -190,7 +191,7 @@ class PeerLauncher:
     doc that stops the test raises ``pod_lifecycle.Ended``. ``core_v1``: a kubernetes CoreV1Api (retried:
     ``kube.retry``)."""
 
-    def __init__(self, core_v1: Any, settings: Settings, server: Side, client: Side, *, run_id: str,
+    def __init__(self, core_v1: CoreV1, settings: Settings, server: Side, client: Side, *, run_id: str,
                  configmap: str, suite_version: str, suite_files: list[str] | None = None,
                  port: int = DEFAULT_PORT, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, poll_s: float = POLL_S, logger: Any = None,
@@ -355,7 +356,7 @@ class PeerLauncher:
                 self.ended[role] = SideResult(side, results.PodOutcome(status, reason), self.runs[role].name)
 
 
-def topology_labels(core_v1: Any, settings: Settings, names: list[str]) -> dict[str, dict[str, str]]:
+def topology_labels(core_v1: CoreV1, settings: Settings, names: list[str]) -> dict[str, dict[str, str]]:
     """The ``peer_topology_labels`` each of ``names`` carries (node -> {label: value}): one list of the
     GPU nodes (``node_selector``), from the watch cache, only those labels decoded."""
     from cluster_doctor.kube import listing

@@ -27,6 +27,7 @@ from cluster_doctor.domain import results
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import api_errors, guards
+from cluster_doctor.kube.api import CoreV1
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Ended(Exception):
 
 
 # ---------------------------------------------------------------------------- before submit
-def ensure_free(core_v1: Any, node_name: str, settings: Settings, *, name_node: bool = False) -> None:
+def ensure_free(core_v1: CoreV1, node_name: str, settings: Settings, *, name_node: bool = False) -> None:
     """The node can still take our pod (one GET of the node, one list of its pods: ``kube.guards``),
     else ``Ended(skipped)`` with the cause; ``name_node``: the reason names the node (a peer test has
     two), else it says "the node"."""
@@ -85,7 +86,7 @@ class NodeWatch:
 
     ``poll`` makes the calls that are due; an API error is the caller's (the check runs again)."""
 
-    def __init__(self, core_v1: Any, settings: Settings, *, start: float, logger: Any = None):
+    def __init__(self, core_v1: CoreV1, settings: Settings, *, start: float, logger: Any = None):
         self.core_v1, self.s, self.start = core_v1, settings, start
         self.log = logger or log
         self.node_every = min(NODE_CHECK_S, settings.availability_check_s)
@@ -167,12 +168,12 @@ def vanished(*, reached_running: bool, while_pending: str = " (preempted or dele
 
 
 # ---------------------------------------------------------------------------- API calls of each phase
-def submit(core_v1: Any, namespace: str, body: Mapping[str, Any]) -> str:
+def submit(core_v1: CoreV1, namespace: str, body: Mapping[str, Any]) -> str:
     """Create the pod; its name (the server completes a generateName)."""
     return core_v1.create_namespaced_pod(namespace, body).metadata.name
 
 
-def read_pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any] | None:
+def read_pod(core_v1: CoreV1, namespace: str, name: str) -> dict[str, Any] | None:
     """The pod as the API serves it now (plain JSON), or None when it is gone (404)."""
     from kubernetes.client.exceptions import ApiException
 
@@ -185,7 +186,7 @@ def read_pod(core_v1: Any, namespace: str, name: str) -> dict[str, Any] | None:
     return json.loads(response.data)
 
 
-def read_log_tail(core_v1: Any, namespace: str, name: str, logger: Any = None) -> list[str]:
+def read_log_tail(core_v1: CoreV1, namespace: str, name: str, logger: Any = None) -> list[str]:
     """The last ``LOG_TAIL_LINES`` of the suite's container, each also logged; [] when unreadable (the
     termination message is the result, the log only a help)."""
     logger = logger or log
@@ -201,7 +202,7 @@ def read_log_tail(core_v1: Any, namespace: str, name: str, logger: Any = None) -
     return text.splitlines()
 
 
-def delete(core_v1: Any, namespace: str, name: str, logger: Any = None) -> None:
+def delete(core_v1: CoreV1, namespace: str, name: str, logger: Any = None) -> None:
     """Delete the pod; gone already is fine, any other failure is logged (the orphan reaper deletes it
     later)."""
     from kubernetes.client.exceptions import ApiException
@@ -215,7 +216,7 @@ def delete(core_v1: Any, namespace: str, name: str, logger: Any = None) -> None:
         (logger or log).warning("could not delete pod %s: %s", name, api_errors.describe(exc))
 
 
-def delete_and_wait(core_v1: Any, namespace: str, names: Iterable[str], *, clock: Callable[[], float],
+def delete_and_wait(core_v1: CoreV1, namespace: str, names: Iterable[str], *, clock: Callable[[], float],
                     sleep: Callable[[float], None], poll_s: float, logger: Any = None) -> None:
     """Delete the pods, then wait up to ``GONE_WAIT_S`` for them to go. Never raises: it runs in a
     ``finally`` (the pods are deleted already when only the wait fails)."""
@@ -236,7 +237,7 @@ class PodRun:
     returns the outcome (the pod ended and was judged, or vanished); deletion is the caller's
     (``delete_and_wait``, once for all its pods)."""
 
-    def __init__(self, core_v1: Any, settings: Settings, *, node_name: str, test_name: str,
+    def __init__(self, core_v1: CoreV1, settings: Settings, *, node_name: str, test_name: str,
                  logger: Any = None):
         self.core_v1, self.s, self.node_name, self.test_name = core_v1, settings, node_name, test_name
         self.log = logger or log

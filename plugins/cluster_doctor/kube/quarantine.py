@@ -66,6 +66,7 @@ from cluster_doctor.domain.quarantine import (  # noqa: F401  (the names operato
     node_action,
 )
 from cluster_doctor.domain.transitions import RepeatPolicy, Transition
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.node_patch import patch_node
 from cluster_doctor.store import transitions as stored_transitions
 from cluster_doctor.store.quarantine import Records, confirmed_failures, healthy, records
@@ -75,7 +76,7 @@ _MAX_ANNOTATION = 1000  # characters: a summary, the history has the details
 
 
 # ---------------------------------------------------------------------------- the cluster side
-def _nodes(core_v1: Any, **kwargs: Any) -> list[dict[str, Any]]:
+def _nodes(core_v1: CoreV1, **kwargs: Any) -> list[dict[str, Any]]:
     from cluster_doctor.kube import discovery
 
     return list(discovery.paginate(core_v1.list_node, [0], **kwargs))
@@ -129,7 +130,7 @@ def _is_gpu_node(node: Mapping[str, Any], resource: str) -> bool:
 
 
 def quarantine_failing(
-    core_v1: Any,
+    core_v1: CoreV1,
     connect: Any,
     policy: QuarantinePolicy,
     *,
@@ -181,7 +182,7 @@ def quarantine_failing(
     return report
 
 
-def _breaker_or_quarantine(core_v1: Any, policy: QuarantinePolicy, report: QuarantineReport,
+def _breaker_or_quarantine(core_v1: CoreV1, policy: QuarantinePolicy, report: QuarantineReport,
                            gpu: Mapping[str, Any], candidates: list[str], failures: Mapping[str, list[Failure]],
                            known: Records, repeat: RepeatPolicy, now: dt.datetime, run_id: str | None,
                            done: list[Transition]) -> None:
@@ -201,7 +202,7 @@ def _breaker_or_quarantine(core_v1: Any, policy: QuarantinePolicy, report: Quara
                     life.repeat_reason(known.past.get(name, ()), now, repeat), now, run_id, done)
 
 
-def _released_by_person(core_v1: Any, report: QuarantineReport, known: Records, gpu: Mapping[str, Any],
+def _released_by_person(core_v1: CoreV1, report: QuarantineReport, known: Records, gpu: Mapping[str, Any],
                         labelled: set[str], now: dt.datetime, run_id: str | None, done: list[Transition]) -> None:
     """Nodes in quarantine by our records whose label is gone (a person removed it: the way a repeat offender
     comes back) are released by that person; our taint and annotations go with the label."""
@@ -220,7 +221,7 @@ def _ours_left(node: Mapping[str, Any]) -> bool:
     return any(a in ((node.get("metadata") or {}).get("annotations") or {}) for a in ANNOTATIONS)
 
 
-def _release(core_v1: Any, connect: Any, report: QuarantineReport, known: Records, ours: Mapping[str, Any],
+def _release(core_v1: CoreV1, connect: Any, report: QuarantineReport, known: Records, ours: Mapping[str, Any],
              failing: set[str], tests: Sequence[str], now: dt.datetime, run_id: str | None,
              done: list[Transition]) -> None:
     """Release the nodes we quarantined that pass every enabled test again, but for repeat offenders: those
@@ -241,7 +242,7 @@ def _release(core_v1: Any, connect: Any, report: QuarantineReport, known: Record
                                {"tests": list(tests), "by": "cluster-doctor"}, run_id))
 
 
-def _quarantine(core_v1: Any, policy: QuarantinePolicy, report: QuarantineReport, node: Mapping[str, Any],
+def _quarantine(core_v1: CoreV1, policy: QuarantinePolicy, report: QuarantineReport, node: Mapping[str, Any],
                 failures: Sequence[Failure], repeat: str | None, now: dt.datetime,
                 run_id: str | None, done: list[Transition]) -> None:
     """Label (and taint) one node; its transitions: quarantined, and repeat_offender when it is one."""

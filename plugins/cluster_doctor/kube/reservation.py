@@ -47,6 +47,7 @@ from cluster_doctor.domain.reservation import (
     VALIDATED,
     ReservationPolicy,
 )
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.node_patch import annotation_time, is_quarantined, patch_node, read_node, taints
 from cluster_doctor.store import reservations as rows
 
@@ -116,7 +117,7 @@ def _release_body(node: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- once per run
 def reserve_and_release(
-    core_v1: Any,
+    core_v1: CoreV1,
     connect: Any,
     policy: ReservationPolicy,
     *,
@@ -182,7 +183,7 @@ def reserve_and_release(
     return report
 
 
-def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: ReservationReport,
+def _review(core_v1: CoreV1, connect: Any, policy: ReservationPolicy, report: ReservationReport,
             ours: Mapping[str, Mapping[str, Any]], *, busy: Collection[str], free: Collection[str],
             overdue_now: Collection[str], now: dt.datetime) -> None:
     """``reserve_and_release``'s first step: each taint of ours this run discovered is kept (noted busy, or free since
@@ -208,7 +209,7 @@ def _review(core_v1: Any, connect: Any, policy: ReservationPolicy, report: Reser
             rows.seen(connect, name, busy=name in busy, at=now)
 
 
-def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, suspects: Collection[str],
+def reserve_suspects(core_v1: CoreV1, connect: Any, policy: ReservationPolicy, *, suspects: Collection[str],
                      gpu_nodes: int, run_id: str, node_selector: str = "",
                      now: dt.datetime | None = None) -> ReservationReport:
     """The fast path's part: taint the suspects ``suspects`` now, busy or free (never a
@@ -244,7 +245,7 @@ def reserve_suspects(core_v1: Any, connect: Any, policy: ReservationPolicy, *, s
     return report
 
 
-def _reserve(core_v1: Any, connect: Any, node: Mapping[str, Any], overdue: policy_of.Overdue,
+def _reserve(core_v1: CoreV1, connect: Any, node: Mapping[str, Any], overdue: policy_of.Overdue,
              policy: ReservationPolicy, *, run_id: str, now: dt.datetime, suspect: bool) -> None:
     """Our taint on one chosen node (logged only in a dry run), and its row opened."""
     oldest = overdue.oldest.isoformat(timespec="minutes") if overdue.oldest else \
@@ -269,7 +270,7 @@ def _gpus(node: Mapping[str, Any]) -> int:
         return 0
 
 
-def _release(core_v1: Any, connect: Any, node: Mapping[str, Any], policy: ReservationPolicy, why: str,
+def _release(core_v1: CoreV1, connect: Any, node: Mapping[str, Any], policy: ReservationPolicy, why: str,
              now: dt.datetime, *, free: bool) -> float:
     name = node["metadata"]["name"]
     if policy.dry_run:
@@ -282,7 +283,7 @@ def _release(core_v1: Any, connect: Any, node: Mapping[str, Any], policy: Reserv
     return idle
 
 
-def release_after_validation(core_v1: Any, connect: Any, node_name: str, *, policy: ReservationPolicy,
+def release_after_validation(core_v1: CoreV1, connect: Any, node_name: str, *, policy: ReservationPolicy,
                              run_id: str, now: dt.datetime | None = None) -> bool:
     """The node's validation is done (pass or fail: a fail is the quarantine policy's business): remove
     our taint now, not at the next run. False when the node carries no taint of ours any more."""

@@ -47,6 +47,7 @@ import tenacity
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.api_errors import describe
 
 log = logging.getLogger(__name__)
@@ -374,7 +375,7 @@ def with_policy(api: Any, policy: RetryPolicy) -> Any:
     return Retrying(api._api, policy, api._sleep) if isinstance(api, Retrying) else api
 
 
-def sibling(core_v1: Any, api_class: Callable[[Any], Any]) -> Any:
+def sibling(core_v1: CoreV1, api_class: Callable[[Any], Any]) -> Any:
     """Another API group on the same client (``StorageV1Api``), retried like ``core_v1`` is."""
     api = api_class(core_v1.api_client)
     return Retrying(api, core_v1.retry_policy) if isinstance(core_v1, Retrying) else api

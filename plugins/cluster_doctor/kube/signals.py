@@ -27,6 +27,7 @@ from typing import Any
 from cluster_doctor.domain import signals, timestamps
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.signals import Evidence, SignalPolicy
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.kube.discovery import VALIDATION_APP_LABEL, Discovery
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Reading:
         return text
 
 
-def read(core_v1: Any, settings: Any, found: Discovery, changes: Iterable[signals.NodeChange] = (), *,
+def read(core_v1: CoreV1, settings: Any, found: Discovery, changes: Iterable[signals.NodeChange] = (), *,
          now: dt.datetime | None = None, fetch: Callable[[str], bytes] | None = None) -> Reading:
     """Every configured source, judged (``domain.signals``), about the GPU nodes ``found`` saw. ``changes``:
     what the inventory says changed since the previous discovery. ``fetch``: reads a Prometheus URL (tests)."""
@@ -92,7 +93,7 @@ def _list(call: Callable[..., Any], reading: Reading, field_selector: str) -> li
 
 
 # ---------------------------------------------------------------------------- events
-def node_events(core_v1: Any, reading: Reading) -> list[signals.EventSeen]:
+def node_events(core_v1: CoreV1, reading: Reading) -> list[signals.EventSeen]:
     """The events whose object is a node (node-problem-detector's, the kubelet's), each at its last
     occurrence: ``lastTimestamp``, an events.k8s.io series' ``lastObservedTime``, or its ``eventTime``."""
     seen = []
@@ -110,7 +111,7 @@ def node_events(core_v1: Any, reading: Reading) -> list[signals.EventSeen]:
 
 
 # ---------------------------------------------------------------------------- failed pods
-def failed_pods(core_v1: Any, reading: Reading) -> list[signals.PodFailure]:
+def failed_pods(core_v1: CoreV1, reading: Reading) -> list[signals.PodFailure]:
     """User pods in phase Failed, bound to a node (validation pods left out: their verdicts are recorded),
     with their reasons and messages: the pod's (e.g. ``UnexpectedAdmissionError`` when the device plugin
     could not allocate its GPUs) and each container's termination state."""

@@ -14,8 +14,8 @@ import logging
 import pathlib
 import re
 from collections.abc import Mapping
-from typing import Any
 
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor_suites.version import HASHED_SUFFIXES, digest, package_files
 from kubernetes.client.exceptions import ApiException
 
@@ -36,7 +36,7 @@ class Shipped:
     files: tuple[str, ...]
 
 
-def ship(core_v1: Any, settings: Settings) -> Shipped:
+def ship(core_v1: CoreV1, settings: Settings) -> Shipped:
     """Make sure this code's ConfigMap exists (created once, never changed), prune old ones."""
     directory = suites_dir(settings)
     files = shipped_files(directory)
@@ -86,7 +86,7 @@ def configmap_name(settings: Settings, version: str) -> str:
     return f"{settings.suites_configmap_prefix}-{version.split(':', 1)[-1]}"
 
 
-def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str, bytes], version: str) -> bool:
+def ensure_configmap(core_v1: CoreV1, namespace: str, name: str, files: Mapping[str, bytes], version: str) -> bool:
     """Create the ConfigMap unless it exists; True when created."""
     body = {
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -106,7 +106,7 @@ def ensure_configmap(core_v1: Any, namespace: str, name: str, files: Mapping[str
     return True
 
 
-def prune_configmaps(core_v1: Any, namespace: str, *, keep: str, versions: int = KEEP_SUITE_VERSIONS) -> list[str]:
+def prune_configmaps(core_v1: CoreV1, namespace: str, *, keep: str, versions: int = KEEP_SUITE_VERSIONS) -> list[str]:
     """Delete old suite ConfigMaps, keeping the current one and the newest few (a pod of an earlier run
     may still be starting with its version)."""
     listed = core_v1.list_namespaced_config_map(

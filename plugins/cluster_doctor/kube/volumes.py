@@ -25,6 +25,7 @@ from typing import Any
 
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.kube import podspec
+from cluster_doctor.kube.api import CoreV1
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _api_error(exc: Any) -> str:
     return f"Kubernetes API {exc.status} {exc.reason}"
 
 
-def read_claim(core_v1: Any, storage_v1: Any, namespace: str, name: str) -> ClaimState:
+def read_claim(core_v1: CoreV1, storage_v1: Any, namespace: str, name: str) -> ClaimState:
     """GET the claim (and, for a Pending one with a class, its StorageClass); never raises on API errors:
     a claim that cannot be read is not usable, with the reason."""
     from kubernetes.client.exceptions import ApiException
@@ -172,7 +173,7 @@ def read_claim(core_v1: Any, storage_v1: Any, namespace: str, name: str) -> Clai
     return judge(namespace, name, claim, storage_class)
 
 
-def check(core_v1: Any, settings: Settings, tests: Sequence[str], storage_v1: Any = None) -> VolumeCheck:
+def check(core_v1: CoreV1, settings: Settings, tests: Sequence[str], storage_v1: Any = None) -> VolumeCheck:
     """Read every claim the pods of ``tests`` would mount, once each; which tests must not run."""
     if storage_v1 is None:
         from kubernetes import client

@@ -139,7 +139,7 @@ class _Reads:
     slow: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
+def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
           staleness: dt.timedelta, trend_ends: Sequence[dt.datetime], gone_grace_hours: float,
           key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None,
           slow_window: dt.timedelta = fail_slow.SLOW_WINDOW) -> _Reads:
@@ -171,7 +171,7 @@ def _read(store: Any, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence
 
 # ---------------------------------------------------------------------------- building
 def build(
-    store: Any,
+    store: daily_reads.Connections,
     day: dt.date | str,
     *,
     tests: Sequence[str],
@@ -819,7 +819,7 @@ def write(data: Mapping[str, Any], reports_dir: str | pathlib.Path | files.Locat
     return {"markdown": files.describe(md), "html": files.describe(page)}
 
 
-def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
+def for_settings(store: daily_reads.Connections, settings: Any, *, day: dt.date | str | None = None,
                  data_interval_end: dt.datetime | None = None, now: dt.datetime | None = None,
                  ui_base: str = "/") -> dict[str, Any]:
     """``build`` with what the settings say (tests, staleness, grace, peer tests), for ``day`` or, given
@@ -838,7 +838,7 @@ def for_settings(store: Any, settings: Any, *, day: dt.date | str | None = None,
 
 
 def run(
-    store: Any,
+    store: daily_reads.Connections,
     settings: Any,
     *,
     day: dt.date | str | None = None,

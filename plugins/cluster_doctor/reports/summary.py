@@ -28,6 +28,7 @@ from cluster_doctor.domain.payloads import (
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import percent, table
 from cluster_doctor.store import fleet, inventory
+from cluster_doctor.store.history import ResultStore
 
 
 MAX_DETAIL = 200  # not-eligible nodes listed with their detail in the summary (all are in the inventory)
@@ -41,7 +42,8 @@ def coverage(latest_rows: Sequence[Mapping[str, Any]], gpu_nodes: Sequence[str],
                                   nodes=sorted(set(gpu_nodes))).summary())
 
 
-def from_inventory(store: Any, discovered: Discovered, now: dt.datetime) -> tuple[Coverage, list[IneligibleNode]]:
+def from_inventory(store: ResultStore, discovered: Discovered,
+                   now: dt.datetime) -> tuple[Coverage, list[IneligibleNode]]:
     """The fleet's coverage as every other view counts it (``store.fleet`` over the GPU node
     inventory, one snapshot), and the detail of this run's not-eligible nodes (busy since, by whom),
     at most MAX_DETAIL of them."""

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg.rows import dict_row
@@ -22,8 +22,15 @@ from cluster_doctor.store.fleet import GPU_SECONDS
 from cluster_doctor.store.timestamps import lenient_timestamps
 
 
+class Connections(Protocol):
+    """What the daily reads go through: connections to the results database, one at a time. A
+    ``ResultStore``, or the web page's reader over the UI's connector (``web.daily_page``)."""
+
+    def connection(self) -> contextlib.AbstractContextManager[Any]: ...
+
+
 @contextlib.contextmanager
-def snapshot(store: Any) -> Iterator[Any]:
+def snapshot(store: Connections) -> Iterator[Any]:
     """A cursor (rows as dicts) on one consistent, read-only REPEATABLE READ snapshot of ``store``'s
     database, rolled back at the end. A time past year 9999 reads as unknown (counted), not as a failed
     report."""

@@ -10,9 +10,10 @@ from typing import Any
 
 from cluster_doctor.domain.payloads import Latest, PairRow
 from cluster_doctor.store import reservations, verdicts
+from cluster_doctor.store.history import ResultStore
 
 
-def latest(store: Any, nodes: Sequence[str], tests: Sequence[str]) -> Latest:
+def latest(store: ResultStore, nodes: Sequence[str], tests: Sequence[str]) -> Latest:
     """The latest state of every (node, test) pair of ``nodes`` × ``tests`` that has one. A passing pair
     with a straggler/drift verdict on its latest executed attempt reads as failing, so it goes through
     the failed-retest path: the retest confirms or clears the verdict (``verdicts.mark_suspects``)."""

@@ -42,7 +42,7 @@ from cluster_doctor.domain import spans
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.store import files
-from cluster_doctor.store.history import RecordResult, unavailable
+from cluster_doctor.store.history import RecordResult, ResultStore, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class Spool:
                         tmp.unlink()
 
     # ------------------------------------------------------------------ replay
-    def replay(self, store: Any, *, wait_s: float = LOCK_WAIT_S) -> ReplayResult:
+    def replay(self, store: ResultStore, *, wait_s: float = LOCK_WAIT_S) -> ReplayResult:
         """Record every spooled attempt, in finish order, and remove those the database now holds.
 
         One drainer at a time across every host (the lock in the results database); one that waits
@@ -241,7 +241,7 @@ class Spool:
         log.info("%s", outcome.describe(self.directory))
         return outcome
 
-    def _drain(self, store: Any) -> ReplayResult:
+    def _drain(self, store: ResultStore) -> ReplayResult:
         self._clean_stale_tmp()
         rejected: list[str] = []
         loaded: list[tuple[Any, Attempt]] = []
@@ -270,7 +270,8 @@ class Spool:
             self._remove([p for p, _ in page if p.exists()])
         return ReplayResult(replayed=replayed, inserted=inserted, rejected=tuple(rejected))
 
-    def _record_one_by_one(self, store: Any, page: Sequence[tuple[Any, Attempt]]) -> tuple[RecordResult, list[str]]:
+    def _record_one_by_one(self, store: ResultStore,
+                           page: Sequence[tuple[Any, Attempt]]) -> tuple[RecordResult, list[str]]:
         inserted = duplicates = 0
         conflicts: list[str] = []
         refused: list[str] = []
@@ -293,7 +294,7 @@ def _attempt_specific(exc: BaseException) -> bool:
     return isinstance(exc, (InvalidAttempt, psycopg.DataError, psycopg.IntegrityError))
 
 
-def record_or_spool(store: Any, attempts: Sequence[Attempt], spool: Spool | None = None) -> RecordResult:
+def record_or_spool(store: ResultStore, attempts: Sequence[Attempt], spool: Spool | None = None) -> RecordResult:
     """Record what the spool holds, then ``attempts``. If writing ``attempts`` fails for any reason,
     spool them durably and raise (the caller fails: the results are late, not lost); if spooling
     fails too, log every attempt in full and raise ``SpoolUnwritable``.

@@ -15,11 +15,13 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.kube import discovery, volumes
+from cluster_doctor.kube.api import CoreV1
+from cluster_doctor.store.history import ResultStore
 
 
-def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: dt.datetime | None = None,
+def discover(params: Mapping[str, Any], settings: Settings, core_v1: CoreV1, now: dt.datetime | None = None,
              parsed: Settings | None = None, executors: list[str] | None = None, *,
-             store: Any = None, run_id: str = "") -> Discovered:
+             store: ResultStore | None = None, run_id: str = "") -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
     then find the free GPU nodes (and why the others are not). ``executors``: Airflow's configured
     ones (read from its configuration when None), to warn when the spool cannot follow them. With
@@ -70,7 +72,7 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: Any, now: d
         warnings=warnings)
 
 
-def _record_inventory(store: Any, found: discovery.Discovery, now: dt.datetime, *,
+def _record_inventory(store: ResultStore, found: discovery.Discovery, now: dt.datetime, *,
                       complete: bool) -> Any:
     """Every GPU node discovery saw, into the inventory (with its boot id and quarantine label, which the
     signals compare); what changed, or None when the results DB refused (the run still plans from what it

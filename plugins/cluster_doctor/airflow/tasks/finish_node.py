@@ -11,11 +11,13 @@ from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Bundle
 from cluster_doctor.domain.reservation import ReservationPolicy
+from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import claims
+from cluster_doctor.store.history import ResultStore
 
 
-def finish_node(bundle: Bundle, reported: Sequence[Mapping[str, Any] | None], store: Any, core_v1: Any | None, *,
-                dag_id: str, run_id: str) -> str:
+def finish_node(bundle: Bundle, reported: Sequence[Mapping[str, Any] | None], store: ResultStore,
+                core_v1: CoreV1 | None, *, dag_id: str, run_id: str) -> str:
     """The validate group's last task, whatever its steps did: the run is done with the node, so its
     claim goes (another run may take it), and a reserved node loses our taint when its validation is
     done (every suite executed, health failed, or a user took the node; kept, within its maximum hold,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
 
 from cluster_doctor.airflow import signals_task
 from cluster_doctor.airflow.tasks._common import _now, log
@@ -18,10 +17,11 @@ from cluster_doctor.reports.text import age, table
 from cluster_doctor.store import claims
 from cluster_doctor.store import fail_slow as stored_fail_slow
 from cluster_doctor.store import peers as stored_peers
+from cluster_doctor.store.history import ResultStore
 
 
 def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None = None,
-               *, store: Any = None, dag_id: str | None = None, run_id: str | None = None,
+               *, store: ResultStore | None = None, dag_id: str | None = None, run_id: str | None = None,
                run_ended: Callable[[str, str], bool] | None = None, reserved: Collection[str] = (),
                suspects: Mapping[str, str] | None = None) -> Plan:
     """Plan this run's bundles with the one planner (``domain.planning.plan``): every free node with a due
@@ -46,7 +46,7 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     return plan
 
 
-def _with_probes(plan: Plan, store: Any, settings: Settings, now: dt.datetime) -> Plan:
+def _with_probes(plan: Plan, store: ResultStore, settings: Settings, now: dt.datetime) -> Plan:
     """The plan's gpu_health pairs whose node's speed probe is due (``domain.fail_slow.probe_due``: loaded
     since its last probe and ``slow_probe_min_interval_hours`` past it, ``slow_probe_max_age_hours`` old,
     never probed, or suspect of being slow) carry the probe's seconds; the others do not probe. Best
@@ -73,7 +73,7 @@ def _with_probes(plan: Plan, store: Any, settings: Settings, now: dt.datetime) -
         and p.node_name in due else p for p in plan.pairs]})
 
 
-def _peer_due(store: Any, discovered: Discovered, now: dt.datetime) -> frozenset[str]:
+def _peer_due(store: ResultStore, discovered: Discovered, now: dt.datetime) -> frozenset[str]:
     """The free nodes whose peer test is due (setting peer_tests), which the health sweep leaves to the peer
     tests; none when peer tests are off."""
     if not discovered.settings.peer_tests:
@@ -85,7 +85,7 @@ def _peer_due(store: Any, discovered: Discovered, now: dt.datetime) -> frozenset
     return planner.peer_due(free, history, discovered.settings, now)
 
 
-def _claimer(store: Any, settings: Settings, run: RunParams, dag_id: str | None, run_id: str | None,
+def _claimer(store: ResultStore, settings: Settings, run: RunParams, dag_id: str | None, run_id: str | None,
              run_ended: Callable[[str, str], bool] | None) -> planner.Claimer:
     """Claims in the results DB: of the candidate bundles, in priority order, the first ``max_pairs``
     pairs' nodes no other live run holds (a dry run claims nothing but defers the same way). A claim

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from cluster_doctor.airflow.tasks._common import log
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.domain.quarantine import QuarantineReport
+from cluster_doctor.kube.api import CoreV1
+from cluster_doctor.store.history import ResultStore
 
 
-def quarantine(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str | None = None,
+def quarantine(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, run_id: str | None = None,
                now: dt.datetime | None = None) -> QuarantineReport:
     """Label (and optionally taint) nodes with confirmed failures, release recovered ones, name repeat
     offenders (settings repeat_offender_*); off by default. An open circuit breaker fails the

@@ -15,12 +15,13 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Plan, PlannedPair, Recorded
 from cluster_doctor.domain.status import Status
 from cluster_doctor.store import claims, spool, verdicts
+from cluster_doctor.store.history import ResultStore
 
 
 def record(
     planned: Plan,
     reported: Sequence[Mapping[str, Any] | None],
-    store: Any,
+    store: ResultStore,
     *,
     dag_id: str,
     run_id: str,
@@ -64,7 +65,7 @@ def record(
     return Recorded(attempts=list(attempts.values()))
 
 
-def _release_claims(store: Any, pairs: Sequence[PlannedPair], *, dag_id: str, run_id: str) -> None:
+def _release_claims(store: ResultStore, pairs: Sequence[PlannedPair], *, dag_id: str, run_id: str) -> None:
     """The run is done with its nodes once their attempts are stored. Best effort: the rows are
     committed already, and a claim not released just expires (claims.ttl_s)."""
     try:

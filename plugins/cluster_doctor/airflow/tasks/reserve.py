@@ -13,9 +13,11 @@ from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube import discovery
+from cluster_doctor.kube.api import CoreV1
+from cluster_doctor.store.history import ResultStore
 
 
-def reserve(discovered: Discovered, store: Any, core_v1: Any, *, run_id: str,
+def reserve(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, run_id: str,
             now: dt.datetime | None = None) -> Any:
     """Reservation of overdue busy nodes (setting ``reservation``, off by default): release what is done or
     held too long, taint the suspects not tainted yet (busy or free) and the overdue busy nodes within the

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from cluster_doctor.airflow.tasks._common import log
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, Plan, RunConfig
 from cluster_doctor.kube import suite_code
+from cluster_doctor.kube.api import CoreV1
 
 
-def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bundle]:
+def ship_suites(discovered: Discovered, planned: Plan, core_v1: CoreV1) -> list[Bundle]:
     """Make sure this run's suite code is in the cluster (an immutable ConfigMap named after its
     content hash) and hand every planned node's due bundle to the mapped validate task group (the health
     sweep's bundles go to the sweep group: ``sweep_bundles``)."""
@@ -22,7 +22,7 @@ def ship_suites(discovered: Discovered, planned: Plan, core_v1: Any) -> list[Bun
     return _bundles(planned, nodes, _ship(discovered, core_v1))
 
 
-def sweep_bundles(discovered: Discovered, planned: Plan, core_v1: Any, shipped: RunConfig | None) -> list[Bundle]:
+def sweep_bundles(discovered: Discovered, planned: Plan, core_v1: CoreV1, shipped: RunConfig | None) -> list[Bundle]:
     """The health sweep's bundles, for the mapped sweep task group, whose steps take a pool
     slot after every due bundle's. ``shipped``: the suite code ship_suites already shipped (None when it
     shipped nothing: shipped here then)."""
@@ -42,7 +42,7 @@ def _planned_nodes(planned: Plan, *, sweep: bool) -> list[str]:
     return [n for n in planned.nodes() if (n in swept) == sweep]
 
 
-def _ship(discovered: Discovered, core_v1: Any) -> RunConfig:
+def _ship(discovered: Discovered, core_v1: CoreV1) -> RunConfig:
     shipped = suite_code.ship(core_v1, discovered.settings)
     return RunConfig(settings=discovered.settings, configmap=shipped.configmap, suite_version=shipped.version,
                      suite_files=list(shipped.files))

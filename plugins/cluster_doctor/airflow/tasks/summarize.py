@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from cluster_doctor.airflow import storage
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Discovered, Plan, Recorded, RunSummary, SpoolState
+from cluster_doctor.store.history import ResultStore
 
 
-def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, store: Any, *,
+def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, store: ResultStore, *,
               dag_id: str | None = None, run_id: str | None = None, now: dt.datetime | None = None,
               waited: str | None = None, reservation_breaker: str | None = None) -> RunSummary:
     """Counts, newly failing nodes, ineligible nodes, coverage, why nothing was planned, what the run
