@@ -19,6 +19,7 @@ from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_lo
 from cluster_doctor_suites.dl.devices import current_device
 from tests.support import catalog_gpu_cases as gpu29
 from tests.support import catalog_judged_cases as judged
+from tests.support.fault_hooks import rank1_wrong_value
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -412,21 +413,9 @@ NCCL_FAULTS = [
 def _run_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault):
     fid = fault.id
     if fid == "nccl_wrong_values_rank1":
-        (tmp_path / "cd_catalog_rank1.py").write_text(
-            "import torch.distributed as dist\n"
-            "def install(rank, world):\n"
-            "    if rank != 1:\n"
-            "        return\n"
-            "    orig = dist.all_reduce\n"
-            "    def corrupt(t, *a, **kw):\n"
-            "        out = orig(t, *a, **kw)\n"
-            "        if t.numel() > 1000:\n"
-            "            t.view(-1)[123] += 1.0\n"
-            "        return out\n"
-            "    dist.all_reduce = corrupt\n"
-        )
+        hook = rank1_wrong_value(tmp_path, "cd_catalog_rank1")
         monkeypatch.syspath_prepend(str(tmp_path))
-        monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", "cd_catalog_rank1:install")
+        monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", hook)
         return run_inproc(nccl_loopback, "--device", "cpu", "--cpu-ranks", "2")
     fixture, rc = {
         # NCCL 2.16.5 without libibverbs (nccl-tests#131); that run ended with wrong values: exit 1
