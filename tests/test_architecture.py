@@ -534,3 +534,49 @@ def test_the_issue_scan_finds_ours_and_leaves_other_projects(tmp_path):
     (tmp_path / "README.md").write_text(f"As {'issue'} 31 asked.\n")
     assert [f.rsplit(": ", 1)[1] for f in issue_references(tmp_path)] == [
         f"{'issue'} 28", f"{'§'}2", f"{'Issues'} #23", f"{'issue'} 31"]
+
+
+# Statuses, verdicts and states are spelt once, by their enums (domain.status: Status, CheckStatus;
+# domain.coverage: CoverageState; domain.peers: PeerVerdictValue): a tuple of their strings written out
+# elsewhere is a second list of the vocabulary that goes stale when a value is added. A StrEnum member
+# equals its string, so code compares and builds SQL parameters with the members.
+def _status_vocabulary() -> frozenset[str]:
+    from cluster_doctor.domain.coverage import CoverageState
+    from cluster_doctor.domain.peers import PeerVerdictValue
+    from cluster_doctor.domain.status import CheckStatus, Status
+
+    return frozenset(str(v) for enum in (Status, CheckStatus, CoverageState, PeerVerdictValue) for v in enum)
+
+
+def status_literal_collections(package: pathlib.Path = PACKAGE, vocabulary: frozenset[str] | None = None,
+                               least: int = 3) -> list[str]:
+    """Tuples, lists and sets of ``least`` or more string constants, every one a status of the vocabulary."""
+    vocabulary = _status_vocabulary() if vocabulary is None else vocabulary
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set)) or len(node.elts) < least:
+                continue
+            if all(isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in vocabulary
+                   for e in node.elts):
+                values = ", ".join(repr(e.value) for e in node.elts)
+                found.append(f"{path.relative_to(package).as_posix()}:{node.lineno}: ({values})")
+    return found
+
+
+def test_status_strings_are_listed_only_by_their_enums():
+    assert status_literal_collections() == [], "list the enum's members (or iterate the enum) instead"
+
+
+def test_the_status_scan_finds_a_literal_tuple_and_leaves_members_and_sql(tmp_path):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "x.py").write_text(
+        'STATES = ("pass", "fail", "error", "stale", "never")\n'
+        'for k in ["suspect", "fail", "pass"]: pass\n'
+        'SKIPS = {"skip", "warn", "skipped"}\n'
+        'TWO = ("fail", "error")\n'  # fewer than three: a pair such as FAILING is read at a glance
+        'MIXED = ("pass", "fail", "passed")\n'  # another vocabulary (CTRF's)
+        'OK = (Status.PASS, Status.FAIL, Status.ERROR)\n'
+        'SQL = "SELECT 1 FROM t WHERE status IN (\'pass\', \'fail\', \'error\')"\n')
+    assert [f.split(": ", 1)[0] for f in status_literal_collections(tmp_path)] == [
+        "reports/x.py:1", "reports/x.py:2", "reports/x.py:3"]

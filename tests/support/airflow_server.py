@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import secrets
 import signal
 import socket
@@ -22,6 +23,29 @@ AIRFLOW = pathlib.Path(sys.executable).with_name("airflow")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@contextlib.contextmanager
+def chromium():
+    """Headless Chromium, driven by Playwright, as the browser tests use it; closed on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def sign_in(page, base: str, user: str, password: str, *, timeout_ms: int = 20_000) -> None:
+    """Log in through the real form: the UI sends an anonymous user there, and back once signed in."""
+    page.goto(base + "/")
+    page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=timeout_ms)
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=timeout_ms)
 
 
 def free_port() -> int:

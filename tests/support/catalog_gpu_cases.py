@@ -8,7 +8,6 @@ between two gpu_health runs, through the fake NVML module (fake_nvml.py) of one 
 from __future__ import annotations
 
 import datetime as dt
-import stat
 from pathlib import Path
 
 import torch
@@ -16,6 +15,7 @@ from cluster_doctor_suites import dl_unit, gpu_health, nvbandwidth
 from cluster_doctor_suites.dl.devices import current_device
 
 from tests.support.fake_nvml import FakeNVML
+from tests.support.fake_tools import shell_tool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "include" / "suites" / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
@@ -75,14 +75,6 @@ IDS = {c["id"] for c in CASES}
 UPTIME = {"xid79_three_days_no_reset": 4254.197860 + HOURS_72, "rm_init_adapter_three_days_gpu_missing": 885.0 + HOURS_72}
 
 
-def _tool(bindir: Path, name: str, body: str) -> str:
-    bindir.mkdir(exist_ok=True)
-    p = bindir / name
-    p.write_text("#!/bin/sh\n" + body + "\n")
-    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(p)
-
-
 def kernel_log(fid: str) -> str:
     kernel = FIXTURES / "kernel"
     if fid in ("gpu_count_below_node_count", "xid79_three_days_no_reset"):
@@ -125,12 +117,12 @@ def run(fault, run_inproc, monkeypatch, tmp_path):
 def _run_gpu_health(run_inproc, tmp_path, fault):
     bindir, fid = tmp_path / "bin", fault.id
     (tmp_path / "nvlink.txt").write_text(nvlink_text(fid))
-    smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{A100_XML}" ;; nvlink) cat "{tmp_path / "nvlink.txt"}" ;; '
+    smi = shell_tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{A100_XML}" ;; nvlink) cat "{tmp_path / "nvlink.txt"}" ;; '
                                       f'*) exit 3 ;; esac')
     args = ["--source", "nvidia-smi", "--nvidia-smi", smi, *_log_and_dcgmi(tmp_path, fid), "--xid-window-hours", "24"]
     if fid == "kernel_log_empty_journal":
         (tmp_path / "journal").mkdir()
-        args += ["--journal-dir", str(tmp_path / "journal"), "--journalctl", _tool(bindir, "journalctl", "exit 0")]
+        args += ["--journal-dir", str(tmp_path / "journal"), "--journalctl", shell_tool(bindir, "journalctl", "exit 0")]
     return run_inproc(gpu_health, *args, *(fault.args or ("--expected-gpus", "1")))
 
 
@@ -139,9 +131,9 @@ def _log_and_dcgmi(tmp_path, fid: str) -> list[str]:
     DCGM#253's table, exit 0 as the run passed."""
     bindir = tmp_path / "bin"
     (tmp_path / "kmsg").write_text(kernel_log(fid))
-    dmesg = _tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
+    dmesg = shell_tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
     (tmp_path / "dcgm.txt").write_text(dcgm_table(fid))
-    dcgmi = _tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
+    dcgmi = shell_tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
                                    f'*) cat "{tmp_path / "dcgm.txt"}" ;; esac')
     return ["--dmesg", dmesg, "--dcgmi", dcgmi]
 
@@ -186,7 +178,7 @@ def _run_nvbw(run_inproc, tmp_path):
     header, rows = lines[2].split()[:-1], [line.split()[:-1] for line in lines[3:] if line.split()[0] != "7"]
     text = "\n".join(lines[:2] + ["      " + "  ".join(header)] + ["  ".join(r) for r in rows]) + "\n"
     (tmp_path / "write.txt").write_text(text)
-    tool = _tool(tmp_path / "bin", "nvbandwidth", f'cat "{tmp_path / "write.txt"}"')
+    tool = shell_tool(tmp_path / "bin", "nvbandwidth", f'cat "{tmp_path / "write.txt"}"')
     return run_inproc(nvbandwidth, "--nvbandwidth", tool, "--testcases", "device_to_device_memcpy_write_ce",
                       "--gpu-model", "NVIDIA-A100-SXM4-80GB", "--expected-gpus", "8")
 

@@ -9,10 +9,11 @@ written here, through fake tools on PATH with the real tools' exit codes."""
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 from cluster_doctor_suites import gpu_health, ib_health, nvbandwidth
+
+from tests.support.fake_tools import shell_tool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "include" / "suites" / "fixtures"
 A100_XML = FIXTURES / "smi" / "nvidia-smi-q-x_510.47.03_A100-SXM4-40GB_mig.xml"  # one GPU, PCI 0000:00:04
@@ -67,14 +68,6 @@ IDS = {c["id"] for c in CASES}
 UPTIME = {"xid_reset_gpu_30h_no_reset": 3125.451904 + HOURS_30}
 
 
-def _tool(bindir: Path, name: str, body: str) -> str:
-    bindir.mkdir(exist_ok=True)
-    p = bindir / name
-    p.write_text("#!/bin/sh\n" + body + "\n")
-    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(p)
-
-
 def kernel_log(fid: str) -> str:
     kernel = FIXTURES / "kernel"
     if fid == "xid_reset_gpu_30h_no_reset":
@@ -98,11 +91,11 @@ def run(fault, run_inproc, monkeypatch, tmp_path, h):
         return _run_nvbw(fault, run_inproc, tmp_path)
     bindir = tmp_path / "bin"
     xml, gpus = (RTX_XML, "2") if fault.id == "ecc_disabled_unknown_model" else (A100_XML, "1")
-    smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{xml}" ;; nvlink) exit 0 ;; *) exit 3 ;; esac')
+    smi = shell_tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{xml}" ;; nvlink) exit 0 ;; *) exit 3 ;; esac')
     (tmp_path / "kmsg").write_text(kernel_log(fault.id))
-    dmesg = _tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
+    dmesg = shell_tool(bindir, "dmesg", f'cat "{tmp_path / "kmsg"}"')
     # a dcgmi that hangs prints nothing and never returns; the others: not installed (a visible not-run)
-    dcgmi = _tool(bindir, "dcgmi", "sleep 60") if fault.id == "dcgm_diag_hung" else "dcgmi-not-installed"
+    dcgmi = shell_tool(bindir, "dcgmi", "sleep 60") if fault.id == "dcgm_diag_hung" else "dcgmi-not-installed"
     args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--dcgmi", dcgmi,
             "--xid-window-hours", "24", "--expected-gpus", gpus]
     return run_inproc(gpu_health, *args, *(fault.args or ()))
@@ -127,6 +120,6 @@ def _run_nvbw(fault, run_inproc, tmp_path):
     write, h2d = nvb / "readme_v0.8_d2d_write_ce_8gpu.txt", nvb / "readme_v0.8_h2d_ce_8gpu.txt"
     body = (f'for t in "$@"; do case "$t" in device_to_device_memcpy_write_ce) cat "{write}" ;; '
             f'host_to_device_memcpy_ce) cat "{h2d}" ;; esac; done')
-    tool = _tool(tmp_path / "bin", "nvbandwidth", body)
+    tool = shell_tool(tmp_path / "bin", "nvbandwidth", body)
     return run_inproc(nvbandwidth, "--nvbandwidth", tool, "--testcases",
                       "device_to_device_memcpy_write_ce,host_to_device_memcpy_ce", "--expected-gpus", "8", *fault.args)

@@ -63,6 +63,18 @@ def create_priority_class(emulator) -> None:
         "metadata": {"name": PRIORITY_CLASS}, "value": -100, "preemptionPolicy": "Never"})
 
 
+def gpu_fleet(emulator, gpu_nodes: int, *, cpu_nodes: int = 0) -> list[str]:
+    """The emulator reset to a fleet: GPU nodes gpu-001 … (8 GPUs each), then CPU nodes cpu-001 … (none);
+    the GPU nodes' names."""
+    emulator.reset()
+    names = [f"gpu-{i:03d}" for i in range(1, gpu_nodes + 1)]
+    for name in names:
+        emulator.add_gpu_node(name)
+    for i in range(1, cpu_nodes + 1):
+        emulator.add_gpu_node(f"cpu-{i:03d}", gpus=0)
+    return names
+
+
 def validation_pods_left(emulator) -> list[str]:
     return [p["name"] for p in emulator.live_pods(POD_SELECTOR)]
 

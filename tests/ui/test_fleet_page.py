@@ -22,7 +22,7 @@ from cluster_doctor.store.history import ResultStore
 from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.support import fleet_seed as seed
-from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+from tests.support.airflow_server import api_server, chromium, sign_in
 
 # clock: the api-server computes ages with the real clock (tests/test_clock.py moves it)
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
@@ -60,14 +60,8 @@ def server(tmp_path_factory, results_db):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 def fetch(url: str, accept: str = "application/json") -> tuple[int, str, str]:
@@ -122,12 +116,7 @@ def test_login_navigate_filter_and_open_history(server, browser, results_db):
     page.on("pageerror", lambda e: problems.append(str(e)))
     try:
         # 1. log in through the real form (the UI sends anonymous users there)
-        page.goto(server + "/")
-        page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=20_000)
-        page.get_by_label("Username").fill(USER)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
+        sign_in(page, server, USER, PASSWORD)
         assert any(c["name"] == "_token" for c in context.cookies())
 
         # 2. the page is in the UI's navigation and opens inside the UI
@@ -241,12 +230,7 @@ def test_a_never_attempted_gpu_node_is_listed_with_its_reason(server, browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     try:
-        page.goto(server + "/")
-        page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=20_000)
-        page.get_by_label("Username").fill(USER)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
+        sign_in(page, server, USER, PASSWORD)
         page.goto(server + "/plugin/fleet-health")
         frame = page.frame_locator("iframe[title='Fleet']")
         row = frame.locator(f"#matrix tr[data-node='{NEVER_ATTEMPTED}']")

@@ -19,7 +19,7 @@ from cluster_doctor.store.history import ResultStore
 from tests import clock
 from tests.conftest import REPO, _fresh_database, dsn_to_url
 from tests.support import fleet_seed as seed
-from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, api_server
+from tests.support.airflow_server import api_server, chromium, sign_in
 
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
@@ -52,24 +52,13 @@ def results_db(pg_admin_dsn, template_db):
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory, results_db):
-    from playwright.sync_api import sync_playwright
-
     with api_server(tmp_path_factory.mktemp("airflow_home"), users={USER: "viewer"}, passwords={USER: PASSWORD},
                     results_db_url=results_db, extra_env={"CLUSTER_DOCTOR_SUITE_DEVICE": "cpu"}) as base, \
-            sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-            page.goto(base + "/")
-            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=20_000)
-            page.get_by_label("Username").fill(USER)
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=20_000)
-            page.base = base
-            yield page
-        finally:
-            browser.close()
+            chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+        sign_in(page, base, USER, PASSWORD)
+        page.base = base
+        yield page
 
 
 def fleet(page):

@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tests.conftest import REPO, _fresh_database, dsn_to_url
-from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.airflow_server import chromium
 
 pytestmark = [pytest.mark.ui, pytest.mark.requires_tool("chromium")]
 
@@ -59,14 +59,8 @@ def pages(pg_admin_dsn, template_db) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with chromium() as b:
+        yield b
 
 
 # What the browser reports of each plot: its points, its line, and its time labels with their boxes.

@@ -32,6 +32,7 @@ from cluster_doctor.domain.attempts import (
     validate_test_name,
 )
 from cluster_doctor.domain.config import InvalidSettings, Settings
+from cluster_doctor.domain.coverage import CoverageState
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.nodes import (
     InvalidNodeName,
@@ -42,10 +43,10 @@ from cluster_doctor.domain.nodes import (
     validate_node_name,
 )
 from cluster_doctor.domain.payloads import GpuNode, PlannedPair
-from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict
+from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict, PeerVerdictValue
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.reservation import ReservationPolicy
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import age, percent, slo_period, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
 from cluster_doctor.store import peers as stored_peers
@@ -388,7 +389,7 @@ def cmd_status(args: argparse.Namespace, out) -> int:
                           peer_window=fleet.peer_window(settings)) as q:
         known = q.inventory()
         summary = q.summary()  # with the coverage SLO of the last 30 days, as the fleet page shows it
-        never_pairs = sum(p["state"] == "never" for p in q.assessment().pairs)  # the daily report's figure
+        never_pairs = sum(p["state"] == CoverageState.NEVER for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # since when, and why
         slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours))  # with its evidence
@@ -459,10 +460,10 @@ def since_lines(suspected: Mapping[str, Any], failing: Mapping[str, Any], node_r
 def peer_lines(verdicts: Mapping[str, PeerVerdict], node_range: NodeRange) -> str:
     """The peer tests' verdicts: counts, then every suspect and blamed node with its peer and why."""
     tested = {n: v for n, v in verdicts.items() if node_range.matches(n)}
-    counts = {k: sum(v.verdict == k for v in tested.values()) for k in ("suspect", "fail", "pass")}
+    counts = {k: sum(v.verdict == k for v in tested.values()) for k in PeerVerdictValue}
     lines = [f"peer tests: {counts['suspect']} suspect, {counts['fail']} blamed, {counts['pass']} passed "
              f"({len(tested)} node(s) peer-tested)"]
-    for name in sorted((n for n, v in tested.items() if v.verdict != "pass"), key=fleet.natural_key):
+    for name in sorted((n for n, v in tested.items() if v.verdict != PeerVerdictValue.PASS), key=fleet.natural_key):
         v = tested[name]
         lines.append(f"  {name}  {v.verdict}  with {v.peer}: {clean(v.reason)}")
     return "\n".join(lines)
@@ -493,15 +494,15 @@ def _status_cell(row: Mapping[str, Any]) -> str:
     """A result's status as the tables show it: an incomplete pass says how many checks did not run,
     a fail or error its recommended action (unknown for rows recorded before actions were kept)."""
     text = status_text(row.get("status"), row.get("incomplete"), row.get("checks_not_run"))
-    if row.get("status") in ("fail", "error"):
+    if row.get("status") in FAILING:
         text += f" (action: {action_shown(row.get('action'))})"
     return text
 
 
 def _status_key(row: Mapping[str, Any]) -> str:
     """The status a result is counted under: an incomplete pass apart from the clean ones."""
-    return status_text(row.get("status"), row.get("incomplete")) if row.get("status") == "pass" else \
-        row.get("status") or "never"
+    return status_text(row.get("status"), row.get("incomplete")) if row.get("status") == Status.PASS else \
+        row.get("status") or CoverageState.NEVER
 
 
 def cmd_history(args: argparse.Namespace, out) -> int:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain.status import PairState
+from cluster_doctor.domain.status import PairState, Status
 
 DOMAIN = "cluster-doctor.io"
 KEY = f"{DOMAIN}/acceptance"
@@ -127,7 +127,7 @@ def judge(states: Mapping[str, PairState | None], tests: Sequence[str], *, since
     since = since or now
     results = [states.get(t) for t in tests]
     answered = [s for s in results if s is not None and s.finished_at is not None and s.finished_at >= since]
-    if any(s.status != "pass" for s in answered):
+    if any(s.status != Status.PASS for s in answered):
         return FAILED
     if tests and len(answered) == len(tests):
         return PASSED

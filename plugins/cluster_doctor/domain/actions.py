@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cluster_doctor.domain.status import FAILING, Status
+from cluster_doctor.domain.status import FAILING, FAILING_CHECKS, CheckStatus, Status
 
 # Least to most severe, as the suites order them (a test keeps the two copies equal).
 ACTIONS = ("none", "retest", "check_storage", "check_fabric", "reset_gpu", "reboot", "drain_and_service")
@@ -66,7 +66,8 @@ def for_attempt(status: str, summary: Mapping[str, Any] | None = None, checks: I
     if summary.get("status") == status and valid(summary.get("action")):
         return summary["action"]
     # the checks' own statuses (pass, fail, error, skip, warn) of the same names
-    found = of_checks(checks or summary.get("checks") or [], ("fail",) if status == Status.FAIL else ("fail", "error"))
+    found = of_checks(checks or summary.get("checks") or [],
+                      (CheckStatus.FAIL,) if status == Status.FAIL else FAILING_CHECKS)
     if found:
         return found
     # an error the suite did not report itself (OOM, deadline, malformed result): run it again
@@ -94,8 +95,8 @@ def not_run_count(summary: Mapping[str, Any] | None, checks: Iterable[Any]) -> i
     """Checks that could not run: the summary's own count (its ``checks`` may be cut to fit 4 KiB),
     else the ``skip`` checks listed."""
     counts = (summary or {}).get("check_counts")
-    skip = counts.get("skip") if isinstance(counts, Mapping) else None
-    listed = sum(1 for c in checks if isinstance(c, Mapping) and c.get("status") == "skip")
+    skip = counts.get(CheckStatus.SKIP) if isinstance(counts, Mapping) else None
+    listed = sum(1 for c in checks if isinstance(c, Mapping) and c.get("status") == CheckStatus.SKIP)
     if isinstance(skip, int) and not isinstance(skip, bool) and skip >= 0:
         return max(skip, listed)
     return listed

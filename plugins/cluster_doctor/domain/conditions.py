@@ -22,7 +22,7 @@ from typing import Any
 
 from cluster_doctor.domain import actions, spans
 from cluster_doctor.domain.fail_slow import SLOW
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.status import CheckStatus, Status
 
 CONDITION_TYPE = "ClusterDoctorHealthy"
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -105,7 +105,7 @@ def _failing(latest: Latest) -> tuple[str, str]:
     """(code, action) of the most severe failing check; the result's own action when no check says."""
     best: tuple[int, int, str, str] | None = None
     for i, c in enumerate(latest.checks):
-        if not isinstance(c, Mapping) or c.get("status") != "fail":
+        if not isinstance(c, Mapping) or c.get("status") != CheckStatus.FAIL:
             continue
         act = actions.valid(c.get("action")) or actions.valid(latest.action) or "drain_and_service"
         key = (actions.SEVERITY[act], -i, str(c.get("code") or c.get("name") or "Failed"), act)
@@ -116,7 +116,7 @@ def _failing(latest: Latest) -> tuple[str, str]:
 
 
 def _error_code(latest: Latest) -> str:
-    codes = [c.get("code") for c in latest.checks if isinstance(c, Mapping) and c.get("status") == "error"]
+    codes = [c.get("code") for c in latest.checks if isinstance(c, Mapping) and c.get("status") == CheckStatus.ERROR]
     return next((str(c) for c in codes if c), REASON_ERROR)
 
 

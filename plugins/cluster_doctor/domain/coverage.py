@@ -29,17 +29,32 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.domain.status import EXECUTED, FAILING
+from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 
 _EXECUTED = frozenset(str(s) for s in EXECUTED)
 _FAILING = frozenset(str(s) for s in FAILING)
-STATES = ("pass", "fail", "error", "stale", "never")
-STATE_TITLES = {"pass": "fresh pass", "fail": "fail", "error": "error", "stale": "stale",
-                "never": "never validated"}
+
+
+class CoverageState(enum.StrEnum):
+    """The state of a node · test pair (the module doc's definition): its latest executed status when
+    that failed, or passed and is fresh; else how it falls short of a fresh pass."""
+
+    PASS = Status.PASS  # a fresh pass
+    FAIL = Status.FAIL
+    ERROR = Status.ERROR
+    STALE = "stale"  # passed longer ago than the staleness (or its time is unreadable)
+    NEVER = "never"  # never executed
+
+
+STATES = tuple(CoverageState)
+_FAILING_STATES = {str(s): CoverageState(s) for s in FAILING}
+STATE_TITLES = {CoverageState.PASS: "fresh pass", CoverageState.FAIL: "fail", CoverageState.ERROR: "error",
+                CoverageState.STALE: "stale", CoverageState.NEVER: "never validated"}
 SLO_DAYS = 30
 
 
@@ -48,13 +63,13 @@ def is_fresh(status: str | None, finished_at: dt.datetime | None, fresh_after: d
     return status in _EXECUTED and finished_at is not None and finished_at >= fresh_after
 
 
-def pair_state(status: str | None, finished_at: dt.datetime | None, fresh_after: dt.datetime) -> str:
-    """One of STATES for a pair's latest executed status and time."""
+def pair_state(status: str | None, finished_at: dt.datetime | None, fresh_after: dt.datetime) -> CoverageState:
+    """The CoverageState of a pair's latest executed status and time."""
     if status not in _EXECUTED:
-        return "never"
+        return CoverageState.NEVER
     if status in _FAILING:
-        return status
-    return "pass" if is_fresh(status, finished_at, fresh_after) else "stale"
+        return _FAILING_STATES[status]
+    return CoverageState.PASS if is_fresh(status, finished_at, fresh_after) else CoverageState.STALE
 
 
 def is_failing(status: str | None) -> bool:
@@ -248,13 +263,13 @@ def _tally(rows: list[Mapping[str, Any]], fleet: dict[str, NodeCoverage], enable
         node.executed_tests += 1
         if ts is not None and ts >= fresh_after_ts:
             node.fresh_tests += 1
-            if status == "pass":
+            if status == Status.PASS:
                 node.fresh_pass_tests += 1
                 if r.get("incomplete"):
                     node.incomplete_tests += 1
-        if status == "fail":
+        if status == Status.FAIL:
             node.fail_tests += 1
-        elif status == "error":
+        elif status == Status.ERROR:
             node.error_tests += 1
     return by_pair
 
@@ -270,11 +285,11 @@ def _pairs(fleet: dict[str, NodeCoverage], tests: list[str], by_pair: Mapping[tu
             r, status, ts = by_pair.get((name, test), (None, None, None))
             fresh = status is not None and ts is not None and ts >= fresh_after_ts
             if status is None:
-                state = "never"
+                state = CoverageState.NEVER
             elif status in _FAILING:
-                state = status
+                state = _FAILING_STATES[status]
             else:
-                state = "pass" if fresh else "stale"
+                state = CoverageState.PASS if fresh else CoverageState.STALE
             pair = dict(r) if r is not None else {"node_name": name, "test_name": test}
             pair["status"] = status
             pair["state"] = state

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain.errors import clipped
+from cluster_doctor.domain.status import FAILING, FAILING_CHECKS
 from cluster_doctor.domain.timestamps import iso_seconds
 
 SCHEMA = "cluster-doctor.io/handoff/v1"
@@ -93,7 +94,7 @@ def serials(evidence: Iterable[Evidence]) -> list[str]:
 def _failed_checks(e: Evidence) -> list[dict[str, Any]]:
     keep = ("name", "code", "device", "value", "unit", "threshold", "message", "action")
     return [{k: c.get(k) for k in keep if c.get(k) is not None}
-            for c in e.checks if isinstance(c, Mapping) and c.get("status") in ("fail", "error")][:MAX_CHECKS]
+            for c in e.checks if isinstance(c, Mapping) and c.get("status") in FAILING_CHECKS][:MAX_CHECKS]
 
 
 def document(kind: str, key: str, node_name: str, *, action: str, reason: str, codes: Sequence[str],
@@ -103,7 +104,7 @@ def document(kind: str, key: str, node_name: str, *, action: str, reason: str, c
     ones first in the document; ``history``: its transitions, one line each, oldest first."""
     if kind not in KINDS:
         raise ValueError(f"hand-off kind {kind!r} is not one of {', '.join(KINDS)}")
-    failing = [e for e in evidence if e.status in ("fail", "error")]
+    failing = [e for e in evidence if e.status in FAILING]
     model = next((e.gpu_model for e in sorted(evidence, key=lambda e: e.finished_at or now, reverse=True)
                   if e.gpu_model), None)
     body = {

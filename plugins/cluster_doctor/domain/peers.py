@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import hostlist
 from pydantic import BaseModel, ConfigDict
 
-from cluster_doctor.domain.status import EXECUTED, FAILING
+from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 
 PEER_SUITE = "fabric_peer"
 # Node labels naming a node's leaf switch, narrowest tier first, as the tools that write them name them
@@ -61,8 +62,13 @@ PEER_TOPOLOGY_LABELS = (
 # Both sides of one peer test record a row when their pod ends: rows of two peers this close are one test.
 SAME_TEST = dt.timedelta(hours=1)
 
-PASS, FAIL, SUSPECT = "pass", "fail", "suspect"
-VERDICTS = (PASS, FAIL, SUSPECT)
+
+class PeerVerdictValue(enum.StrEnum):
+    """What the peer tests say of a node (``PeerVerdict.verdict``; the rule is ``triangulate``'s)."""
+
+    PASS = Status.PASS
+    FAIL = Status.FAIL  # blamed
+    SUSPECT = "suspect"  # failed with a peer, not yet attributed
 
 
 class Settings(Protocol):
@@ -92,7 +98,7 @@ class PeerVerdict:
     """What the peer tests say of one node (``triangulate``)."""
 
     node: str
-    verdict: str  # pass | fail | suspect
+    verdict: PeerVerdictValue
     peer: str | None  # the other node of its latest peer test
     finished_at: dt.datetime  # when its latest peer test finished
     reason: str
@@ -102,7 +108,7 @@ class PeerVerdict:
 
     @property
     def suspect(self) -> bool:
-        return self.verdict == SUSPECT
+        return self.verdict == PeerVerdictValue.SUSPECT
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -214,13 +220,13 @@ def triangulate(history: Iterable[PeerResult], *,
                   "passed_with": tuple(sorted(passed[n], key=hostlist.numeric_sort_key)),
                   "failed_at": failed[0][0] if failed else None}
         if not failed:
-            verdicts[n] = PeerVerdict(verdict=PASS, reason=f"passed with {peer}", **common)
+            verdicts[n] = PeerVerdict(verdict=PeerVerdictValue.PASS, reason=f"passed with {peer}", **common)
         elif n in blamed:
             witnesses = [p for p in failed_with if exonerated(p, n)]
-            verdicts[n] = PeerVerdict(verdict=FAIL, reason=(
+            verdicts[n] = PeerVerdict(verdict=PeerVerdictValue.FAIL, reason=(
                 f"failed with {_names(failed_with)}; {_names(witnesses)} passed with other nodes"), **common)
         elif all(p in blamed for p in failed_with):
-            verdicts[n] = PeerVerdict(verdict=PASS, reason=(
+            verdicts[n] = PeerVerdict(verdict=PeerVerdictValue.PASS, reason=(
                 f"failed only with {_names(failed_with)}, blamed by triangulation"), **common)
         else:
             size = (model_sizes or {}).get(model.get(n) or "")
@@ -230,8 +236,8 @@ def triangulate(history: Iterable[PeerResult], *,
                 open_ = [p for p in failed_with if p not in blamed and not exonerated(p, n)]
                 why = (f"waiting for {_names(open_)} to be tested with a third node, and {n} with another"
                        if open_ else f"waiting for {n} to be tested with another node")
-            verdicts[n] = PeerVerdict(verdict=SUSPECT, reason=f"failed with {_names(failed_with)}; {why}",
-                                      **common)
+            verdicts[n] = PeerVerdict(verdict=PeerVerdictValue.SUSPECT,
+                                      reason=f"failed with {_names(failed_with)}; {why}", **common)
     return verdicts
 
 
@@ -249,10 +255,10 @@ def why_due(verdict: PeerVerdict | None, now: dt.datetime, settings: Settings) -
     past ``failed_retest_hours`` (0: the cadence), or older than ``peer_cadence_days``."""
     if verdict is None:
         return NEVER
-    if verdict.verdict == SUSPECT:
+    if verdict.verdict == PeerVerdictValue.SUSPECT:
         return TRIANGULATE
     age = now - verdict.finished_at
-    if verdict.verdict == FAIL:
+    if verdict.verdict == PeerVerdictValue.FAIL:
         retest = dt.timedelta(hours=settings.failed_retest_hours) or dt.timedelta(days=settings.peer_cadence_days)
         return RETEST if age >= retest else None
     return STALE if age >= dt.timedelta(days=settings.peer_cadence_days) else None
@@ -295,7 +301,8 @@ def match_peers(
     for c in {c.name: c for c in free_nodes}.values():
         if c.gpu_model:
             by_model.setdefault(c.gpu_model, []).append(c)
-    rank = {PASS: 0, None: 1, SUSPECT: 2, FAIL: 3}  # partners: known-good first, blamed last
+    # partners: known-good first, blamed last
+    rank = {PeerVerdictValue.PASS: 0, None: 1, PeerVerdictValue.SUSPECT: 2, PeerVerdictValue.FAIL: 3}
     planned: list[tuple[tuple, PeerMatch]] = []
     for model, nodes in sorted(by_model.items()):
         due = {c.name: why for c in nodes if (why := why_due(verdicts.get(c.name), now, settings))}
@@ -315,14 +322,14 @@ def match_peers(
                 if c.name in used or c.name == first.name:
                     continue
                 v = verdicts.get(c.name)
-                if suspect and (c.name in tested.get(first.name, ()) or (v and v.verdict == FAIL)):
+                if suspect and (c.name in tested.get(first.name, ()) or (v and v.verdict == PeerVerdictValue.FAIL)):
                     continue  # a suspect learns only from a node it has not failed or passed with
-                if not suspect and c.name not in due and not (v and v.verdict == PASS):
+                if not suspect and c.name not in due and not (v and v.verdict == PeerVerdictValue.PASS):
                     continue  # a fresh node serves only as a known-good partner
                 if not suspect and v and v.suspect and first.name in tested.get(c.name, ()):
                     continue  # nothing new for that suspect
                 leaf = first.leaf(c)
-                blamed = bool(v and v.verdict == FAIL)
+                blamed = bool(v and v.verdict == PeerVerdictValue.FAIL)
                 options.append(((rank[v.verdict if v else None] if suspect else
                                  2 if blamed else 0 if c.name in due else 1,
                                  0 if leaf is None or leaf[1] != leaf[2] else 1,

@@ -44,7 +44,7 @@ from typing import Any
 from cluster_doctor.domain import actions, suites, timestamps
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.nodes import validate_node_name
-from cluster_doctor.domain.status import EXECUTED, Status
+from cluster_doctor.domain.status import EXECUTED, FAILING_CHECKS, CheckStatus, Status
 
 RESULT_PREFIX = "CLUSTER_DOCTOR_RESULT "
 EXIT_STATUS = {0: Status.PASS, 1: Status.FAIL, 2: Status.ERROR}
@@ -297,9 +297,6 @@ def validate_summary(summary: Mapping[str, Any]) -> str | None:
     return _status_problem(summary)
 
 
-CHECK_STATUSES = ("pass", "fail", "warn", "error", "skip")
-
-
 def _status_problem(summary: Mapping[str, Any]) -> str | None:
     """A status that disagrees with the summary's own check_counts or checks (a pass with failing
     checks, a fail without one), or checks the counts do not count; None when they agree. The suite's
@@ -311,18 +308,18 @@ def _status_problem(summary: Mapping[str, Any]) -> str | None:
     if not isinstance(counts, Mapping):
         counts = {}
     n = {s: counts.get(s) if isinstance(counts.get(s), int) and not isinstance(counts.get(s), bool) else None
-         for s in CHECK_STATUSES}
-    for s in CHECK_STATUSES:
+         for s in CheckStatus}
+    for s in CheckStatus:
         shown = listed.count(s)
         if n[s] is not None and shown > n[s]:
             return f"checks lists {shown} {s} check(s), check_counts.{s} says {n[s]}"
-    bad = [s for s in ("fail", "error") if (n[s] or 0) > 0 or s in listed]
-    if status == "pass" and bad:
+    bad = [s for s in FAILING_CHECKS if (n[s] or 0) > 0 or s in listed]
+    if status == Status.PASS and bad:
         return (f"status pass disagrees with its checks: check_counts.{bad[0]} "
                 f"{max(n[bad[0]] or 0, listed.count(bad[0]))}")
-    if status == "pass" and n["pass"] == 0:
+    if status == Status.PASS and n[CheckStatus.PASS] == 0:
         return "status pass with no passing check (check_counts.pass 0): nothing was verified"
-    if status == "fail" and not (n["fail"] or "fail" in listed):
+    if status == Status.FAIL and not (n[CheckStatus.FAIL] or CheckStatus.FAIL in listed):
         return "status fail without a failing check (check_counts.fail 0)"
     return None
 
@@ -388,8 +385,8 @@ def _with_notes(outcome: PodOutcome, numbers: Sequence[str] = ()) -> PodOutcome:
         if outcome.summary is not None:
             outcome.summary["checks"] = [
                 *outcome.summary.get("checks", []),
-                *({"name": NOTE_CHECK, "status": "error", "code": VALUE_INVALID, "message": note}
-                  if note in numbers else {"name": NOTE_CHECK, "status": "warn", "message": note}
+                *({"name": NOTE_CHECK, "status": CheckStatus.ERROR, "code": VALUE_INVALID, "message": note}
+                  if note in numbers else {"name": NOTE_CHECK, "status": CheckStatus.WARN, "message": note}
                   for note in outcome.notes),
             ]
     elif outcome.reason is not None:
@@ -595,7 +592,7 @@ def failing_checks(summary: Mapping[str, Any] | None) -> list[str]:
     """One line per non-passing check, for the end of the task log."""
     lines = []
     for check in (summary or {}).get("checks") or []:
-        if not isinstance(check, Mapping) or check.get("status") in ("pass", "skip"):
+        if not isinstance(check, Mapping) or check.get("status") in (CheckStatus.PASS, CheckStatus.SKIP):
             continue
         device = f" [{check['device']}]" if check.get("device") not in (None, "") else ""
         unit = f" {check['unit']}" if check.get("unit") else ""
@@ -622,8 +619,9 @@ def _wrapped(label: str, text: str, width: int = VERDICT_WIDTH) -> list[str]:
 def verdict_block(attempt: Attempt, summary: Mapping[str, Any] | None) -> list[str]:
     """The verdict of a failing (or erroring) attempt as the short block its task log shows first:
     node, suite, status, code, reason, action, then the failing checks, each folded to fit the width."""
+    not_bad = (CheckStatus.PASS, CheckStatus.SKIP, CheckStatus.WARN)  # an unknown status is shown too
     bad = [c for c in (summary or {}).get("checks") or []
-           if isinstance(c, Mapping) and c.get("status") not in ("pass", "skip", "warn")]
+           if isinstance(c, Mapping) and c.get("status") not in not_bad]
     code = (summary or {}).get("code") or next((c.get("code") for c in bad if c.get("code")), None)
     reason = clean_text(attempt.reason or "(none recorded)")
     lines = [f"Verdict: {str(attempt.status).upper()} on {attempt.node_name}",

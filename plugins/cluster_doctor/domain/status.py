@@ -48,9 +48,22 @@ class Status(enum.StrEnum):
             raise ValueError(f"unknown status {value!r} (expected one of {', '.join(cls)})") from None
 
 
+class CheckStatus(enum.StrEnum):
+    """The status of one check inside a suite's summary (``checks[].status``, the keys of
+    ``check_counts``): the attempt's own pass/fail/error, plus ``warn`` (noted, not failing) and
+    ``skip`` (the check could not run on this node)."""
+
+    PASS = Status.PASS
+    FAIL = Status.FAIL
+    WARN = "warn"
+    ERROR = Status.ERROR
+    SKIP = "skip"
+
+
 EXECUTED = (Status.PASS, Status.FAIL, Status.ERROR)
 NOT_EXECUTED = (Status.TIMEOUT, Status.PREEMPTED, Status.SKIPPED)
 FAILING = (Status.FAIL, Status.ERROR)
+FAILING_CHECKS = (CheckStatus.FAIL, CheckStatus.ERROR)  # a check that failed or could not judge
 
 
 @dataclasses.dataclass(frozen=True)

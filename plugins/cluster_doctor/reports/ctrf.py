@@ -58,7 +58,7 @@ from cluster_doctor.domain.attempts import parse_timestamp
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.payloads import RunSummary
-from cluster_doctor.domain.status import EXECUTED, FAILING, Status
+from cluster_doctor.domain.status import EXECUTED, FAILING, FAILING_CHECKS, CheckStatus, Status
 from cluster_doctor.store import files
 from cluster_doctor.store.files import write_atomic
 
@@ -253,9 +253,9 @@ class _Checks:
     @classmethod
     def of(cls, attempt: Mapping[str, Any]) -> _Checks:
         named = [c for c in attempt.get("checks") or [] if isinstance(c, Mapping) and c.get("name")]
-        return cls(named, failing=[_with_action(c) for c in named if c.get("status") in ("fail", "error")],
-                   warnings=[_with_action(c) for c in named if c.get("status") == "warn"],
-                   not_run=[_with_action(c) for c in named if c.get("status") == "skip"])
+        return cls(named, failing=[_with_action(c) for c in named if c.get("status") in FAILING_CHECKS],
+                   warnings=[_with_action(c) for c in named if c.get("status") == CheckStatus.WARN],
+                   not_run=[_with_action(c) for c in named if c.get("status") == CheckStatus.SKIP])
 
 
 def _extra(attempt: Mapping[str, Any], checks: _Checks, *, newly_failing: bool,

@@ -50,9 +50,10 @@ import hostlist
 
 from cluster_doctor.domain import actions, coverage, suites
 from cluster_doctor.domain import transitions as life
-from cluster_doctor.domain.coverage import STATE_TITLES, STATES
+from cluster_doctor.domain.coverage import STATE_TITLES, STATES, CoverageState
 from cluster_doctor.domain.nodes import compress
 from cluster_doctor.domain.numbers import finite, skip
+from cluster_doctor.domain.peers import PeerVerdictValue
 from cluster_doctor.domain.status import EXECUTED, FAILING, Status
 from cluster_doctor.reports.ctrf import resolve_reports_dir
 from cluster_doctor.reports.daily_slow import slow_blocks, slow_counts, slow_data, slow_line
@@ -285,8 +286,8 @@ def _peers(cur, as_of: dt.datetime, window_days: float) -> dict[str, Any]:
     rows = [r for r in peers.peer_results(cur, since=as_of - dt.timedelta(days=window_days)) if r.finished_at < as_of]
     found = peers.triangulate(rows, model_sizes=peers.model_sizes(cur))
     named = {k: [f"{n} (with {v.peer})" for n, v in sorted(found.items(), key=lambda kv: _node_key(kv[0]))
-                 if v.verdict == k] for k in ("suspect", "fail")}
-    return {"nodes": len(found), "pass": sum(v.verdict == "pass" for v in found.values()),
+                 if v.verdict == k] for k in (PeerVerdictValue.SUSPECT, PeerVerdictValue.FAIL)}
+    return {"nodes": len(found), "pass": sum(v.verdict == PeerVerdictValue.PASS for v in found.values()),
             "suspect": named["suspect"], "fail": named["fail"]}
 
 
@@ -360,7 +361,7 @@ def _failure(r: daily_reads.FailedAttempt, ui_base: str = "/") -> dict[str, Any]
         "dag_id": r.dag_id, "run_id": r.run_id, "map_index": r.map_index,
         "try_number": r.try_number,
         "previous_status": r.previous_status, "previous_finished_at": _iso(r.previous_finished_at),
-        "new": r.previous_status in (None, "pass"),
+        "new": r.previous_status in (None, Status.PASS),
         "checks": [{k: c.get(k) for k in CHECK_FIELDS} for c in checks[:MAX_CHECKS_PER_FAILURE]],
         "checks_total": len(checks),
     }
@@ -383,7 +384,7 @@ def _fleet(pairs: Sequence[daily_reads.PairAsOf], nodes: Sequence[str], tests: S
         per_test[p["test_name"]][state] += 1
         if state in FAILING:
             failing.append(p)
-        elif state in ("stale", "never"):
+        elif state in (CoverageState.STALE, CoverageState.NEVER):
             grouped.setdefault((p["test_name"], state), []).append(p)
     # longest-failing first: the pairs nobody has looked at for days
     far = dt.datetime.max.replace(tzinfo=dt.UTC)
@@ -400,7 +401,7 @@ def _fleet(pairs: Sequence[daily_reads.PairAsOf], nodes: Sequence[str], tests: S
     } for p in failing[:max_rows]]
     groups = []
     for test in tests:
-        for state in ("never", "stale"):
+        for state in (CoverageState.NEVER, CoverageState.STALE):
             members = grouped.get((test, state))
             if not members:
                 continue

@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from cluster_doctor.domain import numbers, suites
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.domain.peers import PeerVerdictValue
 from cluster_doctor.reports import exposition
 from cluster_doctor.reports.pair_families import (  # noqa: F401 - STATES and key_metric_name: this module's too
     PREFIX,
@@ -141,7 +142,7 @@ def peer_family(counts: Mapping[str, int] | None) -> Metric:
         "(blamed by triangulation) or suspect (a failed peer test not yet blamed on either side).",
         labels=["verdict"])
     if counts is not None:
-        for verdict in ("pass", "fail", "suspect"):
+        for verdict in PeerVerdictValue:
             family.add_metric([verdict], float(counts.get(verdict, 0)))
     return family
 

@@ -18,12 +18,13 @@ from typing import Any
 from prometheus_client.metrics_core import GaugeMetricFamily
 
 from cluster_doctor.domain import actions, suites
+from cluster_doctor.domain.coverage import CoverageState
 from cluster_doctor.domain.status import EXECUTED, FAILING
 from cluster_doctor.reports.exposition import Chunk, Series, go
 
 PREFIX = "cluster_doctor"
 # Values of the status label of cluster_doctor_validation_status: the latest executed status, or never.
-STATES = (*EXECUTED, "never")
+STATES = (*EXECUTED, CoverageState.NEVER)
 _RESERVED = {"up", "scrape_duration_seconds", "staleness_threshold_seconds", "node_info", "skipped_values",
              "skipped_values_total"}
 # Positions of the fixed families in PairLayout.families(); the key figures follow.
@@ -112,7 +113,7 @@ class PairLayout:
         """(family position, label values, value) of one pair's samples, its staleness and the node's
         info apart."""
         node, test = pair["node_name"], pair["test_name"]
-        state = pair["status"] if pair["status"] in STATES else "never"
+        state = pair["status"] if pair["status"] in STATES else CoverageState.NEVER
         # Only the current state is exposed (not a 0/1 row per state): a quarter of the series at
         # 5,000 nodes, and `== 1` / `count by (status)` alerting works the same.
         out = [(STATUS, [node, test, state], 1.0)]
@@ -120,7 +121,7 @@ class PairLayout:
             out.append((SINCE, [node, test], pair["since_ts"]))
         if state in FAILING:
             out += [(CODE, [node, test, code], 1.0) for code in pair.get("codes") or ()]
-        if state == "never":
+        if state == CoverageState.NEVER:
             return out
         token = actions.shown(pair.get("action"))
         if token != "none":

@@ -94,7 +94,7 @@ def run_summary(
             continue
         latest = state.get((a.node_name, a.test_name))
         # the failure streak starts with this attempt: the previous executed result was not a failure
-        if latest and latest.get("previous_status") in (None, "pass") and \
+        if latest and latest.get("previous_status") in (None, Status.PASS) and \
                 latest.get("status") == a.status and latest.get("status_since") == latest.get("finished_at"):
             newly_failing.append(_line(a))
     not_eligible: dict[str, list[str]] = {}

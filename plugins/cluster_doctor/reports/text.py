@@ -110,5 +110,7 @@ def md_escape(value: Any) -> str:
     data that reaches a markdown document goes through here."""
     text = plain(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    # a bare URL scheme is still auto-linked by GFM renderers: break the scheme's colon
-    return re.sub(r"(?i)\b(javascript|data|vbscript|file):", r"\1&#58;", text)
+    # a bare URL scheme is still auto-linked by GFM renderers: break the scheme's colon with a backslash
+    # escape, which CommonMark renders as a literal colon (an entity such as &#58; prints as itself
+    # wherever the markdown is shown as text: a chat message, a ticket, a terminal)
+    return re.sub(r"(?i)\b(javascript|data|vbscript|file):", r"\1\\:", text)

@@ -38,7 +38,7 @@ from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.nodes import NodeRange, validate_node_name
 from cluster_doctor.domain.numbers import epoch_time, finite
 from cluster_doctor.domain.status import EXECUTED, Status
-from cluster_doctor.domain.peers import PeerVerdict
+from cluster_doctor.domain.peers import PeerVerdict, PeerVerdictValue
 from cluster_doctor.store import (baselines, database, fail_slow, fleet_state, inventory, peers, reservations, suspects,
                                   trend, verdicts)
 from cluster_doctor.store.fleet_state import MODEL_EXPR
@@ -437,7 +437,7 @@ class FleetQueries:
 
     def peer_counts(self) -> dict[str, int]:
         """Peer-tested nodes by verdict (pass, fail, suspect), every verdict present."""
-        counts = dict.fromkeys(("pass", "fail", "suspect"), 0)
+        counts = dict.fromkeys(PeerVerdictValue, 0)
         for v in self.peer_verdicts().values():
             counts[v.verdict] += 1
         return counts

@@ -11,7 +11,7 @@ from typing import Any
 from cluster_doctor.domain.actions import SLOW_ACTION
 from cluster_doctor.domain.fail_slow import SLOW
 from cluster_doctor.domain.quarantine import Failure
-from cluster_doctor.domain.status import Status
+from cluster_doctor.domain.status import CheckStatus, Status
 from cluster_doctor.domain.transitions import RepeatOffender, Transition
 from cluster_doctor.store import database, fail_slow, transitions
 
@@ -32,7 +32,7 @@ VERDICT_NODES_SQL = "SELECT DISTINCT node_name FROM validation_latest_verdicts W
 
 
 def _failed_checks(checks: Any) -> str:
-    names = sorted({c.get("name") for c in checks or [] if isinstance(c, dict) and c.get("status") == "fail"
+    names = sorted({c.get("name") for c in checks or [] if isinstance(c, dict) and c.get("status") == CheckStatus.FAIL
                     and isinstance(c.get("name"), str)})
     return ",".join(names) or "fail"
 

@@ -43,7 +43,7 @@ from cluster_doctor.domain.nodes import (
     parse_node_range,
     validate_node_name,
 )
-from cluster_doctor.domain.status import FAILING
+from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports import charts, metrics, text
 from cluster_doctor.reports.templating import environment
 from cluster_doctor.store import database, fail_slow, fleet, inventory, transitions
@@ -255,9 +255,9 @@ def cell_title(now: dt.datetime, test: str, cell: Mapping[str, Any] | None) -> s
         if cell.get("finished_at") != since or cell.get("stale"):
             stale = " · STALE" if cell.get("stale") else ""
             lines.append(f"last run {format_ts(cell.get('finished_at'))}{stale}")
-        if cell.get("reason") and (cell["status"] != "pass" or cell.get("incomplete")):
+        if cell.get("reason") and (cell["status"] != Status.PASS or cell.get("incomplete")):
             lines.append(_clip(cell["reason"], 300))  # a clean pass says "all checks passed": noise
-        if cell["status"] != "pass":
+        if cell["status"] != Status.PASS:
             lines.append(f"recommended action: {actions.shown(cell.get('action'))}")
     else:
         lines.append(f"{test}: never executed")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 from jsonschema import Draft202012Validator
+
+from tests.support.fake_tools import shell_tool
 
 ROOT = Path(__file__).resolve().parents[3]
 SUITES_DIR = ROOT / "include" / "suites"
@@ -120,12 +121,7 @@ def fake_tool(tmp_path):
     """An executable shell script standing in for a real tool."""
 
     def make(name: str, body: str) -> Path:
-        d = tmp_path / "bin"
-        d.mkdir(exist_ok=True)
-        p = d / name
-        p.write_text("#!/bin/sh\n" + body + "\n")
-        p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        return p
+        return Path(shell_tool(tmp_path / "bin", name, body))
 
     return make
 

@@ -9,7 +9,6 @@ import dataclasses
 import os
 import re
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from cluster_doctor_suites import codes, dl_unit, gpu_health, ib_health, nccl_lo
 from cluster_doctor_suites.dl.devices import current_device
 from tests.support import catalog_gpu_cases as gpu29
 from tests.support import catalog_judged_cases as judged
+from tests.support.fault_hooks import rank1_wrong_value
+from tests.support.fake_tools import shell_tool
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAULTS_MD = Path(__file__).resolve().parents[3] / "include" / "suites" / "FAULTS.md"
@@ -38,14 +39,6 @@ class Fault:
     check_status: str | None = None  # when the check's status differs from the verdict (skip / warn)
     action: str | None = None  # the recommended action the finding carries (codes.yaml, or its own)
     args: tuple = ()  # extra command-line arguments of the case
-
-
-def _tool(bindir: Path, name: str, body: str) -> str:
-    bindir.mkdir(exist_ok=True)
-    p = bindir / name
-    p.write_text("#!/bin/sh\n" + body + "\n")
-    p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return str(p)
 
 
 # ---------------------------------------------------------------------------------------- gpu_health
@@ -187,11 +180,11 @@ def _run_gpu_health(run_inproc, tmp_path, fault: Fault):
         smi_out, smi_rc = FIXTURES / "smi" / "nvidia-smi_gpu_lost_owod81.txt", 15
     nvlink = tmp_path / "nvlink.txt"
     nvlink.write_text(_nvlink(fault.id))
-    smi = _tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{smi_out}"; exit {smi_rc} ;; nvlink) cat "{nvlink}" ;; *) exit 3 ;; esac')
+    smi = shell_tool(bindir, "nvidia-smi", f'case "$1" in -q) cat "{smi_out}"; exit {smi_rc} ;; nvlink) cat "{nvlink}" ;; *) exit 3 ;; esac')
     log = tmp_path / "kmsg"
     log.write_text(_kernel_log(fault.id))
     dmesg_rc = 1 if fault.id == "kernel_log_unreadable" else 0
-    dmesg = _tool(bindir, "dmesg", f'cat "{log}" {">&2" if dmesg_rc else ""}; exit {dmesg_rc}')
+    dmesg = shell_tool(bindir, "dmesg", f'cat "{log}" {">&2" if dmesg_rc else ""}; exit {dmesg_rc}')
     args = ["--source", "nvidia-smi", "--nvidia-smi", smi, "--dmesg", dmesg, "--xid-window-hours", "24", *fault.args]
     args += ["--expected-gpus", "2" if fault.id == "gpu_count_low" else "1"]
     return run_inproc(gpu_health, *args, *_dcgmi(tmp_path, bindir, fault.id))
@@ -235,7 +228,7 @@ def _dcgmi(tmp_path, bindir, fid: str) -> list[str]:
             return ["--dcgmi", "dcgmi-not-installed"]
         out = table
     (tmp_path / "dcgm.txt").write_text(out)
-    return ["--dcgmi", _tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
+    return ["--dcgmi", shell_tool(bindir, "dcgmi", f'case " $* " in *" -j "*) echo "PARSE ERROR: Argument: -j" >&2; exit 1 ;; '
                                               f'*) cat "{tmp_path / "dcgm.txt"}"; exit {rc} ;; esac')]
 
 
@@ -412,21 +405,9 @@ NCCL_FAULTS = [
 def _run_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault):
     fid = fault.id
     if fid == "nccl_wrong_values_rank1":
-        (tmp_path / "cd_catalog_rank1.py").write_text(
-            "import torch.distributed as dist\n"
-            "def install(rank, world):\n"
-            "    if rank != 1:\n"
-            "        return\n"
-            "    orig = dist.all_reduce\n"
-            "    def corrupt(t, *a, **kw):\n"
-            "        out = orig(t, *a, **kw)\n"
-            "        if t.numel() > 1000:\n"
-            "            t.view(-1)[123] += 1.0\n"
-            "        return out\n"
-            "    dist.all_reduce = corrupt\n"
-        )
+        hook = rank1_wrong_value(tmp_path, "cd_catalog_rank1")
         monkeypatch.syspath_prepend(str(tmp_path))
-        monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", "cd_catalog_rank1:install")
+        monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", hook)
         return run_inproc(nccl_loopback, "--device", "cpu", "--cpu-ranks", "2")
     fixture, rc = {
         # NCCL 2.16.5 without libibverbs (nccl-tests#131); that run ended with wrong values: exit 1
@@ -453,7 +434,7 @@ def _run_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault):
         # channel lines alone, or a head that stops before the table: nccl-tests#252's table follows
         needs_table = "all_reduce_perf" not in fixture or fid == "nccl_isolation_unproven"
         table = f'; cat "{FIXTURES / "nccl" / "all_reduce_perf_ok_nccl-tests252.txt"}"' if needs_table else ""
-        binary = _tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"{table}; exit {rc}')
+        binary = shell_tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"{table}; exit {rc}')
     return run_inproc(nccl_loopback, "--device", "cuda", "--expected-gpus", "8", "--impl", "nccl-tests",
                       "--all-reduce-perf", binary, *fault.args)
 
@@ -493,7 +474,7 @@ def _run_storage(run_inproc, tmp_path, fault: Fault):
         stdout = tmp_path / "eio.json"
         stdout.write_text(text)
     body = f'cat "{stdout}"' + (f'; cat "{stderr}" >&2' if stderr else "") + f"; exit {rc}"
-    fio = _tool(tmp_path / "bin", "fio", f'case "$1" in --version) echo fio-3.33 ;; --enghelp) echo psync ;; *) {body} ;; esac')
+    fio = shell_tool(tmp_path / "bin", "fio", f'case "$1" in --version) echo fio-3.33 ;; --enghelp) echo psync ;; *) {body} ;; esac')
     if fault.id == "storage_not_mounted":
         fio = shutil.which("fio") or "fio"  # the real one: the mount is judged after `fio --version`
     args = ["--device", "cpu", "--fio", "fio-not-installed" if fault.id == "fio_missing" else fio, *fault.args]
@@ -543,7 +524,7 @@ def _run_nvbw(run_inproc, tmp_path, fault: Fault):
         body, rc = f'cat "{NVB / "issue34_8xA100-SXM4-80GB_v0.7_verification_failed.txt"}"', 1
     elif fault.id == "nvbw_no_peer_access":  # two GPUs without peer mapping: waived, exit 0
         body, gpus = f'cat "{NVB / "issue13_2xRTX2080Ti_v0.2_waiving_d2d_write_ce.txt"}"', "2"
-    tool = _tool(tmp_path / "bin", "nvbandwidth", f"{body}\nexit {rc}")
+    tool = shell_tool(tmp_path / "bin", "nvbandwidth", f"{body}\nexit {rc}")
     testcases = NVB_WRITE if fault.id == "nvbw_no_peer_access" else f"{NVB_WRITE},{NVB_H2D}"
     return run_inproc(nvbandwidth, "--nvbandwidth", "nvbandwidth-not-installed" if fault.id == "nvbw_missing" else tool,
                       "--testcases", testcases, "--gpu-model", model, "--expected-gpus", gpus, *fault.args)
@@ -607,7 +588,7 @@ def _run_ib(run_inproc, tmp_path, h, fault: Fault):
         root = h.roce_ib_tree(tmp_path)
         stats = tmp_path / "ethtool.txt"
         stats.write_text((FIXTURES / "ib" / "ethtool-S_mlx5_connectx4_ethq8_excerpt.txt").read_text())
-        args += ["--ib-hca", ROCE_400G, "--ethtool", _tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')]
+        args += ["--ib-hca", ROCE_400G, "--ethtool", shell_tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')]
         run_inproc(ib_health, "--sysfs-root", str(root), *args)
         stats.write_text(stats.read_text().replace("symbol_err: 0", "symbol_err: 3"))
         return run_inproc(ib_health, "--sysfs-root", str(root), *args)
@@ -634,7 +615,7 @@ def _ib_first_sample_errors(run_inproc, tmp_path, h, args):
     errors of a ConnectX-6 Dx port with an optic it would not drive."""
     root = h.roce_ib_tree(tmp_path)
     stats = FIXTURES / "ib" / "ethtool-S_grep_err_cx6dx_100g_crc_symbol_13M_excerpt.txt"
-    tool = _tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')
+    tool = shell_tool(tmp_path / "bin", "ethtool", f'cat "{stats}"')
     return run_inproc(ib_health, "--sysfs-root", str(root), *args, "--ib-hca", ROCE_400G, "--ethtool", tool)
 
 
@@ -700,7 +681,7 @@ def _ib_topology_storage_hides_missing_rail(run_inproc, tmp_path, h, args):
     devices = h.h100_pci(root)
     h.place_hca(root, "mlx5_2", f"0000:{h.DGX_H100_STORAGE[0]}:00.0")
     shutil.rmtree(root / "mlx5_6")
-    smi = h.h100_nvidia_smi(lambda name, body: Path(_tool(tmp_path / "bin", name, body)))
+    smi = h.h100_nvidia_smi(lambda name, body: Path(shell_tool(tmp_path / "bin", name, body)))
     with mock.patch.dict(os.environ, {"PATH": f"{smi}:{os.environ['PATH']}"}):
         ns = run_inproc(ib_health, "--sysfs-root", str(root), "--pci-root", str(devices), *args)
     c = next(c for c in ns.result["checks"] if c["name"] == "ib_hca_count")
@@ -754,7 +735,7 @@ def _count_nccl(run_inproc, monkeypatch, tmp_path, fault: Fault, h):
                "nccl_prefix_selector_missing_rails": "all_reduce_perf_one_hca_of_8_derived.txt"}[fault.id]
     inv = [{"index": i, "name": H100, "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0"} for i in range(8)]
     monkeypatch.setattr(nccl_loopback, "visible_gpus", lambda ctx: (8, inv, "CUDA"))
-    binary = _tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"; exit 0')
+    binary = shell_tool(tmp_path / "bin", "all_reduce_perf", f'cat "{FIXTURES / "nccl" / fixture}"; exit 0')
     return run_inproc(nccl_loopback, "--device", "cuda", "--expected-gpus", "8", "--impl", "nccl-tests",
                       "--all-reduce-perf", binary, "--sysfs-root", str(tmp_path / "no-sysfs"), *fault.args)
 

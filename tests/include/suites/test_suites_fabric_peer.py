@@ -18,6 +18,8 @@ from cluster_doctor_suites import fabric_peer, parsers
 from cluster_doctor_suites.checkers import ib_write_bw
 from cluster_doctor_suites.baselines import Baselines
 
+from tests.support.fault_hooks import rank1_wrong_value
+
 PERFTEST = Path(__file__).resolve().parent / "fixtures" / "perftest"
 NCCL = Path(__file__).resolve().parent / "fixtures" / "nccl"
 HEALTHY = "ib_write_bw_a_report_gbits_100g_roce_client_cloud-native-docs.txt"
@@ -88,20 +90,8 @@ def test_a_peer_that_never_comes_is_an_error_with_every_check_not_run(run_inproc
 def test_wrong_values_on_one_node_fail_both(tmp_path, h):
     """CPU-mode fault hook: the collective hands the client (rank 1) one wrong element; the server's
     own values are right, and it fails too, naming the node that saw it."""
-    (tmp_path / "cd_peer_fault.py").write_text(
-        "import torch.distributed as dist\n"
-        "def install(rank, world):\n"
-        "    if rank != 1:\n"
-        "        return\n"
-        "    orig = dist.all_reduce\n"
-        "    def corrupt(t, *a, **kw):\n"
-        "        out = orig(t, *a, **kw)\n"
-        "        if t.numel() > 1000:\n"
-        "            t.view(-1)[77] += 1.0\n"
-        "        return out\n"
-        "    dist.all_reduce = corrupt\n"
-    )
-    runs = _two_processes(tmp_path, h, {"CLUSTER_DOCTOR_CPU_FAULT_HOOK": "cd_peer_fault:install",
+    hook = rank1_wrong_value(tmp_path, "cd_peer_fault", index=77)
+    runs = _two_processes(tmp_path, h, {"CLUSTER_DOCTOR_CPU_FAULT_HOOK": hook,
                                         "PYTHONPATH": str(tmp_path)})
     for node, (rc, summary, result, tail) in runs.items():
         bad = [c for c in _by(result, "allreduce_values") if c["status"] == "fail"]

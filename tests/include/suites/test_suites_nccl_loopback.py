@@ -8,6 +8,8 @@ import pytest
 from cluster_doctor_suites import nccl_loopback, nccl_worker, parsers
 from cluster_doctor_suites.harness.checks import SuiteError
 
+from tests.support.fault_hooks import rank1_wrong_value
+
 H100 = "NVIDIA H100 80GB HBM3"
 
 
@@ -186,21 +188,9 @@ def test_exit_7_with_a_clean_table_is_a_failure_not_a_pass(run_inproc, monkeypat
 def test_wrong_value_seen_only_by_rank_1_fails(run_inproc, monkeypatch, h, tmp_path):
     """CPU-mode fault hook: the collective hands rank 1 (only) one wrong element, as a flaky link or
     HCA would; rank 0's values are right, so judging rank 0 alone would pass."""
-    (tmp_path / "cd_fault_rank1.py").write_text(
-        "import torch.distributed as dist\n"
-        "def install(rank, world):\n"
-        "    if rank != 1:\n"
-        "        return\n"
-        "    orig = dist.all_reduce\n"
-        "    def corrupt(t, *a, **kw):\n"
-        "        out = orig(t, *a, **kw)\n"
-        "        if t.numel() > 1000:\n"
-        "            t.view(-1)[123] += 1.0\n"
-        "        return out\n"
-        "    dist.all_reduce = corrupt\n"
-    )
+    hook = rank1_wrong_value(tmp_path, "cd_fault_rank1")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", "cd_fault_rank1:install")
+    monkeypatch.setenv("CLUSTER_DOCTOR_CPU_FAULT_HOOK", hook)
     ns = run_inproc(nccl_loopback, "--device", "cpu", "--cpu-ranks", "2")
     h.check_artifacts(ns, status="fail", suite="nccl_loopback")
     bad = h.failing(ns, "allreduce_values")

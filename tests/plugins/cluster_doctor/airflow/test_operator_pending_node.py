@@ -3,18 +3,17 @@ Kubernetes API emulator with the real provider and client."""
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
-import types
 
 import pytest
 from airflow.sdk.exceptions import AirflowSkipException
-from cluster_doctor.airflow.operator import NodeValidationPodOperator, VerdictFailed
-from cluster_doctor.domain.config import Settings
+from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.kube import pod_lifecycle
 
 from tests.support.emulator import FAST
+from tests.support.operator import operator as pod_operator
+from tests.support.operator import run
 
 NS = "cluster-doctor"
 POD_SELECTOR = "app.kubernetes.io/name=cluster-doctor"
@@ -33,37 +32,10 @@ def cluster(operator_cluster, monkeypatch):
     return operator_cluster
 
 
-class FakeTI:
-    def __init__(self):
-        self.dag_id, self.task_id, self.run_id = "continuous_validation", "validate", "manual__2026-11-22T10:00:00+00:00"
-        self.map_index, self.try_number = 0, 1
-        self.xcom: dict[str, object] = {}
-
-    def xcom_push(self, key, value):
-        self.xcom[key] = value
-
-
-def run(op: NodeValidationPodOperator):
-    ti = FakeTI()
-    context = {"ti": ti, "run_id": ti.run_id, "dag": types.SimpleNamespace(dag_id=ti.dag_id)}
-    written = []
-    op._write = written.append
-    try:
-        op.execute(context)
-        raised = None
-    except (VerdictFailed, AirflowSkipException) as exc:
-        raised = exc
-    return written, raised
-
-
 def operator(**settings) -> NodeValidationPodOperator:
     # claims are checked only every 60 s and the pending window is 60 s: only the node check can end
     # the wait within the seconds these tests allow
-    settings = {"availability_check_s": 60, "pending_timeout_s": 60, "suite_device": "cpu", **settings}
-    run_config = {"settings": Settings(**settings).to_dict(), "configmap": "cluster-doctor-suites-0",
-                  "suite_version": "sha256:0000000000000000", "suite_files": ["__init__.py"]}
-    op = NodeValidationPodOperator(task_id="validate", node_name="gpu-001", test_name="gpu_health", gpu_count=8,
-                                   planned_at=dt.datetime.now(dt.UTC).isoformat(), run_config=run_config)
+    op = pod_operator(**{"availability_check_s": 60, "pending_timeout_s": 60, **settings})
     op.startup_check_interval_seconds = 1  # the provider's poll of our pod (5 s in production): tests stay short
     return op
 
@@ -89,7 +61,7 @@ def when_our_pod_is_pending(cluster, change) -> threading.Thread:
 ], ids=["not-ready", "unreachable", "cordoned", "taint", "deleted"])
 def test_a_node_going_away_while_ours_is_pending_ends_the_wait_at_once(cluster, change, cause):
     changed = when_our_pod_is_pending(cluster, lambda: change(cluster))
-    written, raised = run(operator())
+    _, written, _, raised = run(operator())
     changed.join(5)
     assert isinstance(raised, AirflowSkipException)  # the task ends: its pool slot is free
     (attempt,) = written
@@ -103,7 +75,7 @@ def test_a_node_going_away_while_ours_is_pending_ends_the_wait_at_once(cluster, 
 def test_a_tolerated_taint_does_not_end_the_wait(cluster):
     changed = when_our_pod_is_pending(cluster, lambda: cluster.patch_node(
         "gpu-001", taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]))
-    written, _ = run(operator(pending_timeout_s=4))
+    _, written, _, _ = run(operator(pending_timeout_s=4))
     changed.join(5)
     (attempt,) = written
     assert attempt.status == "timeout" and SCHEDULER_SAYS in attempt.reason
@@ -126,7 +98,7 @@ def test_events_of_our_own_deletion_never_become_the_cause(cluster):
 
     thread = threading.Thread(target=warn_after_deletion, daemon=True)
     thread.start()
-    written, _ = run(operator(pending_timeout_s=3))
+    _, written, _, _ = run(operator(pending_timeout_s=3))
     thread.join(10)
     (attempt,) = written
     assert attempt.status == "timeout" and SCHEDULER_SAYS in attempt.reason
@@ -138,7 +110,7 @@ def test_the_pre_submit_check_reads_the_node_and_its_pods_only(cluster):
     cluster.bulk_generate(nodes=50, pods=800, seed=2)
     cluster.cordon("gpu-001")
     cluster.reset_counters()
-    written, _ = run(operator())
+    _, written, _, _ = run(operator())
     (attempt,) = written
     assert attempt.status == "skipped" and "the node is cordoned (spec.unschedulable) since planning; no pod created" in attempt.reason
     # the node said no, its pods were not even listed; the one list is the provider's look for a pod to
@@ -147,7 +119,7 @@ def test_the_pre_submit_check_reads_the_node_and_its_pods_only(cluster):
     cluster.cordon("gpu-001", False)
     cluster.add_user_pod("gpu-001", gpus=8, name="trainer", namespace="default")
     cluster.reset_counters()
-    written, _ = run(operator())
+    _, written, _, _ = run(operator())
     assert "no longer free (default/trainer requests 8" in written[0].reason
     reads = cluster.counters()["list_reads"]
     # the provider's reattach look (our namespace: empty) and the guard's read of the node's one pod,

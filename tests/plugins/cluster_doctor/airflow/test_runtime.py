@@ -4,6 +4,8 @@ import pytest
 from cluster_doctor.airflow import runtime
 from cluster_doctor.store import database
 
+from tests.support.retries import FakeTime, api_server_timed_out
+
 
 def test_a_missing_airflow_connection_is_one_line(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_CONN_FOR_TESTS", raising=False)
@@ -40,33 +42,11 @@ def test_core_v1_is_the_providers_client_with_every_call_retried(monkeypatch, ca
         assert len([r for r in caplog.records if r.name == retry.__name__]) == 2  # ours, not urllib3's
 
 
-def _api_server_timed_out():
-    """What a task gets from the Task SDK when the supervisor's calls to the execution API timed out (as
-    Airflow's supervisor builds it, execution_time/supervisor.py handle_requests)."""
-    from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
-    from airflow.sdk.execution_time.comms import ErrorResponse
-
-    return AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
-        "status_code": None, "message": "timed out", "exception_type": "ReadTimeout"}))
-
-
-class FakeTime:
-    def __init__(self):
-        self.now, self.sleeps = 0.0, []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def test_reach_waits_for_a_service_that_is_not_up_yet_and_says_so_at_each_wait(caplog, capsys):
     import logging
     import re
 
-    answers = [_api_server_timed_out(), ConnectionRefusedError(111, "Connection refused"), "the DAG"]
+    answers = [api_server_timed_out(), ConnectionRefusedError(111, "Connection refused"), "the DAG"]
 
     def call():
         answer = answers.pop(0)

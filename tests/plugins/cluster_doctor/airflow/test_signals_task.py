@@ -17,6 +17,8 @@ from cluster_doctor.domain.signals import Evidence
 from cluster_doctor.store import reservations, suspects
 from k8s_emulator import EmulatorProcess
 
+from tests.support.retries import FakeTime, api_server_timed_out
+
 NOW = dt.datetime(2026, 11, 28, 12, 10, tzinfo=dt.UTC)  # when the test's discoveries started
 TESTS = ["gpu_health", "dl_unit"]
 
@@ -144,13 +146,9 @@ class SlowApiServer:
         self.timeouts, self.calls = timeouts, 0
 
     def _answer(self, value):
-        from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
-        from airflow.sdk.execution_time.comms import ErrorResponse
-
         self.calls += 1
         if self.calls <= self.timeouts:
-            raise AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR, detail={
-                "status_code": None, "message": "timed out", "exception_type": "ReadTimeout"}))
+            raise api_server_timed_out()
         return value
 
     def get_dag(self, dag_id):
@@ -160,18 +158,6 @@ class SlowApiServer:
 
     def get_dr_count(self, dag_id, states):
         return self._answer(0)
-
-
-class FakeTime:
-    def __init__(self):
-        self.now, self.sleeps = 0.0, []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def _connections(monkeypatch, emu, store):

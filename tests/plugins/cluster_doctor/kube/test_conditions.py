@@ -15,6 +15,8 @@ from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.conditions import CONDITION_TYPE, ConditionPolicy
 from cluster_doctor.kube import conditions as c
 
+from tests.support.emulator import gpu_fleet
+
 REPO = pathlib.Path(__file__).resolve().parents[4]
 TESTS = ["gpu_health", "ib_health"]
 NOW = dt.datetime(2026, 3, 10, 12, tzinfo=dt.UTC)
@@ -34,10 +36,7 @@ def rules(path: str) -> list[dict]:
 
 @pytest.fixture
 def cluster(emulator):
-    emulator.reset()
-    for i in range(1, 21):
-        emulator.add_gpu_node(f"gpu-{i:03d}")
-    emulator.add_gpu_node("cpu-001", gpus=0)
+    gpu_fleet(emulator, 20, cpu_nodes=1)
     # the Airflow side holds the discovery role and the opt-in conditions role, nothing else
     emulator.configure(rbac_rules=rules("include/k8s/rbac-cluster.yaml") + rules("include/k8s/conditions/conditions-rbac.yaml"))
     emulator.reset_counters()

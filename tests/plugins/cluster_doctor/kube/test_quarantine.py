@@ -10,6 +10,8 @@ import pytest
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.kube import quarantine as q
 
+from tests.support.emulator import gpu_fleet
+
 TESTS = ["gpu_health", "nccl_loopback"]
 NOW = dt.datetime(2026, 3, 10, 12, tzinfo=dt.UTC)
 FAILED_CHECK = [{"name": "nccl_busbw", "status": "fail", "value": 310.2, "unit": "GB/s", "threshold": ">= 460",
@@ -20,10 +22,7 @@ FAILED_CHECK = [{"name": "nccl_busbw", "status": "fail", "value": 310.2, "unit":
 
 @pytest.fixture
 def cluster(emulator):
-    emulator.reset()
-    for i in range(1, 21):
-        emulator.add_gpu_node(f"gpu-{i:03d}")
-    emulator.add_gpu_node("cpu-001", gpus=0)
+    gpu_fleet(emulator, 20, cpu_nodes=1)
     emulator.reset_counters()
     return emulator
 

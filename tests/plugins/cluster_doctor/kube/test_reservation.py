@@ -15,6 +15,8 @@ from cluster_doctor.kube import podspec
 from cluster_doctor.kube import reservation as r
 from cluster_doctor.store import reservations as rows
 
+from tests.support.emulator import gpu_fleet
+
 TESTS = ["gpu_health", "dl_unit"]
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 DUE = due.Policy(staleness=dt.timedelta(days=5.5))
@@ -28,9 +30,7 @@ pytestmark = pytest.mark.emulator(settings={"scheduler_interval": 0.05})
 
 @pytest.fixture
 def cluster(emulator):
-    emulator.reset()
-    for i in range(1, 7):
-        emulator.add_gpu_node(f"gpu-{i:03d}")
+    gpu_fleet(emulator, 6)
     emulator.reset_counters()
     return emulator
 

@@ -4,6 +4,7 @@ daily report, the suites' check messages)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from cluster_doctor.reports import text
@@ -47,3 +48,28 @@ def test_the_suites_say_an_age_as_the_library_does(seconds):
     from cluster_doctor_suites.harness.text import ago_h
 
     assert ago_h(seconds / 3600) == f"{text.duration(seconds)} ago"
+
+
+HOSTILE_SCHEMES = ["javascript:alert(1)", "see JavaScript:void(0) now", "[x](javascript:alert(1))",
+                   "<javascript:alert(1)>", "data:text/html,<b>x</b>", "vbscript:msgbox", "file:///etc/passwd"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_SCHEMES)
+def test_md_escape_breaks_a_scheme_with_a_backslash_not_an_entity(value):
+    """An entity (&#58;) prints as itself wherever the markdown is read as text (a chat message, a
+    terminal); a backslash escape reads as a colon once rendered and never forms a scheme."""
+    escaped = text.md_escape(value)
+    assert "&#58;" not in escaped
+    assert not re.search(r"(?i)(javascript|data|vbscript|file):", escaped)
+    assert re.search(r"(?i)(javascript|data|vbscript|file)\\:", escaped)
+
+
+@pytest.mark.parametrize("value", HOSTILE_SCHEMES)
+def test_md_escape_renders_as_the_literal_text_without_a_link(value):
+    markdown_it = pytest.importorskip("markdown_it")
+    pytest.importorskip("linkify_it")  # the gfm-like preset auto-links bare URLs with it
+    html = markdown_it.MarkdownIt("gfm-like").render(text.md_escape(value))
+    assert "<a " not in html and "<img" not in html
+    # the reader sees the colon (and the brackets), not an escape or an entity
+    shown = re.sub(r"<[^>]+>", "", html).strip()
+    assert shown == value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
