@@ -1,11 +1,14 @@
 """The tests' one clock: where a test that compares times with the clock gets its ``now``.
 
 A test seeds relative to ``now()`` (or passes it to the code under test), never at a fixed date the real
-clock will pass. Nobody has to remember that: ``tests/test_clock.py`` runs every test again with the clock
-moved (``CLUSTER_DOCTOR_TEST_CLOCK``) — in ``make test`` a month ahead and to just before midnight UTC,
-in ``make test-slow`` also to just before the hour turns and a year ahead — unless the test carries
-``@pytest.mark.real_clock("why")``, or lives in one of the few folders of ``REAL_CLOCK_FOLDERS``
-(the folders of ``MOVED_IN_SLOW_ONLY`` run moved in ``make test-slow`` only).
+clock will pass. Nobody has to remember that: ``make test`` runs every test with the clock moved
+(``CLUSTER_DOCTOR_TEST_CLOCK``) a month ahead and to just before midnight UTC — ``tests/test_clock.py``
+starts that run, and ``make test``'s own session leaves those tests to it (``runs_moved_in_make_test``) —
+unless the test carries ``@pytest.mark.real_clock("why")``, or lives in one of the few folders of
+``REAL_CLOCK_FOLDERS`` (the folders of ``MOVED_IN_SLOW_ONLY`` run moved in ``make test-slow`` only).
+``make test-slow`` runs them again on the real clock, to just before the hour turns and a year ahead.
+A test run on its own (``pytest tests/.../test_x.py``) keeps the real clock: a fixture its author dated
+today passes there and fails ``make test`` at once, not a month later.
 
 A moved run moves the clock of every Python process, by one offset: time-machine moves it in the pytest
 process and in every Python program it starts (``clock_site/sitecustomize.py``, which a hook ``make .venv``
@@ -126,6 +129,17 @@ def hook_installed() -> bool:
     import sysconfig
 
     return (pathlib.Path(sysconfig.get_paths()["purelib"]) / HOOK).exists()
+
+
+# make test's moved run; a session that runs it leaves the tests it covers to it (each test runs once).
+MOVED_RUN_TEST = "tests/test_clock.py::test_the_suite_passes_with_the_clock_moved"
+
+
+def runs_moved_in_make_test(nodeid: str, marker_reason: str | None) -> bool:
+    """Whether make test's moved run (``IN_MAKE_TEST``) runs this test."""
+    path = nodeid.split("::", 1)[0]
+    return (real_clock_reason(nodeid, marker_reason) is None
+            and not any(path.startswith(folder) for folder in MOVED_IN_SLOW_ONLY))
 
 
 def real_clock_reason(nodeid: str, marker_reason: str | None) -> str | None:

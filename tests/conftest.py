@@ -231,7 +231,7 @@ def _run_first(item) -> int:
     return next((i for i, prefix in enumerate(RUN_FIRST) if path.startswith(prefix)), len(RUN_FIRST))
 
 
-def _keeps_the_real_clock(item) -> str | None:
+def _marker_reason(item) -> str | None:
     mark = item.get_closest_marker(clock.MARKER)
     reason = None
     if mark is not None:
@@ -239,16 +239,27 @@ def _keeps_the_real_clock(item) -> str | None:
         if not isinstance(reason, str) or not reason.strip():
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{clock.MARKER} needs its reason, e.g. "
                                     f'@pytest.mark.{clock.MARKER}("compares with a server that keeps the real clock")')
-    return clock.real_clock_reason(item.nodeid, reason)
+    return reason
 
 
+def _deselect(config, items, gone) -> None:
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        dropped = set(map(id, gone))
+        items[:] = [item for item in items if id(item) not in dropped]
+
+
+# Last, after -m and -k have chosen: whether make test's moved run is among the chosen decides what it takes.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_run_first)  # stable: a file's tests keep their order
-    real = [item for item in items if _keeps_the_real_clock(item) is not None]
-    if MOVED and real:  # a moved run runs every test but those that say why they cannot
-        config.hook.pytest_deselected(items=real)
-        kept = set(map(id, real))
-        items[:] = [item for item in items if id(item) not in kept]
+    if MOVED:  # a moved run runs every test but those that say why they cannot
+        _deselect(config, items, [item for item in items
+                                  if clock.real_clock_reason(item.nodeid, _marker_reason(item)) is not None])
+    elif any(item.nodeid == f"{clock.MOVED_RUN_TEST}[{clock.IN_MAKE_TEST[0]}]" for item in items):
+        # make test: the tests its moved run runs, it runs there only
+        _deselect(config, items, [item for item in items
+                                  if clock.runs_moved_in_make_test(item.nodeid, _marker_reason(item))])
     missing = set(missing_tools())
     for item in items:
         for mark in item.iter_markers("requires_tool"):
@@ -293,6 +304,11 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter):
+    for reports in terminalreporter.stats.values():  # the moved (and real-clock) runs' own counts
+        for report in reports:
+            for key, line in getattr(report, "user_properties", ()):
+                if key == "clock_run" and getattr(report, "when", "call") == "call":
+                    terminalreporter.write_line(line, bold=True)
     line = _tools_line()
     if line:
         skipped = [r for r in terminalreporter.stats.get("skipped", [])

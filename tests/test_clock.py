@@ -1,7 +1,8 @@
-"""Tests pass on any date and at any minute: every test runs again here with the clock moved — a month
-ahead and to just before midnight UTC in ``make test``, to just before the hour and a year ahead in
-``make test-slow`` — but those that say why they keep the real clock (tests/clock.py: time-machine in the
-pytest process and in every Python program it starts)."""
+"""Tests pass on any date and at any minute: every test runs here with the clock moved — a month ahead and
+to just before midnight UTC in ``make test`` (whose own session leaves these tests to this run), to just
+before the hour and a year ahead in ``make test-slow``, which runs them on the real clock too — but those
+that say why they keep the real clock (tests/clock.py: time-machine in the pytest process and in every
+Python program it starts)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,39 @@ def test_only_the_named_folders_and_marked_tests_keep_the_real_clock():
     assert clock.real_clock_reason("tests/plugins/x.py::test_y", "a server of its own") == "a server of its own"
 
 
+def test_what_the_moved_run_runs_is_everything_but_the_real_clocks_and_the_slow_runs_folders():
+    assert clock.runs_moved_in_make_test("tests/plugins/cluster_doctor/domain/test_results.py::test_x", None)
+    assert clock.runs_moved_in_make_test("tests/include/suites/test_x.py::test_y[a]", None)
+    assert not clock.runs_moved_in_make_test("tests/plugins/x.py::test_y", "a server of its own")
+    assert not clock.runs_moved_in_make_test("tests/e2e/test_backfill.py::test_x", None)
+    assert not clock.runs_moved_in_make_test("tests/tools/test_stack.py::test_x", None)
+
+
+def test_a_session_that_runs_the_moved_run_leaves_its_tests_to_it(tmp_path):
+    """Each test runs once in make test: its own session keeps the real-clock and slow-run folders' tests
+    and the moved run itself; alone, a test file keeps every test (and the real clock)."""
+    tests = tmp_path / "tests"
+    for rel, body in {"test_clock.py": "import pytest\n\n@pytest.mark.real_clock('it starts the moved run')\n"
+                                       f"@pytest.mark.parametrize('spec', [{clock.IN_MAKE_TEST[0]!r}])\n"
+                                       "def test_the_suite_passes_with_the_clock_moved(spec):\n    pass\n",
+                      "plugins/test_library.py": "def test_library():\n    pass\n",
+                      "e2e/test_dagrun.py": "def test_dagrun():\n    pass\n",
+                      "tools/test_tool.py": "def test_tool():\n    pass\n"}.items():
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).write_text(body)
+
+    def collected(*extra: str) -> set[str]:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                              "--rootdir", str(tmp_path), "-c", os.devnull, "--collect-only", "-q", *extra,
+                              str(tests)], cwd=REPO, capture_output=True, text=True, timeout=240,
+                             env={k: v for k, v in os.environ.items() if k not in (clock.ENV, clock.OFFSET_ENV)})
+        return {line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line}
+
+    assert collected() == {f"test_the_suite_passes_with_the_clock_moved[{clock.IN_MAKE_TEST[0]}]",
+                           "test_dagrun", "test_tool"}
+    assert collected("-k", "not clock_moved") == {"test_library", "test_dagrun", "test_tool"}
+
+
 def opt_outs() -> list[str]:
     """The test files that mark tests to keep the real clock (the folder list aside)."""
     return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py")
@@ -70,10 +104,10 @@ def test_make_tests_moved_run_covers_the_library_the_suites_and_the_dags():
     assert sorted(slow) == sorted(f"--ignore={f.rstrip('/')}" for f in clock.REAL_CLOCK_FOLDERS)
 
 
-def moved_pytest(spec: str, args: list[str], out: pathlib.Path, *, workers: int = 0) -> subprocess.Popen:
-    """pytest with the clock moved by ``spec``, its output in ``out/out.txt``."""
+def moved_pytest(spec: str | None, args: list[str], out: pathlib.Path, *, workers: int = 0) -> subprocess.Popen:
+    """pytest with the clock moved by ``spec`` (None: the real clock), its output in ``out/out.txt``."""
     assert clock.hook_installed(), f"{clock.HOOK} is missing from the venv: `make .venv` installs it"
-    env = {**os.environ, clock.ENV: spec}
+    env = {**os.environ, clock.ENV: spec} if spec else {k: v for k, v in os.environ.items() if k != clock.ENV}
     for leaked in (clock.OFFSET_ENV, "PYTEST_XDIST_WORKER", "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST",
                    "PYTEST_ADDOPTS"):
         env.pop(leaked, None)
@@ -116,13 +150,40 @@ def moved_runs(request, tmp_path_factory):
 @pytest.mark.timeout(3600)  # a hang guard: beside two CPU hogs and other work it ran past 24 min
 @pytest.mark.parametrize("spec", [spec if spec in clock.IN_MAKE_TEST else pytest.param(spec, marks=pytest.mark.slow)
                                   for spec in clock.SPECS])
-def test_the_suite_passes_with_the_clock_moved(spec, moved_runs):
+def test_the_suite_passes_with_the_clock_moved(spec, moved_runs, request):
     proc, log = moved_runs[spec]
     code = proc.wait(timeout=3500)
     out = log.read_text()
-    assert code == 0, out[-12000:]
+    _report(request, f"{clock.ENV}={spec}", out, log)
+    assert code == 0, _failures_first(out)
     assert f"{clock.ENV}={spec}: the clock moved by" in out, out[-4000:]  # the header line
     assert " passed" in out and " skipped" not in out, out[-4000:]  # every test ran
+
+
+@pytest.mark.slow
+@pytest.mark.real_clock("it is the real-clock run of what make test runs moved only")
+@pytest.mark.timeout(3600)
+def test_what_make_test_runs_moved_passes_on_the_real_clock(tmp_path, request):
+    args = the_suite(clock.IN_MAKE_TEST[0], (f"--deselect={clock.MOVED_RUN_TEST}",))
+    proc = moved_pytest(None, args, tmp_path, workers=2)
+    code = proc.wait(timeout=3500)
+    out = (tmp_path / "out.txt").read_text()
+    _report(request, "the real clock", out, tmp_path / "out.txt")
+    assert code == 0, _failures_first(out)
+    assert clock.ENV not in out and " passed" in out and " skipped" not in out, out[-4000:]
+
+
+def _report(request, which: str, out: str, log: pathlib.Path) -> None:
+    """The run's own summary line, for make test's last lines (tests/conftest.py prints it)."""
+    summary = next((line.strip("= ") for line in reversed(out.splitlines()) if line.startswith("=")
+                    and (" passed" in line or " failed" in line)), "no summary line")
+    request.node.user_properties.append(("clock_run", f"tests run on {which}: {summary} (log: {log})"))
+
+
+def _failures_first(out: str) -> str:
+    """The run's failed tests, then the end of its log: what make test prints when it fails."""
+    failed = [line for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    return "\n".join([*failed, "...", out[-10000:]])
 
 
 # A test as the three that broke the build were written: dates typed in the day it was written, read
