@@ -328,6 +328,9 @@ def test_a_suite_budget_raised_in_the_variable_is_honoured_by_the_pod_and_the_ta
     assert result["state"] == "success"
 
 
+# covered fast by airflow/test_tasks.py (discover refuses it before any call); a run whose discover fails:
+# test_a_bad_node_range_is_refused_before_any_pod; the Variable read at run time: the suite budget test above
+@pytest.mark.slow
 def test_a_variable_changing_what_parsing_fixed_is_refused_before_any_pod(runner, cluster, db_dsn):
     runner.env_overrides["AIRFLOW_VAR_CLUSTER_DOCTOR_SETTINGS"] = '{"pool": "elsewhere"}'
     cluster.add_gpu_node("gpu-001")

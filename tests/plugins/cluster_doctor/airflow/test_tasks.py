@@ -284,6 +284,18 @@ def test_a_run_asking_for_a_suite_the_dag_has_no_step_for_is_refused_before_any_
         "storage_fio); enable it with CLUSTER_DOCTOR_TESTS in the deployment environment")
 
 
+def test_a_setting_the_dag_was_parsed_with_changed_at_run_time_is_refused_before_any_call():
+    """The pool is the DAG's at parse time: a Variable changing it would not move the pods; discover says so
+    and makes no API call (no client to call)."""
+    import pytest
+    from cluster_doctor.domain.config import InvalidSettings
+
+    with pytest.raises(InvalidSettings) as refused:
+        tasks.discover({}, Settings(pool="elsewhere"), None, now=NOW, parsed=Settings())
+    assert "setting pool: 'elsewhere' from the Airflow Variable cannot take effect" in str(refused.value)
+    assert "CLUSTER_DOCTOR_POOL" in str(refused.value)
+
+
 def test_the_speed_probe_rides_on_the_gpu_health_pairs_whose_probe_is_due(store):
     from cluster_doctor.domain.attempts import Attempt
     from cluster_doctor.domain.payloads import Bundle, BundleStep, RunConfig
