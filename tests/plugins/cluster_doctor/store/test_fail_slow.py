@@ -204,3 +204,54 @@ def test_a_suspects_confirming_probe_waits_for_the_spacing_on_the_prioritize_pat
     assert _with_probes(plan, store, Settings(**cuda), NOW).pairs[0].probe_seconds is None
     assert _with_probes(plan, store, Settings(**cuda), NOW + 2 * H).pairs[0].probe_seconds == 3.0
     assert _with_probes(plan, store, Settings(**cuda, slow_confirm_spacing_hours=0.5), NOW).pairs[0].probe_seconds == 3.0
+
+
+# The form PROBES_SQL had: a row_number() over every gpu_health attempt kept. The reference its rows must equal.
+WINDOWED_PROBES_SQL = """
+SELECT h.node_name, h.id, h.finished_at,
+       coalesce((SELECT array_agg(v.kind || ':' || v.metric || '=' || round(v.value::numeric, 4)
+                                   || coalesce(' (fleet median ' || round(v.fleet_median::numeric, 4) || ')', '')
+                                   ORDER BY v.metric, v.kind)
+                   FROM validation_verdicts v WHERE v.history_id = h.id AND v.metric = ANY(%(metrics)s)), '{}')
+  FROM (SELECT id, node_name, finished_at,
+               row_number() OVER (PARTITION BY node_name ORDER BY finished_at DESC, id DESC) AS nth
+          FROM validation_history
+         WHERE test_name = %(test)s AND status IN ('pass', 'fail') AND metrics ? %(probed)s
+           AND (%(nodes)s::text[] IS NULL OR node_name = ANY(%(nodes)s))) h
+ WHERE h.nth <= 2
+"""
+
+
+def test_the_last_two_probes_per_node_are_the_windowed_forms_rows(store):
+    from cluster_doctor.store import database
+
+    fleet(store, NOW - 80 * H)
+    for at, gemm in ((NOW - 30 * H, 702.0), (NOW - 20 * H, 704.0), (NOW - 9 * H, 610.0)):  # the oldest left out
+        probe(store, "gpu-700", at, gemm)
+    probe(store, "gpu-700", NOW - 5 * H, 0.0, probed=False)  # newer sweeps that did not probe are passed over
+    probe(store, "gpu-700", NOW - 4 * H, 0.0, probed=False)
+    probe(store, "gpu-701", NOW - 3 * H, 615.0)  # one probe only
+    probe(store, "gpu-702", NOW - 2 * H, 0.0, probed=False)  # never probed
+    probe(store, "gpu-703", NOW - 2 * H, 700.0)  # two attempts at the same instant: the newer id wins
+    probe(store, "gpu-703", NOW - 2 * H, 612.0)
+    store.record([Attempt(node_name="gpu-704", test_name="gpu_health", status="skipped", finished_at=NOW - H,
+                          metrics={"probe_gemm_tflops_min": 500.0}, dag_id="continuous_validation", run_id="r-s")])
+    conn = database.connector(store.connect)()
+    try:
+        with conn.cursor() as cur:
+            for nodes in (None, ["gpu-700", "gpu-701", "gpu-702", "gpu-703", "gpu-704", "gpu-999"], ["gpu-001"]):
+                params = {"metrics": list(fail_slow.PROBE_METRICS), "test": fail_slow.PROBE_TEST,
+                          "probed": fail_slow.PROBED, "nodes": nodes}
+                cur.execute(fail_slow.PROBES_SQL, params)
+                lateral = sorted(cur.fetchall())
+                cur.execute(WINDOWED_PROBES_SQL, params)
+                assert lateral == sorted(cur.fetchall()) and lateral, nodes
+            cur.execute(fail_slow.PROBES_SQL, params | {"nodes": None})
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    per_node = {n: sum(r[0] == n for r in rows) for n in ("gpu-001", "gpu-700", "gpu-701", "gpu-702", "gpu-704")}
+    assert per_node == {"gpu-001": 2, "gpu-700": 2, "gpu-701": 1, "gpu-702": 0, "gpu-704": 0}
+    [newer] = [r for r in rows if r[0] == "gpu-703" and r[3]]
+    assert len([r for r in rows if r[0] == "gpu-703"]) == 2 and newer[3][0].startswith("straggler:")
+    assert sorted(r[2] for r in rows if r[0] == "gpu-700") == [NOW - 20 * H, NOW - 9 * H]
