@@ -392,7 +392,8 @@ def cmd_status(args: argparse.Namespace, out) -> int:
         never_pairs = sum(p["state"] == CoverageState.NEVER for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # since when, and why
-        slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours))  # with its evidence
+        slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours),  # with its evidence
+                            spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
         missing_baselines = q.missing_baselines()  # once per node pool, not one error per node
         with q.conn.cursor() as cur:  # repeat offenders, action replace
             offenders = stored_transitions.repeat_offenders(cur)

@@ -130,8 +130,8 @@ def _add_slow_options(p: argparse.ArgumentParser) -> None:
                    help="inject fail-slow faults: this many per 1,000 node-days (an assumption; default 0, with "
                         "--goal 3); adds their time to detect, slow job-node-hours and false stragglers")
     p.add_argument("--slow-kinds", default=",".join(f"{k}={v:g}" for k, v in sim_slow.DEFAULT_SHARES.items()),
-                   help="kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {k.seen_by}"
-                                                          for k in sim_slow.SLOW_KINDS))
+                   help=("kind=share,... of " + "; ".join(f"{k.name}: {k.what}, seen by {k.seen_by}"
+                                                           for k in sim_slow.SLOW_KINDS)).replace("%", "%%"))
     p.add_argument("--speed", action="store_true",
                    help="model speed (spread, transients, the probe) even without slow faults: a healthy fleet's "
                         "false stragglers")
@@ -141,6 +141,9 @@ def _add_slow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transient-rate", type=float, default=0.2,
                    help="transient slowness episodes (congestion, a noisy neighbour) per node-day (default 0.2)")
     p.add_argument("--spread", type=float, default=0.02, help="natural node-to-node speed spread, sigma (0.02)")
+    p.add_argument("--confirm-spacing", type=float, default=sim.SimConfig.confirm_spacing_hours, metavar="HOURS",
+                   help="a suspect's confirming probe waits this long after its last probe, and two sightings "
+                        "fail a node only this far apart (setting slow_confirm_spacing_hours, default %(default)g)")
     p.add_argument("--goal", action="store_true",
                    help="the fail-slow goal table: today's rule beside the new one over --seeds (the issue's "
                         "settings: 24 slots, reservation, --faults 6.5, --slow-faults 3 unless given)")
@@ -172,7 +175,8 @@ def _config(args: argparse.Namespace) -> tuple[sim.SimConfig, float | None]:
                     joins=args.joins, reboots=args.reboots, broken_on_join=args.broken_on_join,
                     broken_on_reboot=args.broken_on_reboot, slow_faults=slow,
                     slow_kinds=_shares(args.slow_kinds, "--slow-kinds"), speed=args.speed, probe=not args.no_probe,
-                    transient_rate=args.transient_rate, speed_spread=args.spread)
+                    transient_rate=args.transient_rate, speed_spread=args.spread,
+                    confirm_spacing_hours=args.confirm_spacing)
     if args.target_staleness and z_h >= target_h:
         raise sim.InvalidSimulation(
             f"--staleness ({z_h / 24:g}d) must be below --target-staleness ({target_h / 24:g}d): a pair only "

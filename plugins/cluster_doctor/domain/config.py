@@ -276,10 +276,18 @@ class Settings(BaseSettings):
         6.0, "Speed probe (gpu_health's GEMM and HBM bandwidth, judged against the fleet): a node that ran user "
              "jobs since its last probe is probed again after this long.")
     slow_probe_max_age_hours: PositiveNumber = _setting(
-        72.0, "Speed probe: an idle node is probed at least this often (a suspect node at every sweep).")
+        72.0, "Speed probe: an idle node is probed at least this often (a suspect node once "
+              "slow_confirm_spacing_hours have passed since its last probe).")
+    slow_confirm_spacing_hours: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
+        3.0, "Fail-slow: a suspect node's confirming probe runs at least this long after its last probe, and two "
+             "flagged probes (or a flagged probe and a dl_unit/nccl_loopback verdict) fail it only this far apart: "
+             "transient slowness (congestion, a noisy neighbour) mostly lasts minutes to an hour or so and lowers "
+             "every measurement inside it, so two sightings hours apart mean a lasting slowness. 0: the confirming "
+             "probe at the next sweep, any two sightings.")
     slow_signal_window_hours: PositiveNumber = _setting(
-        24.0, "Fail-slow: a speed signal seen within this long and a flagged probe together make a node failing "
-              "with code SLOW (as do two flagged probes in a row).")
+        24.0, "Fail-slow: a speed signal seen within this long, or a straggler/drift verdict on a dl_unit or "
+              "nccl_loopback attempt within it (that suite's last), and a flagged probe together make a node "
+              "failing with code SLOW (as do two flagged probes in a row, slow_confirm_spacing_hours apart).")
     fast_path_minutes: Annotated[float, BeforeValidator(_not_bool), Field(ge=0)] = _setting(
         5.0, "The fast path (DAG `suspect_signals`): every this many minutes it reads the signals and triggers a "
              "`continuous_validation` run for new free suspects (when no run is queued or running and the hourly "

@@ -8,13 +8,23 @@ kinds of evidence say "slow", neither a fail by itself:
 * a **signal flag**: a passive speed signal read while user jobs ran (throttle reasons, a clock under
   load, a link trained below its rate or width).
 
+A third kind, a **bundle verdict**: a straggler/drift verdict on the last attempt of a bundle suite that
+measures speed (dl_unit, nccl_loopback) within the window.
+
 One flag makes the node **suspect** (retested soon, shown with its evidence). It becomes **failing** with
 code ``SLOW`` when the last two probe sweeps were both flagged, or the last probe and a signal within the
-window agree (or the last probe and a bundle suite's fleet verdict); the two probes must be at least
-the confirmation spacing apart: one noisy sweep or one transient signal never fails a node, two independent sightings do.
+window agree, or the last probe and a bundle verdict; two probes, or a probe and a bundle verdict, must be at
+least the confirmation spacing apart (setting ``slow_confirm_spacing_hours``): a transient slowness
+(congestion, a noisy neighbour) lasts minutes to an hour or so and lowers every measurement taken inside it,
+so one noisy sweep, one bundle run inside the same episode or one transient signal never fails a node, two
+independent sightings do.
 
 The probe is scheduled so its cost stays small (``probe_due``): on a node that ran user jobs since its
-last probe, at most every ``min_interval``, and at least every ``max_age`` on an idle one.
+last probe, at most every ``min_interval``, and at least every ``max_age`` on an idle one; a suspect's
+confirming probe once the spacing has passed since its last probe.
+
+The functions' spacing defaults to none (zero): the product (``store.fail_slow``) and the simulator always
+pass the setting.
 """
 
 from __future__ import annotations
@@ -41,20 +51,23 @@ class ProbeOutcome:
     flagged: bool
 
 
-def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool, *, bundle_flagged: bool = False,
+def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool, *,
+               bundle_verdicts: Sequence[dt.datetime] = (),
                min_spacing: dt.timedelta = dt.timedelta(0)) -> SlowState:
     """The node's state from its probe outcomes (any order), whether a speed signal flagged it within the
-    window, and whether a bundle suite's fleet verdict (straggler/drift on dl_unit or nccl_loopback) did:
-    failing on two flagged probes in a row at least ``min_spacing`` apart (a transient slowness, congestion
-    or a noisy neighbour, lasts minutes to an hour, so two sightings hours apart mean a lasting one), or the
-    last probe and a signal or a bundle verdict together."""
+    window, and when the bundle suites' flagged attempts ended (``bundle_verdicts``: a straggler/drift verdict
+    on dl_unit's or nccl_loopback's last attempt within the window): failing on two flagged probes in a row,
+    or the last probe flagged and a bundle verdict, at least ``min_spacing`` apart (a transient slowness,
+    congestion or a noisy neighbour, lasts minutes to an hour and lowers every measurement inside it, so
+    two sightings hours apart mean a lasting one), or the last probe and a signal together."""
     ordered = sorted(probes, key=lambda p: p.at)
     last = ordered[-1].flagged if ordered else False
     before = (len(ordered) >= 2 and ordered[-2].flagged
               and ordered[-1].at - ordered[-2].at >= min_spacing)
-    if last and (before or signal_flagged or bundle_flagged):
+    bundle = bool(ordered) and any(abs(ordered[-1].at - at) >= min_spacing for at in bundle_verdicts)
+    if last and (before or signal_flagged or bundle):
         return SlowState.FAILING
-    if last or signal_flagged or bundle_flagged:
+    if last or signal_flagged or bundle_verdicts:
         return SlowState.SUSPECT
     return SlowState.OK
 

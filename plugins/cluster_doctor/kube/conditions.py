@@ -36,7 +36,7 @@ from cluster_doctor.domain import timestamps
 from cluster_doctor.domain.conditions import CONDITION_TYPE, FALSE, TRUE, ConditionPolicy, ConditionReport
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.conditions import latest_by_node
-from cluster_doctor.store.fail_slow import SLOW_WINDOW, read_slow_nodes
+from cluster_doctor.store.fail_slow import SLOW_SPACING, SLOW_WINDOW, read_slow_nodes
 from cluster_doctor.store.transitions import repeat_offenders_now
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,7 @@ def publish_conditions(
     node_selector: str = "",
     now: dt.datetime | None = None,
     slow_window: dt.timedelta = SLOW_WINDOW,
+    slow_spacing: dt.timedelta = SLOW_SPACING,
 ) -> ConditionReport:
     """Write every GPU node's condition from the latest verdicts; see the module docstring. Makes no
     call at all when disabled."""
@@ -91,7 +92,7 @@ def publish_conditions(
     report.gpu_nodes, report.limit = len(gpu), policy.limit(len(gpu))
     latest = latest_by_node(connect, tests)
     wanted = {name: policy_of.condition(latest.get(name, ()), tests, now, stale_after) for name in sorted(gpu)}
-    for name, node in read_slow_nodes(connect, now=now, window=slow_window, nodes=wanted).items():
+    for name, node in read_slow_nodes(connect, now=now, window=slow_window, spacing=slow_spacing, nodes=wanted).items():
         if node.failing:  # slow: False like any failure, with its evidence
             wanted[name] = policy_of.slow(wanted[name], node)
     for name, offender in repeat_offenders_now(connect).items():  # False until a person releases it

@@ -141,6 +141,7 @@ def quarantine_failing(
     repeat: RepeatPolicy | None = None,
     run_id: str | None = None,
     slow_window: dt.timedelta | None = None,
+    slow_spacing: dt.timedelta | None = None,
 ) -> QuarantineReport:
     """Quarantine the nodes with confirmed failures and release the ones that recovered, recording every
     transition (repeat offenders named, kept until a person releases them); see the module docstring. Makes
@@ -159,7 +160,8 @@ def quarantine_failing(
             if ((n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE and _since(n) is not None)}
     labelled = {name for name, n in gpu.items() if (n["metadata"].get("labels") or {}).get(LABEL) == LABEL_VALUE}
     confirmed = {name: f for name, f in confirmed_failures(
-        connect, tests, now=now, **({"slow_window": slow_window} if slow_window else {})).items() if name in gpu}
+        connect, tests, now=now, **({"slow_window": slow_window} if slow_window else {}),
+        **({"slow_spacing": slow_spacing} if slow_spacing is not None else {})).items() if name in gpu}
     failures = {name: kept for name, found in confirmed.items() if (kept := [f for f in found if policy.acts_on(f)])}
     report.not_acted_on = sorted(f"{name} ({'; '.join(_describe(f) for f in found)})"
                                  for name, found in confirmed.items() if name not in failures)

@@ -327,7 +327,8 @@ class ClusterDoctorCollector(Collector):
             read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
                            q.reservation_idle_gpu_hours(),
                            suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()},
-                           slow=q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours)))
+                           slow=q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours),
+                                             spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours)))
             with q.conn.cursor() as cur:
                 read.lifecycle = lifecycle(cur, q.now)
         self._cache = read if self.cache_ttl_s > 0 else None

@@ -152,7 +152,9 @@ class SimConfig:
     speed_noise: float = 0.01  # one measurement's own noise (sigma)
     transient_rate: float = 0.2  # transient slowness episodes (congestion, a noisy neighbour) per node-day
     false_signal: float = 0.005  # a user job on a healthy node raises a passive speed signal
-    signal_window_hours: float = 24.0  # a passive signal counts with a probe's flag this long
+    signal_window_hours: float = 24.0  # a passive signal (or a bundle suite's verdict) counts with a probe's flag this long
+    # a suspect's confirming probe waits this long after its last probe; two flagged probes fail it this far apart
+    confirm_spacing_hours: float = _setting("slow_confirm_spacing_hours")
 
     def __post_init__(self) -> None:
         def positive(name, integer=False):
@@ -202,7 +204,8 @@ class SimConfig:
         if not isinstance(self.acceptance_max_nodes, int) or self.acceptance_max_nodes < 1:
             raise InvalidSimulation(f"acceptance_max_nodes: must be an integer >= 1, got {self.acceptance_max_nodes!r}")
         for name in ("slow_faults", "probe_minutes", "probe_min_interval_hours", "probe_max_age_hours",
-                     "speed_spread", "speed_noise", "transient_rate", "signal_window_hours"):
+                     "speed_spread", "speed_noise", "transient_rate", "signal_window_hours",
+                     "confirm_spacing_hours"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidSimulation(f"{name}: must be a number >= 0, got {value!r}")
@@ -473,7 +476,8 @@ class _Simulation:
             nodes=cfg.nodes, hours=cfg.days * 24, rate=cfg.slow_faults, shares=cfg.slow_kinds,
             spread=cfg.speed_spread, noise=cfg.speed_noise, transient_rate=cfg.transient_rate,
             false_signal=cfg.false_signal if cfg.probe else 0.0, signal_h=cfg.signal_minutes / 60,
-            signal_window_h=cfg.signal_window_hours, seed=cfg.seed + 11), T0) if cfg.models_speed else None
+            signal_window_h=cfg.signal_window_hours, seed=cfg.seed + 11,
+            confirm_spacing_h=cfg.confirm_spacing_hours), T0) if cfg.models_speed else None
         self.slow_pending: set[int] = set()  # a probe made them suspect in the bundle running now
         self._probing = False  # the gpu_health step running now probes the node's speed
         self.cluster = Cluster(cfg, random.Random(cfg.seed + 2), faults=self.faults,
@@ -765,13 +769,16 @@ class _Simulation:
         ``probe_due`` said so) gives the node's state by ``slow_state`` — failing fails the health check (code
         SLOW: the bundle stops, the node is repaired), suspect marks it once the bundle is over; dl_unit's and
         nccl_loopback's metrics get their fleet verdicts — a verdict fails the attempt (retested after
-        ``failed_retest_hours``), one confirmed on the next attempt makes the node failing. Whether it failed."""
+        ``failed_retest_hours``), one confirmed on the next attempt makes the node failing, and with the probe
+        a verdict is a sighting for ``slow_state`` too (``bundle_verdicts``: with a flagged last probe the
+        spacing apart the node is failing; alone, the next due probe answers it). Whether it failed."""
         slow = self.slow
         if pair.test_name == sim_slow.PROBE_SUITE and self._probing:
-            signalled = slow.signal_flagged(n, at)
+            why = (sim_slow.PROBE_AND_SIGNAL if slow.signal_flagged(n, at) else
+                   sim_slow.PROBE_AND_BUNDLE if slow.bundle_verdicts(n, at) else sim_slow.TWO_PROBES)
             state, flagged = slow.probe(n, pair.node_name, at)
             if state == fail_slow.SlowState.FAILING:
-                slow.failing(n, at, sim_slow.PROBE_AND_SIGNAL if signalled else sim_slow.TWO_PROBES)
+                slow.failing(n, at, why)
                 return True
             if flagged:  # new evidence: suspect (a clean probe after a signal leaves it as it was)
                 self.slow_pending.add(n)
@@ -780,6 +787,9 @@ class _Simulation:
             flagged, confirmed = slow.suite(pair.test_name, n, pair.node_name, at)
             if confirmed:
                 slow.failing(n, at, sim_slow.CONFIRMED)
+            elif flagged and self.cfg.probe and slow.state(n, at) == fail_slow.SlowState.FAILING:
+                # the verdict and the node's flagged last probe: two sightings (the quarantine's slow_nodes)
+                slow.failing(n, at, sim_slow.PROBE_AND_BUNDLE)
             return flagged
         return False
 

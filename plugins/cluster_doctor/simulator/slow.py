@@ -105,6 +105,7 @@ TRANSIENT_DEPTH = (0.05, 0.30)
 
 # why a node was made failing for speed
 TWO_PROBES, PROBE_AND_SIGNAL, CONFIRMED = "two probes", "probe and signal", "confirmed verdict"
+PROBE_AND_BUNDLE = "probe and bundle verdict"
 
 # Nodes per user job, weighted by the node-hours jobs of that size hold (assumption: most GPU time in jobs of
 # several nodes, as in large training clusters); a node's job is one node of such a job.
@@ -124,8 +125,9 @@ class SlowSettings:
     transient_rate: float  # transient episodes per node-day
     false_signal: float  # a user job on a healthy node raises a passive speed signal with this probability
     signal_h: float  # from the job's start to the signal's read
-    signal_window_h: float  # a signal counts with the probe's outcome this long
+    signal_window_h: float  # a signal (or a bundle suite's verdict) counts with the probe's outcome this long
     seed: int
+    confirm_spacing_h: float = 0.0  # a suspect's confirming probe waits this long; two flagged probes this apart
 
 
 @dataclasses.dataclass
@@ -190,6 +192,8 @@ class Slow:
         self.all: list[SlowFault] = []
         self.signals: list[tuple[float, int]] = []  # (when a passive signal is read, node)
         self.signal_at: dict[int, float] = {}  # node -> its latest passive signal's read
+        # (node, suite) -> (when its last attempt ended, whether a fleet verdict fell on it): dl_unit, nccl_loopback
+        self.bundle_at: dict[tuple[int, str], tuple[float, bool]] = {}
         self.draining: dict[int, SlowFault] = {}  # found while a user job ran: it ends on the degraded node
         self.job: dict[int, tuple[float, int]] = {}  # node -> (its user job's start, nodes in that job)
         self.loaded: set[int] = set()  # nodes that ran a user job since their last probe
@@ -291,24 +295,39 @@ class Slow:
         return fail_slow.probe_due(now, self.last_probe.get(node), busy_since=node in self.loaded,
                                    min_interval=dt.timedelta(hours=min_interval_h),
                                    max_age=dt.timedelta(hours=max_age_h),
-                                   suspect=self.awaiting(node))
+                                   suspect=self.awaiting(node),
+                                   confirm_after=dt.timedelta(hours=self.s.confirm_spacing_h))
 
     def awaiting(self, node: int) -> bool:
-        """A sighting no probe answered yet: the last probe was flagged, or a signal came after it (the
-        second sighting decides, so the next sweep probes it)."""
+        """A sighting no probe answered yet: the last probe was flagged, or a signal or a bundle suite's
+        verdict came after it (the second sighting decides, so a sweep probes it once ``probe_due``'s
+        confirmation spacing has passed)."""
         probes = self.probes.get(node)
         if probes and probes[-1].flagged:
             return True
-        signal = self.signal_at.get(node)
         last = self.last_probe.get(node)
-        return signal is not None and (last is None or self.t0 + dt.timedelta(hours=signal) > last)
+        seen = [self.signal_at.get(node)] + [b[0] for test in SUITE_METRICS
+                                             if (b := self.bundle_at.get((node, test))) is not None and b[1]]
+        return any(at is not None and (last is None or self.t0 + dt.timedelta(hours=at) > last) for at in seen)
 
     def signal_flagged(self, node: int, at: float) -> bool:
         signal = self.signal_at.get(node)
         return signal is not None and at - signal <= self.s.signal_window_h
 
+    def bundle_verdicts(self, node: int, at: float) -> list[dt.datetime]:
+        """When dl_unit's and nccl_loopback's last attempts ended, those with a fleet verdict that ended
+        within the window (what ``store.fail_slow`` reads as ``slow_state``'s ``bundle_verdicts``)."""
+        out = []
+        for test in SUITE_METRICS:
+            last = self.bundle_at.get((node, test))
+            if last is not None and last[1] and at - last[0] <= self.s.signal_window_h:
+                out.append(self.t0 + dt.timedelta(hours=last[0]))
+        return out
+
     def state(self, node: int, at: float) -> fail_slow.SlowState:
-        return fail_slow.slow_state(self.probes.get(node, []), self.signal_flagged(node, at))
+        return fail_slow.slow_state(self.probes.get(node, []), self.signal_flagged(node, at),
+                                    bundle_verdicts=self.bundle_verdicts(node, at),
+                                    min_spacing=dt.timedelta(hours=self.s.confirm_spacing_h))
 
     def probe(self, node: int, name: str, at: float) -> tuple[fail_slow.SlowState, bool]:
         """The probe ran on ``node`` at ``at``: its metrics judged, its outcome kept; the node's state and
@@ -334,6 +353,8 @@ class Slow:
             confirmed |= bool(kinds & self._flags.get((node, metric), frozenset()))
             flagged |= bool(kinds)
             self._flags[(node, metric)] = kinds
+        if test in SUITE_METRICS:
+            self.bundle_at[(node, test)] = (at, flagged)
         return flagged, confirmed
 
     def failing(self, node: int, at: float, why: str) -> bool:
@@ -343,6 +364,8 @@ class Slow:
         self.signal_at.pop(node, None)
         for key in [k for k in self._flags if k[0] == node]:
             del self._flags[key]
+        for key in [k for k in self.bundle_at if k[0] == node]:
+            del self.bundle_at[key]
         fault = self.active.pop(node, None)
         if fault is None:
             self.false_failing += 1

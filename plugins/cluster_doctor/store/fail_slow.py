@@ -1,7 +1,9 @@
 """Fail-slow, what the results say: each node's last two speed probes (gpu_health attempts that carried the
 probe's figures, flagged when a straggler/drift verdict fell on one of them), its speed signals within the
-window (``node_suspicions`` rows of source ``speed``), and what ``domain.fail_slow`` makes of them; and
-what the planner needs to schedule the probe (``domain.fail_slow.probe_due``): when each node was last
+window (``node_suspicions`` rows of source ``speed``), the bundle verdicts (a straggler/drift verdict on the
+last executed dl_unit or nccl_loopback attempt, when it ended within the window), and what
+``domain.fail_slow`` makes of them with the confirmation spacing (setting ``slow_confirm_spacing_hours``);
+and what the planner needs to schedule the probe (``domain.fail_slow.probe_due``): when each node was last
 probed and since when it has been free.
 
 Parametrized SQL only.
@@ -23,19 +25,40 @@ PROBE_TEST = "gpu_health"
 PROBE_METRICS = JUDGED_METRICS[PROBE_TEST]
 PROBED = PROBE_METRICS[0]  # an attempt that probed carries this figure
 SLOW_WINDOW = dt.timedelta(hours=24)  # setting slow_signal_window_hours' default
+SLOW_SPACING = dt.timedelta(hours=3)  # setting slow_confirm_spacing_hours' default
+BUNDLE_TESTS = ("dl_unit", "nccl_loopback")  # the bundle suites that measure speed (fleet verdicts)
+BUNDLE_METRICS = tuple(m for t in BUNDLE_TESTS for m in JUDGED_METRICS[t])
 
+# Each node's last two probes: per node (one validation_pair_state row per pair that has any history) the
+# pair index read newest first, stopping at the second attempt that probed, instead of a row_number() over
+# every gpu_health attempt ever kept (about 5x faster over all nodes, 10x for a few, with 30 days of sweeps).
 PROBES_SQL = """
-SELECT h.node_name, h.id, h.finished_at,
+SELECT n.node_name, h.id, h.finished_at,
        coalesce((SELECT array_agg(v.kind || ':' || v.metric || '=' || round(v.value::numeric, 4)
                                    || coalesce(' (fleet median ' || round(v.fleet_median::numeric, 4) || ')', '')
                                    ORDER BY v.metric, v.kind)
                    FROM validation_verdicts v WHERE v.history_id = h.id AND v.metric = ANY(%(metrics)s)), '{}')
-  FROM (SELECT id, node_name, finished_at,
-               row_number() OVER (PARTITION BY node_name ORDER BY finished_at DESC, id DESC) AS nth
-          FROM validation_history
-         WHERE test_name = %(test)s AND status IN ('pass', 'fail') AND metrics ? %(probed)s
-           AND (%(nodes)s::text[] IS NULL OR node_name = ANY(%(nodes)s))) h
- WHERE h.nth <= 2
+  FROM validation_pair_state n
+ CROSS JOIN LATERAL (
+       SELECT id, finished_at FROM validation_history
+        WHERE node_name = n.node_name AND test_name = n.test_name AND status IN ('pass', 'fail')
+          AND metrics ? %(probed)s
+        ORDER BY finished_at DESC, id DESC LIMIT 2) h
+ WHERE n.test_name = %(test)s AND (%(nodes)s::text[] IS NULL OR n.node_name = ANY(%(nodes)s))
+"""
+# A suite's last executed attempt is validation_pair_state's (one row per pair): its verdicts, if it ended
+# within the window.
+BUNDLE_SQL = """
+SELECT s.node_name, s.test_name, s.finished_at,
+       array_agg(s.test_name || ' ' || v.kind || ':' || v.metric || '=' || round(v.value::numeric, 4)
+                 || coalesce(' (fleet median ' || round(v.fleet_median::numeric, 4) || ')', '')
+                 ORDER BY v.metric, v.kind)
+  FROM validation_pair_state s
+  JOIN validation_verdicts v ON v.history_id = s.history_id
+ WHERE s.test_name = ANY(%(tests)s) AND v.metric = ANY(%(metrics)s) AND s.finished_at >= %(since)s
+   AND (%(nodes)s::text[] IS NULL OR s.node_name = ANY(%(nodes)s))
+ GROUP BY s.node_name, s.test_name, s.finished_at
+ ORDER BY s.node_name, s.test_name
 """
 SIGNALS_SQL = """
 SELECT node_name, evidence, last_seen_at FROM node_suspicions
@@ -55,9 +78,10 @@ class SlowNode:
 
     node_name: str
     state: SlowState
-    since: dt.datetime | None  # the last flagged probe, else the first signal
+    since: dt.datetime | None  # the last flagged probe, else the first signal or bundle verdict
     probes: tuple[str, ...] = ()  # "straggler:probe_gemm_tflops_min=612 (fleet median 700)" of the last probe
     signals: tuple[str, ...] = ()  # the speed evidence lines, oldest first
+    bundle: tuple[str, ...] = ()  # "dl_unit straggler:gemm_bf16_tflops_min=612 (fleet median 700)"
 
     @property
     def failing(self) -> bool:
@@ -66,13 +90,15 @@ class SlowNode:
     def describe(self) -> str:
         """'slow (failing, SLOW): probe straggler:...; signal GPU 2: hardware slowdown (...)'"""
         what = f"slow ({self.state.value}{', ' + fail_slow.SLOW if self.failing else ''})"
-        parts = [f"probe {p}" for p in self.probes] + [f"signal {s}" for s in self.signals]
+        parts = ([f"probe {p}" for p in self.probes] + [f"signal {s}" for s in self.signals]
+                 + [f"verdict {b}" for b in self.bundle])
         return what + (": " + "; ".join(parts) if parts else "")
 
 
-def slow_nodes(cur: Any, *, now: dt.datetime, window: dt.timedelta,
+def slow_nodes(cur: Any, *, now: dt.datetime, window: dt.timedelta, spacing: dt.timedelta,
                nodes: Iterable[str] | None = None) -> dict[str, SlowNode]:
-    """Every node (of ``nodes``, else all) that ``fail_slow.slow_state`` makes suspect or failing."""
+    """Every node (of ``nodes``, else all) that ``fail_slow.slow_state`` makes suspect or failing, two
+    sightings counting only ``spacing`` apart."""
     wanted = sorted(set(nodes)) if nodes is not None else None
     cur.execute(PROBES_SQL, {"metrics": list(PROBE_METRICS), "test": PROBE_TEST, "probed": PROBED, "nodes": wanted})
     probes: dict[str, list[tuple[dt.datetime, list[str]]]] = {}
@@ -82,34 +108,44 @@ def slow_nodes(cur: Any, *, now: dt.datetime, window: dt.timedelta,
     seen: dict[str, list[tuple[str, dt.datetime]]] = {}
     for node, text, at in cur.fetchall():
         seen.setdefault(node, []).append((text, at))
+    cur.execute(BUNDLE_SQL, {"tests": list(BUNDLE_TESTS), "metrics": list(BUNDLE_METRICS), "since": now - window,
+                             "nodes": wanted})
+    bundle: dict[str, list[tuple[dt.datetime, list[str]]]] = {}
+    for node, _test, finished, flags in cur.fetchall():
+        bundle.setdefault(node, []).append((finished, list(flags)))
     out = {}
-    for node in sorted(set(probes) | set(seen)):
+    for node in sorted(set(probes) | set(seen) | set(bundle)):
         outcomes = [ProbeOutcome(at, bool(flags)) for at, flags in probes.get(node, [])]
-        state = fail_slow.slow_state(outcomes, bool(seen.get(node)))
+        verdicts = bundle.get(node, [])
+        state = fail_slow.slow_state(outcomes, bool(seen.get(node)), bundle_verdicts=[at for at, _ in verdicts],
+                                     min_spacing=spacing)
         if state == SlowState.OK:
             continue
         last = max(probes.get(node, []), key=lambda p: p[0], default=None)
         flagged_at = last[0] if last and last[1] else None
-        out[node] = SlowNode(node, state, flagged_at or (seen[node][0][1] if seen.get(node) else None),
-                             tuple(last[1]) if last else (), tuple(dict.fromkeys(t for t, _ in seen.get(node, []))))
+        first_other = min([at for _, at in seen.get(node, [])] + [at for at, _ in verdicts], default=None)
+        out[node] = SlowNode(node, state, flagged_at or first_other,
+                             tuple(last[1]) if last else (), tuple(dict.fromkeys(t for t, _ in seen.get(node, []))),
+                             tuple(line for _, lines in verdicts for line in lines))
     return out
 
 
-def read_slow_nodes(connect: Any, *, now: dt.datetime, window: dt.timedelta,
+def read_slow_nodes(connect: Any, *, now: dt.datetime, window: dt.timedelta, spacing: dt.timedelta,
                     nodes: Iterable[str] | None = None) -> dict[str, SlowNode]:
     conn = database.connector(connect)()
     try:
         with conn.cursor() as cur:
-            return slow_nodes(cur, now=now, window=window, nodes=nodes)
+            return slow_nodes(cur, now=now, window=window, spacing=spacing, nodes=nodes)
     finally:
         conn.close()
 
 
 def due_probes(connect: Any, nodes: Iterable[str], *, now: dt.datetime, min_interval: dt.timedelta,
-               max_age: dt.timedelta, window: dt.timedelta) -> set[str]:
+               max_age: dt.timedelta, window: dt.timedelta, spacing: dt.timedelta) -> set[str]:
     """Of ``nodes`` (free ones, about to run gpu_health), those whose speed probe is due now
     (``fail_slow.probe_due``). "Ran user jobs since the last probe": the node became free after it (the
-    inventory's ``eligibility_since``: it was busy, or otherwise out of our hands, in between)."""
+    inventory's ``eligibility_since``: it was busy, or otherwise out of our hands, in between). A suspect's
+    confirming probe waits ``spacing`` after its last probe, so a transient is over."""
     wanted = sorted(set(nodes))
     if not wanted:
         return set()
@@ -123,7 +159,7 @@ def due_probes(connect: Any, nodes: Iterable[str], *, now: dt.datetime, min_inte
                 last[node] = max(finished, last.get(node, finished))
             cur.execute(FREE_SINCE_SQL, {"nodes": wanted})
             free_since: Mapping[str, dt.datetime] = dict(cur.fetchall())
-            suspect = slow_nodes(cur, now=now, window=window, nodes=wanted)
+            suspect = slow_nodes(cur, now=now, window=window, spacing=spacing, nodes=wanted)
     finally:
         conn.close()
     due = set()
@@ -131,6 +167,6 @@ def due_probes(connect: Any, nodes: Iterable[str], *, now: dt.datetime, min_inte
         before = last.get(node)
         busy = before is not None and node in free_since and free_since[node] > before
         if fail_slow.probe_due(now, before, busy_since=busy, min_interval=min_interval, max_age=max_age,
-                               suspect=node in suspect):
+                               suspect=node in suspect, confirm_after=spacing):
             due.add(node)
     return due

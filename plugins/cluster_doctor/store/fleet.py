@@ -330,12 +330,12 @@ class FleetQueries:
         with self.conn.cursor() as cur:
             return suspects.current(cur, self.tests, nodes)
 
-    def slow_nodes(self, nodes: Sequence[str] | None = None, *,
-                   window: dt.timedelta = fail_slow.SLOW_WINDOW) -> dict[str, Any]:
-        """The nodes suspect or failing for speed (``store.fail_slow.SlowNode``: its flagged probe verdicts
-        and speed signals); of ``nodes``, or all."""
+    def slow_nodes(self, nodes: Sequence[str] | None = None, *, window: dt.timedelta = fail_slow.SLOW_WINDOW,
+                   spacing: dt.timedelta = fail_slow.SLOW_SPACING) -> dict[str, Any]:
+        """The nodes suspect or failing for speed (``store.fail_slow.SlowNode``: its flagged probe verdicts,
+        speed signals and bundle verdicts); of ``nodes``, or all."""
         with self.conn.cursor() as cur:
-            return fail_slow.slow_nodes(cur, now=self.now, window=window, nodes=nodes)
+            return fail_slow.slow_nodes(cur, now=self.now, window=window, spacing=spacing, nodes=nodes)
 
     def failing_since(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
         """Since when each failing node fails (``domain.signals.FailingSince``: its first failing evidence,

@@ -38,7 +38,8 @@ def _failed_checks(checks: Any) -> str:
 
 
 def confirmed_failures(connect: Any, tests: Sequence[str], *, now: dt.datetime | None = None,
-                       slow_window: dt.timedelta = fail_slow.SLOW_WINDOW) -> dict[str, list[Failure]]:
+                       slow_window: dt.timedelta = fail_slow.SLOW_WINDOW,
+                       slow_spacing: dt.timedelta = fail_slow.SLOW_SPACING) -> dict[str, list[Failure]]:
     """node -> its confirmed failures among the enabled tests, each with the latest result's recommended
     action (None: unknown), the confirmed verdicts, and a node failing for speed (code SLOW, on the suite
     that probes: ``store.fail_slow``; the probe's own verdicts count through it, not twice)."""
@@ -54,7 +55,8 @@ def confirmed_failures(connect: Any, tests: Sequence[str], *, now: dt.datetime |
             rows += [(n, t, Failure(t, code, verdict=True, since=at)) for n, t, code, at in cur.fetchall()
                      if t != fail_slow.PROBE_TEST]
             rows += [(n, fail_slow.PROBE_TEST, Failure(fail_slow.PROBE_TEST, SLOW, SLOW_ACTION, since=s.since))
-                     for n, s in fail_slow.slow_nodes(cur, now=now, window=slow_window).items() if s.failing]
+                     for n, s in fail_slow.slow_nodes(cur, now=now, window=slow_window,
+                                                      spacing=slow_spacing).items() if s.failing]
     finally:
         conn.close()
     for node, test, failure in sorted(rows, key=lambda r: (r[0], r[1], r[2].code)):

@@ -49,8 +49,9 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
 def _with_probes(plan: Plan, store: ResultStore, settings: Settings, now: dt.datetime) -> Plan:
     """The plan's gpu_health pairs whose node's speed probe is due (``domain.fail_slow.probe_due``: loaded
     since its last probe and ``slow_probe_min_interval_hours`` past it, ``slow_probe_max_age_hours`` old,
-    never probed, or suspect of being slow) carry the probe's seconds; the others do not probe. Best
-    effort: a store that cannot answer leaves this run without probes, never without its checks."""
+    never probed, or suspect of being slow and ``slow_confirm_spacing_hours`` past it) carry the probe's
+    seconds; the others do not probe. Best effort: a store that cannot answer leaves this run without
+    probes, never without its checks."""
     seconds = settings.slow_probe_seconds if settings.suite_device == "cuda" else min(settings.slow_probe_seconds, 0.2)
     health = [p for p in plan.pairs if p.test_name == stored_fail_slow.PROBE_TEST]
     if not seconds or not health:
@@ -60,7 +61,8 @@ def _with_probes(plan: Plan, store: ResultStore, settings: Settings, now: dt.dat
             store.connect, [p.node_name for p in health], now=now,
             min_interval=dt.timedelta(hours=settings.slow_probe_min_interval_hours),
             max_age=dt.timedelta(hours=settings.slow_probe_max_age_hours),
-            window=dt.timedelta(hours=settings.slow_signal_window_hours))
+            window=dt.timedelta(hours=settings.slow_signal_window_hours),
+            spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
     except Exception as exc:  # noqa: BLE001 - the probe is an addition to the sweep, not a condition of it
         log.warning("speed probe: could not read when nodes were last probed (%s); none probes this run",
                     one_line(exc, 300))

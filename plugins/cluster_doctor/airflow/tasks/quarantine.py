@@ -23,7 +23,8 @@ def quarantine(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, r
     report = q.quarantine_failing(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
                          tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
                          node_selector=settings.node_selector, now=now, repeat=RepeatPolicy.of(settings),
-                         run_id=run_id, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours))
+                         run_id=run_id, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours),
+                         slow_spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
     log.info("%s", report.describe())
     if report.breaker_open:
         from airflow.sdk.exceptions import AirflowFailException

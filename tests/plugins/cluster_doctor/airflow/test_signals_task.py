@@ -250,5 +250,6 @@ def test_a_throttled_gpu_read_by_the_fast_path_makes_its_node_suspect_of_being_s
     assert {(e.node_name, e.source) for e in recorded.new} == {(exporter.NODE, SPEED)}
     assert "hardware thermal slowdown" in signals_task.current_suspects(
         store, TESTS, [exporter.NODE], NOW)[exporter.NODE].describe()
-    slow = fail_slow.read_slow_nodes(store.connect, now=NOW, window=dt.timedelta(hours=24))[exporter.NODE]
+    slow = fail_slow.read_slow_nodes(store.connect, now=NOW, window=dt.timedelta(hours=24),
+                                     spacing=fail_slow.SLOW_SPACING)[exporter.NODE]
     assert slow.state == SlowState.SUSPECT and not slow.failing  # a signal alone never fails a node

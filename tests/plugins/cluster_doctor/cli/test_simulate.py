@@ -102,6 +102,7 @@ def test_cli_acceptance_json_reports_the_user_jobs_on_nodes_that_joined_or_retur
     (["--bad-repair", "-0.1"], "bad_repair: must be a share in [0, 1]"),
     (["--fault-kinds", "gpu=1,psu=1"], "fault_kinds: shares > 0 of gpu, hbm, network, silent, thermal"),
     (["--nodes", "0"], "nodes: must be an integer > 0"),
+    (["--confirm-spacing", "-1"], "confirm_spacing_hours: must be a number >= 0"),
     (["--occupancy", "1.2"], "occupancy: must be a share in [0, 1)"),
     (["--target-staleness", "soon"], "--target-staleness: expected a duration like 7d"),
     (["--target-staleness", "7d", "--staleness", "7d"], "--staleness (7d) must be below --target-staleness (7d)"),
@@ -132,3 +133,16 @@ def test_cli_slow_faults_print_what_the_rule_found(capsys):
     assert "fail-slow (the speed probe in the sweep" in capsys.readouterr().out
     assert cli.main(["simulate", "--nodes", "40", "--days", "2", "--slow-faults", "200", "--no-probe"]) == 0
     assert "fail-slow (today's rule" in capsys.readouterr().out
+
+
+def test_the_help_prints_every_option_the_slow_kinds_percentages_included(capsys):
+    assert cli.main(["simulate", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--confirm-spacing HOURS" in out and "a passive signal 90% of jobs" in " ".join(out.split())
+
+
+def test_the_confirm_spacing_reaches_the_simulation():
+    args = cli.build_parser().parse_args(["simulate", "--confirm-spacing", "5"])
+    assert cli_simulate._config(args)[0].confirm_spacing_hours == 5.0
+    default = cli_simulate._config(cli.build_parser().parse_args(["simulate"]))[0]
+    assert default.confirm_spacing_hours == 3.0  # the setting's default

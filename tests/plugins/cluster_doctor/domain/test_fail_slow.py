@@ -6,7 +6,6 @@ import datetime as dt
 
 import pytest
 
-from cluster_doctor.domain import fail_slow
 from cluster_doctor.domain.fail_slow import ProbeOutcome, SlowState, probe_due, slow_state
 from tests.clock import now as clock_now
 
@@ -51,25 +50,37 @@ def test_when_a_sweep_probes(last, busy, suspect, due):
 
 
 def test_two_flagged_probes_closer_than_the_spacing_leave_the_node_suspect_and_hours_apart_fail_it():
-    now = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
-    spacing = dt.timedelta(hours=3)
-    close = [fail_slow.ProbeOutcome(now - dt.timedelta(minutes=30), True), fail_slow.ProbeOutcome(now, True)]
-    apart = [fail_slow.ProbeOutcome(now - dt.timedelta(hours=4), True), fail_slow.ProbeOutcome(now, True)]
-    assert fail_slow.slow_state(close, False, min_spacing=spacing) == fail_slow.SlowState.SUSPECT
-    assert fail_slow.slow_state(apart, False, min_spacing=spacing) == fail_slow.SlowState.FAILING
+    spacing = 3 * H
+    close = [ProbeOutcome(NOW - dt.timedelta(minutes=30), True), ProbeOutcome(NOW, True)]
+    apart = [ProbeOutcome(NOW - 4 * H, True), ProbeOutcome(NOW, True)]
+    assert slow_state(close, False, min_spacing=spacing) is SlowState.SUSPECT
+    assert slow_state(apart, False, min_spacing=spacing) is SlowState.FAILING
+    assert slow_state(close, False) is SlowState.FAILING  # no spacing: any two in a row
 
 
 def test_a_suspects_confirming_probe_waits_for_the_spacing():
-    now = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
-    kw = dict(busy_since=False, min_interval=dt.timedelta(hours=6), max_age=dt.timedelta(hours=72),
-              suspect=True, confirm_after=dt.timedelta(hours=3))
-    assert not fail_slow.probe_due(now, now - dt.timedelta(hours=1), **kw)
-    assert fail_slow.probe_due(now, now - dt.timedelta(hours=3), **kw)
+    kw = dict(busy_since=False, min_interval=6 * H, max_age=72 * H, suspect=True, confirm_after=3 * H)
+    assert not probe_due(NOW, NOW - H, **kw)
+    assert probe_due(NOW, NOW - 3 * H, **kw)
+    assert probe_due(NOW, None, **kw)  # never probed: at once
+    # a suspect waits for the spacing even when loaded since (the min_interval rule is for healthy nodes)
+    assert not probe_due(NOW, NOW - H, **(kw | {"busy_since": True, "min_interval": dt.timedelta(0)}))
 
 
 def test_a_bundle_suites_fleet_verdict_is_a_sighting_alone_suspect_and_with_a_flagged_probe_failing():
-    now = dt.datetime(2026, 1, 5, 12, tzinfo=dt.UTC)
-    assert fail_slow.slow_state([], False, bundle_flagged=True) == fail_slow.SlowState.SUSPECT
-    flagged = [fail_slow.ProbeOutcome(now, True)]
-    assert fail_slow.slow_state(flagged, False, bundle_flagged=True) == fail_slow.SlowState.FAILING
-    assert fail_slow.slow_state(flagged, False) == fail_slow.SlowState.SUSPECT
+    flagged = [ProbeOutcome(NOW, True)]
+    assert slow_state([], False, bundle_verdicts=[NOW - H]) is SlowState.SUSPECT
+    assert slow_state([ProbeOutcome(NOW, False)], False, bundle_verdicts=[NOW - H]) is SlowState.SUSPECT
+    assert slow_state(flagged, False, bundle_verdicts=[NOW - H]) is SlowState.FAILING
+    assert slow_state(flagged, False) is SlowState.SUSPECT
+
+
+@pytest.mark.parametrize(("verdicts", "state"), [
+    ([NOW - H], SlowState.SUSPECT),  # the bundle ran inside the episode that lowered the probe
+    ([NOW + H], SlowState.SUSPECT),  # after the probe, as close
+    ([NOW - 5 * H], SlowState.FAILING),  # hours apart: a lasting slowness
+    ([NOW + 4 * H], SlowState.FAILING),
+    ([NOW - H, NOW - 5 * H], SlowState.FAILING),  # one suite's verdict far enough
+])
+def test_a_bundle_verdict_confirms_a_flagged_probe_only_the_spacing_apart(verdicts, state):
+    assert slow_state([ProbeOutcome(NOW, True)], False, bundle_verdicts=verdicts, min_spacing=3 * H) is state

@@ -136,6 +136,9 @@ def test_the_simulator_runs_with_the_products_thresholds():
                  "fast_path_minutes", "fast_path_quiet_minutes", "peer_cadence_days", "peer_max_per_run"):
         assert getattr(defaults, name) == Settings.model_fields[name].default, name
     assert defaults.max_queue_minutes * 60 == Settings.model_fields["max_queue_s"].default
+    # fail-slow: the confirmation spacing and the window the store's slow_nodes and due_probes are given
+    assert defaults.confirm_spacing_hours == Settings.model_fields["slow_confirm_spacing_hours"].default
+    assert defaults.signal_window_hours == Settings.model_fields["slow_signal_window_hours"].default
     assert defaults.acceptance_max_nodes == AcceptancePolicy().max_nodes
 
 

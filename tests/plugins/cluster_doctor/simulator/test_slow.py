@@ -70,6 +70,46 @@ def test_the_simulated_node_state_is_slow_state_over_its_probes_and_signals(flag
     assert slow.state(2, 2.0) == fail_slow.slow_state(probes, signal)
 
 
+@pytest.mark.parametrize("spacing_h", [0.0, 3.0])
+@pytest.mark.parametrize("probe_h, verdicts", [
+    ((0.0, 1.0), {}),  # two flagged probes an hour apart
+    ((0.0, 4.0), {}),  # four hours apart
+    ((4.0,), {"dl_unit": (3.5, True)}),  # a flagged probe half an hour after a bundle verdict
+    ((4.0,), {"nccl_loopback": (0.5, True), "dl_unit": (3.9, False)}),  # hours before it, the other suite clean
+    ((30.0,), {"dl_unit": (1.0, True)}),  # a verdict out of the window
+    ((), {"dl_unit": (1.0, True)}),  # a verdict alone
+])
+def test_the_simulated_state_is_slow_state_with_the_spacing_and_the_bundle_verdicts(spacing_h, probe_h, verdicts):
+    """The spacing and the bundle verdicts reach ``slow_state`` as the store hands them: the suites' last
+    attempts within the window, flagged ones only; ``probe_due`` gets the same spacing."""
+    slow = sim_slow.Slow(settings(confirm_spacing_h=spacing_h), T0)
+    probes = [fail_slow.ProbeOutcome(T0 + dt.timedelta(hours=h), True) for h in probe_h]
+    slow.probes[2] = probes
+    for test, last in verdicts.items():
+        slow.bundle_at[(2, test)] = last
+    at = max((*probe_h, 5.0))
+    flagged = [T0 + dt.timedelta(hours=when) for when, bad in verdicts.values() if bad and at - when <= 24.0]
+    assert slow.state(2, at) == fail_slow.slow_state(probes, False, bundle_verdicts=flagged,
+                                                     min_spacing=dt.timedelta(hours=spacing_h))
+    if probes:
+        slow.last_probe[2] = probes[-1].at
+        now = probes[-1].at + dt.timedelta(hours=1)
+        assert slow.probe_now(2, probe_h[-1] + 1.0, min_interval_h=6.0, max_age_h=24.0) == fail_slow.probe_due(
+            now, probes[-1].at, busy_since=False, min_interval=dt.timedelta(hours=6), max_age=dt.timedelta(hours=24),
+            suspect=True, confirm_after=dt.timedelta(hours=spacing_h))
+
+
+def test_the_spacing_spares_the_healthy_fleet_the_false_stragglers_of_one_transient():
+    """The simulator's case for the setting: a healthy fleet in a storm of transients (each lowers every
+    measurement taken inside it) fails fewer nodes when two sightings count only hours apart."""
+    stormy = dataclasses.replace(SLOWISH, slow_faults=0.0, speed=True, transient_rate=5.0)
+    at_once = simulate.run(dataclasses.replace(stormy, confirm_spacing_hours=0.0)).slow
+    spaced = simulate.run(dataclasses.replace(stormy, confirm_spacing_hours=3.0)).slow
+    assert at_once["false_stragglers"] > spaced["false_stragglers"]
+    assert at_once["false_stragglers_by_rule"].get(sim_slow.TWO_PROBES, 0) > spaced["false_stragglers_by_rule"].get(
+        sim_slow.TWO_PROBES, 0)
+
+
 def test_the_new_rule_finds_slow_nodes_sooner_and_spares_most_slow_job_node_hours():
     today = simulate.run(dataclasses.replace(SLOWISH, probe=False))
     new = simulate.run(SLOWISH)
@@ -108,7 +148,7 @@ def test_the_simulator_has_no_private_copy_of_the_slow_rules(monkeypatch):
     monkeypatch.setattr(fleet_verdicts, "judge_metric", lambda *a, **kw: {})
     assert simulate.run(SLOWISH).slow["probes_flagged"] == 0
     monkeypatch.undo()
-    monkeypatch.setattr(fail_slow, "slow_state", lambda probes, signal: fail_slow.SlowState.OK)
+    monkeypatch.setattr(fail_slow, "slow_state", lambda probes, signal, **kw: fail_slow.SlowState.OK)
     never = simulate.run(SLOWISH).slow
     assert not {sim_slow.TWO_PROBES, sim_slow.PROBE_AND_SIGNAL} & set(never["false_stragglers_by_rule"])
     assert never["slow_time_to_detect_h"]["median"] > real.slow["slow_time_to_detect_h"]["median"]

@@ -22,6 +22,7 @@ NOW = clock_now().replace(microsecond=0)
 H = dt.timedelta(hours=1)
 MODEL = "NVIDIA-H100-80GB-HBM3"
 WINDOW = dt.timedelta(hours=24)
+SPACING = 3 * H
 HEALTHY = {f"gpu-{i:03d}": 700.0 + 3 * (i % 5) for i in range(1, 13)}  # a few % of spread
 
 
@@ -42,8 +43,8 @@ def fleet(store, start: dt.datetime) -> None:
             probe(store, node, start + day * 24 * H, gemm)
 
 
-def slow(store, at: dt.datetime) -> dict:
-    return fail_slow.read_slow_nodes(store.connect, now=at, window=WINDOW)
+def slow(store, at: dt.datetime, spacing: dt.timedelta = fail_slow.SLOW_SPACING) -> dict:
+    return fail_slow.read_slow_nodes(store.connect, now=at, window=WINDOW, spacing=spacing)
 
 
 def test_two_flagged_probes_in_a_row_make_a_node_failing_with_code_slow(store):
@@ -90,11 +91,11 @@ def test_when_the_probe_is_due(store):
         inventory.record_discovery(store.connect, [SeenNode("gpu-001", 8, MODEL, first),
                                                    SeenNode("gpu-002", 8, MODEL, "free")], seen_at=at, complete=False)
     due = fail_slow.due_probes(store.connect, ["gpu-001", "gpu-002", "gpu-999"], now=NOW, min_interval=6 * H,
-                               max_age=72 * H, window=WINDOW)
+                               max_age=72 * H, window=WINDOW, spacing=SPACING)
     # gpu-001 ran a job since its probe; gpu-002 stayed idle (probed again at 72 h); gpu-999 was never probed
     assert due == {"gpu-001", "gpu-999"}
     assert fail_slow.due_probes(store.connect, ["gpu-002"], now=NOW + 41 * H, min_interval=6 * H, max_age=72 * H,
-                                window=WINDOW) == {"gpu-002"}
+                                window=WINDOW, spacing=SPACING) == {"gpu-002"}
 
 
 def test_status_and_the_metrics_name_the_slow_node_with_its_evidence(store, db_dsn):
@@ -122,3 +123,135 @@ def test_status_and_the_metrics_name_the_slow_node_with_its_evidence(store, db_d
                       if k[0] == "cluster_doctor_node_slow_since_timestamp_seconds"]
     assert labels["node"] == "gpu-100" and labels["state"] == "failing" and at == (NOW - H).timestamp()
     assert labels["evidence"].startswith("probe straggler:probe_gemm_tflops_min=623")
+
+
+def suite(store, node: str, when: dt.datetime, gemm: float) -> list:
+    """One dl_unit attempt (a bundle suite whose GEMM and HBM minima get fleet verdicts), judged."""
+    a = Attempt(node_name=node, test_name="dl_unit", status="pass", finished_at=when,
+                metrics={"gemm_bf16_tflops_min": gemm, "mem_bw_gbps_min": 3000.0}, gpu_model=MODEL, gpu_count=8,
+                dag_id="continuous_validation", run_id=f"r-{uuid.uuid4().hex[:8]}")
+    store.record([a])
+    return verdicts.judge_recorded(store.connect, [a.to_dict()], now=when)
+
+
+def test_two_flagged_probes_fail_a_node_only_the_confirmation_spacing_apart(store, db_dsn):
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.store import fleet as stored_fleet
+
+    fleet(store, NOW - 80 * H)
+    probe(store, "gpu-400", NOW - 2 * H, 620.0)
+    assert probe(store, "gpu-400", NOW - H, 621.0)  # an hour later: a transient's length
+    probe(store, "gpu-401", NOW - 5 * H, 620.0)
+    assert probe(store, "gpu-401", NOW - H, 621.0)  # four hours later: a lasting slowness
+    found = slow(store, NOW)
+    assert (found["gpu-400"].state, found["gpu-401"].state) == (rule.SlowState.SUSPECT, rule.SlowState.FAILING)
+    assert set(stored_quarantine.confirmed_failures(store.connect, ["gpu_health"], now=NOW)) == {"gpu-401"}
+    with stored_fleet.open_for(Settings(), db_dsn, now=NOW) as q:  # the status command's and the metrics' read
+        assert {n: s.state for n, s in q.slow_nodes().items()} == {"gpu-400": rule.SlowState.SUSPECT,
+                                                                   "gpu-401": rule.SlowState.FAILING}
+    # the spacing is what tells them apart: without it both fail
+    assert slow(store, NOW, spacing=dt.timedelta(0))["gpu-400"].failing
+    assert set(stored_quarantine.confirmed_failures(store.connect, ["gpu_health"], now=NOW,
+                                                    slow_spacing=dt.timedelta(0))) == {"gpu-400", "gpu-401"}
+
+
+def test_a_flagged_probe_and_a_bundle_suites_verdict_the_spacing_apart_make_a_node_failing(store):
+    fleet(store, NOW - 80 * H)
+    for day in range(3):
+        for node, gemm in HEALTHY.items():
+            suite(store, node, NOW - 80 * H + day * 24 * H, gemm)
+    found = suite(store, "gpu-500", NOW - 6 * H, 615.0)
+    assert [(v.metric, v.kind) for v in found] == [("gemm_bf16_tflops_min", "straggler")]
+    alone = slow(store, NOW - 5 * H)["gpu-500"]  # the verdict alone: a sighting
+    assert alone.state == rule.SlowState.SUSPECT and alone.since == NOW - 6 * H
+    assert "verdict dl_unit straggler:gemm_bf16_tflops_min=615" in alone.describe()
+    assert probe(store, "gpu-500", NOW - H, 618.0)
+    both = slow(store, NOW)["gpu-500"]
+    assert both.failing and both.since == NOW - H and both.bundle[0].startswith("dl_unit straggler:")
+    slow_failures = [f for f in stored_quarantine.confirmed_failures(store.connect, ["gpu_health"], now=NOW)["gpu-500"]]
+    assert [(f.test_name, f.code) for f in slow_failures] == [("gpu_health", "SLOW")]
+    # a verdict older than the window no longer counts: the flagged probe alone is a suspect
+    assert slow(store, NOW + 19 * H)["gpu-500"].state == rule.SlowState.SUSPECT
+    # the suite's last attempt counts: a clean one after the verdict leaves the probe alone
+    assert suite(store, "gpu-500", NOW - H / 2, 703.0) == []
+    assert slow(store, NOW)["gpu-500"].state == rule.SlowState.SUSPECT and not slow(store, NOW)["gpu-500"].bundle
+    # the bundle ran inside the episode that lowered the probe, minutes after it: one sighting, not two
+    assert probe(store, "gpu-501", NOW - 2 * H, 618.0)
+    assert suite(store, "gpu-501", NOW - 2 * H + dt.timedelta(minutes=15), 615.0)
+    assert slow(store, NOW)["gpu-501"].state == rule.SlowState.SUSPECT
+    assert set(slow(store, NOW)) == {"gpu-500", "gpu-501"}  # the healthy fleet, its verdict-free suites: nobody
+
+
+def test_a_suspects_confirming_probe_waits_for_the_spacing_on_the_prioritize_path(store):
+    from cluster_doctor.airflow.tasks.prioritize import _with_probes
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.payloads import Plan
+
+    fleet(store, NOW - 80 * H)
+    assert probe(store, "gpu-600", NOW - H, 620.0)  # suspect since an hour
+
+    def due(at, spacing=SPACING):
+        return fail_slow.due_probes(store.connect, ["gpu-600"], now=at, min_interval=6 * H, max_age=72 * H,
+                                    window=WINDOW, spacing=spacing)
+
+    assert due(NOW) == set()  # a transient that lowered the first probe may still be going on
+    assert due(NOW + 2 * H) == {"gpu-600"}  # three hours after it: the confirming probe
+    assert due(NOW, dt.timedelta(0)) == {"gpu-600"}  # no spacing: at the next sweep
+    plan = Plan.from_xcom({"planned_at": NOW.isoformat(), "dry_run": False, "pairs": [
+        {"node_name": "gpu-600", "test_name": "gpu_health", "why": "health sweep", "last_status": "pass",
+         "last_finished_at": (NOW - H).isoformat(), "gpu_count": 8, "gpu_model": MODEL}]})
+    cuda = {"suite_device": "cuda"}
+    assert _with_probes(plan, store, Settings(**cuda), NOW).pairs[0].probe_seconds is None
+    assert _with_probes(plan, store, Settings(**cuda), NOW + 2 * H).pairs[0].probe_seconds == 3.0
+    assert _with_probes(plan, store, Settings(**cuda, slow_confirm_spacing_hours=0.5), NOW).pairs[0].probe_seconds == 3.0
+
+
+# The form PROBES_SQL had: a row_number() over every gpu_health attempt kept. The reference its rows must equal.
+WINDOWED_PROBES_SQL = """
+SELECT h.node_name, h.id, h.finished_at,
+       coalesce((SELECT array_agg(v.kind || ':' || v.metric || '=' || round(v.value::numeric, 4)
+                                   || coalesce(' (fleet median ' || round(v.fleet_median::numeric, 4) || ')', '')
+                                   ORDER BY v.metric, v.kind)
+                   FROM validation_verdicts v WHERE v.history_id = h.id AND v.metric = ANY(%(metrics)s)), '{}')
+  FROM (SELECT id, node_name, finished_at,
+               row_number() OVER (PARTITION BY node_name ORDER BY finished_at DESC, id DESC) AS nth
+          FROM validation_history
+         WHERE test_name = %(test)s AND status IN ('pass', 'fail') AND metrics ? %(probed)s
+           AND (%(nodes)s::text[] IS NULL OR node_name = ANY(%(nodes)s))) h
+ WHERE h.nth <= 2
+"""
+
+
+def test_the_last_two_probes_per_node_are_the_windowed_forms_rows(store):
+    from cluster_doctor.store import database
+
+    fleet(store, NOW - 80 * H)
+    for at, gemm in ((NOW - 30 * H, 702.0), (NOW - 20 * H, 704.0), (NOW - 9 * H, 610.0)):  # the oldest left out
+        probe(store, "gpu-700", at, gemm)
+    probe(store, "gpu-700", NOW - 5 * H, 0.0, probed=False)  # newer sweeps that did not probe are passed over
+    probe(store, "gpu-700", NOW - 4 * H, 0.0, probed=False)
+    probe(store, "gpu-701", NOW - 3 * H, 615.0)  # one probe only
+    probe(store, "gpu-702", NOW - 2 * H, 0.0, probed=False)  # never probed
+    probe(store, "gpu-703", NOW - 2 * H, 700.0)  # two attempts at the same instant: the newer id wins
+    probe(store, "gpu-703", NOW - 2 * H, 612.0)
+    store.record([Attempt(node_name="gpu-704", test_name="gpu_health", status="skipped", finished_at=NOW - H,
+                          metrics={"probe_gemm_tflops_min": 500.0}, dag_id="continuous_validation", run_id="r-s")])
+    conn = database.connector(store.connect)()
+    try:
+        with conn.cursor() as cur:
+            for nodes in (None, ["gpu-700", "gpu-701", "gpu-702", "gpu-703", "gpu-704", "gpu-999"], ["gpu-001"]):
+                params = {"metrics": list(fail_slow.PROBE_METRICS), "test": fail_slow.PROBE_TEST,
+                          "probed": fail_slow.PROBED, "nodes": nodes}
+                cur.execute(fail_slow.PROBES_SQL, params)
+                lateral = sorted(cur.fetchall())
+                cur.execute(WINDOWED_PROBES_SQL, params)
+                assert lateral == sorted(cur.fetchall()) and lateral, nodes
+            cur.execute(fail_slow.PROBES_SQL, params | {"nodes": None})
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    per_node = {n: sum(r[0] == n for r in rows) for n in ("gpu-001", "gpu-700", "gpu-701", "gpu-702", "gpu-704")}
+    assert per_node == {"gpu-001": 2, "gpu-700": 2, "gpu-701": 1, "gpu-702": 0, "gpu-704": 0}
+    [newer] = [r for r in rows if r[0] == "gpu-703" and r[3]]
+    assert len([r for r in rows if r[0] == "gpu-703"]) == 2 and newer[3][0].startswith("straggler:")
+    assert sorted(r[2] for r in rows if r[0] == "gpu-700") == [NOW - 20 * H, NOW - 9 * H]
