@@ -143,7 +143,8 @@ class _Reads:
 def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datetime, tests: Sequence[str],
           staleness: dt.timedelta, trend_ends: Sequence[dt.datetime], gone_grace_hours: float,
           key_pairs: Sequence[tuple[str, str]], peer_window_days: float | None,
-          slow_window: dt.timedelta = fail_slow.SLOW_WINDOW) -> _Reads:
+          slow_window: dt.timedelta = fail_slow.SLOW_WINDOW,
+          slow_spacing: dt.timedelta = fail_slow.SLOW_SPACING) -> _Reads:
     """Every section's rows, in one consistent, read-only snapshot."""
     window = {"start": start, "end": as_of}
     with daily_reads.snapshot(store) as cur:
@@ -151,7 +152,7 @@ def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datet
             cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
         fleet = sorted(counted, key=_node_key)
         with cur.connection.cursor() as tuples:  # same snapshot; store.fail_slow reads rows as tuples
-            slow = fail_slow.slow_nodes(tuples, now=as_of, window=slow_window, nodes=fleet)
+            slow = fail_slow.slow_nodes(tuples, now=as_of, window=slow_window, spacing=slow_spacing, nodes=fleet)
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
@@ -183,6 +184,7 @@ def build(
     peer_window_days: float | None = None,
     ui_base: str = "/",
     slow_window_hours: float = fail_slow.SLOW_WINDOW.total_seconds() / 3600,
+    slow_spacing_hours: float = fail_slow.SLOW_SPACING.total_seconds() / 3600,
 ) -> dict[str, Any]:
     """Everything the daily report shows, as a JSON-able dict (the renderers read only this).
     ``peer_window_days``: how far back peer-test evidence counts (None: peer tests are off). ``ui_base``:
@@ -201,7 +203,8 @@ def build(
     read = _read(store, start=start, as_of=as_of, tests=tests, staleness=staleness,
                  trend_ends=[min(_start_of(d) + dt.timedelta(days=1), as_of) for d in trend_days],
                  gone_grace_hours=gone_grace_hours, key_pairs=key_pairs, peer_window_days=peer_window_days,
-                 slow_window=dt.timedelta(hours=slow_window_hours))
+                 slow_window=dt.timedelta(hours=slow_window_hours),
+                 slow_spacing=dt.timedelta(hours=slow_spacing_hours))
     fleet_section = _fleet(read.pairs, read.fleet, tests, as_of, staleness, max_rows)
     fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), read.counted)
     coverage_trend = _trend(trend_days, read.trend)
@@ -834,6 +837,7 @@ def for_settings(store: daily_reads.Connections, settings: Any, *, day: dt.date 
     return build(store, day, tests=list(settings.tests), staleness_days=settings.staleness_days, now=now,
                  gone_grace_hours=settings.gone_node_grace_hours, ui_base=ui_base,
                  slow_window_hours=settings.slow_signal_window_hours,
+                 slow_spacing_hours=settings.slow_confirm_spacing_hours,
                  peer_window_days=(peers.EVIDENCE_CADENCES * settings.peer_cadence_days
                                    if getattr(settings, "peer_tests", False) else None))
 

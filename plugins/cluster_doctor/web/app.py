@@ -434,11 +434,11 @@ _SLOW_CACHE: dict[tuple[Any, ...], tuple[float, dt.datetime, dict[str, dict[str,
 def fleet_slow(q: fleet.FleetQueries, settings: Settings, now: dt.datetime) -> dict[str, dict[str, Any]]:
     """``slow_view`` of every slow node of the fleet, with each one's GPU count from the inventory."""
     window = slow_window(settings)
-    key = (q.conn.info.dsn, window)
+    key = (q.conn.info.dsn, window, slow_spacing(settings))
     hit = _SLOW_CACHE.get(key)
     if hit is not None and time.monotonic() - hit[0] <= SLOW_CACHE_S and abs((now - hit[1]).total_seconds()) <= SLOW_CACHE_S:
         return hit[2]
-    found = q.slow_nodes(window=window)
+    found = q.slow_nodes(window=window, spacing=slow_spacing(settings))
     known = {}
     if found:
         with q.conn.cursor() as cur:
@@ -468,6 +468,11 @@ def node_gpus(node: Mapping[str, Any]) -> int | None:
 def slow_window(settings: Settings) -> dt.timedelta:
     """How far back a speed signal counts (setting slow_signal_window_hours), as status and the metrics read it."""
     return dt.timedelta(hours=settings.slow_signal_window_hours)
+
+
+def slow_spacing(settings: Settings) -> dt.timedelta:
+    """How far apart two sightings must be to fail a node slow (setting slow_confirm_spacing_hours)."""
+    return dt.timedelta(hours=settings.slow_confirm_spacing_hours)
 
 
 def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settings,
@@ -590,7 +595,8 @@ def node_page(
                            plots_missing=missing, peer=fq.peer_verdicts().get(node_name),
                            suspect=fq.suspects([node_name]).get(node_name),
                            failing_since=fq.failing_since([node_name]).get(node_name))
-                ctx.update(slow=slow_view(now, fq.slow_nodes([node_name], window=slow_window(settings)),
+                ctx.update(slow=slow_view(now, fq.slow_nodes([node_name], window=slow_window(settings),
+                                                                spacing=slow_spacing(settings)),
                                           lambda n: node_gpus(node)).get(node_name))
                 with fq.conn.cursor() as cur:  # the node's life, and whether it is a repeat offender
                     ctx.update(timeline=transitions.timeline(cur, node_name)[::-1],
