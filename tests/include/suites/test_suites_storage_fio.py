@@ -40,9 +40,21 @@ def scratch_left(out: Path) -> list:
 
 
 @needs_fio
-def test_real_fio_cpu_mode_passes(run_cli, h, tmp_path):
+def test_real_fio_cpu_mode_judges_what_it_measured(run_cli, h, tmp_path):
+    """Real fio on this host's disk: every pattern measured and judged against the cpu profile's floors.
+    A busy host's disk can stall for a second (seen: 3 random-read IOPS at a 1.35 s p99 beside other
+    tests' writes), so the verdict is what the figures say — a pass, or a fail whose every failing check is
+    a floor the measured figure really missed — never a parse or run error."""
     ns = run_cli("storage_fio", "--device", "cpu")
-    h.check_artifacts(ns, status="pass", suite="storage_fio")
+    failing = [c for c in ns.result["checks"] if c["status"] != "pass"] if ns.result else []
+    h.check_artifacts(ns, status="fail" if failing else "pass", suite="storage_fio")
+    for check in failing:
+        assert check["status"] == "fail" and check["name"].endswith(("_bw", "_iops", "_p99_latency")), check
+    for check in ns.result["checks"]:  # each floor's verdict is the measured figure's, either way
+        if check["name"].endswith(("_bw", "_iops", "_p99_latency")):
+            op, floor = check["threshold"].split()
+            within = check["value"] >= float(floor) if op == ">=" else check["value"] <= float(floor)
+            assert within == (check["status"] == "pass"), check
     names = {c["name"] for c in ns.result["checks"]}
     assert {
         "seq_read_bw",
