@@ -361,16 +361,18 @@ def _discovered(free, tests):
 def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first_and_reservation_holds(store):
     from cluster_doctor.airflow import signals_task, tasks
     from cluster_doctor.domain.config import Settings
-    from cluster_doctor.domain.payloads import Latest, Plan
+    from cluster_doctor.domain.payloads import Plan
     from cluster_doctor.domain.planning import due
+    from cluster_doctor.store import plan_inputs
 
+    T = NOW - 4 * H  # the runs below end before this host's clock (no attempt from the future)
     fleet(store, NOW - 80 * H)
     for day in range(3):  # their dl_unit is fresh: only a suspect's bundle runs it again
         for node in ("gpu-001", "gpu-900"):
             store.record([Attempt(node_name=node, test_name="dl_unit", status="pass",
-                                  finished_at=NOW - 2 * H - day * H, gpu_model=MODEL, gpu_count=8,
+                                  finished_at=T - 2 * H - day * H, gpu_model=MODEL, gpu_count=8,
                                   dag_id="continuous_validation", run_id=f"r-d{day}")])
-    swept_at = NOW - H
+    swept_at = T - H
     plan = Plan.from_xcom({"planned_at": swept_at.isoformat(), "dry_run": False, "pairs": [
         {"node_name": "gpu-900", "test_name": "gpu_health", "why": "health sweep", "last_status": "pass",
          "last_finished_at": None, "gpu_count": 8, "gpu_model": MODEL, "probe_seconds": 3.0}]})
@@ -380,14 +382,36 @@ def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first
                  "dag_id": "continuous_validation", "run_id": "r-sweep", "map_index": 0, "try_number": 1}]
     tasks.record(plan, reported, store, dag_id="continuous_validation", run_id="r-sweep", now=swept_at,
                  settings=Settings(tests=TWO))
-    assert slow(store, NOW)["gpu-900"].state == rule.SlowState.SUSPECT  # one flagged probe: not failing
+    assert slow(store, T)["gpu-900"].state == rule.SlowState.SUSPECT  # one flagged probe: not failing
     # what prioritize and reserve read (signals_task.current_suspects): the probe-suspect
-    found = signals_task.current_suspects(store, TWO, ["gpu-001", "gpu-900"], NOW)
+    found = signals_task.current_suspects(store, TWO, ["gpu-001", "gpu-900"], T)
     assert set(found) == {"gpu-900"} and "speed probe: flagged straggler:" in found["gpu-900"].describe()
-    planned = tasks.prioritize(_discovered(["gpu-001", "gpu-900"], TWO), Latest(), now=NOW, store=store,
-                               dag_id="continuous_validation", run_id="r-next")
+    def run(at, run_id):
+        nodes = ["gpu-001", "gpu-900"]
+        return tasks.prioritize(_discovered(nodes, TWO), plan_inputs.latest(store, nodes, TWO), now=at,
+                                store=store, dag_id="continuous_validation", run_id=run_id)
+
+    planned = run(T, "r-next")
     first = [p for p in planned.pairs if p.node_name == "gpu-900"]
     assert planned.pairs[0].node_name == "gpu-900" and [p.test_name for p in first] == TWO
     assert {p.why for p in first} == {due.SUSPECT}
     # its bundle runs first, but the confirming probe waits for the spacing (a transient may be going on)
     assert all(p.probe_seconds is None for p in first)
+    def ran(plan, run_id, at, tests):
+        """The run's suites on gpu-900 passed (no probe ran), recorded by its record task."""
+        tasks.record(plan, [{"node_name": "gpu-900", "test_name": t, "status": "pass", "finished_at": at.isoformat(),
+                             "started_at": (at - dt.timedelta(minutes=1)).isoformat(), "gpu_model": MODEL,
+                             "gpu_count": 8, "metrics": {}, "dag_id": "continuous_validation", "run_id": run_id,
+                             "map_index": 0, "try_number": 1} for t in tests],
+                     store, dag_id="continuous_validation", run_id=run_id, now=at, settings=Settings(tests=TWO))
+
+    ran(planned, "r-next", T + dt.timedelta(minutes=10), TWO)
+    # its bundle answered the suspicion: the next run sweeps its health check alone, not the bundle again,
+    # and only the run past the spacing probes it (the sweep, hourly: neither the 6 h failed retest nor a bundle)
+    swept = run(T + H, "r-2")
+    later = [p for p in swept.pairs if p.node_name == "gpu-900"]
+    assert [(p.test_name, p.why, p.probe_seconds) for p in later] == [("gpu_health", due.SWEEP, None)]
+    ran(swept, "r-2", T + H + dt.timedelta(minutes=2), ["gpu_health"])
+    confirming = [p for p in run(T + 2 * H, "r-3").pairs if p.node_name == "gpu-900"]
+    assert [(p.test_name, p.why) for p in confirming] == [("gpu_health", due.SWEEP)]
+    assert confirming[0].probe_seconds
