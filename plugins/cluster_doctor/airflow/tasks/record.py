@@ -54,7 +54,7 @@ def record(
                     run_id=run_id, map_index=group_index[pair.node_name], try_number=0)
     # Whatever any run on any worker spooled first (quiet runs too); if writing this run's attempts
     # fails, they are spooled durably (settings.spool_dir, shared by every worker) and the task fails.
-    settings = settings if settings is not None else Settings.load()
+    given, settings = settings, settings if settings is not None else Settings.load()
     result = spool.record_or_spool(store, list(attempts.values()), storage.spool(settings))
     if planned.creates_pods:
         _release_claims(store, planned.pairs, dag_id=dag_id, run_id=run_id)
@@ -62,7 +62,8 @@ def record(
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
         judged = [a.to_dict() for a in attempts.values()]
-        verdicts.judge_recorded(store.connect, judged, fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts))
+        verdicts.judge_recorded(store.connect, judged,
+                                fleet_verdicts.BaselinePolicy.from_mapping(given.fleet_verdicts if given else None))
         probe_suspects(store, judged, settings, now)
     return Recorded(attempts=list(attempts.values()))
 
