@@ -11,7 +11,9 @@ kinds of evidence say "slow", neither a fail by itself:
 A third kind, a **bundle verdict**: a straggler/drift verdict on the last attempt of a bundle suite that
 measures speed (dl_unit, nccl_loopback) within the window.
 
-One flag makes the node **suspect** (retested soon, shown with its evidence). It becomes **failing** with
+One flag makes the node **suspect** (retested soon, shown with its evidence); a flagged probe that leaves the
+node short of failing also makes it a suspect in the signals' sense (``probe_suspect``: its bundle first when
+it is free, reservation may hold it), as the simulator models it. It becomes **failing** with
 code ``SLOW`` when the last two probe sweeps were both flagged, or the last probe and a signal within the
 window agree, or the last probe and a bundle verdict; two probes, or a probe and a bundle verdict, must be at
 least the confirmation spacing apart (setting ``slow_confirm_spacing_hours``): a transient slowness
@@ -70,6 +72,14 @@ def slow_state(probes: Sequence[ProbeOutcome], signal_flagged: bool, *,
     if last or signal_flagged or bundle_verdicts:
         return SlowState.SUSPECT
     return SlowState.OK
+
+
+def probe_suspect(flagged: bool, state: SlowState) -> bool:
+    """Whether the probe that just ran makes its node a suspect for planning and reservation (a
+    ``node_suspicions`` row the product writes, ``cluster.mark_suspect`` in the simulator): it was flagged and
+    the node, judged with it (``state``: ``slow_state`` after it), is not failing (a failing node is
+    quarantined: no suspicion to plan)."""
+    return flagged and state != SlowState.FAILING
 
 
 def probe_due(now: dt.datetime, last_probe: dt.datetime | None, *, busy_since: bool,

@@ -37,7 +37,10 @@ NEW_NODE = "new node"
 REBOOT = "reboot"
 UNCORDONED = "uncordoned"
 SPEED = "speed"  # a passive speed signal: the node may be slow (domain.fail_slow), never failing by itself
-SOURCES = (ALLOCATABLE, CONDITION, EVENT, DCGM, POD_FAILURE, NEW_NODE, REBOOT, UNCORDONED, SPEED)
+# A flagged speed probe (domain.fail_slow.probe_suspect): its own source, never SPEED, since slow_state counts
+# a speed signal as a sighting besides the probe and the probe's flag must not count twice.
+PROBE = "speed probe"
+SOURCES = (ALLOCATABLE, CONDITION, EVENT, DCGM, POD_FAILURE, NEW_NODE, REBOOT, UNCORDONED, SPEED, PROBE)
 NODE_CHANGES = ("new", "reboot", "uncordoned")  # setting signal_node_changes
 
 MAX_TEXT = 500  # one line for people: a condition's message, an event's, a pod's termination message
@@ -383,6 +386,13 @@ def speed(seen: Iterable[Sample], policy: SpeedPolicy, now: dt.datetime) -> list
                 add(node, gpu, "sm_clock_peers", f"SM clock {clock:g} MHz under load, {100 * (1 - clock / median):.0f} % "
                                                  f"below the median {median:g} MHz of this node's other loaded GPUs")
     return found
+
+
+def probe(node: str, attempt: str, flags: Sequence[str], at: dt.datetime | None) -> Evidence:
+    """A health sweep's speed probe flagged (its straggler/drift verdict lines, ``flags``) on the attempt
+    ``attempt`` (its id: the key, so a retried record is the same suspicion): the node is suspect as for a
+    signal, its bundle first and reservation may hold it (``fail_slow.probe_suspect``)."""
+    return Evidence(node, PROBE, attempt, _short("flagged " + "; ".join(flags)), at)
 
 
 def speed_flagged(evidence: Iterable[Evidence]) -> set[str]:

@@ -57,6 +57,7 @@ from cluster_doctor.domain.payloads import OrphanReport
 from cluster_doctor.domain.status import Status
 from cluster_doctor.kube import api_errors, discovery, podspec, retry
 from cluster_doctor.kube.api import CoreV1
+from cluster_doctor.store import fail_slow as stored_fail_slow
 from cluster_doctor.store import verdicts
 from cluster_doctor.store.history import ResultStore
 
@@ -413,6 +414,13 @@ def dispose(core_v1: CoreV1, store: ResultStore, settings: Settings, orphans: li
                                           fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts))
         except Exception as exc:
             report.errors.append(f"fleet verdicts of the recorded orphans: {api_errors.describe(exc)}")
+        try:  # a flagged speed probe makes its node a suspect, as the record task's probes do
+            stored_fail_slow.record_probe_suspects(
+                store.connect, judged, now=dt.datetime.now(dt.UTC),
+                window=dt.timedelta(hours=settings.slow_signal_window_hours),
+                spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
+        except Exception as exc:
+            report.errors.append(f"speed probe suspects of the recorded orphans: {api_errors.describe(exc)}")
     return report
 
 

@@ -780,7 +780,8 @@ class _Simulation:
             if state == fail_slow.SlowState.FAILING:
                 slow.failing(n, at, why)
                 return True
-            if flagged:  # new evidence: suspect (a clean probe after a signal leaves it as it was)
+            # new evidence: suspect, the product's rule (a clean probe after a signal leaves it as it was)
+            if fail_slow.probe_suspect(flagged, state):
                 self.slow_pending.add(n)
             return False
         if pair.test_name in sim_slow.SUITE_METRICS:

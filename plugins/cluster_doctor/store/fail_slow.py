@@ -19,7 +19,7 @@ from typing import Any
 from cluster_doctor.domain import fail_slow, signals
 from cluster_doctor.domain.fail_slow import ProbeOutcome, SlowState
 from cluster_doctor.domain.fleet_verdicts import JUDGED_METRICS
-from cluster_doctor.store import database
+from cluster_doctor.store import database, suspects
 
 PROBE_TEST = "gpu_health"
 PROBE_METRICS = JUDGED_METRICS[PROBE_TEST]
@@ -100,10 +100,8 @@ def slow_nodes(cur: Any, *, now: dt.datetime, window: dt.timedelta, spacing: dt.
     """Every node (of ``nodes``, else all) that ``fail_slow.slow_state`` makes suspect or failing, two
     sightings counting only ``spacing`` apart."""
     wanted = sorted(set(nodes)) if nodes is not None else None
-    cur.execute(PROBES_SQL, {"metrics": list(PROBE_METRICS), "test": PROBE_TEST, "probed": PROBED, "nodes": wanted})
-    probes: dict[str, list[tuple[dt.datetime, list[str]]]] = {}
-    for node, _id, finished, flags in cur.fetchall():
-        probes.setdefault(node, []).append((finished, list(flags or [])))
+    probes = {node: [(finished, flags) for finished, _id, flags in found]
+              for node, found in _probes(cur, wanted).items()}
     cur.execute(SIGNALS_SQL, {"source": signals.SPEED, "since": now - window, "nodes": wanted})
     seen: dict[str, list[tuple[str, dt.datetime]]] = {}
     for node, text, at in cur.fetchall():
@@ -128,6 +126,57 @@ def slow_nodes(cur: Any, *, now: dt.datetime, window: dt.timedelta, spacing: dt.
                              tuple(last[1]) if last else (), tuple(dict.fromkeys(t for t, _ in seen.get(node, []))),
                              tuple(line for _, lines in verdicts for line in lines))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeSuspects:
+    """What ``record_probe_suspects`` did: the nodes a flagged probe made suspect, and the nodes whose open
+    probe suspicions their next probe answered (node → ``cleared`` or ``confirmed``)."""
+
+    suspect: tuple[str, ...] = ()
+    answered: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def record_probe_suspects(connect: Any, attempts: Iterable[Mapping[str, Any]], *, now: dt.datetime,
+                          window: dt.timedelta, spacing: dt.timedelta) -> ProbeSuspects:
+    """After a run's attempts are recorded and judged: the nodes whose gpu_health attempt among ``attempts``
+    probed. Where that probe is the node's last and was flagged while the node is not failing by it
+    (``fail_slow.probe_suspect``, the rule the simulator applies), the node becomes a suspect as a signal
+    makes one (a ``node_suspicions`` row of source ``signals.PROBE``, the verdict lines its evidence): its
+    bundle goes first and reservation may hold it. The node's older probe suspicions are answered by this
+    probe: cleared when it came back clean, confirmed when the node is failing by it."""
+    probed = sorted({str(a["node_name"]) for a in attempts if a.get("test_name") == PROBE_TEST
+                     and a.get("status") in ("pass", "fail") and PROBED in (a.get("metrics") or {})})
+    if not probed:
+        return ProbeSuspects()
+    conn = database.connector(connect)()
+    try:
+        with conn.cursor() as cur:
+            last = {node: max(found, key=lambda p: (p[0], p[1])) for node, found in _probes(cur, probed).items()}
+            slow = slow_nodes(cur, now=now, window=window, spacing=spacing, nodes=probed)
+    finally:
+        conn.close()
+    evidence, answers = [], {}
+    for node, (finished, history_id, flags) in sorted(last.items()):
+        state = slow[node].state if node in slow else SlowState.OK
+        key = str(history_id)
+        if fail_slow.probe_suspect(bool(flags), state):
+            evidence.append(signals.probe(node, key, flags, finished))
+            answers[node] = ("", key)  # a second flag short of failing: the older one stays its evidence too
+        else:
+            answers[node] = (suspects.CONFIRMED if flags else suspects.CLEARED, key)
+    suspects.record(connect, evidence, seen_at=now)
+    answered = suspects.answer(connect, signals.PROBE, {n: a for n, a in answers.items() if a[0]}, now=now)
+    return ProbeSuspects(tuple(e.node_name for e in evidence), answered)
+
+
+def _probes(cur: Any, nodes: list[str] | None) -> dict[str, list[tuple[dt.datetime, int, list[str]]]]:
+    """Each node's last two probes: (when it ended, its attempt's id, its flagged verdict lines)."""
+    cur.execute(PROBES_SQL, {"metrics": list(PROBE_METRICS), "test": PROBE_TEST, "probed": PROBED, "nodes": nodes})
+    found: dict[str, list[tuple[dt.datetime, int, list[str]]]] = {}
+    for node, history_id, finished, flags in cur.fetchall():
+        found.setdefault(node, []).append((finished, history_id, list(flags or [])))
+    return found
 
 
 def read_slow_nodes(connect: Any, *, now: dt.datetime, window: dt.timedelta, spacing: dt.timedelta,

@@ -5,7 +5,8 @@
 read again only moves ``last_seen_at``, and evidence already answered is not raised again. A node is
 **suspect** while it has a row its bundle has not answered: every enabled suite passed after the row was
 first seen (``cleared``), or one failed (``confirmed``: the failure is the verdict, and the evidence says
-since when). ``current`` judges that on read, so every view agrees at once; ``resolve`` writes it down (the
+since when); a speed probe's suspicion (source ``speed probe``) is answered by the node's next probe too
+(``answer``). ``current`` judges that on read, so every view agrees at once; ``resolve`` writes it down (the
 planning tasks call it). ``failing_since`` gives a failing node's first failing evidence after its last
 pass: an attempt, or a signal its failure confirmed.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.domain.nodes import validate_node_name
@@ -89,6 +90,17 @@ SELECT node_name, source, evidence, least(occurred_at, first_seen_at), first_see
 """
 
 
+# A node's open suspicions of one source answered by something other than its bundle (a speed probe's by
+# the next probe): cleared or confirmed, the evidence of this answer itself left open.
+ANSWER_SQL = f"""
+UPDATE {TABLE} s SET resolved_at = %(now)s, resolution = a.resolution
+  FROM unnest(%(nodes)s::text[], %(resolutions)s::text[], %(keep)s::text[]) AS a(node_name, resolution, keep)
+ WHERE s.resolved_at IS NULL AND s.source = %(source)s AND s.node_name = a.node_name
+   AND s.evidence_key <> a.keep AND s.first_seen_at <= %(now)s
+RETURNING s.node_name, s.resolution
+"""
+
+
 # The suspicions open at a past moment, as written down (the daily report's end of day).
 AS_OF_SQL = f"""
 SELECT node_name, source, evidence, least(occurred_at, first_seen_at) AS since
@@ -146,6 +158,21 @@ def resolve(connect: Any, tests: Sequence[str], *, now: dt.datetime) -> dict[str
         if resolved.get(node) != CONFIRMED:
             resolved[node] = resolution
     return resolved
+
+
+def answer(connect: Any, source: str, answers: Mapping[str, tuple[str, str]], *, now: dt.datetime) -> dict[str, str]:
+    """Resolve the open suspicions of ``source`` on each node of ``answers`` (node → (resolution, the
+    evidence key left open: the answer's own, or "")): node → resolution, for the nodes that had one."""
+    if not answers:
+        return {}
+    nodes = [validate_node_name(n) for n in answers]
+    params = {"source": source, "now": now, "nodes": nodes, "resolutions": [answers[n][0] for n in nodes],
+              "keep": [answers[n][1] for n in nodes]}
+    with database.connector(connect)() as conn, conn.cursor() as cur:
+        cur.execute(ANSWER_SQL, params)
+        rows = _rows(cur)
+        conn.commit()
+    return dict(rows)
 
 
 def current(cur: Any, tests: Sequence[str], nodes: Iterable[str] | None = None) -> dict[str, Suspect]:

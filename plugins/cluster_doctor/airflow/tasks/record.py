@@ -15,6 +15,7 @@ from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Plan, PlannedPair, Recorded
 from cluster_doctor.domain.status import Status
 from cluster_doctor.store import claims, spool, verdicts
+from cluster_doctor.store import fail_slow as stored_fail_slow
 from cluster_doctor.store.history import ResultStore
 
 
@@ -53,16 +54,38 @@ def record(
                     run_id=run_id, map_index=group_index[pair.node_name], try_number=0)
     # Whatever any run on any worker spooled first (quiet runs too); if writing this run's attempts
     # fails, they are spooled durably (settings.spool_dir, shared by every worker) and the task fails.
-    result = spool.record_or_spool(store, list(attempts.values()),
-                                   storage.spool(settings if settings is not None else Settings.load()))
+    given, settings = settings, settings if settings is not None else Settings.load()
+    result = spool.record_or_spool(store, list(attempts.values()), storage.spool(settings))
     if planned.creates_pods:
         _release_claims(store, planned.pairs, dag_id=dag_id, run_id=run_id)
     if attempts:
         log.info("recorded %d attempt(s) (%d already written by the validation tasks)",
                  result.inserted, result.duplicates)
-        verdicts.judge_recorded(store.connect, [a.to_dict() for a in attempts.values()],
-                                fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts if settings else None))
+        judged = [a.to_dict() for a in attempts.values()]
+        verdicts.judge_recorded(store.connect, judged,
+                                fleet_verdicts.BaselinePolicy.from_mapping(given.fleet_verdicts if given else None))
+        probe_suspects(store, judged, settings, now)
     return Recorded(attempts=list(attempts.values()))
+
+
+def probe_suspects(store: ResultStore, judged: Sequence[Mapping[str, Any]], settings: Settings,
+                   now: dt.datetime) -> None:
+    """A flagged speed probe makes its node a suspect, as a signal does (its bundle first, reservation may
+    hold it); the next probe answers it (``store.fail_slow.record_probe_suspects``). Best effort: the
+    attempts and their verdicts are stored already, and the slow view (status, pages, quarantine) reads
+    the probe itself."""
+    try:
+        found = stored_fail_slow.record_probe_suspects(
+            store.connect, judged, now=now, window=dt.timedelta(hours=settings.slow_signal_window_hours),
+            spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
+    except Exception as exc:  # noqa: BLE001 - a suspect is an addition to the run's results, not a condition
+        log.warning("speed probe suspects not recorded (%s)", one_line(exc, 300))
+        return
+    for node in found.suspect:
+        log.warning("SUSPECT %s: its speed probe was flagged (retested %g h after it)", node,
+                    settings.slow_confirm_spacing_hours)
+    for node, resolution in sorted(found.answered.items()):
+        log.info("%s: its speed probe suspicion %s by the next probe", node, resolution)
 
 
 def _release_claims(store: ResultStore, pairs: Sequence[PlannedPair], *, dag_id: str, run_id: str) -> None:

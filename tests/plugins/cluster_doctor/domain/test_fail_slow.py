@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from cluster_doctor.domain.fail_slow import ProbeOutcome, SlowState, probe_due, slow_state
+from cluster_doctor.domain.fail_slow import ProbeOutcome, SlowState, probe_due, probe_suspect, slow_state
 from tests.clock import now as clock_now
 
 NOW = clock_now()
@@ -84,3 +84,13 @@ def test_a_bundle_suites_fleet_verdict_is_a_sighting_alone_suspect_and_with_a_fl
 ])
 def test_a_bundle_verdict_confirms_a_flagged_probe_only_the_spacing_apart(verdicts, state):
     assert slow_state([ProbeOutcome(NOW, True)], False, bundle_verdicts=verdicts, min_spacing=3 * H) is state
+
+
+def test_a_flagged_probe_short_of_failing_makes_a_suspect():
+    flagged = [ProbeOutcome(NOW - 2 * H, False), ProbeOutcome(NOW, True)]
+    state = slow_state(flagged, False, min_spacing=3 * H)
+    assert state == SlowState.SUSPECT and probe_suspect(True, state)
+    assert not probe_suspect(False, SlowState.SUSPECT)  # a clean probe after a signal adds no suspicion
+    failing = slow_state([ProbeOutcome(NOW - 4 * H, True), ProbeOutcome(NOW, True)], False,
+                              min_spacing=3 * H)
+    assert failing == SlowState.FAILING and not probe_suspect(True, failing)  # quarantined instead

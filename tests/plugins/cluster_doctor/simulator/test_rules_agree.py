@@ -13,11 +13,12 @@ import datetime as dt
 import pathlib
 
 import pytest
-from cluster_doctor.domain import fast_path
+from cluster_doctor.domain import fail_slow, fast_path
 from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import GpuNode
+from cluster_doctor.domain.payloads import GpuNode, PlannedPair
+from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning import plan as planner
 from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.status import Status
@@ -159,10 +160,95 @@ def test_the_simulator_has_no_private_copy_of_the_rules(monkeypatch):
     assert not simulate.run(FAULTY).reservations_released.get("validated")
 
 
+# A flagged speed probe: (earlier probes, hours before this one, flagged), this probe flagged, a speed signal an
+# hour before it -> whether the node becomes a suspect (its bundle first, reservation may hold it)
+PROBE_SCENARIOS = {
+    "one flagged probe": ([], True, False, True),
+    "a clean probe": ([], False, False, False),
+    "a clean probe after a speed signal": ([], False, True, False),
+    "flagged again within the spacing: one sighting": ([(1.0, True)], True, False, True),
+    "flagged again the spacing apart: failing, quarantined": ([(4.0, True)], True, False, False),
+    "flagged with a speed signal: failing, quarantined": ([], True, True, False),
+}
+FLEET = {f"gpu-{i:03d}": 700.0 + 3 * (i % 5) for i in range(1, 13)}
+MODEL = "NVIDIA-H100-80GB-HBM3"
+
+
+def product_probe_suspect(store, before, flagged: bool, signal: bool) -> bool:
+    """The DAG's code path: the probes recorded and judged (a flagged one 11 % under the fleet's GEMM), a
+    speed signal as the signals record it, then what the record task makes of the last probe."""
+    from cluster_doctor.domain import signals
+    from cluster_doctor.store import fail_slow as stored_fail_slow
+    from cluster_doctor.store import suspects, verdicts
+
+    from tests.clock import now as clock_now
+
+    now, h = clock_now().replace(microsecond=0), dt.timedelta(hours=1)
+
+    def probe(node, when, gemm):
+        a = Attempt(node_name=node, test_name="gpu_health", status="pass", finished_at=when, gpu_model=MODEL,
+                    gpu_count=8, metrics={"probe_gemm_tflops_min": gemm, "probe_hbm_gbps_min": 3000.0},
+                    dag_id="continuous_validation", run_id=f"r-{node}-{when.timestamp():.0f}")
+        store.record([a])
+        verdicts.judge_recorded(store.connect, [a.to_dict()], now=when)
+        return a.to_dict()
+
+    for day in range(3):
+        for node, gemm in FLEET.items():
+            probe(node, now - (80 - 24 * day) * h, gemm)
+    at = now - 2 * h
+    for hours, was_flagged in before:
+        probe("gpu-900", at - hours * h, 620.0 if was_flagged else 703.0)
+    if signal:
+        suspects.record(store.connect, [signals.Evidence("gpu-900", signals.SPEED, "k", "GPU 0: slow", at - h)],
+                        seen_at=at - h)
+    last = probe("gpu-900", at, 619.0 if flagged else 703.0)
+    spacing = dt.timedelta(hours=Settings.model_fields["slow_confirm_spacing_hours"].default)
+    window = dt.timedelta(hours=Settings.model_fields["slow_signal_window_hours"].default)
+    found = stored_fail_slow.record_probe_suspects(store.connect, [last], now=at + dt.timedelta(seconds=5),
+                                                 window=window, spacing=spacing)  # the record task, after
+    with store.connection() as conn, conn.cursor() as cur:  # what prioritize and reserve read; a signal's own
+        current = suspects.current(cur, ["gpu_health"]).get("gpu-900")  # suspicion is not the probe's
+    listed = current is not None and any(line.startswith(f"{signals.PROBE}: ") for line in current.evidence)
+    assert listed == ("gpu-900" in found.suspect)
+    return listed
+
+
+def simulated_probe_suspect(before, flagged: bool, signal: bool, monkeypatch) -> bool:
+    """The simulator's call site: the health check's probe on node 0 judged (flagged as the scenario says),
+    then the bundle's end, where a probe-flagged node is marked suspect (``cluster.mark_suspect``)."""
+    sim = simulate._Simulation(dataclasses.replace(CFG, speed=True))
+    slow, at = sim.slow, 10.0
+    slow.probes[0] = [fail_slow.ProbeOutcome(simulate.T0 + dt.timedelta(hours=at - hours), was)
+                      for hours, was in sorted(before, reverse=True)]
+    if signal:
+        slow.signal_at[0] = at - 1.0
+    monkeypatch.setattr(slow, "judge", lambda metric, *a: frozenset({"straggler"}) if flagged else frozenset())
+    sim._probing = True
+    pair = PlannedPair(node_name=sim.names[0], test_name="gpu_health", why=due.SWEEP, gpu_count=8)
+    sim._speed(pair, 0, at)
+    sim._finished(0, at, simulate._Ended(1.0, False, False, 0.0))
+    return 0 in sim.cluster.suspects
+
+
+@pytest.mark.parametrize("before, flagged, signal, suspect", PROBE_SCENARIOS.values(), ids=PROBE_SCENARIOS.keys())
+def test_a_flagged_probe_makes_a_suspect_in_the_simulator_exactly_when_the_product_records_one(
+        before, flagged, signal, suspect, store, monkeypatch):
+    assert simulated_probe_suspect(before, flagged, signal, monkeypatch) == suspect
+    assert product_probe_suspect(store, before, flagged, signal) == suspect
+
+
+def test_the_simulator_and_the_product_call_the_one_probe_suspect_rule(store, monkeypatch):
+    """Replacing the shared rule changes both: neither keeps a copy of "a flagged probe makes a suspect"."""
+    monkeypatch.setattr(fail_slow, "probe_suspect", lambda flagged, state: False)
+    assert not simulated_probe_suspect([], True, False, monkeypatch)
+    assert not product_probe_suspect(store, [], True, False)
+
+
 RULES = {"stop_cause", "done_with_node", "ready_at", "decide", "why_due", "sweep_due", "bundles", "sweeps", "take",
          "plan", "overdue", "choose",
          # fail-slow: the node's state, the probe's schedule, the fleet verdicts (simulator.slow calls them)
-         "slow_state", "probe_due", "is_low", "judge_metric", "fleet_baseline", "node_value", "own_baseline"}
+         "slow_state", "probe_due", "probe_suspect", "is_low", "judge_metric", "fleet_baseline", "node_value", "own_baseline"}
 
 
 def test_the_simulators_source_defines_and_compares_none_of_the_rules():

@@ -10,6 +10,7 @@ import uuid
 from cluster_doctor.domain import fail_slow as rule
 from cluster_doctor.domain.actions import SLOW_ACTION
 from cluster_doctor.domain.attempts import Attempt
+from cluster_doctor.domain import signals
 from cluster_doctor.domain.signals import SPEED, Evidence
 from cluster_doctor.store import fail_slow, inventory, suspects
 from cluster_doctor.store import quarantine as stored_quarantine
@@ -255,3 +256,162 @@ def test_the_last_two_probes_per_node_are_the_windowed_forms_rows(store):
     [newer] = [r for r in rows if r[0] == "gpu-703" and r[3]]
     assert len([r for r in rows if r[0] == "gpu-703"]) == 2 and newer[3][0].startswith("straggler:")
     assert sorted(r[2] for r in rows if r[0] == "gpu-700") == [NOW - 20 * H, NOW - 9 * H]
+
+
+# ---------------------------------------------------------------------------- a flagged probe: a suspect
+TWO = ["gpu_health", "dl_unit"]
+
+
+def recorded_probe(store, node: str, when: dt.datetime, gemm: float, **kw) -> fail_slow.ProbeSuspects:
+    """One probing gpu_health attempt, judged, then what the record task makes of it (a few seconds later)."""
+    probe(store, node, when, gemm, **kw)
+    return fail_slow.record_probe_suspects(
+        store.connect, [{"node_name": node, "test_name": "gpu_health", "status": "pass",
+                         "metrics": {fail_slow.PROBED: gemm} if kw.get("probed", True) else {}}],
+        now=when + dt.timedelta(seconds=5), window=WINDOW, spacing=SPACING)
+
+
+def open_suspects(store, tests=TWO) -> dict:
+    with store.connection() as conn, conn.cursor() as cur:
+        return suspects.current(cur, tests)
+
+
+def rows(store, node: str) -> list[tuple]:
+    with store.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT source, resolution FROM node_suspicions WHERE node_name = %s ORDER BY id", (node,))
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def test_a_single_flagged_probe_makes_a_suspect_the_planner_reads_and_stays_suspect_not_failing(store):
+    fleet(store, NOW - 80 * H)
+    found = recorded_probe(store, "gpu-800", NOW - 5 * H, 620.0)
+    assert found.suspect == ("gpu-800",) and found.answered == {}
+    suspect = open_suspects(store)["gpu-800"]
+    [line] = suspect.evidence
+    assert line.startswith("speed probe: flagged straggler:probe_gemm_tflops_min=620") and suspect.since == NOW - 5 * H
+    # its own source, no speed signal: the probe's flag is counted once, one sighting, suspect
+    assert rows(store, "gpu-800") == [(signals.PROBE, None)]
+    judged = slow(store, NOW - 4 * H)["gpu-800"]
+    assert judged.state == rule.SlowState.SUSPECT and judged.signals == ()
+    assert "gpu-800" not in stored_quarantine.confirmed_failures(store.connect, ["gpu_health"], now=NOW - 4 * H)
+    # the record task retried: the same suspicion, nothing doubles
+    again = fail_slow.record_probe_suspects(
+        store.connect, [{"node_name": "gpu-800", "test_name": "gpu_health", "status": "pass",
+                         "metrics": {fail_slow.PROBED: 620.0}}], now=NOW - 4 * H, window=WINDOW, spacing=SPACING)
+    assert again.suspect == ("gpu-800",) and rows(store, "gpu-800") == [(signals.PROBE, None)]
+    # a sweep that did not probe answers nothing; the confirming probe, clean, clears it
+    assert recorded_probe(store, "gpu-800", NOW - 3 * H, 0.0, probed=False) == fail_slow.ProbeSuspects()
+    assert "gpu-800" in open_suspects(store)
+    clean = recorded_probe(store, "gpu-800", NOW - H, 703.0)
+    assert clean.suspect == () and clean.answered == {"gpu-800": suspects.CLEARED}
+    assert "gpu-800" not in open_suspects(store) and "gpu-800" not in slow(store, NOW)
+    assert rows(store, "gpu-800") == [(signals.PROBE, suspects.CLEARED)]
+
+
+def test_a_flagged_confirming_probe_fails_the_node_and_confirms_its_probe_suspicion(store):
+    fleet(store, NOW - 80 * H)
+    assert recorded_probe(store, "gpu-801", NOW - 5 * H, 620.0).suspect == ("gpu-801",)
+    second = recorded_probe(store, "gpu-801", NOW - H, 621.0)  # the spacing apart: failing, quarantined
+    assert second.suspect == () and second.answered == {"gpu-801": suspects.CONFIRMED}
+    assert slow(store, NOW)["gpu-801"].failing and "gpu-801" not in open_suspects(store)
+    # within the spacing a second flag is one sighting still: suspect, both flags its evidence
+    recorded_probe(store, "gpu-802", NOW - 2 * H, 620.0)
+    assert recorded_probe(store, "gpu-802", NOW - H, 619.0).suspect == ("gpu-802",)
+    assert slow(store, NOW)["gpu-802"].state == rule.SlowState.SUSPECT
+    assert len(open_suspects(store)["gpu-802"].evidence) == 2
+
+
+def test_a_probe_suspicion_clears_as_a_signals_does_and_its_confirming_probe_waits_for_the_spacing(store):
+    fleet(store, NOW - 80 * H)
+    recorded_probe(store, "gpu-803", NOW - 4 * H, 620.0)
+    assert "gpu-803" in open_suspects(store)
+    # its bundle runs (no probe: the spacing has not passed) and passes: answered, as any suspicion
+    for test in TWO:
+        store.record([Attempt(node_name="gpu-803", test_name=test, status="pass", finished_at=NOW - 3 * H,
+                              gpu_model=MODEL, gpu_count=8, dag_id="continuous_validation", run_id="r-b")])
+    assert suspects.resolve(store.connect, TWO, now=NOW - 3 * H) == {"gpu-803": suspects.CLEARED}
+    assert "gpu-803" not in open_suspects(store)
+    # slow still says suspect (its last probe is the flagged one), so the confirming probe comes on time
+    assert slow(store, NOW - 3 * H)["gpu-803"].state == rule.SlowState.SUSPECT
+
+    def due(at):
+        return fail_slow.due_probes(store.connect, ["gpu-803"], now=at, min_interval=6 * H, max_age=72 * H,
+                                    window=WINDOW, spacing=SPACING)
+
+    assert due(NOW - 2 * H) == set() and due(NOW - H) == {"gpu-803"}
+
+
+def test_the_shared_rule_decides_whether_a_flagged_probe_makes_a_suspect(store, monkeypatch):
+    fleet(store, NOW - 80 * H)
+    monkeypatch.setattr(rule, "probe_suspect", lambda flagged, state: False)
+    assert recorded_probe(store, "gpu-804", NOW - 5 * H, 620.0).suspect == ()
+    assert "gpu-804" not in open_suspects(store)
+
+
+def _discovered(free, tests):
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.payloads import Discovered
+
+    return Discovered.from_xcom({
+        "settings": Settings(tests=tests).to_dict(), "started_at": NOW.isoformat(),
+        "params": {"node_range": "", "tests": tests, "stale_before": None, "max_pairs": 16, "dry_run": False},
+        "free": [{"name": n, "gpu_count": 8, "gpu_model": MODEL} for n in free], "ineligible": []})
+
+
+def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first_and_reservation_holds(store):
+    from cluster_doctor.airflow import signals_task, tasks
+    from cluster_doctor.domain.config import Settings
+    from cluster_doctor.domain.payloads import Plan
+    from cluster_doctor.domain.planning import due
+    from cluster_doctor.store import plan_inputs
+
+    T = NOW - 4 * H  # the runs below end before this host's clock (no attempt from the future)
+    fleet(store, NOW - 80 * H)
+    for day in range(3):  # their dl_unit is fresh: only a suspect's bundle runs it again
+        for node in ("gpu-001", "gpu-900"):
+            store.record([Attempt(node_name=node, test_name="dl_unit", status="pass",
+                                  finished_at=T - 2 * H - day * H, gpu_model=MODEL, gpu_count=8,
+                                  dag_id="continuous_validation", run_id=f"r-d{day}")])
+    swept_at = T - H
+    plan = Plan.from_xcom({"planned_at": swept_at.isoformat(), "dry_run": False, "pairs": [
+        {"node_name": "gpu-900", "test_name": "gpu_health", "why": "health sweep", "last_status": "pass",
+         "last_finished_at": None, "gpu_count": 8, "gpu_model": MODEL, "probe_seconds": 3.0}]})
+    reported = [{"node_name": "gpu-900", "test_name": "gpu_health", "status": "pass",
+                 "finished_at": swept_at.isoformat(), "gpu_model": MODEL, "gpu_count": 8,
+                 "metrics": {"probe_gemm_tflops_min": 618.0, "probe_hbm_gbps_min": 3000.0},
+                 "dag_id": "continuous_validation", "run_id": "r-sweep", "map_index": 0, "try_number": 1}]
+    tasks.record(plan, reported, store, dag_id="continuous_validation", run_id="r-sweep", now=swept_at,
+                 settings=Settings(tests=TWO))
+    assert slow(store, T)["gpu-900"].state == rule.SlowState.SUSPECT  # one flagged probe: not failing
+    # what prioritize and reserve read (signals_task.current_suspects): the probe-suspect
+    found = signals_task.current_suspects(store, TWO, ["gpu-001", "gpu-900"], T)
+    assert set(found) == {"gpu-900"} and "speed probe: flagged straggler:" in found["gpu-900"].describe()
+    def run(at, run_id):
+        nodes = ["gpu-001", "gpu-900"]
+        return tasks.prioritize(_discovered(nodes, TWO), plan_inputs.latest(store, nodes, TWO), now=at,
+                                store=store, dag_id="continuous_validation", run_id=run_id)
+
+    planned = run(T, "r-next")
+    first = [p for p in planned.pairs if p.node_name == "gpu-900"]
+    assert planned.pairs[0].node_name == "gpu-900" and [p.test_name for p in first] == TWO
+    assert {p.why for p in first} == {due.SUSPECT}
+    # its bundle runs first, but the confirming probe waits for the spacing (a transient may be going on)
+    assert all(p.probe_seconds is None for p in first)
+    def ran(plan, run_id, at, tests):
+        """The run's suites on gpu-900 passed (no probe ran), recorded by its record task."""
+        tasks.record(plan, [{"node_name": "gpu-900", "test_name": t, "status": "pass", "finished_at": at.isoformat(),
+                             "started_at": (at - dt.timedelta(minutes=1)).isoformat(), "gpu_model": MODEL,
+                             "gpu_count": 8, "metrics": {}, "dag_id": "continuous_validation", "run_id": run_id,
+                             "map_index": 0, "try_number": 1} for t in tests],
+                     store, dag_id="continuous_validation", run_id=run_id, now=at, settings=Settings(tests=TWO))
+
+    ran(planned, "r-next", T + dt.timedelta(minutes=10), TWO)
+    # its bundle answered the suspicion: the next run sweeps its health check alone, not the bundle again,
+    # and only the run past the spacing probes it (the sweep, hourly: neither the 6 h failed retest nor a bundle)
+    swept = run(T + H, "r-2")
+    later = [p for p in swept.pairs if p.node_name == "gpu-900"]
+    assert [(p.test_name, p.why, p.probe_seconds) for p in later] == [("gpu_health", due.SWEEP, None)]
+    ran(swept, "r-2", T + H + dt.timedelta(minutes=2), ["gpu_health"])
+    confirming = [p for p in run(T + 2 * H, "r-3").pairs if p.node_name == "gpu-900"]
+    assert [(p.test_name, p.why) for p in confirming] == [("gpu_health", due.SWEEP)]
+    assert confirming[0].probe_seconds
