@@ -129,6 +129,12 @@ def the_suite(spec: str, extra: tuple[str, ...] = ()) -> list[str]:
     return ["-m", "not slow", "--tb=short", *ignored, *extra, "tests"]  # not -q: the header says the clock moved
 
 
+# Four: the moved run holds most of make test's tests, short ones, and is its last item to end; beside the
+# session's three workers (whose tests mostly wait on the servers and DagRuns they started) and other work on
+# the machine, two workers left it a third of a core each (beside two busy loops: 17 of make test's 20 min).
+MOVED_WORKERS = 4
+
+
 @pytest.fixture(scope="module")
 def moved_runs(request, tmp_path_factory):
     """The suite under each moved clock this session selected, those runs at once (most of a run's time
@@ -138,7 +144,7 @@ def moved_runs(request, tmp_path_factory):
     runs = {}
     for spec in wanted:
         out = tmp_path_factory.mktemp(spec.replace(",", "_"))
-        runs[spec] = (moved_pytest(spec, the_suite(spec), out, workers=2), out / "out.txt")
+        runs[spec] = (moved_pytest(spec, the_suite(spec), out, workers=MOVED_WORKERS), out / "out.txt")
     yield runs
     for proc, _ in runs.values():
         if proc.poll() is None:
@@ -165,7 +171,7 @@ def test_the_suite_passes_with_the_clock_moved(spec, moved_runs, request):
 @pytest.mark.timeout(3600)
 def test_what_make_test_runs_moved_passes_on_the_real_clock(tmp_path, request):
     args = the_suite(clock.IN_MAKE_TEST[0], (f"--deselect={clock.MOVED_RUN_TEST}",))
-    proc = moved_pytest(None, args, tmp_path, workers=2)
+    proc = moved_pytest(None, args, tmp_path, workers=MOVED_WORKERS)
     code = proc.wait(timeout=3500)
     out = (tmp_path / "out.txt").read_text()
     _report(request, "the real clock", out, tmp_path / "out.txt")
