@@ -28,10 +28,12 @@ from tests.conftest import REPO
 from tests.support.commands import run_stoppable
 
 # Each case is a whole command with its own embedded PostgreSQL, half a minute or more on a loaded box:
-# make test interrupts the one the benchmarks were found leaving behind (bench-metrics, Ctrl-C) and a test
-# run stopped as a CI timeout stops it; make test-slow every command every way. The interruption's own
-# rules (held blocks, a closed pipe, a fixture's command) run in make test.
-IN_MAKE_TEST = {("bench-metrics", "SIGINT to the group"), ("test run", "SIGTERM")}
+# make test interrupts a test run stopped as a CI timeout stops it; make test-slow every command every way.
+# The interruption's own rules (held blocks, a closed pipe, a fixture's command) run in make test. The
+# bench-metrics cases are racy on a quiet box: at one scrape the benchmark can end before the signal comes
+# (exit 0), and more scrapes move its simulated clock past the store's five-minute future guard; until it
+# has a step to interrupt at, they stay in make test-slow.
+IN_MAKE_TEST = {("test run", "SIGTERM")}
 
 TARGETS = {  # make target -> (command at a small scale, the prefix of its temporary directories)
     "bench-metrics": ([str(REPO / "bench" / "bench_metrics.py"), "--nodes", "60", "--runs", "1"], "cd-bench-metrics-"),
