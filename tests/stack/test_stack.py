@@ -45,7 +45,7 @@ import stack as stack_tool  # tools/stack.py, the code behind make up / make dow
 from cluster_doctor.store import database
 
 from tests.conftest import REPO
-from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS
+from tests.support.airflow_server import CHROMIUM, CHROMIUM_ARGS, sign_in
 from tests.support.stack import DAG, TERMINAL, Api, free_port, stack_down, stack_up
 from tests.support.timing_lines import assert_timing_line
 
@@ -297,12 +297,7 @@ def test_the_graph_view_draws_the_dag(stack, tmp_path):
             # wide and low: the graph is one line from left to right, Fit View then zooms to readable
             context = browser.new_context(viewport={"width": 1600, "height": 640}, device_scale_factor=2)
             page = context.new_page()
-            page.goto(stack.url + "/")
-            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=30_000)
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(stack.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+            sign_in(page, stack.url, "admin", stack.password, timeout_ms=30_000)
             page.goto(f"{stack.url}/dags/{DAG}")
             page.get_by_role("button", name=re.compile(r"^Show Graph")).click(timeout=30_000)
             page.get_by_role("button", name="Expand all task groups").click(timeout=30_000)
@@ -397,12 +392,7 @@ def _logged_in_page(stack: Stack, viewport: dict):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(viewport=viewport).new_page()
-            page.goto(stack.url + "/")
-            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=30_000)
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(stack.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+            sign_in(page, stack.url, "admin", stack.password, timeout_ms=30_000)
             yield page
         finally:
             browser.close()
@@ -538,12 +528,7 @@ def test_the_default_trigger_form_submits_in_chromium(stack, scenario):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-            page.goto(stack.url + "/")
-            page.wait_for_url(re.compile(r".*/auth/login.*"), timeout=30_000)
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(stack.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(re.compile(r"^(?!.*/auth/login).*$"), timeout=30_000)
+            sign_in(page, stack.url, "admin", stack.password, timeout_ms=30_000)
             page.goto(f"{stack.url}/dags/{DAG}")
             page.get_by_role("button", name=re.compile(r"^Trigger")).first.click(timeout=30_000)
             dialog = page.get_by_role("dialog")
