@@ -471,7 +471,10 @@ class Kubelet:
         if argv:
             exe = self.settings.executables
             argv[0] = exe.get(argv[0]) or exe.get(os.path.basename(argv[0])) or argv[0]
-        proc_env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ") if k in os.environ}
+        # the host's, not the container's: where the host's Python keeps compiled modules (make .venv fills it;
+        # without it a fresh clone's first pods compile torch again) and how the host reads time and text
+        proc_env = {k: os.environ[k] for k in ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "PYTHONPYCACHEPREFIX")
+                    if k in os.environ}
         proc_env.update({**self.settings.exec_env, "HOSTNAME": pod["metadata"]["name"], **env})
         proc_env["PATH"] = self.shim_dir + os.pathsep + (env.get("PATH") or self.settings.exec_env.get("PATH")
                                                          or os.environ.get("PATH", "/usr/bin:/bin"))

@@ -62,6 +62,19 @@ def test_env_fieldref_paths_and_termination_message(emu, v1, tmp_path):
     assert reasons[:1] == ["Scheduled"] and {"Pulling", "Pulled", "Created", "Started"} <= set(reasons)
 
 
+def test_a_pod_process_uses_the_hosts_compiled_modules(emu, v1):
+    """make .venv compiles every module into PYTHONPYCACHEPREFIX; a pod's Python looks there too, or each
+    suite pod compiles torch from source again."""
+    emu.add_gpu_node("gpu-1")
+    code = """
+        import json, sys
+        open("/dev/termination-log", "w").write(json.dumps({"prefix": sys.pycache_prefix}))
+    """
+    v1.create_namespaced_pod("default", pod("exec-pycache", command=_py(code), node="gpu-1", gpus=8))
+    st = wait_pod(v1, "exec-pycache").status.container_statuses[0].state.terminated
+    assert json.loads(st.message)["prefix"] == sys.pycache_prefix
+
+
 def test_fallback_to_logs_on_error_and_exit_codes(emu, v1):
     emu.add_gpu_node("gpu-1")
     lines = "\n".join(f"print('line {i}')" for i in range(100))
