@@ -26,7 +26,7 @@ def node_conditions(discovered: Discovered, store: ResultStore, core_v1: CoreV1,
 
     settings = discovered.settings
     report = conditions.publish_conditions(
-        core_v1, store.connect, ConditionPolicy.from_mapping(settings.node_conditions), tests=list(settings.tests),
+        core_v1, store.connect, settings.node_conditions, tests=list(settings.tests),
         stale_after=dt.timedelta(days=settings.staleness_days), gpu_resource=settings.gpu_resource,
         node_selector=settings.node_selector, now=now, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours),
         slow_spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))

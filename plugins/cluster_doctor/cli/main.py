@@ -605,7 +605,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     nodes = _plan_nodes(args, settings, run)
     store = _store(args)
     latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
-    reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
+    reserving = settings.reservation.enabled
     with store.connection() as conn, conn.cursor() as cur:  # suspects first, as prioritize plans
         suspected = stored_suspects.current(cur, settings.tests, [n.name for n in nodes.free])
     given = planner.PlanInput(

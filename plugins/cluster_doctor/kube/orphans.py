@@ -411,7 +411,7 @@ def dispose(core_v1: CoreV1, store: ResultStore, settings: Settings, orphans: li
     if judged:
         try:  # the straggler/drift verdicts the record task gives its attempts
             verdicts.judge_recorded(store.connect, judged,
-                                          fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts))
+                                          settings.fleet_verdicts)
         except Exception as exc:
             report.errors.append(f"fleet verdicts of the recorded orphans: {api_errors.describe(exc)}")
         try:  # a flagged speed probe makes its node a suspect, as the record task's probes do

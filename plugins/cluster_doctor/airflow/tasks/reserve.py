@@ -27,12 +27,12 @@ def reserve(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, run_
     from cluster_doctor.kube import reservation
 
     settings = discovered.settings
-    policy = ReservationPolicy.from_mapping(settings.reservation)
+    policy = settings.reservation
     if not policy.enabled:
         return reservation.ReservationReport(enabled=False)
     run = RunParams.of(discovered.params)
     if run.dry_run:  # a run that only plans taints nothing either
-        policy = dataclasses.replace(policy, dry_run=True)
+        policy = policy.model_copy(update={"dry_run": True})
     busy = [n.name for n in discovered.ineligible if n.reason == discovery.BUSY]
     free = [n.name for n in discovered.free]
     report = reservation.reserve_and_release(
