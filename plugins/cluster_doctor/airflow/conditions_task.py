@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from cluster_doctor.domain.conditions import ConditionPolicy, ConditionReport
+from cluster_doctor.domain.conditions import ConditionReport
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.history import ResultStore

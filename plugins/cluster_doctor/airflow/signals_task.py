@@ -20,12 +20,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fast_path import TARGET_DAG, Decision, decide
 from cluster_doctor.domain.nodes import compress
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.signals import Suspect
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube import signals as kube_signals

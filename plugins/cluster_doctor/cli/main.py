@@ -45,7 +45,6 @@ from cluster_doctor.domain.nodes import (
 from cluster_doctor.domain.payloads import GpuNode, PlannedPair
 from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict, PeerVerdictValue
 from cluster_doctor.domain.planning.params import RunParams
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import age, percent, slo_period, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, ClassVar

@@ -49,7 +49,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster_doctor.domain import fleet_verdicts, results, timestamps
+from cluster_doctor.domain import results, timestamps
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, is_not_judged, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name

@@ -26,8 +26,6 @@ import time
 from typing import Any
 
 from cluster_doctor.domain import coverage
-from cluster_doctor.domain.conditions import ConditionPolicy
-from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.store import database, fleet, peers
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor.domain import actions, fleet_verdicts, slow_cost, suites
+from cluster_doctor.domain import actions, slow_cost, suites
 from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.planning import steps

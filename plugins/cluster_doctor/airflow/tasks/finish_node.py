@@ -10,7 +10,6 @@ from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Bundle
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import claims
 from cluster_doctor.store.history import ResultStore

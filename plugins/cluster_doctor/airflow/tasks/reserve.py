@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -11,7 +10,6 @@ from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.payloads import Discovered
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.history import ResultStore
