@@ -10,6 +10,10 @@ class), come from the deployment environment only: anyone who can edit a Variabl
 be able to run other code as root on every GPU node. The Variable may choose the image only among
 the ones the environment allows (``allowed_images``).
 
+The policy settings (``reservation``, ``quarantine``, ``acceptance``, ``node_conditions``,
+``fleet_verdicts``) are written as JSON objects and held parsed, as their ``domain.policy.Policy``
+models: their readers use ``settings.reservation`` and parse nothing.
+
 Pure Python: the Airflow side (``cluster_doctor.airflow.runtime``) reads the Variable and passes its
 JSON here, where ``VariableSource`` turns it into settings.
 """
@@ -33,15 +37,15 @@ from pydantic_settings import (
 )
 
 from cluster_doctor.domain import signals
+from cluster_doctor.domain.acceptance import KEY as ACCEPTANCE_KEY
+from cluster_doctor.domain.acceptance import VALUE as ACCEPTANCE_VALUE
+from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.conditions import ConditionPolicy
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.peers import PEER_SUITE, PEER_TOPOLOGY_LABELS
 from cluster_doctor.domain.policy import Policy
 from cluster_doctor.domain.quarantine import QuarantinePolicy
-from cluster_doctor.domain.acceptance import KEY as ACCEPTANCE_KEY
-from cluster_doctor.domain.acceptance import VALUE as ACCEPTANCE_VALUE
-from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
 from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
 from cluster_doctor.domain.reservation import ReservationPolicy
