@@ -15,6 +15,7 @@ from typing import Any
 
 import annotated_types
 from cluster_doctor.domain.config import DEPLOYMENT_ONLY, ENV_PREFIX, PARSE_TIME, Settings
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -29,8 +30,8 @@ def _type(field: FieldInfo) -> str:
         return "one of " + ", ".join(f"`{v}`" for v in typing.get_args(annotation))
     if origin is list:
         return "list"
-    if origin is dict:
-        return "object"
+    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return "object"  # a policy: a JSON object of its keys
     name = {float: "number", int: "integer", str: "text"}.get(annotation, getattr(annotation, "__name__", "?"))
     for bound in field.metadata:
         if isinstance(bound, annotated_types.Gt):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from cluster_doctor.domain.conditions import ConditionPolicy, ConditionReport
+from cluster_doctor.domain.conditions import ConditionReport
 from cluster_doctor.domain.payloads import Discovered
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.history import ResultStore
@@ -26,7 +26,7 @@ def node_conditions(discovered: Discovered, store: ResultStore, core_v1: CoreV1,
 
     settings = discovered.settings
     report = conditions.publish_conditions(
-        core_v1, store.connect, ConditionPolicy.from_mapping(settings.node_conditions), tests=list(settings.tests),
+        core_v1, store.connect, settings.node_conditions, tests=list(settings.tests),
         stale_after=dt.timedelta(days=settings.staleness_days), gpu_resource=settings.gpu_resource,
         node_selector=settings.node_selector, now=now, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours),
         slow_spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))

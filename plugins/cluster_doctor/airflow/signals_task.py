@@ -20,12 +20,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fast_path import TARGET_DAG, Decision, decide
 from cluster_doctor.domain.nodes import compress
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.signals import Suspect
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube import signals as kube_signals
@@ -60,13 +58,13 @@ def accept(core_v1: CoreV1, settings: Settings, update: inventory.InventoryUpdat
     """The acceptance gate (setting ``acceptance``, off by default; ``cluster_doctor.kube.acceptance``): gate the
     nodes this discovery found new, rebooted or back from quarantine, accept those whose bundle passed. Best
     effort: the next read tries again; None when disabled or when it could not."""
-    policy = AcceptancePolicy.from_mapping(settings.acceptance)
+    policy = settings.acceptance
     if not policy.enabled:
         return None
     from cluster_doctor.kube import acceptance
 
     if dry_run:  # a run that only plans taints nothing either
-        policy = dataclasses.replace(policy, dry_run=True)
+        policy = policy.model_copy(update={"dry_run": True})
     try:
         return acceptance.gate_new_nodes(core_v1, store, policy, changes=update.changes if update else (),
                                     tests=settings.tests, run_id=run_id, node_selector=settings.node_selector, now=now)
@@ -200,7 +198,7 @@ def seen_nodes(found: discovery.Discovery) -> list[inventory.SeenNode]:
 def _reserve(core_v1: CoreV1, store: ResultStore, settings: Settings, found_suspects: list[str], *, gpu_nodes: int,
              now: dt.datetime) -> list[str]:
     """Taint the suspects, busy or free, now (setting reservation); the nodes tainted."""
-    policy = ReservationPolicy.from_mapping(settings.reservation)
+    policy = settings.reservation
     if not policy.enabled or not found_suspects:
         return []
     from cluster_doctor.kube import reservation

@@ -45,7 +45,6 @@ from cluster_doctor.domain.nodes import (
 from cluster_doctor.domain.payloads import GpuNode, PlannedPair
 from cluster_doctor.domain.peers import PEER_SUITE, PeerVerdict, PeerVerdictValue
 from cluster_doctor.domain.planning.params import RunParams
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.domain.status import FAILING, Status
 from cluster_doctor.reports.text import age, percent, slo_period, table, to_csv, to_json
 from cluster_doctor.store import claims, database, fleet, inventory, migrations, plan_inputs, roles, spool
@@ -605,7 +604,7 @@ def cmd_plan(args: argparse.Namespace, out) -> int:
     nodes = _plan_nodes(args, settings, run)
     store = _store(args)
     latest = plan_inputs.latest(store, [n.name for n in nodes.free], run.tests)
-    reserving = ReservationPolicy.from_mapping(settings.reservation).enabled
+    reserving = settings.reservation.enabled
     with store.connection() as conn, conn.cursor() as cur:  # suspects first, as prioritize plans
         suspected = stored_suspects.current(cur, settings.tests, [n.name for n in nodes.free])
     given = planner.PlanInput(

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
+from pydantic import BeforeValidator
+
+from cluster_doctor.domain.policy import Policy, count, flag, positive
 from cluster_doctor.domain.status import PairState, Status
 
 DOMAIN = "cluster-doctor.io"
@@ -43,46 +45,31 @@ class InvalidAcceptancePolicy(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class AcceptancePolicy:
-    enabled: bool = False
-    dry_run: bool = False
-    taint_key: str = KEY  # ours, or the provisioning's startup taint
-    changes: tuple[str, ...] = CHANGES  # which node changes close the gate
-    max_nodes: int = 50  # gated at once, at most
-    max_hold_hours: float = 12.0  # then a node no validation answered is let go and reported
-    breaker_nodes: int = 20  # more nodes than this asking for the gate in one read: gate none of them
+def _taint_key(key: Any) -> Any:
+    if not isinstance(key, str) or len(key) > 316 or not _QUALIFIED.match(key):
+        raise ValueError(f"not a Kubernetes taint key: {key!r}")
+    return key
 
-    def __post_init__(self) -> None:
-        for name in ("enabled", "dry_run"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidAcceptancePolicy(f"acceptance.{name}: expected true or false, got {getattr(self, name)!r}")
-        if not isinstance(self.taint_key, str) or len(self.taint_key) > 316 or not _QUALIFIED.match(self.taint_key):
-            raise InvalidAcceptancePolicy(f"acceptance.taint_key: not a Kubernetes taint key: {self.taint_key!r}")
-        changes = self.changes
-        if isinstance(changes, str) or not isinstance(changes, Sequence) or \
-                any(c not in CHANGES for c in changes):
-            raise InvalidAcceptancePolicy(f"acceptance.changes: a list of {', '.join(CHANGES)}, got {changes!r}")
-        object.__setattr__(self, "changes", tuple(dict.fromkeys(changes)))
-        for name in ("max_nodes", "breaker_nodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidAcceptancePolicy(f"acceptance.{name}: must be an integer >= 1, got {value!r}")
-        hold = self.max_hold_hours
-        if isinstance(hold, bool) or not isinstance(hold, (int, float)) or not math.isfinite(hold) or hold <= 0:
-            raise InvalidAcceptancePolicy(f"acceptance.max_hold_hours: must be a number > 0, got {hold!r}")
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> AcceptancePolicy:
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidAcceptancePolicy(f"acceptance: unknown key(s) {', '.join(unknown)} "
-                                          f"(known: {', '.join(sorted(known))})")
-        if isinstance(values.get("changes"), list):
-            values["changes"] = tuple(values["changes"])
-        return cls(**values)
+def _changes(changes: Any) -> tuple[str, ...]:
+    if isinstance(changes, str) or not isinstance(changes, Sequence) or any(c not in CHANGES for c in changes):
+        raise ValueError(f"a list of {', '.join(CHANGES)}, got {changes!r}")
+    return tuple(dict.fromkeys(changes))
+
+
+class AcceptancePolicy(Policy):
+    setting: ClassVar[str] = "acceptance"
+    error: ClassVar[type[ValueError]] = InvalidAcceptancePolicy
+
+    enabled: Annotated[bool, BeforeValidator(flag)] = False
+    dry_run: Annotated[bool, BeforeValidator(flag)] = False
+    taint_key: Annotated[str, BeforeValidator(_taint_key)] = KEY  # ours, or the provisioning's startup taint
+    changes: Annotated[tuple[str, ...], BeforeValidator(_changes)] = CHANGES  # which node changes close the gate
+    max_nodes: Annotated[int, BeforeValidator(count)] = 50  # gated at once, at most
+    # then a node no validation answered is let go and reported
+    max_hold_hours: Annotated[float, BeforeValidator(positive)] = 12.0
+    # more nodes than this asking for the gate in one read: gate none of them
+    breaker_nodes: Annotated[int, BeforeValidator(count)] = 20
 
     @property
     def taint(self) -> dict[str, str]:

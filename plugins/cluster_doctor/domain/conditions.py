@@ -18,10 +18,13 @@ import dataclasses
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BeforeValidator
 
 from cluster_doctor.domain import actions, spans
 from cluster_doctor.domain.fail_slow import SLOW
+from cluster_doctor.domain.policy import Policy, above_zero, count, flag, share
 from cluster_doctor.domain.status import CheckStatus, Status
 
 CONDITION_TYPE = "ClusterDoctorHealthy"
@@ -38,36 +41,15 @@ class InvalidConditionPolicy(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class ConditionPolicy:
-    enabled: bool = False
-    dry_run: bool = False
-    max_share: float = 0.05  # of the GPU nodes that may turn False within the window
-    max_nodes: int = 10
-    window_hours: float = 24.0
+class ConditionPolicy(Policy):
+    setting: ClassVar[str] = "node_conditions"
+    error: ClassVar[type[ValueError]] = InvalidConditionPolicy
 
-    def __post_init__(self) -> None:
-        for name in ("enabled", "dry_run"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidConditionPolicy(f"node_conditions.{name}: expected true or false, got {getattr(self, name)!r}")
-        share = self.max_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise InvalidConditionPolicy(f"node_conditions.max_share: must be a share in (0, 1], got {share!r}")
-        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
-            raise InvalidConditionPolicy(f"node_conditions.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
-        hours = self.window_hours
-        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
-            raise InvalidConditionPolicy(f"node_conditions.window_hours: must be a number > 0, got {hours!r}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> ConditionPolicy:
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidConditionPolicy(f"node_conditions: unknown key(s) {', '.join(unknown)} "
-                                         f"(known: {', '.join(sorted(known))})")
-        return cls(**values)
+    enabled: Annotated[bool, BeforeValidator(flag)] = False
+    dry_run: Annotated[bool, BeforeValidator(flag)] = False
+    max_share: Annotated[float, BeforeValidator(share)] = 0.05  # of the GPU nodes that may turn False within the window
+    max_nodes: Annotated[int, BeforeValidator(count)] = 10
+    window_hours: Annotated[float, BeforeValidator(above_zero)] = 24.0
 
     def limit(self, gpu_nodes: int) -> int:
         """How many nodes may turn False within the window."""

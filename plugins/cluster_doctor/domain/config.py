@@ -10,6 +10,10 @@ class), come from the deployment environment only: anyone who can edit a Variabl
 be able to run other code as root on every GPU node. The Variable may choose the image only among
 the ones the environment allows (``allowed_images``).
 
+The policy settings (``reservation``, ``quarantine``, ``acceptance``, ``node_conditions``,
+``fleet_verdicts``) are written as JSON objects and held parsed, as their ``domain.policy.Policy``
+models: their readers use ``settings.reservation`` and parse nothing.
+
 Pure Python: the Airflow side (``cluster_doctor.airflow.runtime``) reads the Variable and passes its
 JSON here, where ``VariableSource`` turns it into settings.
 """
@@ -22,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError, field_serializer, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -33,12 +37,15 @@ from pydantic_settings import (
 )
 
 from cluster_doctor.domain import signals
+from cluster_doctor.domain.acceptance import KEY as ACCEPTANCE_KEY
+from cluster_doctor.domain.acceptance import VALUE as ACCEPTANCE_VALUE
+from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.conditions import ConditionPolicy
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.domain.peers import PEER_SUITE, PEER_TOPOLOGY_LABELS
+from cluster_doctor.domain.policy import Policy
 from cluster_doctor.domain.quarantine import QuarantinePolicy
-from cluster_doctor.domain.acceptance import AcceptancePolicy
 from cluster_doctor.domain.reservation import TAINT as RESERVATION_TAINT
 from cluster_doctor.domain.reservation import TOLERATION as RESERVATION_TOLERATION
 from cluster_doctor.domain.reservation import ReservationPolicy
@@ -170,7 +177,9 @@ def _setting(default: Any, doc: str, *, deployment_only: bool = False, parse_tim
     """A field with its documentation (the README's table is generated from it) and where it may be set."""
     extra = {"deployment_only": deployment_only, "parse_time": parse_time}
     if isinstance(default, (list, dict)):
-        return Field(default_factory=lambda: copy.deepcopy(default), description=doc, json_schema_extra=extra)
+        # validate_default: a policy's default {} becomes the policy itself
+        return Field(default_factory=lambda: copy.deepcopy(default), description=doc, json_schema_extra=extra,
+                     validate_default=True)
     return Field(default, description=doc, json_schema_extra=extra)
 
 
@@ -388,16 +397,16 @@ class Settings(BaseSettings):
                "run), but for those each node · test pair's latest state rests on; never fewer days than the longest "
                "window a page, report or verdict reads (90 days of the node page's plots by default). 0: keep every "
                "attempt.")
-    fleet_verdicts: JsonObject = _setting(
+    fleet_verdicts: BaselinePolicy = _setting(
         {}, "Straggler/drift verdicts vs the fleet and the node's own past "
             "([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), e.g. {\"rel_margin\": 0.1, \"k_mad\": 3, "
             "\"window_days\": 14}; {\"enabled\": false} turns them off.")
-    quarantine: JsonObject = _setting(
+    quarantine: QuarantinePolicy = _setting(
         {}, "Opt-in node quarantine with a circuit breaker ([docs/fleet-verdicts.md](docs/fleet-verdicts.md)), "
             "e.g. {\"enabled\": true, \"dry_run\": true, \"taint\": false, \"max_share\": 0.05, \"max_nodes\": 10}; "
             "\"actions\": the recommended actions of a confirmed failure it acts on (default [\"reset_gpu\", "
             "\"reboot\", \"drain_and_service\", \"unknown\"]). Off by default.")
-    node_conditions: JsonObject = _setting(
+    node_conditions: ConditionPolicy = _setting(
         {}, "Opt-in node condition `ClusterDoctorHealthy` on every GPU node (True / False with the most severe "
             "failing code / Unknown when the evidence is older than staleness_days), written through nodes/status "
             "with the quarantine's circuit breaker ([docs/node-conditions.md](docs/node-conditions.md)), e.g. "
@@ -421,7 +430,7 @@ class Settings(BaseSettings):
     handoff_retry_minutes: Annotated[float, BeforeValidator(_not_bool), Field(gt=0)] = _setting(
         5.0, "A document the webhook did not take (down, timeout, an HTTP error) is tried again after this long, "
              "doubling with each try up to 6 hours; it is kept until it is taken.")
-    acceptance: JsonObject = _setting(
+    acceptance: AcceptancePolicy = _setting(
         {}, "Opt-in acceptance gate: a node first seen, rebooted, or uncordoned after our quarantine gets "
             "a NoSchedule taint until every enabled suite passed on it (the validation pods tolerate it); a failure "
             "keeps it out, no answer within max_hold_hours lets it go and reports it, e.g. {\"enabled\": true, "
@@ -429,7 +438,7 @@ class Settings(BaseSettings):
             "[\"new\", \"reboot\", \"uncordoned\"], \"max_nodes\": 50, \"max_hold_hours\": 12, "
             "\"breaker_nodes\": 20, \"dry_run\": false}; taint_key may name the startup taint the provisioning puts on "
             "new nodes. Needs the include/k8s/acceptance overlay. Off by default.")
-    reservation: JsonObject = _setting(
+    reservation: ReservationPolicy = _setting(
         {}, "Opt-in reservation of overdue busy nodes and of suspect ones, busy or free: a NoSchedule taint "
             "`cluster-doctor.io/reserved` so no new user pod lands when their job ends (on a free suspect: from "
             "the signals' read), removed when their validation is done "
@@ -462,40 +471,40 @@ class Settings(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _reservation_toleration(cls, values: Any) -> Any:
+    def _gate_tolerations(cls, values: Any) -> Any:
         # Reserved nodes are reserved for our pods: enabled, the pods tolerate the taint (and discovery
-        # counts a reserved node that freed as free), whatever tolerations the deployment lists.
+        # counts a reserved node that freed as free), whatever tolerations the deployment lists; the
+        # same for the acceptance gate's taint: its pods validate the node.
         if not isinstance(values, Mapping):
             return values
-        wanted = values.get("reservation")
-        if isinstance(wanted, Mapping) and wanted.get("enabled") is True:
+        wanted = []  # (taint, its toleration)
+        if _enabled(values.get("reservation")):
+            wanted.append((RESERVATION_TAINT, dict(RESERVATION_TOLERATION)))
+        gate = values.get("acceptance")
+        if _enabled(gate):
+            key = gate.taint_key if isinstance(gate, AcceptancePolicy) else gate.get("taint_key", ACCEPTANCE_KEY)
+            if isinstance(key, str):  # otherwise the acceptance policy says what is wrong
+                wanted.append(({"key": key, "value": ACCEPTANCE_VALUE, "effect": "NoSchedule"},
+                               {"key": key, "operator": "Exists", "effect": "NoSchedule"}))
+        for taint, toleration in wanted:
             tolerations = values.get("tolerations", DEFAULT_TOLERATIONS)
             if isinstance(tolerations, list) and not any(
-                    isinstance(t, Mapping) and tolerates(t, RESERVATION_TAINT) for t in tolerations):
-                values = {**values, "tolerations": [*tolerations, dict(RESERVATION_TOLERATION)]}
-        gate = values.get("acceptance")  # the same for the acceptance gate's taint: its pods validate the node
-        if isinstance(gate, Mapping) and gate.get("enabled") is True:
-            try:
-                policy = AcceptancePolicy.from_mapping(gate)
-            except ValueError:
-                return values  # _policies says what is wrong
-            tolerations = values.get("tolerations", DEFAULT_TOLERATIONS)
-            if isinstance(tolerations, list) and not any(
-                    isinstance(t, Mapping) and tolerates(t, policy.taint) for t in tolerations):
-                values = {**values, "tolerations": [*tolerations, policy.toleration]}
+                    isinstance(t, Mapping) and tolerates(t, taint) for t in tolerations):
+                values = {**values, "tolerations": [*tolerations, toleration]}
         return values
 
     @model_validator(mode="after")
-    def _policies(self) -> Settings:
+    def _quarantine_tolerated(self) -> Settings:
         try:
-            BaselinePolicy.from_mapping(self.fleet_verdicts)
-            ReservationPolicy.from_mapping(self.reservation)
-            AcceptancePolicy.from_mapping(self.acceptance)
-            QuarantinePolicy.from_mapping(self.quarantine).check_tolerations(self.tolerations)
-            ConditionPolicy.from_mapping(self.node_conditions)
+            self.quarantine.check_tolerations(self.tolerations)
         except ValueError as exc:
             raise ValueError(f"setting {exc}") from None
         return self
+
+    @field_serializer("fleet_verdicts", "reservation", "acceptance", "quarantine", "node_conditions")
+    def _as_given(self, policy: Policy) -> dict[str, Any]:
+        # the keys as the setting was written (not every default): payloads and the Variable stay short
+        return policy.given()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -573,6 +582,13 @@ class Settings(BaseSettings):
                     f"setting suite_timeouts_s: {test} needs up to {self.task_timeout_s(test)} s (pending "
                     f"{self.pending_timeout_s} + budget {self.suite_timeout(test)} + margin {self.task_margin_s}), "
                     f"longer than the DagRun timeout of {self.dagrun_timeout_s} s")
+
+
+def _enabled(policy: Any) -> bool:
+    """A policy value (raw JSON or parsed) that turns it on."""
+    if isinstance(policy, Policy):
+        return bool(getattr(policy, "enabled", False))
+    return isinstance(policy, Mapping) and policy.get("enabled") is True
 
 
 def _flagged(flag: str) -> tuple[str, ...]:
@@ -680,6 +696,8 @@ def describe_errors(exc: ValidationError, origin: Mapping[str, str] | None = Non
         path = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
         if error["type"] == "extra_forbidden":
             text = f"unknown {noun} {path}"
+        elif message.startswith((f"{name}:", f"{name}.")):  # a policy's check across its keys names them
+            text = f"{noun} {message}"
         else:
             text = f"{noun} {path}: {message}"
         if error["type"] not in ("value_error", "extra_forbidden", "missing"):  # our checks quote the value

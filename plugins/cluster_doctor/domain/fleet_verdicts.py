@@ -34,7 +34,11 @@ import logging
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BeforeValidator, model_validator
+
+from cluster_doctor.domain.policy import Policy, above_zero, count, flag, is_number
 
 log = logging.getLogger(__name__)
 
@@ -58,47 +62,34 @@ class InvalidBaselinePolicy(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class BaselinePolicy:
-    enabled: bool = True
-    window_days: float = 14.0  # fleet baseline: executed results of the last N days
-    min_fleet_nodes: int = 10  # other nodes of the same GPU model with a value, before straggler applies
-    rel_margin: float = 0.10  # straggler: below the fleet median by more than this share ...
-    k_mad: float = 3.0  # ... and by more than k scaled MADs
-    per_node_samples: int = 3  # a node's fleet value: median of its latest N unflagged values
-    drift_margin: float = 0.10  # drift: below the node's own trailing median by more than this share
-    drift_samples: int = 5  # own trailing median over the previous N unflagged values ...
-    drift_min_samples: int = 3  # ... of which at least this many
-    drift_window_days: float = 60.0
+def _margin(value: Any) -> Any:
+    if not is_number(value) or not 0 < value < 1:
+        raise ValueError(f"must be a share between 0 and 1, got {value!r}")
+    return value
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise InvalidBaselinePolicy(f"fleet_verdicts.enabled: expected true or false, got {self.enabled!r}")
-        for name in ("window_days", "drift_window_days", "k_mad"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise InvalidBaselinePolicy(f"fleet_verdicts.{name}: must be a number > 0, got {value!r}")
-        for name in ("rel_margin", "drift_margin"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise InvalidBaselinePolicy(f"fleet_verdicts.{name}: must be a share between 0 and 1, got {value!r}")
-        for name in ("min_fleet_nodes", "per_node_samples", "drift_samples", "drift_min_samples"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidBaselinePolicy(f"fleet_verdicts.{name}: must be an integer >= 1, got {value!r}")
+
+class BaselinePolicy(Policy):
+    setting: ClassVar[str] = "fleet_verdicts"
+    error: ClassVar[type[ValueError]] = InvalidBaselinePolicy
+
+    enabled: Annotated[bool, BeforeValidator(flag)] = True
+    window_days: Annotated[float, BeforeValidator(above_zero)] = 14.0  # fleet baseline: executed results of the last N days
+    # other nodes of the same GPU model with a value, before straggler applies
+    min_fleet_nodes: Annotated[int, BeforeValidator(count)] = 10
+    rel_margin: Annotated[float, BeforeValidator(_margin)] = 0.10  # straggler: below the fleet median by more than this share ...
+    k_mad: Annotated[float, BeforeValidator(above_zero)] = 3.0  # ... and by more than k scaled MADs
+    per_node_samples: Annotated[int, BeforeValidator(count)] = 3  # a node's fleet value: median of its latest N unflagged values
+    # drift: below the node's own trailing median by more than this share
+    drift_margin: Annotated[float, BeforeValidator(_margin)] = 0.10
+    drift_samples: Annotated[int, BeforeValidator(count)] = 5  # own trailing median over the previous N unflagged values ...
+    drift_min_samples: Annotated[int, BeforeValidator(count)] = 3  # ... of which at least this many
+    drift_window_days: Annotated[float, BeforeValidator(above_zero)] = 60.0
+
+    @model_validator(mode="after")
+    def _drift_sample(self) -> BaselinePolicy:
         if self.drift_min_samples > self.drift_samples:
-            raise InvalidBaselinePolicy("fleet_verdicts.drift_min_samples must not exceed drift_samples")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> BaselinePolicy:
-        """From the ``fleet_verdicts`` setting (a JSON object); unknown keys are refused by name."""
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidBaselinePolicy(f"fleet_verdicts: unknown key(s) {', '.join(unknown)} "
-                                        f"(known: {', '.join(sorted(known))})")
-        return cls(**values)
+            raise ValueError("fleet_verdicts.drift_min_samples must not exceed drift_samples")
+        return self
 
 
 @dataclasses.dataclass(frozen=True)

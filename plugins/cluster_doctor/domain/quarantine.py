@@ -9,9 +9,12 @@ import datetime as dt
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BeforeValidator
 
 from cluster_doctor.domain import actions as action_rules
+from cluster_doctor.domain.policy import Policy, above_zero, count, flag, share
 from cluster_doctor.domain.taints import tolerates
 
 DOMAIN = "cluster-doctor.io"
@@ -36,46 +39,26 @@ class InvalidQuarantinePolicy(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class QuarantinePolicy:
-    enabled: bool = False
-    dry_run: bool = False
-    taint: bool = False
-    max_share: float = 0.05  # of the GPU nodes, per window
-    max_nodes: int = 10  # per window
-    window_hours: float = 24.0
+def _actions(wanted: Any) -> tuple[str, ...]:
+    if isinstance(wanted, str) or not isinstance(wanted, (list, tuple)) or not wanted or any(
+            a not in ACTION_CHOICES for a in wanted):
+        raise ValueError(f"must be a non-empty list of {', '.join(ACTION_CHOICES)}, got {wanted!r}")
+    return tuple(dict.fromkeys(wanted))
+
+
+class QuarantinePolicy(Policy):
+    setting: ClassVar[str] = "quarantine"
+    error: ClassVar[type[ValueError]] = InvalidQuarantinePolicy
+
+    enabled: Annotated[bool, BeforeValidator(flag)] = False
+    dry_run: Annotated[bool, BeforeValidator(flag)] = False
+    taint: Annotated[bool, BeforeValidator(flag)] = False
+    max_share: Annotated[float, BeforeValidator(share)] = 0.05  # of the GPU nodes, per window
+    max_nodes: Annotated[int, BeforeValidator(count)] = 10  # per window
+    window_hours: Annotated[float, BeforeValidator(above_zero)] = 24.0
     # the recommended actions of a confirmed failure that quarantine acts on (domain.actions.QUARANTINE_ACTIONS:
     # reset_gpu, reboot, drain_and_service, unknown); confirmed fleet verdicts always count
-    actions: tuple[str, ...] = action_rules.QUARANTINE_ACTIONS
-
-    def __post_init__(self) -> None:
-        for name in ("enabled", "dry_run", "taint"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidQuarantinePolicy(f"quarantine.{name}: expected true or false, got {getattr(self, name)!r}")
-        share = self.max_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise InvalidQuarantinePolicy(f"quarantine.max_share: must be a share in (0, 1], got {share!r}")
-        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
-            raise InvalidQuarantinePolicy(f"quarantine.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
-        hours = self.window_hours
-        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
-            raise InvalidQuarantinePolicy(f"quarantine.window_hours: must be a number > 0, got {hours!r}")
-        wanted = self.actions
-        if isinstance(wanted, str) or not isinstance(wanted, (list, tuple)) or not wanted or any(
-                a not in ACTION_CHOICES for a in wanted):
-            raise InvalidQuarantinePolicy(f"quarantine.actions: must be a non-empty list of {', '.join(ACTION_CHOICES)}"
-                                          f", got {wanted!r}")
-        object.__setattr__(self, "actions", tuple(dict.fromkeys(wanted)))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> QuarantinePolicy:
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidQuarantinePolicy(f"quarantine: unknown key(s) {', '.join(unknown)} "
-                                          f"(known: {', '.join(sorted(known))})")
-        return cls(**values)
+    actions: Annotated[tuple[str, ...], BeforeValidator(_actions)] = action_rules.QUARANTINE_ACTIONS
 
     def acts_on(self, failure: Failure) -> bool:
         """A confirmed verdict always; a failed check when its recommended action is one of ``actions``."""

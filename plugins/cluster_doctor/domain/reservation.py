@@ -21,8 +21,11 @@ import dataclasses
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Annotated, Any, ClassVar, Protocol
 
+from pydantic import BeforeValidator
+
+from cluster_doctor.domain.policy import Policy, count, flag, positive, share
 from cluster_doctor.domain.status import PairState
 
 DOMAIN = "cluster-doctor.io"
@@ -40,42 +43,25 @@ class InvalidReservationPolicy(ValueError):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class ReservationPolicy:
-    enabled: bool = False
-    dry_run: bool = False
-    target_days: float | None = None  # the promise; None: the staleness threshold (staleness_days)
-    lead_hours: float = 30.0  # reserve this long before the target: the longest job + a run + a bundle
-    max_nodes: int = 200  # reserved at once, at most
-    max_share: float = 0.2  # of the GPU nodes reserved at once, at most
-    max_hold_hours: float = 36.0  # then the taint goes, even if the node never freed
-    breaker_share: float = 0.3  # more overdue busy nodes than this share: reserve none, fail the run
+def _optional_positive(value: Any) -> Any:
+    return None if value is None else positive(value)
 
-    def __post_init__(self) -> None:
-        for name in ("enabled", "dry_run"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidReservationPolicy(
-                    f"reservation.{name}: expected true or false, got {getattr(self, name)!r}")
-        for name in ("lead_hours", "max_hold_hours"):
-            _number(name, getattr(self, name))
-        if self.target_days is not None:
-            _number("target_days", self.target_days)
-        if isinstance(self.max_nodes, bool) or not isinstance(self.max_nodes, int) or self.max_nodes < 1:
-            raise InvalidReservationPolicy(f"reservation.max_nodes: must be an integer >= 1, got {self.max_nodes!r}")
-        for name in ("max_share", "breaker_share"):
-            share = getattr(self, name)
-            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-                raise InvalidReservationPolicy(f"reservation.{name}: must be a share in (0, 1], got {share!r}")
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> ReservationPolicy:
-        values = dict(values or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InvalidReservationPolicy(f"reservation: unknown key(s) {', '.join(unknown)} "
-                                           f"(known: {', '.join(sorted(known))})")
-        return cls(**values)
+class ReservationPolicy(Policy):
+    setting: ClassVar[str] = "reservation"
+    error: ClassVar[type[ValueError]] = InvalidReservationPolicy
+
+    enabled: Annotated[bool, BeforeValidator(flag)] = False
+    dry_run: Annotated[bool, BeforeValidator(flag)] = False
+    # the promise; None: the staleness threshold (staleness_days)
+    target_days: Annotated[float | None, BeforeValidator(_optional_positive)] = None
+    # reserve this long before the target: the longest job + a run + a bundle
+    lead_hours: Annotated[float, BeforeValidator(positive)] = 30.0
+    max_nodes: Annotated[int, BeforeValidator(count)] = 200  # reserved at once, at most
+    max_share: Annotated[float, BeforeValidator(share)] = 0.2  # of the GPU nodes reserved at once, at most
+    max_hold_hours: Annotated[float, BeforeValidator(positive)] = 36.0  # then the taint goes, even if the node never freed
+    # more overdue busy nodes than this share: reserve none, fail the run
+    breaker_share: Annotated[float, BeforeValidator(share)] = 0.3
 
     def limit(self, gpu_nodes: int) -> int:
         """How many nodes may be reserved at once."""
@@ -93,11 +79,6 @@ class ReservationPolicy:
 
     def max_hold(self) -> dt.timedelta:
         return dt.timedelta(hours=self.max_hold_hours)
-
-
-def _number(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InvalidReservationPolicy(f"reservation.{name}: must be a number > 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,7 +49,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster_doctor.domain import fleet_verdicts, results, timestamps
+from cluster_doctor.domain import results, timestamps
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, is_not_judged, validate_test_name
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.nodes import validate_node_name
@@ -411,7 +411,7 @@ def dispose(core_v1: CoreV1, store: ResultStore, settings: Settings, orphans: li
     if judged:
         try:  # the straggler/drift verdicts the record task gives its attempts
             verdicts.judge_recorded(store.connect, judged,
-                                          fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts))
+                                          settings.fleet_verdicts)
         except Exception as exc:
             report.errors.append(f"fleet verdicts of the recorded orphans: {api_errors.describe(exc)}")
         try:  # a flagged speed probe makes its node a suspect, as the record task's probes do

@@ -26,8 +26,6 @@ import time
 from typing import Any
 
 from cluster_doctor.domain import coverage
-from cluster_doctor.domain.conditions import ConditionPolicy
-from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
 from cluster_doctor.store import database, fleet, peers
 
 log = logging.getLogger(__name__)
@@ -58,10 +56,10 @@ OLDEST_SQL = "SELECT min(finished_at) FROM validation_history"
 
 def floor_days(settings: Any) -> float:
     """The longest window any reader of the history uses with these settings (days)."""
-    policy = BaselinePolicy.from_mapping(settings.fleet_verdicts)
+    policy = settings.fleet_verdicts
     windows = [fleet.PLOT_DAYS, coverage.SLO_DAYS + float(settings.staleness_days), policy.window_days,
                policy.drift_window_days, peers.EVIDENCE_CADENCES * float(settings.peer_cadence_days),
-               ConditionPolicy.from_mapping(settings.node_conditions).window_hours / 24.0, DAILY_REPORT_DAYS]
+               settings.node_conditions.window_hours / 24.0, DAILY_REPORT_DAYS]
     return max(windows)
 
 

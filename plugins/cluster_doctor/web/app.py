@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cluster_doctor.domain import actions, fleet_verdicts, slow_cost, suites
+from cluster_doctor.domain import actions, slow_cost, suites
 from cluster_doctor.domain import baselines as domain_baselines
 from cluster_doctor.domain.attempts import validate_test_name
 from cluster_doctor.domain.planning import steps
@@ -487,7 +487,7 @@ def node_plots(fq: fleet.FleetQueries, node: Mapping[str, Any], settings: Settin
     missing = sorted({t for (t, _), points in series.items() if points} - {t for t, _ in valued})  # ran, no value
     if not valued:
         return [], missing
-    policy = fleet_verdicts.BaselinePolicy.from_mapping(settings.fleet_verdicts)
+    policy = settings.fleet_verdicts
     bands = fq.fleet_bands(node.get("gpu_model"), [t for t, _ in valued], policy)
     times = [p["at"] for points in valued.values() for p in points]
     start, end = min(times), max([fq.now, *times])

@@ -10,7 +10,6 @@ from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.attempts import Attempt, InvalidAttempt
 from cluster_doctor.domain.errors import one_line
 from cluster_doctor.domain.payloads import Bundle
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store import claims
 from cluster_doctor.store.history import ResultStore
@@ -37,7 +36,7 @@ def finish_node(bundle: Bundle, reported: Sequence[Mapping[str, Any] | None], st
     if not done:
         log.warning("%s stays reserved for the next run: its validation did not finish (%s)", bundle.node_name, ran)
         return f"{bundle.node_name}: {ran}; still reserved"
-    policy = ReservationPolicy.from_mapping(bundle.run_config.settings.reservation)
+    policy = bundle.run_config.settings.reservation
     released = reservation.release_after_validation(core_v1, store.connect, bundle.node_name, policy=policy,
                                                     run_id=run_id)
     return f"{bundle.node_name}: {ran}; reservation {'released' if released else 'already gone'}"

@@ -20,7 +20,7 @@ def quarantine(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, r
     from cluster_doctor.kube import quarantine as q
 
     settings = discovered.settings
-    report = q.quarantine_failing(core_v1, store.connect, q.QuarantinePolicy.from_mapping(settings.quarantine),
+    report = q.quarantine_failing(core_v1, store.connect, settings.quarantine,
                          tests=discovered.params.tests, gpu_resource=settings.gpu_resource,
                          node_selector=settings.node_selector, now=now, repeat=RepeatPolicy.of(settings),
                          run_id=run_id, slow_window=dt.timedelta(hours=settings.slow_signal_window_hours),

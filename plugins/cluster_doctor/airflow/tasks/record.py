@@ -63,7 +63,7 @@ def record(
                  result.inserted, result.duplicates)
         judged = [a.to_dict() for a in attempts.values()]
         verdicts.judge_recorded(store.connect, judged,
-                                fleet_verdicts.BaselinePolicy.from_mapping(given.fleet_verdicts if given else None))
+                                given.fleet_verdicts if given else fleet_verdicts.BaselinePolicy())
         probe_suspects(store, judged, settings, now)
     return Recorded(attempts=list(attempts.values()))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -11,7 +10,6 @@ from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning.params import RunParams
 from cluster_doctor.domain.payloads import Discovered
-from cluster_doctor.domain.reservation import ReservationPolicy
 from cluster_doctor.kube import discovery
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.history import ResultStore
@@ -27,12 +25,12 @@ def reserve(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, run_
     from cluster_doctor.kube import reservation
 
     settings = discovered.settings
-    policy = ReservationPolicy.from_mapping(settings.reservation)
+    policy = settings.reservation
     if not policy.enabled:
         return reservation.ReservationReport(enabled=False)
     run = RunParams.of(discovered.params)
     if run.dry_run:  # a run that only plans taints nothing either
-        policy = dataclasses.replace(policy, dry_run=True)
+        policy = policy.model_copy(update={"dry_run": True})
     busy = [n.name for n in discovered.ineligible if n.reason == discovery.BUSY]
     free = [n.name for n in discovered.free]
     report = reservation.reserve_and_release(

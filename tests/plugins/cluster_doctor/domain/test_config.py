@@ -180,3 +180,61 @@ def test_the_schedule_is_hourly_unless_the_deployment_sets_a_cron_expression():
         Settings(schedule="every hour")
     with pytest.raises(InvalidSettings, match="setting schedule"):
         Settings(schedule="@daily").check_parse_time(Settings())
+
+
+# ------------------------------------------------------------------ the policies, parsed once
+def test_each_policy_setting_is_held_parsed_from_the_same_json_as_before():
+    from cluster_doctor.domain.acceptance import AcceptancePolicy
+    from cluster_doctor.domain.conditions import ConditionPolicy
+    from cluster_doctor.domain.fleet_verdicts import BaselinePolicy
+    from cluster_doctor.domain.quarantine import QuarantinePolicy
+    from cluster_doctor.domain.reservation import ReservationPolicy
+
+    env = {"CLUSTER_DOCTOR_RESERVATION": '{"enabled": true, "max_nodes": 5}',
+           "CLUSTER_DOCTOR_ACCEPTANCE": '{"enabled": true, "changes": ["reboot"]}'}
+    s = Settings.load(env=env, variable={"quarantine": {"enabled": True, "max_nodes": 3},
+                                         "node_conditions": {"window_hours": 12}, "fleet_verdicts": {"k_mad": 4}})
+    assert isinstance(s.reservation, ReservationPolicy) and (s.reservation.enabled, s.reservation.max_nodes) == (True, 5)
+    assert isinstance(s.acceptance, AcceptancePolicy) and s.acceptance.changes == ("reboot",)
+    assert isinstance(s.quarantine, QuarantinePolicy) and s.quarantine.max_nodes == 3
+    assert isinstance(s.node_conditions, ConditionPolicy) and s.node_conditions.window_hours == 12
+    assert isinstance(s.fleet_verdicts, BaselinePolicy) and s.fleet_verdicts.k_mad == 4
+    assert Settings().reservation == ReservationPolicy() and Settings().fleet_verdicts.enabled is True
+
+
+def test_a_policy_travels_as_the_keys_it_was_given_and_reads_back_the_same():
+    s = Settings(reservation={"enabled": True, "max_nodes": 5}, acceptance={"changes": ["new", "new"]})
+    payload = s.to_dict()
+    assert payload["reservation"] == {"enabled": True, "max_nodes": 5}
+    assert payload["acceptance"] == {"changes": ["new"]} and payload["quarantine"] == {}
+    assert Settings(**json.loads(json.dumps(payload))) == s
+    assert s.replace(reservation=s.reservation.model_copy(update={"dry_run": True})).to_dict()["reservation"] == {
+        "enabled": True, "max_nodes": 5, "dry_run": True}
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"reservation": {"max_nodes": 0}}, "setting reservation.max_nodes: must be an integer >= 1, got 0"),
+    ({"reservation": {"lead": 3}}, "setting reservation: unknown key(s) lead (known: "),
+    ({"reservation": 5}, "setting reservation: must be a JSON object, got 5"),
+    ({"acceptance": {"enabled": "yes"}}, "setting acceptance.enabled: expected true or false, got 'yes'"),
+    ({"node_conditions": {"max_share": 2}}, "setting node_conditions.max_share: must be a share in (0, 1], got 2"),
+    ({"fleet_verdicts": {"drift_samples": 2, "drift_min_samples": 3}},
+     "setting fleet_verdicts.drift_min_samples must not exceed drift_samples"),
+])
+def test_a_bad_policy_key_is_named_as_the_setting_wrote_it(values, message):
+    with pytest.raises(InvalidSettings) as raised:
+        Settings(**values)
+    assert message in str(raised.value)
+
+
+def test_an_enabled_gate_adds_its_toleration_once_from_json_or_a_parsed_policy():
+    from cluster_doctor.domain.acceptance import AcceptancePolicy
+    from cluster_doctor.domain.reservation import TOLERATION
+
+    keys = [t["key"] for t in Settings(reservation={"enabled": True}).tolerations]
+    assert keys == ["nvidia.com/gpu", TOLERATION["key"]]
+    gate = AcceptancePolicy(enabled=True, taint_key="node.example.com/startup")
+    from_policy, from_json = Settings(acceptance=gate), Settings(acceptance=gate.given())
+    assert from_policy.tolerations == from_json.tolerations
+    assert [t["key"] for t in from_policy.tolerations] == ["nvidia.com/gpu", "node.example.com/startup"]
+    assert from_policy.replace().tolerations == from_policy.tolerations  # read back: not added twice
