@@ -28,15 +28,17 @@ from tests.conftest import REPO
 from tests.support.commands import run_stoppable
 
 # Each case is a whole command with its own embedded PostgreSQL, half a minute or more on a loaded box:
-# make test interrupts a test run stopped as a CI timeout stops it; make test-slow every command every way.
-# The interruption's own rules (held blocks, a closed pipe, a fixture's command) run in make test. The
-# bench-metrics cases are racy on a quiet box: at one scrape the benchmark can end before the signal comes
-# (exit 0), and more scrapes move its simulated clock past the store's five-minute future guard; until it
-# has a step to interrupt at, they stay in make test-slow.
-IN_MAKE_TEST = {("test run", "SIGTERM")}
+# make test interrupts a test run stopped as a CI timeout stops it, and bench-metrics every way (it is
+# paused at a step, so the signal meets it there: a few seconds of CPU each); make test-slow every command
+# every way. The interruption's own rules (held blocks, a closed pipe, a fixture's command) run in make test.
+IN_MAKE_TEST = {("test run", "SIGTERM"), ("bench-metrics", "SIGINT to the group"), ("bench-metrics", "SIGTERM"),
+                ("bench-metrics", "closed pipe")}
+PAUSED_COMMAND = REPO / "tests" / "support" / "paused_command.py"
 
 TARGETS = {  # make target -> (command at a small scale, the prefix of its temporary directories)
-    "bench-metrics": ([str(REPO / "bench" / "bench_metrics.py"), "--nodes", "60", "--runs", "1"], "cd-bench-metrics-"),
+    # paused at its first scrape's step (tests/support/paused_command.py): its fleet seeded, its apps open
+    "bench-metrics": ([str(PAUSED_COMMAND), str(REPO / "bench" / "bench_metrics.py"), "Fleet.tick",
+                       "--nodes", "60", "--runs", "1"], "cd-bench-metrics-"),
     "bench-store": ([str(REPO / "bench" / "bench_store.py"), "--rows", "20000,40000", "--nodes", "100,200",
                      "--repeats", "3", "--naive-repeats", "2"], "cd-bench-store-"),
     "demo": ([str(REPO / "tools" / "demo.py")], None),  # its directory stays by design (the CLI reads it)
@@ -77,6 +79,14 @@ def _marked(marker: str) -> list[str]:
     return found
 
 
+def _wait_for_pause(proc: subprocess.Popen, err: pathlib.Path) -> None:
+    """Until the command says it waits at its paused step (a hang guard: the test's timeout)."""
+    for line in proc.stdout:
+        if line.startswith(b"PAUSED_AT "):
+            return
+    pytest.fail(f"it ended (exit {proc.wait()}) before its paused step: {err.read_text()[-2000:]}")
+
+
 def _wait_for_server(proc: subprocess.Popen, where: pathlib.Path, err: pathlib.Path) -> None:
     """Until a PostgreSQL server (not its initdb) runs with its data under ``where``."""
     deadline = time.monotonic() + SERVER_UP_TIMEOUT_S
@@ -112,8 +122,12 @@ def test_an_interrupted_command_stops_its_servers_and_removes_its_temporary_dire
                                 stdout=subprocess.PIPE, stderr=err_fh, start_new_session=True,
                                 preexec_fn=_as_from_a_terminal)
     try:
-        _wait_for_server(proc, tmp if prefix else demo, err)
-        time.sleep(2)  # a moment into its work with the server
+        if PAUSED_COMMAND.name in argv[0]:
+            _wait_for_pause(proc, err)  # it waits there until interrupted: no race with its end
+            assert any("bin/postgres " in line for line in processes_mentioning(str(tmp))), "no server to stop"
+        else:
+            _wait_for_server(proc, tmp if prefix else demo, err)
+            time.sleep(2)  # a moment into its work with the server
         if HOW[how] is None:
             proc.stdout.close()  # the reader goes away; its next line meets a closed pipe
             expected = interrupts.PIPE_STATUS
