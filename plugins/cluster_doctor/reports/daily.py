@@ -151,8 +151,7 @@ def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datet
         counted = {n.node_name: n for n in inventory.counted(
             cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
         fleet = sorted(counted, key=_node_key)
-        with cur.connection.cursor() as tuples:  # same snapshot; store.fail_slow reads rows as tuples
-            slow = fail_slow.slow_nodes(tuples, now=as_of, window=slow_window, spacing=slow_spacing, nodes=fleet)
+        slow = fail_slow.slow_nodes(cur, now=as_of, window=slow_window, spacing=slow_spacing, nodes=fleet)
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
