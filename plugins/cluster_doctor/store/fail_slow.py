@@ -28,8 +28,8 @@ from cluster_doctor.domain.fail_slow import ProbeOutcome, SlowState
 from cluster_doctor.domain.fleet_verdicts import JUDGED_METRICS
 from cluster_doctor.store import database, suspects
 
-PROBE_TEST = "gpu_health"
-PROBE_METRICS = JUDGED_METRICS[PROBE_TEST]
+PROBE_TEST = fail_slow.PROBE_TEST
+PROBE_METRICS = fail_slow.PROBE_METRICS
 PROBED = PROBE_METRICS[0]  # an attempt that probed carries this figure
 SLOW_WINDOW = dt.timedelta(hours=24)  # setting slow_signal_window_hours' default
 SLOW_SPACING = dt.timedelta(hours=3)  # setting slow_confirm_spacing_hours' default
