@@ -106,8 +106,10 @@ def test_a_healthy_fleet_shows_no_slow_node(store, db_dsn):
     assert '<section id="slow"' not in c.get("/cluster-doctor/nodes/gpu-001").text
 
 
-def test_a_node_failing_slow_is_failing_on_the_page_in_status_and_in_the_metrics(slow_fleet, db_dsn):
+def test_a_node_failing_slow_is_failing_on_the_page_in_status_the_metrics_and_the_daily_report(slow_fleet, store,
+                                                                                                 db_dsn):
     from cluster_doctor.cli import main as cli
+    from cluster_doctor.reports import daily
     from cluster_doctor.reports import metrics
     from cluster_doctor.store import fleet as stored_fleet
 
@@ -131,3 +133,6 @@ def test_a_node_failing_slow_is_failing_on_the_page_in_status_and_in_the_metrics
     series = samples(metrics.render(registry, None)[0].decode())
     assert series[("cluster_doctor_fleet_failing_nodes", frozenset())] == 1
     assert series[("cluster_doctor_fleet_slow_nodes", frozenset({("state", "failing")}))] == 1
+    data = daily.build(store, NOW.date(), tests=["gpu_health"], staleness_days=7, now=NOW, ui_base="/airflow/")
+    assert data["fleet"]["failing_nodes"] == 1 and data["fleet"]["failing_total"] == 0  # its pairs all pass
+    assert "- Failing GPU nodes at the end of the day: 1 (" in daily.render_markdown(data)
