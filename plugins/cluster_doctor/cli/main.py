@@ -385,14 +385,13 @@ def cmd_status(args: argparse.Namespace, out) -> int:
     now = dt.datetime.now(dt.UTC)
     with fleet.open_fleet(store.connect, tests=settings.tests, staleness=staleness, now=now,
                           application_name="cluster-doctor-cli", gone_grace=inventory.grace(settings),
-                          peer_window=fleet.peer_window(settings)) as q:
+                          peer_window=fleet.peer_window(settings), **fleet.slow_settings(settings)) as q:
         known = q.inventory()
         summary = q.summary()  # with the coverage SLO of the last 30 days, as the fleet page shows it
         never_pairs = sum(p["state"] == CoverageState.NEVER for p in q.assessment().pairs)  # the daily report's figure
         peer_verdicts = q.peer_verdicts()  # empty while peer tests are off
         suspected, failing = q.suspects(), q.failing_since()  # since when, and why
-        slow = q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours),  # with its evidence
-                            spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours))
+        slow = q.slow_nodes()  # with its evidence, the settings' window and spacing
         missing_baselines = q.missing_baselines()  # once per node pool, not one error per node
         with q.conn.cursor() as cur:  # repeat offenders, action replace
             offenders = stored_transitions.repeat_offenders(cur)

@@ -27,6 +27,7 @@ No Airflow imports, no connection, no SQL: callers pass rows (``assess``) or the
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import enum
@@ -110,6 +111,8 @@ class NodeCoverage:
     eligibility_detail: str | None = None
     eligibility_since: dt.datetime | None = None
     gone_at: dt.datetime | None = None
+    # failing by speed (domain.fail_slow: code SLOW) though every result passes: failing like any fail
+    slow_failing: bool = False
     _model_key: tuple = dataclasses.field(default=(), repr=False)
 
     @property
@@ -126,7 +129,7 @@ class NodeCoverage:
 
     @property
     def failing(self) -> bool:
-        return self.fail_tests + self.error_tests > 0
+        return self.fail_tests + self.error_tests > 0 or self.slow_failing
 
     @property
     def stale(self) -> bool:
@@ -135,12 +138,12 @@ class NodeCoverage:
     @property
     def healthy(self) -> bool:
         """Every test passed, fresh, and every check of it ran: an incomplete pass is not a clean bill."""
-        return self.fresh_pass_tests >= self.n_tests and not self.incomplete_tests
+        return self.fresh_pass_tests >= self.n_tests and not self.incomplete_tests and not self.slow_failing
 
 
 # Node-level filters of the fleet page: value -> (label, predicate).
 NODE_FILTERS: dict[str, tuple[str, Callable[[NodeCoverage], bool]]] = {
-    "failing": ("failing (fail or error on any test)", lambda n: n.failing),
+    "failing": ("failing (fail or error on any test, or slow: code SLOW)", lambda n: n.failing),
     "fail": ("a check failed (fail)", lambda n: n.fail_tests > 0),
     "error": ("a suite errored (error)", lambda n: n.error_tests > 0),
     "stale": ("stale (a test older than the threshold or never run)", lambda n: n.stale),
@@ -166,6 +169,20 @@ class Assessment:
     @property
     def fresh_after(self) -> dt.datetime:
         return self.now - self.staleness
+
+    def with_slow_failing(self, names: Iterable[str]) -> Assessment:
+        """This assessment with the nodes of ``names`` failing by speed (code SLOW): they count and filter as
+        failing, never as healthy; a copy, so a cached assessment is never changed."""
+        slow = set(names) & set(self.nodes)
+        if not slow:
+            return self
+        out = copy.copy(self)  # of a subclass too (the store's live assessment), its pairs shared
+        out.nodes = {n: dataclasses.replace(c, slow_failing=True) if n in slow else c for n, c in self.nodes.items()}
+        out._nodes_changed()
+        return out
+
+    def _nodes_changed(self) -> None:
+        """A subclass that keeps figures computed from ``nodes`` forgets them here."""
 
     def summary(self) -> dict[str, Any]:
         nodes = self.nodes.values()

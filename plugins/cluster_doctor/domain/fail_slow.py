@@ -38,6 +38,15 @@ from collections.abc import Sequence
 
 SLOW = "SLOW"  # the failure code of a node judged slow
 
+# The speed probe's figures, one set for every layer: the suite that measures them (include/suites/dl/probe.py
+# keeps its own copy, since the suites ship without the plugin; a test holds the two equal), the per-model floors
+# of include/suites/baselines.yaml, the fleet verdicts, the suite catalog's key metrics, the node page's plots and
+# the docs. Per GPU the suite records ``<figure>.<device>`` and judges it against the model's ``<figure>`` floor;
+# the slowest GPU's ``<figure>_min`` is the summary figure the fleet judges.
+PROBE_TEST = "gpu_health"
+PROBE_FIGURES: dict[str, str] = {"probe_gemm_tflops": "TFLOPS", "probe_hbm_gbps": "GB/s"}  # figure: unit
+PROBE_METRICS: tuple[str, ...] = tuple(f"{figure}_min" for figure in PROBE_FIGURES)
+
 
 class SlowState(enum.StrEnum):
     OK = "ok"

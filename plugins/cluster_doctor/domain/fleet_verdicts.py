@@ -40,6 +40,8 @@ from pydantic import BeforeValidator, model_validator
 
 from cluster_doctor.domain.policy import Policy, above_zero, count, flag, is_number
 
+from cluster_doctor.domain import fail_slow
+
 log = logging.getLogger(__name__)
 
 STRAGGLER = "straggler"
@@ -51,7 +53,7 @@ MAD_SCALE = 1.4826  # scales the MAD to a standard deviation for normally distri
 # events) are judged exactly by the suite; its speed probe's figures are judged here, every sweep that
 # probes (the fail-slow rule of domain.fail_slow reads these verdicts).
 JUDGED_METRICS: dict[str, tuple[str, ...]] = {
-    "gpu_health": ("probe_gemm_tflops_min", "probe_hbm_gbps_min"),
+    fail_slow.PROBE_TEST: fail_slow.PROBE_METRICS,
     "dl_unit": ("gemm_bf16_tflops_min", "mem_bw_gbps_min"),
     "nccl_loopback": ("nccl_busbw_gbps",),
     "storage_fio": ("fio_seq_read_mibps", "fio_seq_write_mibps", "fio_rand_read_iops", "fio_rand_write_iops"),

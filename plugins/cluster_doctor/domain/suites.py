@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
+from cluster_doctor.domain import fail_slow
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.peers import PEER_SUITE
 
@@ -51,7 +52,7 @@ CATALOG: dict[str, Suite] = {s.name: s for s in (
                     "a few seconds of GEMM and HBM copy per GPU, judged against the model's floor and the fleet.",
         # 4Gi: the speed probe's torch and its 8192x8192 GEMM inputs, made on the host (about 1.5 GiB)
         module="cluster_doctor_suites.gpu_health", cpu="1", memory="4Gi",
-        key_metrics=("gpus_visible", "xid_events", "probe_gemm_tflops_min", "probe_hbm_gbps_min"),
+        key_metrics=("gpus_visible", "xid_events", *fail_slow.PROBE_METRICS),
     ),
     Suite(
         name="dl_unit",

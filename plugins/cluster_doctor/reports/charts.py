@@ -14,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from cluster_doctor.domain import fleet_verdicts
+from cluster_doctor.domain import fail_slow, fleet_verdicts
 from cluster_doctor.domain.status import Status
 from cluster_doctor.reports.templating import _CONTROL  # the control characters no page shows
 from cluster_doctor.reports.text import percent
@@ -122,8 +122,9 @@ METRIC_LABELS: dict[str, tuple[str, str]] = {
     "fio_seq_write_mibps": ("fio sequential write", "MiB/s"),
     "fio_rand_read_iops": ("fio random read (4k)", "IOPS"),
     "fio_rand_write_iops": ("fio random write (4k)", "IOPS"),
-    "probe_gemm_tflops_min": ("speed probe GEMM (bf16; fp32 in CPU mode), slowest GPU", "TFLOPS"),
-    "probe_hbm_gbps_min": ("speed probe HBM copy, slowest GPU", "GB/s"),
+    **{f"{figure}_min": (what, fail_slow.PROBE_FIGURES[figure]) for figure, what in (
+        ("probe_gemm_tflops", "speed probe GEMM (bf16; fp32 in CPU mode), slowest GPU"),
+        ("probe_hbm_gbps", "speed probe HBM copy, slowest GPU"))},
 }
 
 

@@ -151,8 +151,7 @@ def _read(store: daily_reads.Connections, *, start: dt.datetime, as_of: dt.datet
         counted = {n.node_name: n for n in inventory.counted(
             cur, as_of=as_of, grace=dt.timedelta(hours=gone_grace_hours))}
         fleet = sorted(counted, key=_node_key)
-        with cur.connection.cursor() as tuples:  # same snapshot; store.fail_slow reads rows as tuples
-            slow = fail_slow.slow_nodes(tuples, now=as_of, window=slow_window, spacing=slow_spacing, nodes=fleet)
+        slow = fail_slow.slow_nodes(cur, now=as_of, window=slow_window, spacing=slow_spacing, nodes=fleet)
         return _Reads(
             counted=counted, fleet=fleet,
             pairs=daily_reads.fleet_as_of(cur, nodes=fleet, tests=tests, as_of=as_of),
@@ -205,7 +204,8 @@ def build(
                  gone_grace_hours=gone_grace_hours, key_pairs=key_pairs, peer_window_days=peer_window_days,
                  slow_window=dt.timedelta(hours=slow_window_hours),
                  slow_spacing=dt.timedelta(hours=slow_spacing_hours))
-    fleet_section = _fleet(read.pairs, read.fleet, tests, as_of, staleness, max_rows)
+    slow_failing = [n for n, s in read.slow.items() if s.failing and fail_slow.PROBE_TEST in tests]
+    fleet_section = _fleet(read.pairs, read.fleet, tests, as_of, staleness, max_rows, slow_failing=slow_failing)
     fleet_section["never_why"] = _never_why(fleet_section.pop("never_nodes"), read.counted)
     coverage_trend = _trend(trend_days, read.trend)
     counts, per_test, gpu_hours = _day_figures(read.day_counts)
@@ -371,9 +371,12 @@ def _failure(r: daily_reads.FailedAttempt, ui_base: str = "/") -> dict[str, Any]
 
 
 def _fleet(pairs: Sequence[daily_reads.PairAsOf], nodes: Sequence[str], tests: Sequence[str],
-           as_of: dt.datetime, staleness: dt.timedelta, max_rows: int) -> dict[str, Any]:
+           as_of: dt.datetime, staleness: dt.timedelta, max_rows: int,
+           slow_failing: Sequence[str] = ()) -> dict[str, Any]:
+    """The fleet as of the end of the day; ``slow_failing``: the nodes failing by speed (code SLOW) then,
+    failing nodes as on the fleet page though their pairs pass."""
     assessed = coverage.assess([p.as_row() for p in pairs], tests=tests, now=as_of, staleness=staleness,
-                               nodes=nodes)
+                               nodes=nodes).with_slow_failing(slow_failing)
     counts = {s: 0 for s in STATES}
     per_test = {t: {s: 0 for s in STATES} for t in tests}
     failing: list[dict[str, Any]] = []
@@ -416,6 +419,7 @@ def _fleet(pairs: Sequence[daily_reads.PairAsOf], nodes: Sequence[str], tests: S
     return {
         "nodes": summary["gpu_nodes"], "pairs": summary["pairs"], "counts": counts, "per_test": per_test,
         "covered_nodes": summary["covered_nodes"], "failing": rows, "failing_total": len(failing),
+        "failing_nodes": len(summary["failing_nodes"]),
         "stale_groups": groups, "never_nodes": summary["never_validated"],
         "incomplete_passes": len(incomplete),
         "incomplete_nodes": compress(sorted(set(incomplete), key=_node_key)),
@@ -538,6 +542,8 @@ def headline(data: Mapping[str, Any]) -> list[str]:
         f"Attempts of the day: {counts['total']}" + (f" ({per_status})" if per_status else ""),
         f"Failures of the day: {data['failures_total']} attempt(s) on {data['failing_nodes_today']} node(s), "
         f"{data['newly_failing_today']} newly failing",
+        f"Failing GPU nodes at the end of the day: {fleet.get('failing_nodes', 0)} (a fail or error on any test, "
+        f"or slow: code SLOW)",
         f"Node-test pairs in the fleet: {fleet['pairs']}; failing: {fleet['failing_total']}; "
         f"stale: {fleet['counts']['stale']}; never validated: {fleet['counts']['never']} node-test pair(s)",
         slow_line(data.get("slow_nodes") or []),
@@ -599,6 +605,7 @@ def _head_blocks(data: Mapping[str, Any]) -> list[tuple]:
             (sum(g["count"] for g in fleet["never_why"]), "GPU nodes never validated"),
             (counts["total"], "attempts of the day"),
             (data["failures_total"], f"failed attempts ({data['newly_failing_today']} new)"),
+            (fleet.get("failing_nodes", 0), "failing GPU nodes (fail, error or SLOW)"),
             (fleet["failing_total"], "failing node-test pairs in the fleet"),
             (slow_counts(data.get("slow_nodes") or []), "slow nodes: failing (code SLOW) / suspect"),
             (fleet["counts"]["stale"] + fleet["counts"]["never"], "node-test pairs stale or never validated"),

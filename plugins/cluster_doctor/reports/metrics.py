@@ -108,7 +108,7 @@ def summary_families(summary: Mapping[str, Any]) -> list[Metric]:
     gauge("fleet_never_validated_nodes", "GPU nodes without any executed result on an enabled test.",
           summary["never_validated_nodes"])
     gauge("fleet_failing_nodes", "GPU nodes whose latest executed result of any enabled test is fail or "
-          "error.", summary["failing_nodes"])
+          "error, or failing by speed (code SLOW).", summary["failing_nodes"])
     gauge("fleet_stale_pairs", "Node-test pairs (enabled tests) whose last executed result is older than "
           "the threshold or missing.", summary["stale_pairs"])
     gauge("fleet_pair_coverage_ratio", "Coverage SLO now: share of node-test pairs (enabled tests) with an "
@@ -318,7 +318,7 @@ class ClusterDoctorCollector(Collector):
         settings = self.settings_provider()
         connect = self.connector_provider(settings)
         key = (str(connect), tuple(settings.tests), settings.staleness_days, settings.peer_tests,
-               settings.peer_cadence_days)
+               settings.peer_cadence_days, settings.slow_signal_window_hours, settings.slow_confirm_spacing_hours)
         cached = self._cache
         if cached and cached.key == key and time.monotonic() - cached.at < self.cache_ttl_s:
             return cached
@@ -327,8 +327,7 @@ class ClusterDoctorCollector(Collector):
             read = _Scrape(key, time.monotonic(), q.summary(), q.assessment(), list(q.tests), q.peer_counts(),
                            q.reservation_idle_gpu_hours(),
                            suspect_since={n: s.since.timestamp() for n, s in q.suspects().items()},
-                           slow=q.slow_nodes(window=dt.timedelta(hours=settings.slow_signal_window_hours),
-                                             spacing=dt.timedelta(hours=settings.slow_confirm_spacing_hours)))
+                           slow=q.slow_nodes())  # the settings' window and spacing, as the summary's failing
             with q.conn.cursor() as cur:
                 read.lifecycle = lifecycle(cur, q.now)
         self._cache = read if self.cache_ttl_s > 0 else None

@@ -162,7 +162,8 @@ class FleetQueries:
 
     def __init__(self, conn: Any, *, tests: Sequence[str], staleness: dt.timedelta, now: dt.datetime,
                  snapshot_cache_s: float = 0.0, gone_grace: dt.timedelta = dt.timedelta(hours=24),
-                 peer_window: dt.timedelta | None = None):
+                 peer_window: dt.timedelta | None = None, slow_window: dt.timedelta = fail_slow.SLOW_WINDOW,
+                 slow_spacing: dt.timedelta = fail_slow.SLOW_SPACING):
         if not tests:
             raise ValueError("at least one enabled test is needed")
         self.conn = conn
@@ -179,6 +180,9 @@ class FleetQueries:
         # peer tests: how far back their evidence reaches; None: peer tests are off
         self.peer_window = peer_window
         self._peers: dict[str, PeerVerdict] | None = None
+        # fail-slow: how far back a speed signal counts and how far apart two sightings must be (settings)
+        self.slow_window, self.slow_spacing = slow_window, slow_spacing
+        self._slow: dict[tuple, dict[str, Any]] = {}
         self.snapshot_cache_s = snapshot_cache_s
         self._cache_key: tuple | None = None
         self._version: tuple | None = None
@@ -226,8 +230,16 @@ class FleetQueries:
         carry the key metrics of each pair (a ``metrics`` dict of finite numbers), the status's start,
         the action and the not-run count, for the exporter; ``figures`` is kept for callers."""
         if self._assessment is None:
-            self._assessment, self._counted = self._live()
+            assessed, self._counted = self._live()
+            self._assessment = assessed.with_slow_failing(self._slow_failing())
         return self._assessment
+
+    def _slow_failing(self) -> list[str]:
+        """The nodes failing by speed (code SLOW, charged to the probe's suite, as quarantine charges it):
+        failing wherever failing nodes are counted or filtered, though their results pass."""
+        if fail_slow.PROBE_TEST not in self.tests:
+            return []
+        return [n for n, s in self.slow_nodes().items() if s.failing]
 
     def _live(self) -> tuple[coverage.Assessment, Callable[[], dict[str, inventory.InventoryNode]]]:
         key = fleet_state.FleetKey(self.conn.info.dsn, tuple(self.tests), self.staleness, self.gone_grace)
@@ -330,12 +342,19 @@ class FleetQueries:
         with self.conn.cursor() as cur:
             return suspects.current(cur, self.tests, nodes)
 
-    def slow_nodes(self, nodes: Sequence[str] | None = None, *, window: dt.timedelta = fail_slow.SLOW_WINDOW,
-                   spacing: dt.timedelta = fail_slow.SLOW_SPACING) -> dict[str, Any]:
+    def slow_nodes(self, nodes: Sequence[str] | None = None, *, window: dt.timedelta | None = None,
+                   spacing: dt.timedelta | None = None) -> dict[str, Any]:
         """The nodes suspect or failing for speed (``store.fail_slow.SlowNode``: its flagged probe verdicts,
-        speed signals and bundle verdicts); of ``nodes``, or all."""
-        with self.conn.cursor() as cur:
-            return fail_slow.slow_nodes(cur, now=self.now, window=window, spacing=spacing, nodes=nodes)
+        speed signals and bundle verdicts); of ``nodes``, or all; by default with this query's window and
+        spacing. Read once per query and arguments: the assessment and the page's slow card read the same."""
+        window = self.slow_window if window is None else window
+        spacing = self.slow_spacing if spacing is None else spacing
+        key = (tuple(nodes) if nodes is not None else None, window, spacing)
+        if key not in self._slow:
+            with self.conn.cursor() as cur:
+                self._slow[key] = fail_slow.slow_nodes(cur, now=self.now, window=window, spacing=spacing,
+                                                       nodes=nodes)
+        return self._slow[key]
 
     def failing_since(self, nodes: Sequence[str] | None = None) -> dict[str, Any]:
         """Since when each failing node fails (``domain.signals.FailingSince``: its first failing evidence,
@@ -565,6 +584,8 @@ def open_fleet(
     snapshot_cache_s: float = 0.0,
     gone_grace: dt.timedelta = dt.timedelta(hours=24),
     peer_window: dt.timedelta | None = None,
+    slow_window: dt.timedelta = fail_slow.SLOW_WINDOW,
+    slow_spacing: dt.timedelta = fail_slow.SLOW_SPACING,
 ) -> Iterator[FleetQueries]:
     """A read-only, snapshot-consistent FleetQueries on a fresh connection, closed afterwards.
     ``snapshot_cache_s`` > 0 lets it reuse a recent request's fleet snapshot (PAGE_SNAPSHOT_CACHE_S).
@@ -584,7 +605,8 @@ def open_fleet(
                         (str(STATEMENT_TIMEOUT_MS),))
         require_schema(conn, str(connect))
         yield FleetQueries(conn, tests=tests, staleness=staleness, now=now or utcnow(),
-                           snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace, peer_window=peer_window)
+                           snapshot_cache_s=snapshot_cache_s, gone_grace=gone_grace, peer_window=peer_window,
+                           slow_window=slow_window, slow_spacing=slow_spacing)
     finally:
         with contextlib.suppress(Exception):
             conn.rollback()
@@ -595,10 +617,18 @@ def open_for(settings: Any, connect: database.Connector | Mapping[str, Any] | st
              application_name: str = "cluster-doctor-ui",
              snapshot_cache_s: float = 0.0) -> contextlib.AbstractContextManager[FleetQueries]:
     """open_fleet with the enabled suites, the staleness threshold and the gone nodes' grace period of a
-    config.Settings (and, with ``peer_tests`` on, the peer tests' evidence window)."""
+    config.Settings (and, with ``peer_tests`` on, the peer tests' evidence window; the fail-slow window and
+    confirmation spacing)."""
     return open_fleet(connect, tests=settings.tests, staleness=dt.timedelta(days=settings.staleness_days), now=now,
                       application_name=application_name, snapshot_cache_s=snapshot_cache_s,
-                      gone_grace=inventory.grace(settings), peer_window=peer_window(settings))
+                      gone_grace=inventory.grace(settings), peer_window=peer_window(settings),
+                      **slow_settings(settings))
+
+
+def slow_settings(settings: Any) -> dict[str, dt.timedelta]:
+    """The fail-slow window and confirmation spacing of a config.Settings, as open_fleet takes them."""
+    return {"slow_window": dt.timedelta(hours=settings.slow_signal_window_hours),
+            "slow_spacing": dt.timedelta(hours=settings.slow_confirm_spacing_hours)}
 
 
 def peer_window(settings: Any) -> dt.timedelta | None:

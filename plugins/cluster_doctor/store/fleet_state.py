@@ -138,6 +138,9 @@ class LiveAssessment(coverage.Assessment):
         """The pairs without a copy: every field current but age_s (for readers that do not read it)."""
         return self._kept
 
+    def _nodes_changed(self) -> None:
+        self._summary = None
+
     def summary(self) -> dict[str, Any]:
         """Assessment.summary() of the kept pairs (computed once): their states and freshness are
         current; only the worst staleness moves with the clock: the oldest pair's age now."""

@@ -775,3 +775,19 @@ def test_thermal_baseline_from_previous_names_a_result_elsewhere(thermal, h, tmp
     ns = thermal.run(3600, "--previous", str(kept))
     assert thermal_of(ns)["cuda:0"] == ("fail", "THERMAL_VIOLATION_UNDER_LOAD")
     assert ns.result["environment"]["thermal_violation_previous"] == str(kept)
+
+
+def test_every_nvml_call_of_the_speed_checks_is_named_in_the_sources_and_the_probe_makes_none():
+    import re
+
+    root = Path(__file__).resolve().parents[3] / "include" / "suites"
+    sources = (Path(__file__).resolve().parent / "fixtures" / "SOURCES.md").read_text()
+    section = sources[sources.index("## NVML calls of gpu_health's speed checks"):]
+    speed = ("ClocksEventReasons", "ClocksThrottleReasons", "ViolationStatus", "PcieLink", "PcieReplay", "NvLinkState")
+    used = set(re.findall(r'"(nvmlDevice[A-Za-z]+)"', (root / "gpu_state.py").read_text()))
+    used |= set(re.findall(r"\.(nvmlDevice[A-Za-z]+)\(", (root / "gpu_state.py").read_text()))
+    calls = sorted(c for c in used if any(s in c for s in speed))
+    assert len(calls) >= 9, calls
+    for call in calls:
+        assert f"`{call}" in section or f"/ `{call}" in section, call
+    assert "nvml" not in (root / "dl" / "probe.py").read_text().lower().replace("nvml index", "")

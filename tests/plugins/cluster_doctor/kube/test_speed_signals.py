@@ -69,3 +69,22 @@ def test_a_link_trained_below_its_maximum_under_load(emu, prometheus):
 def test_speed_fields_are_not_read_when_switched_off(emu, prometheus):
     reading = read(emu, prometheus, "metrics_v100x4_gpu2_hw_thermal_slowdown.prom", signal_speed=False)
     assert speed(reading) == [] and kube_signals.speed_query() not in queries()
+
+
+def test_every_speed_field_read_is_named_in_the_sources_with_its_dcgm_field_id():
+    import re
+
+    sources = (FIXTURES / "SOURCES.md").read_text()
+    ids = {"DCGM_FI_DEV_SM_CLOCK": 100, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 112, "DCGM_FI_DEV_MAX_SM_CLOCK": 113,
+           "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 235, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 236,
+           "DCGM_FI_DEV_PCIE_LINK_GEN": 237, "DCGM_FI_DEV_PCIE_LINK_WIDTH": 238}
+    for field in signals.SPEED_FIELDS:
+        assert f"`{field}`" in sources, field
+        if field in ids:
+            assert re.search(rf"`{field}` {ids[field]}\b", sources), field
+    assert "`DCGM_FI_DEV_CLOCK_THROTTLE_REASONS` the\n  deprecated alias" in sources  # the old name of field 112
+    assert "`DCGM_FI_DEV_GPU_UTIL` gauge \"(in %)\"" in sources and "`DCGM_FI_DEV_SM_CLOCK` gauge \"(in MHz)\"" in sources
+    # the fixtures answer with no DCGM field the reader does not know
+    for prom in FIXTURES.glob("*.prom"):
+        named = set(re.findall(r"^(DCGM_FI_[A-Z0-9_]+)\{", prom.read_text(), re.M))
+        assert named <= set(signals.SPEED_FIELDS) | set(signals.DCGM_NAMES), (prom.name, named)

@@ -63,3 +63,16 @@ def test_a_healthy_fleet_has_no_slow_node_in_the_report(store):
     text = daily.render_markdown(data)
     assert "No GPU node was slow at the end of the day" in section(text)
     assert "- Slow nodes (they pass every floor): 0 failing (code SLOW), 0 suspect\n" in text
+
+
+def test_a_past_days_report_reads_the_slow_nodes_as_of_the_end_of_that_day(store):
+    import datetime as dt
+
+    day = NOW.date() - dt.timedelta(days=2)
+    end = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC)
+    seed.fleet(store, end + 4.5 * seed.H)  # gpu-100's first flagged probe 2.5 h before the end, the rest after it
+    data = daily.build(store, day, tests=["gpu_health"], staleness_days=7, now=NOW, ui_base="/airflow/")
+    rows = {r["node_name"]: r for r in data["slow_nodes"]}
+    assert list(rows) == [seed.FAILING]  # gpu-200's probe and gpu-300's signal came the next day
+    assert (rows[seed.FAILING]["state"], rows[seed.FAILING]["action"]) == ("suspect", None)
+    assert rows[seed.FAILING]["probes"][0].startswith("straggler:probe_gemm_tflops_min=625")

@@ -176,6 +176,8 @@ def test_a_flagged_probe_and_a_bundle_suites_verdict_the_spacing_apart_make_a_no
     # the suite's last attempt counts: a clean one after the verdict leaves the probe alone
     assert suite(store, "gpu-500", NOW - H / 2, 703.0) == []
     assert slow(store, NOW)["gpu-500"].state == rule.SlowState.SUSPECT and not slow(store, NOW)["gpu-500"].bundle
+    # as of before that clean attempt, the flagged one was the suite's last: its verdict counts then
+    assert slow(store, NOW - 2 * H)["gpu-500"].bundle[0].startswith("dl_unit straggler:")
     # the bundle ran inside the episode that lowered the probe, minutes after it: one sighting, not two
     assert probe(store, "gpu-501", NOW - 2 * H, 618.0)
     assert suite(store, "gpu-501", NOW - 2 * H + dt.timedelta(minutes=15), 615.0)
@@ -218,7 +220,7 @@ SELECT h.node_name, h.id, h.finished_at,
                row_number() OVER (PARTITION BY node_name ORDER BY finished_at DESC, id DESC) AS nth
           FROM validation_history
          WHERE test_name = %(test)s AND status IN ('pass', 'fail') AND metrics ? %(probed)s
-           AND (%(nodes)s::text[] IS NULL OR node_name = ANY(%(nodes)s))) h
+           AND finished_at <= %(as_of)s AND (%(nodes)s::text[] IS NULL OR node_name = ANY(%(nodes)s))) h
  WHERE h.nth <= 2
 """
 
@@ -242,7 +244,7 @@ def test_the_last_two_probes_per_node_are_the_windowed_forms_rows(store):
         with conn.cursor() as cur:
             for nodes in (None, ["gpu-700", "gpu-701", "gpu-702", "gpu-703", "gpu-704", "gpu-999"], ["gpu-001"]):
                 params = {"metrics": list(fail_slow.PROBE_METRICS), "test": fail_slow.PROBE_TEST,
-                          "probed": fail_slow.PROBED, "nodes": nodes}
+                          "probed": fail_slow.PROBED, "nodes": nodes, "as_of": NOW}
                 cur.execute(fail_slow.PROBES_SQL, params)
                 lateral = sorted(cur.fetchall())
                 cur.execute(WINDOWED_PROBES_SQL, params)
@@ -415,3 +417,39 @@ def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first
     confirming = [p for p in run(T + 2 * H, "r-3").pairs if p.node_name == "gpu-900"]
     assert [(p.test_name, p.why) for p in confirming] == [("gpu_health", due.SWEEP)]
     assert confirming[0].probe_seconds
+
+
+def test_slow_nodes_reads_the_same_with_a_dict_row_cursor_as_with_tuples(store):
+    from psycopg.rows import dict_row
+
+    fleet(store, NOW - 80 * H)
+    probe(store, "gpu-100", NOW - 7 * H, 625.0)
+    probe(store, "gpu-100", NOW - H, 623.0)
+    suspects.record(store.connect, [Evidence("gpu-200", SPEED, "clock_event_0x40/gpu2@x", "GPU 2: hardware thermal "
+                                             "slowdown", NOW - 3 * H)], seen_at=NOW - 3 * H)
+    conn = store.connect()
+    try:
+        with conn.cursor(row_factory=dict_row) as dicts, conn.cursor() as tuples:
+            as_dicts = fail_slow.slow_nodes(dicts, now=NOW, window=WINDOW, spacing=SPACING)
+            as_tuples = fail_slow.slow_nodes(tuples, now=NOW, window=WINDOW, spacing=SPACING)
+            dicts.execute("SELECT 1 AS still_dicts")
+            assert dicts.fetchone() == {"still_dicts": 1}  # the caller's cursor keeps its row factory
+    finally:
+        conn.close()
+    assert as_dicts == as_tuples
+    assert as_dicts["gpu-100"].failing and as_dicts["gpu-200"].state == rule.SlowState.SUSPECT
+
+
+def test_slow_nodes_as_of_a_past_moment_reads_what_had_happened_by_then(store):
+    fleet(store, NOW - 80 * H)
+    probe(store, "gpu-100", NOW - 60 * H, 702.0)
+    probe(store, "gpu-100", NOW - 7 * H, 625.0)
+    probe(store, "gpu-100", NOW - H, 623.0)  # after the moment: not yet known then
+    suspects.record(store.connect, [Evidence("gpu-200", SPEED, "clock_event_0x40/gpu2@x", "GPU 2: hardware thermal "
+                                             "slowdown", NOW - 2 * H)], seen_at=NOW - 2 * H)
+    then = slow(store, NOW - 5 * H)
+    assert set(then) == {"gpu-100"}  # the signal came later
+    assert then["gpu-100"].state == rule.SlowState.SUSPECT  # one flagged probe by then, not two
+    assert then["gpu-100"].probes[0].startswith("straggler:probe_gemm_tflops_min=625")
+    now_ = slow(store, NOW)
+    assert now_["gpu-100"].failing and now_["gpu-200"].state == rule.SlowState.SUSPECT

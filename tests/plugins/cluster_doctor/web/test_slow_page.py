@@ -39,7 +39,7 @@ def slow_fleet(store, db_dsn):
 def test_the_fleet_page_counts_lists_and_marks_the_slow_nodes(slow_fleet):
     page = slow_fleet.get("/cluster-doctor/").text
     assert re.search(r'id="slow" data-failing="1" data-suspect="2"', page)
-    assert "plus <a href=\"#slow-nodes\">1 failing slow</a>" in page  # beside the failing card, which counts 0
+    assert "of them <a href=\"#slow-nodes\">1 failing slow</a>" in page  # the failing card counts it
 
     listed = row(page, seed.FAILING, "slow-nodes")
     assert 'href="/cluster-doctor/nodes/gpu-100"' in listed and '<b class="slow" data-state="failing">failing (SLOW)' in listed
@@ -104,3 +104,35 @@ def test_a_healthy_fleet_shows_no_slow_node(store, db_dsn):
     assert re.search(r'id="slow" data-failing="0" data-suspect="0"', page)
     assert 'id="slow-nodes"' not in page and "data-slow" not in page and "failing slow" not in page
     assert '<section id="slow"' not in c.get("/cluster-doctor/nodes/gpu-001").text
+
+
+def test_a_node_failing_slow_is_failing_on_the_page_in_status_the_metrics_and_the_daily_report(slow_fleet, store,
+                                                                                                 db_dsn):
+    from cluster_doctor.cli import main as cli
+    from cluster_doctor.reports import daily
+    from cluster_doctor.reports import metrics
+    from cluster_doctor.store import fleet as stored_fleet
+
+    from tests.support.metrics import samples
+
+    page = slow_fleet.get("/cluster-doctor/").text
+    card = re.search(r'id="failing">\s*<div class="value"><a href="[^"]*">(\d+)</a>', page)
+    assert card and card.group(1) == "1"  # every gpu_health result passes: only gpu-100's slowness fails it
+    failing = slow_fleet.get("/cluster-doctor/?status=failing").text
+    assert re.findall(r'<tr data-node="([^"]+)">', failing[failing.index('id="matrix"'):]) == [seed.FAILING]
+    healthy = slow_fleet.get("/cluster-doctor/?status=healthy&per_page=100").text
+    listed = re.findall(r'<tr data-node="([^"]+)">', healthy[healthy.index('id="matrix"'):])
+    assert seed.FAILING not in listed and seed.SUSPECT in listed  # a suspect is not failing
+
+    with stored_fleet.open_for(SETTINGS, db_dsn, now=NOW) as q:
+        summary = q.summary()
+    assert summary["failing_nodes"] == 1
+    assert "failing: 1 GPU node(s)" in cli.coverage_line(summary, 7)  # cluster-doctor status's line
+    registry = metrics.make_registry(metrics.ClusterDoctorCollector(
+        lambda s: db_dsn, lambda: SETTINGS, clock=lambda: NOW, cache_ttl_s=0))
+    series = samples(metrics.render(registry, None)[0].decode())
+    assert series[("cluster_doctor_fleet_failing_nodes", frozenset())] == 1
+    assert series[("cluster_doctor_fleet_slow_nodes", frozenset({("state", "failing")}))] == 1
+    data = daily.build(store, NOW.date(), tests=["gpu_health"], staleness_days=7, now=NOW, ui_base="/airflow/")
+    assert data["fleet"]["failing_nodes"] == 1 and data["fleet"]["failing_total"] == 0  # its pairs all pass
+    assert "- Failing GPU nodes at the end of the day: 1 (" in daily.render_markdown(data)
