@@ -240,10 +240,9 @@ with DAG(
         run = runtime.TaskRun.current()
         found, planned = run.planned_or_skip("no run to summarize")
         recorded = tasks.recorded_or_fail(found, planned, None if recorded is None else Recorded.from_xcom(recorded))
+        breaker = ReservationReport.from_dict(run.pulled("reserve")).breaker_reason
         return tasks.summarize(found, planned, recorded, run.store, dag_id=run.dag_id, run_id=run.run_id,
-                               waited=tasks.waited_for(run.context["dag_run"]),
-                               reservation_breaker=ReservationReport.from_dict(run.pulled("reserve")).breaker_reason
-                               ).to_xcom()
+                               waited=tasks.waited_for(run.context["dag_run"]), reservation_breaker=breaker).to_xcom()
 
     # The DagRun's state is what alerting hangs on: this leaf fails when a node failed a check, and
     # also when the run could not discover, plan, record or summarize.
