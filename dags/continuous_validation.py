@@ -2,16 +2,17 @@
 
 Thin on purpose: the behaviour of each task lives in ``cluster_doctor.airflow.tasks`` (one hop away), the
 validation pod in ``cluster_doctor.airflow.operator``, the defaults in ``cluster_doctor.domain.config``.
-Each task only turns XComs into the typed payloads of ``cluster_doctor.domain.payloads`` and back
-(``from_xcom`` / ``to_xcom``); each returns one XCom, the whole payload (``multiple_outputs=False``).
+Each task takes its context, results store and Kubernetes client from one handle
+(``cluster_doctor.airflow.runtime.TaskRun``), turns XComs into the typed payloads of
+``cluster_doctor.domain.payloads`` and back (``from_xcom`` / ``to_xcom``) and calls its stage's function;
+each returns one XCom, the whole payload (``multiple_outputs=False``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, chain, get_current_context, task, task_group
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, chain, task, task_group
 from cluster_doctor.airflow.operator import NodeValidationPodOperator
 from cluster_doctor.domain import suites
 from cluster_doctor.domain.planning import plan as planner
@@ -47,10 +48,6 @@ STEP_LABEL = ("{{ task.node_name }} · {{ task.test_name }}{% if task.bundle and
 # A peer test holds two nodes at once: a pool slot for each (never more than the pool has).
 PEER_POOL_SLOTS = min(2, SETTINGS.pool_slots)
 
-
-def pulled(task_id: str):
-    """The XCom of a task further up that is not this task's argument (None when it did not succeed)."""
-    return get_current_context()["ti"].xcom_pull(task_ids=task_id)
 
 DOC_MD = """
 ### Continuous validation of GPU nodes
@@ -151,144 +148,101 @@ with DAG(
 
     @task(multiple_outputs=False)
     def discover() -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
+        from cluster_doctor.airflow import runtime, tasks
 
-        context = get_current_context()
-        run = context["dag_run"]
-        waited = tasks.waited_line(str(run.run_type), run.run_after, run.start_date)
-        if waited:
-            tasks.log.info("%s", waited)
-        settings = runtime.load_settings()
-        return tasks.discover(context["params"], settings, runtime.core_v1(settings.kubernetes_conn_id),
-                              parsed=SETTINGS, store=runtime.results_store(settings.validation_db_conn_id),
-                              run_id=context["run_id"]).to_xcom()
+        run = runtime.TaskRun.current(runtime.load_settings())
+        return tasks.discover(run.context["params"], run.settings, run.core_v1, parsed=SETTINGS, store=run.store,
+                              run_id=run.run_id, waited=tasks.waited_for(run.context["dag_run"])).to_xcom()
 
     # Pods whose task process died hard (OOM, SIGKILL) outlive it: record their result from the pod,
     # delete them. Reports and carries on: its problems never block this run's planning.
     @task(multiple_outputs=False)
     def reap_orphans(discovered: dict) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.domain.payloads import Discovered
-        from cluster_doctor.kube import orphans
+        from cluster_doctor.airflow import runtime, tasks
 
-        settings = Discovered.from_xcom(discovered).settings
-        return orphans.reap(runtime.core_v1(settings.kubernetes_conn_id),
-                            runtime.results_store(settings.validation_db_conn_id), settings,
-                            run_state=get_current_context()["ti"].get_dagrun_state).to_xcom()
+        run = runtime.TaskRun.current(discovered=discovered)
+        return tasks.reap_orphans(run.found, run.core_v1, run.store, run_state=run.ti.get_dagrun_state).to_xcom()
 
     # After reap_orphans, so what it records counts in this run.
     @task(multiple_outputs=False)
     def load_latest() -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        found = Discovered.from_xcom(pulled("discover"))
-        return tasks.load_latest(found, runtime.results_store(found.settings.validation_db_conn_id)).to_xcom()
+        run = runtime.TaskRun.current()
+        return tasks.load_latest(run.found, run.store).to_xcom()
 
     # Opt-in (setting reservation): taint overdue busy nodes so their next free moment is ours; release
     # those held too long. Its breaker never stops this run's validations (the verdict reports it).
     @task(multiple_outputs=False)
     def reserve(discovered: dict) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        found = Discovered.from_xcom(discovered)
-        return tasks.reserve(found, runtime.results_store(found.settings.validation_db_conn_id),
-                             runtime.core_v1(found.settings.kubernetes_conn_id),
-                             run_id=get_current_context()["run_id"]).to_dict()
+        run = runtime.TaskRun.current(discovered=discovered)
+        return tasks.reserve(run.found, run.store, run.core_v1, run_id=run.run_id).to_dict()
 
     # Claims the planned nodes in the results DB: overlapping runs (backfill, manual) never share a node.
     @task(multiple_outputs=False)
     def prioritize(latest: dict | list, reserved: dict) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered, Latest
+        from cluster_doctor.airflow import runtime, tasks
+        from cluster_doctor.domain.payloads import Latest
         from cluster_doctor.kube.reservation import ReservationReport
 
-        context = get_current_context()
-        found = Discovered.from_xcom(pulled("discover"))
-        store = runtime.results_store(found.settings.validation_db_conn_id)
-        return tasks.prioritize(found, Latest.from_xcom(latest), store=store, dag_id=dag.dag_id,
-                                run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
+        run = runtime.TaskRun.current()
+        return tasks.prioritize(run.found, Latest.from_xcom(latest), store=run.store, dag_id=run.dag_id,
+                                run_id=run.run_id, run_ended=run.run_ended,
                                 reserved=ReservationReport.from_dict(reserved).free).to_xcom()
 
     # One Bundle per planned node: what the validate task group is mapped over; reads prioritize's plan by id.
     @task
     def ship_suites() -> list:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered, Plan
+        from cluster_doctor.airflow import runtime, tasks
+        from cluster_doctor.domain.payloads import Plan
 
-        found = Discovered.from_xcom(pulled("discover"))
-        bundles = tasks.ship_suites(found, Plan.from_xcom(pulled("prioritize")),
-                                    runtime.core_v1(found.settings.kubernetes_conn_id))
-        return [b.to_xcom() for b in bundles]
+        run = runtime.TaskRun.current()
+        return [b.to_xcom() for b in tasks.ship_suites(run.found, Plan.from_xcom(run.pulled("prioritize")),
+                                                       run.core_v1)]
 
     # The validate group's last task, whatever its steps did: the run's claim on the node goes, and a
     # reserved node loses our taint once its validation is done.
     @task(trigger_rule=TriggerRule.ALL_DONE, map_index_template="{{ node_name }}")
     def finish_node(bundle: dict, step_ids: list) -> str:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
+        from cluster_doctor.airflow import runtime, tasks
         from cluster_doctor.domain.payloads import Bundle
 
-        context = get_current_context()
         found = Bundle.from_xcom(bundle)
-        context["node_name"] = found.node_name  # the instance's label in the grid
-        ti = context["ti"]
-        reported = ti.xcom_pull(task_ids=step_ids, key="attempt", map_indexes=ti.map_index) or []
-        settings = found.run_config.settings
-        return tasks.finish_node(found, reported, runtime.results_store(settings.validation_db_conn_id),
-                                 runtime.core_v1(settings.kubernetes_conn_id) if found.reserved else None,
-                                 dag_id=dag.dag_id, run_id=context["run_id"])
+        run = runtime.TaskRun.current(found.run_config.settings)
+        run.context["node_name"] = found.node_name  # the instance's label in the grid
+        reported = run.pulled(step_ids, key="attempt", map_indexes=run.ti.map_index) or []
+        return tasks.finish_node(found, reported, run.store, run.core_v1 if found.reserved else None,
+                                 dag_id=run.dag_id, run_id=run.run_id)
 
     # Runs whatever the validations did (an empty plan maps zero validations: ALL_DONE still runs);
     # it skips itself when discovery or planning failed.
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=3, retry_delay=dt.timedelta(seconds=30),
           multiple_outputs=False)
     def record() -> dict:
-        from cluster_doctor.airflow import peers_task, runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered, Plan
+        from cluster_doctor.airflow import runtime, tasks
 
-        context = get_current_context()
-        discovered, planned = pulled("discover"), pulled("prioritize")
-        if discovered is None or planned is None:
-            raise AirflowSkipException("discovery or planning failed: nothing was planned, nothing to record")
-        reported = context["ti"].xcom_pull(task_ids=STEP_IDS + SWEEP_STEP_IDS, key="attempt") or []
-        if isinstance(reported, dict):
-            reported = [reported]
-        reported = list(reported) + peers_task.reported(
-            context["ti"].xcom_pull(task_ids=["peers.test"], key="attempts"),
-            PeerTests.from_xcom(pulled("peers.plan")), dag_id=dag.dag_id, run_id=context["run_id"])
-        settings = Discovered.from_xcom(discovered).settings
-        store = runtime.results_store(settings.validation_db_conn_id)
-        return tasks.record(Plan.from_xcom(planned), list(reported), store, dag_id=dag.dag_id,
-                            run_id=context["run_id"], settings=settings).to_xcom()
+        run = runtime.TaskRun.current()
+        found, planned = run.planned_or_skip("nothing was planned, nothing to record")
+        reported = tasks.reported_attempts(
+            run.pulled(STEP_IDS + SWEEP_STEP_IDS, key="attempt"), run.pulled(["peers.test"], key="attempts"),
+            PeerTests.from_xcom(run.pulled("peers.plan")), dag_id=run.dag_id, run_id=run.run_id)
+        return tasks.record(planned, reported, run.store, dag_id=run.dag_id, run_id=run.run_id,
+                            settings=found.settings).to_xcom()
 
     @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
     def summarize(recorded: dict | list | None) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered, Plan, Recorded
+        from cluster_doctor.airflow import runtime, tasks
+        from cluster_doctor.domain.payloads import Recorded
         from cluster_doctor.kube.reservation import ReservationReport
 
-        discovered, planned, reserved = pulled("discover"), pulled("prioritize"), pulled("reserve")
-        if discovered is None or planned is None:
-            raise AirflowSkipException("discovery or planning failed: no run to summarize")
-        found, plan = Discovered.from_xcom(discovered), Plan.from_xcom(planned)
-        if recorded is None and plan.creates_pods:
-            raise AirflowFailException(tasks.unrecorded(found))  # names what waits in the spool
-        store = runtime.results_store(found.settings.validation_db_conn_id)
-        context = get_current_context()
-        run = context["dag_run"]
-        return tasks.summarize(found, plan, None if recorded is None else Recorded.from_xcom(recorded), store,
-                               dag_id=dag.dag_id, run_id=context["run_id"],
-                               waited=tasks.waited_line(str(run.run_type), run.run_after, run.start_date),
-                               reservation_breaker=ReservationReport.from_dict(reserved).breaker_reason).to_xcom()
+        run = runtime.TaskRun.current()
+        found, planned = run.planned_or_skip("no run to summarize")
+        recorded = tasks.recorded_or_fail(found, planned, None if recorded is None else Recorded.from_xcom(recorded))
+        breaker = ReservationReport.from_dict(run.pulled("reserve")).breaker_reason
+        return tasks.summarize(found, planned, recorded, run.store, dag_id=run.dag_id, run_id=run.run_id,
+                               waited=tasks.waited_for(run.context["dag_run"]), reservation_breaker=breaker).to_xcom()
 
     # The DagRun's state is what alerting hangs on: this leaf fails when a node failed a check, and
     # also when the run could not discover, plan, record or summarize.
@@ -297,14 +251,11 @@ with DAG(
         from cluster_doctor.airflow import tasks
         from cluster_doctor.domain.payloads import RunSummary
 
-        if summary is None:
-            raise AirflowFailException("the run did not complete (discover, plan, record or summarize failed): "
-                                       "see the failed task")
-        tasks.verdict(RunSummary.from_xcom(summary))
+        tasks.verdict(None if summary is None else RunSummary.from_xcom(summary))
 
     # The wiring draws the Graph view: one line from discover to verdict, reserve beside the reaping and
     # loading, the validate and peers groups side by side between ship_suites and record; tasks read the
-    # XComs of tasks further up by id (``pulled``), not as arguments, so no edge crosses the graph.
+    # XComs of tasks further up by id (``TaskRun.pulled``), not as arguments, so no edge crosses the graph.
     discovered = discover()
     latest = reap_orphans(discovered) >> load_latest()
     planned = prioritize(latest, reserve(discovered))
@@ -317,18 +268,14 @@ with DAG(
     with TaskGroup(group_id="peers", tooltip="tests between two nodes: plan, one test per pair, finish"):
         @task(multiple_outputs=False)
         def plan() -> list:
-            from cluster_doctor.airflow import peers_task, runtime
-            from cluster_doctor.domain.payloads import Bundle, Discovered, Plan
+            from cluster_doctor.airflow import runtime, tasks
+            from cluster_doctor.domain.payloads import Plan
 
-            context = get_current_context()
-            found = Discovered.from_xcom(pulled("discover"))
-            settings = found.settings
-            bundles = pulled("ship_suites") or []  # the suite code it shipped for them, not shipped twice
-            return peers_task.plan(found, Plan.from_xcom(pulled("prioritize")),
-                                   runtime.results_store(settings.validation_db_conn_id),
-                                   runtime.core_v1(settings.kubernetes_conn_id), dag_id=dag.dag_id,
-                                   run_id=context["run_id"], run_ended=runtime.dagrun_ended(context["ti"]),
-                                   shipped=Bundle.from_xcom(bundles[0]).run_config if bundles else None).to_xcom()
+            run = runtime.TaskRun.current()
+            return tasks.peers.plan(run.found, Plan.from_xcom(run.pulled("prioritize")), run.store, run.core_v1,
+                                    dag_id=run.dag_id, run_id=run.run_id, run_ended=run.run_ended,
+                                    # the suite code it shipped for the bundles, not shipped twice
+                                    shipped=tasks.shipped(run.pulled("ship_suites"))).to_xcom()
 
         # One instance per pair, both pods to their end; a pool slot per node.
         @task(pool=SETTINGS.pool, pool_slots=PEER_POOL_SLOTS, retries=0, priority_weight=WEIGHTS.peer,
@@ -336,30 +283,26 @@ with DAG(
               execution_timeout=dt.timedelta(seconds=SETTINGS.task_timeout_s(PEER_SUITE) + PEER_GRACE_S + 60),
               map_index_template="{{ label }}")
         def test(peer_test: dict) -> str:
-            from cluster_doctor.airflow import peers_task, runtime
+            from cluster_doctor.airflow import runtime, tasks
 
-            context = get_current_context()
             found = PeerTest.from_xcom(peer_test)
-            context["label"] = found.label  # the instance's label in the grid
-            ti, settings = context["ti"], found.run_config.settings
-            attempts = peers_task.run_peer_test(
-                found, runtime.core_v1(settings.kubernetes_conn_id),
-                runtime.results_store(settings.validation_db_conn_id),
-                dag_id=dag.dag_id, run_id=context["run_id"], map_index=ti.map_index, try_number=ti.try_number)
-            ti.xcom_push(key="attempts", value=[a.to_dict() for a in attempts])  # for record, first
-            return peers_task.conclude(attempts)
+            run = runtime.TaskRun.current(found.run_config.settings)
+            run.context["label"] = found.label  # the instance's label in the grid
+            attempts = tasks.peers.run_peer_test(found, run.core_v1, run.store, dag_id=run.dag_id,
+                                                 run_id=run.run_id, map_index=run.ti.map_index,
+                                                 try_number=run.ti.try_number)
+            run.ti.xcom_push(key="attempts", value=[a.to_dict() for a in attempts])  # for record, first
+            return tasks.peers.conclude(attempts)
 
         @task(trigger_rule=TriggerRule.ALL_DONE)
         def finish() -> str:
-            from cluster_doctor.airflow import peers_task, runtime
-            from cluster_doctor.domain.payloads import Discovered
+            from cluster_doctor.airflow import runtime, tasks
 
-            discovered = pulled("discover")
-            if discovered is None:
+            run = runtime.TaskRun.current()
+            if run.discovered is None:
                 return "no peer test"
-            store = runtime.results_store(Discovered.from_xcom(discovered).settings.validation_db_conn_id)
-            return peers_task.finish(PeerTests.from_xcom(pulled("peers.plan")), store, dag_id=dag.dag_id,
-                                     run_id=get_current_context()["run_id"])
+            return tasks.peers.finish(PeerTests.from_xcom(run.pulled("peers.plan")), run.store, dag_id=run.dag_id,
+                                      run_id=run.run_id)
 
         peer_tests = plan()
         bundles >> peer_tests
@@ -398,16 +341,12 @@ with DAG(
     # The health sweep's bundles, after ship_suites (its suite code is reused).
     @task
     def ship_sweep() -> list:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Bundle, Discovered, Plan
+        from cluster_doctor.airflow import runtime, tasks
+        from cluster_doctor.domain.payloads import Plan
 
-        found = Discovered.from_xcom(pulled("discover"))
-        shipped = pulled("ship_suites") or []
-        bundles = tasks.sweep_bundles(found, Plan.from_xcom(pulled("prioritize")),
-                                      runtime.core_v1(found.settings.kubernetes_conn_id),
-                                      Bundle.from_xcom(shipped[0]).run_config if shipped else None)
-        return [b.to_xcom() for b in bundles]
+        run = runtime.TaskRun.current()
+        return [b.to_xcom() for b in tasks.sweep_bundles(run.found, Plan.from_xcom(run.pulled("prioritize")),
+                                                         run.core_v1, tasks.shipped(run.pulled("ship_suites")))]
 
     # Mapped over the swept nodes, beside validate: the same steps, each below every bundle's in the pool.
     @task_group(group_id="sweep", tooltip="health sweep of free nodes: their health suites, then finish_node")
@@ -425,52 +364,39 @@ with DAG(
     # Opt-in (setting quarantine): label/taint nodes with confirmed failures; fails when its breaker opens.
     @task(multiple_outputs=False)
     def quarantine(recorded: dict) -> dict:
-        from cluster_doctor.airflow import runtime
-        from cluster_doctor.airflow import tasks
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        found = Discovered.from_xcom(pulled("discover"))
-        store = runtime.results_store(found.settings.validation_db_conn_id)
-        return tasks.quarantine(found, store, runtime.core_v1(found.settings.kubernetes_conn_id),
-                                run_id=get_current_context()["run_id"]).to_dict()
+        run = runtime.TaskRun.current()
+        return tasks.quarantine(run.found, run.store, run.core_v1, run_id=run.run_id).to_dict()
 
     # Opt-in (setting handoff_conn_id): new repeat offenders and confirmed failures needing drain_and_service
     # into the results DB's outbox, and the outbox posted to the ticketing webhook; what it does not take
     # waits for a later run. Runs whatever quarantine did (an open breaker fails quarantine, not the hand-off).
     @task(trigger_rule=TriggerRule.ALL_DONE, multiple_outputs=False)
     def handoff() -> dict:
-        from cluster_doctor.airflow import handoff_task, runtime
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        discovered = pulled("discover")
-        if discovered is None:
-            raise AirflowSkipException("discovery failed: no settings to hand off with")
-        settings = Discovered.from_xcom(discovered).settings
-        return handoff_task.handoff(settings, runtime.results_store(settings.validation_db_conn_id)).to_dict()
+        run = runtime.TaskRun.current()
+        found = run.found_or_skip("discovery failed: no settings to hand off with")
+        return tasks.handoff(found.settings, run.store).to_dict()
 
     # Opt-in (setting node_conditions): every GPU node's ClusterDoctorHealthy condition from its latest
     # verdicts, for kubectl describe node, node-problem-detector consumers and autoscalers' node repair.
     @task(multiple_outputs=False)
     def node_conditions(recorded: dict) -> dict:
-        from cluster_doctor.airflow import conditions_task, runtime
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        found = Discovered.from_xcom(pulled("discover"))
-        store = runtime.results_store(found.settings.validation_db_conn_id)
-        core_v1 = runtime.core_v1(found.settings.kubernetes_conn_id)
-        return conditions_task.node_conditions(found, store, core_v1).to_dict()
+        run = runtime.TaskRun.current()
+        return tasks.node_conditions(run.found, run.store, run.core_v1).to_dict()
 
     # Opt-in (setting acceptance): a gated node (new, rebooted, back from quarantine) whose whole bundle just
     # passed loses the gate's taint now, not at the next read; a failed one keeps it (quarantine takes it).
     @task(multiple_outputs=False)
     def accept(recorded: dict) -> dict:
-        from cluster_doctor.airflow import runtime, signals_task
-        from cluster_doctor.domain.payloads import Discovered
+        from cluster_doctor.airflow import runtime, tasks
 
-        found = Discovered.from_xcom(pulled("discover"))
-        report = signals_task.accept_after_run(
-            found, runtime.results_store(found.settings.validation_db_conn_id),
-            runtime.core_v1(found.settings.kubernetes_conn_id), run_id=get_current_context()["run_id"])
+        run = runtime.TaskRun.current()
+        report = tasks.signals.accept_after_run(run.found, run.store, run.core_v1, run_id=run.run_id)
         return report.to_dict() if report is not None else {"enabled": False}
 
     quarantine(recorded) >> handoff()

@@ -64,10 +64,11 @@ with DAG(
 
     @task
     def write_report() -> dict:
-        from cluster_doctor.airflow import daily_tasks, runtime
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow.tasks import daily_report
 
         context = get_current_context()
-        return daily_tasks.write_report(runtime.load_settings(), day=context["params"]["day"],
-                                        data_interval_end=context.get("data_interval_end"))
+        return daily_report.write_report(runtime.load_settings(), day=context["params"]["day"],
+                                         data_interval_end=context.get("data_interval_end"))
 
     write_report()

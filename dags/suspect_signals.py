@@ -1,7 +1,7 @@
 """suspect_signals: the fast path — every few minutes, read what the cluster says about its
 GPU nodes and start a validation of new suspects without waiting for the hour.
 
-Thin on purpose: the behaviour lives in ``cluster_doctor.airflow.signals_task``.
+Thin on purpose: the behaviour lives in ``cluster_doctor.airflow.tasks.signals``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import datetime as dt
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, get_current_context, task
-from cluster_doctor.airflow.signals_task import TARGET_DAG
 from cluster_doctor.domain.config import Settings
+from cluster_doctor.domain.fast_path import TARGET_DAG
 
 SETTINGS = Settings.load()
 # Parse time (CLUSTER_DOCTOR_FAST_PATH_MINUTES): 0 turns the schedule off (the DAG runs only when triggered).
@@ -54,9 +54,10 @@ with DAG(
     # Skips what follows when there is nothing to trigger (the decision says why in its log).
     @task.short_circuit(multiple_outputs=False)
     def read_signals():
-        from cluster_doctor.airflow import runtime, signals_task
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow.tasks import signals
 
-        decision = signals_task.fast_path_tick(get_current_context()["ti"], runtime.load_settings())
+        decision = signals.fast_path_tick(get_current_context()["ti"], runtime.load_settings())
         return decision.to_xcom() if decision.nodes else False
 
     decided = read_signals()
@@ -71,10 +72,10 @@ with DAG(
 
     @task
     def mark_triggered() -> str:
-        from cluster_doctor.airflow import runtime, signals_task
+        from cluster_doctor.airflow import runtime
+        from cluster_doctor.airflow.tasks import signals
 
-        decision = get_current_context()["ti"].xcom_pull(task_ids="read_signals")
-        settings = runtime.load_settings()
-        return signals_task.triggered(runtime.results_store(settings.validation_db_conn_id), decision)
+        run = runtime.TaskRun.current(runtime.load_settings())
+        return signals.triggered(run.store, run.pulled("read_signals"))
 
     decided >> trigger >> mark_triggered()

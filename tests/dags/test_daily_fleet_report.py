@@ -52,7 +52,7 @@ print("STATE", run.state)
 """
 
 
-# covered fast by airflow/test_daily_tasks.py and reports/test_daily.py; the DAG runs for real in
+# covered fast by airflow/tasks/test_daily_report.py and reports/test_daily.py; the DAG runs for real in
 # tests/readme/test_quick_start.py (make demo runs it after continuous_validation)
 @pytest.mark.e2e
 @pytest.mark.slow

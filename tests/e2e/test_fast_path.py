@@ -24,7 +24,7 @@ from tests.support.suite_results import summary
 
 # make test-slow (about 2 minutes: a real Airflow's three components start, then two DAGs run): the fast
 # path's decisions and its trigger run in make test at task level (tests/plugins/cluster_doctor/airflow/
-# test_signals_task.py, tests/dags/test_suspect_signals.py).
+# tasks/test_signals.py, tests/dags/test_suspect_signals.py).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 GOAL_S = 600  # from a signal on a free node to its validation pod Running

@@ -27,7 +27,7 @@ from tests.support.suite_results import summary
 
 # make test-slow (about 8 minutes: Airflow starts, the unpausing run, a triggered run, the scheduled one);
 # the fast path's decision (no trigger while a run is active or the scheduled one is near) runs in make test
-# at task level (tests/plugins/cluster_doctor/airflow/test_signals_task.py).
+# at task level (tests/plugins/cluster_doctor/airflow/tasks/test_signals.py).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ON_TIME_S = 30  # the scheduled run starts within this long of its time (the scheduler's loop, a loaded box)

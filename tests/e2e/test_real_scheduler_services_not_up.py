@@ -19,7 +19,7 @@ from tests.support.real_airflow import airflow, runs, wait
 from tests.support.tcp_proxy import TcpProxy
 
 # make test-slow (about 3 minutes: a real Airflow's three components start, then two ticks run); the wait
-# and the one line run in make test at task level (tests/plugins/cluster_doctor/airflow/test_signals_task.py,
+# and the one line run in make test at task level (tests/plugins/cluster_doctor/airflow/tasks/test_signals.py,
 # test_runtime.py).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -1,19 +1,22 @@
-"""The few places Cluster Doctor touches Airflow's runtime: settings from the Variable, connections, and
-waiting for a service a task reads that is not up yet (``reach``).
+"""The few places Cluster Doctor touches Airflow's runtime: settings from the Variable, connections, a
+task's handle on its run (``TaskRun``), and waiting for a service a task reads that is not up yet (``reach``).
 
 Imported only from Airflow-facing modules (operator, tasks, plugin); the scheduling core stays pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any, TypeVar
 
 from cluster_doctor.domain.config import VARIABLE_NAME, Settings
 from cluster_doctor.domain.errors import one_line
+from cluster_doctor.domain.payloads import Discovered, Plan
 from cluster_doctor.kube.api import CoreV1
 from cluster_doctor.store.database import (
     CONN_ID,
@@ -68,6 +71,90 @@ def dagrun_ended(ti: Any) -> Callable[[str, str], bool]:
         return getattr(state, "value", state) in ("success", "failed")
 
     return ended
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRun:
+    """One task's handle on its DagRun, built once per task (``TaskRun.current()``): its context, the XComs of
+    tasks further up, and the results store and Kubernetes client of the run's settings. The store and the
+    client are opened on first use, so a task that needs neither opens neither.
+
+    The settings are ``given`` (discover loads them; a mapped task has them in its payload) or, by default,
+    those discover validated for the run; ``discovered``: discover's XCom when the task takes it as an
+    argument (an edge of the graph), else it is pulled by id."""
+
+    context: Mapping[str, Any]
+    given: Settings | None = None
+    discovered_xcom: Any = None
+
+    @classmethod
+    def current(cls, given: Settings | None = None, *, discovered: Any = None) -> TaskRun:
+        from airflow.sdk import get_current_context
+
+        return cls(get_current_context(), given, discovered)
+
+    @property
+    def ti(self) -> Any:
+        return self.context["ti"]
+
+    @property
+    def dag_id(self) -> str:
+        return self.ti.dag_id
+
+    @property
+    def run_id(self) -> str:
+        return self.context["run_id"]
+
+    def pulled(self, task_ids: str | list[str], **kwargs: Any) -> Any:
+        """The XCom of a task further up by id (None when it did not succeed); ``kwargs``: ``xcom_pull``'s."""
+        return self.ti.xcom_pull(task_ids=task_ids, **kwargs)
+
+    @cached_property
+    def discovered(self) -> Discovered | None:
+        """What discover found, None when it did not succeed."""
+        data = self.discovered_xcom if self.discovered_xcom is not None else self.pulled("discover")
+        return None if data is None else Discovered.from_xcom(data)
+
+    @property
+    def found(self) -> Discovered:
+        """What discover found; a task that runs only after discover succeeded reads this."""
+        if self.discovered is None:
+            raise RuntimeError("discover left no result: this task runs only after discover succeeded")
+        return self.discovered
+
+    def found_or_skip(self, why: str) -> Discovered:
+        """What discover found, or this task skips itself saying ``why``."""
+        if self.discovered is None:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(why)
+        return self.discovered
+
+    def planned_or_skip(self, what: str) -> tuple[Discovered, Plan]:
+        """What discover found and prioritize planned, or this task skips itself: discovery or planning failed,
+        so there is ``what`` (nothing to record, no run to summarize)."""
+        planned = self.pulled("prioritize")
+        if self.discovered is None or planned is None:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"discovery or planning failed: {what}")
+        return self.discovered, Plan.from_xcom(planned)
+
+    @cached_property
+    def settings(self) -> Settings:
+        return self.given if self.given is not None else self.found.settings
+
+    @cached_property
+    def store(self) -> ResultStore:
+        return results_store(self.settings.validation_db_conn_id)
+
+    @cached_property
+    def core_v1(self) -> CoreV1:
+        return core_v1(self.settings.kubernetes_conn_id)
+
+    @property
+    def run_ended(self) -> Callable[[str, str], bool]:
+        return dagrun_ended(self.ti)
 
 
 def hook_connector(conn_id: str = CONN_ID) -> Connector:

@@ -1,5 +1,5 @@
 """When a signal starts a run of its own (pure): the fast path's decision, which the DAG ``suspect_signals``
-(``airflow.signals_task.tick``) and the simulator take with the same function.
+(``airflow.tasks.signals.tick``) and the simulator take with the same function.
 
 Every few minutes the fast path reads the signals; for the suspects no fast-path run took yet that are free
 now it triggers a ``continuous_validation`` run limited to them, unless that DAG is paused, a run of it is

@@ -1,7 +1,7 @@
 """The hand-off to a ticketing or RMA system: the JSON document posted to the configured webhook
 once per new repeat offender and once per confirmed failure needing ``drain_and_service``. Pure Python: the
 store keeps the documents in an outbox until the webhook takes them (``cluster_doctor.store.handoff``), the
-airflow layer posts them (``cluster_doctor.airflow.handoff_task``).
+airflow layer posts them (``cluster_doctor.airflow.tasks.handoff``).
 
 Each document carries an idempotency key, the identity of what it reports (the node and when it was named a
 repeat offender; the node and the start of each failing pair's failure): written twice it is one row, and the

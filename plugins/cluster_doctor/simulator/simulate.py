@@ -585,7 +585,7 @@ class _Simulation:
                 if (n := self.index[node.name]) in suspects}
 
     def _fast_path(self, at: float, next_run: float) -> None:
-        """One read of the fast path (the DAG ``suspect_signals``, ``signals_task.tick``): it taints the
+        """One read of the fast path (the DAG ``suspect_signals``, ``airflow.tasks.signals.tick``): it taints the
         suspects, busy or free (with reservation, within its limit), and triggers a run for the free suspects
         whose evidence no run took yet when ``fast_path.decide`` says so, the function the DAG calls: not while
         a run is queued or running, nor within the quiet window before the scheduled one (which plans suspects

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 from cluster_doctor.reports.text import age
 
@@ -14,6 +15,11 @@ WAIT_NOTE_S = 120  # a run that started this long after it was due says what it 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def waited_for(dag_run: Any) -> str | None:
+    """``waited_line`` of a DagRun (its type, when it was due, when it started)."""
+    return waited_line(str(dag_run.run_type), dag_run.run_after, dag_run.start_date)
 
 
 def waited_line(run_type: str | None, run_after: dt.datetime | None, started: dt.datetime | None) -> str | None:

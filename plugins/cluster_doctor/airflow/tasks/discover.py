@@ -6,7 +6,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cluster_doctor.airflow import signals_task, storage
+from cluster_doctor.airflow import storage
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.planning import steps
 from cluster_doctor.domain.planning.params import InvalidParams, parse_params
@@ -21,13 +22,16 @@ from cluster_doctor.store.history import ResultStore
 
 def discover(params: Mapping[str, Any], settings: Settings, core_v1: CoreV1, now: dt.datetime | None = None,
              parsed: Settings | None = None, executors: list[str] | None = None, *,
-             store: ResultStore | None = None, run_id: str = "") -> Discovered:
+             store: ResultStore | None = None, run_id: str = "", waited: str | None = None) -> Discovered:
     """Validate the run's params and settings (against ``parsed``, those the DAG was parsed with),
     then find the free GPU nodes (and why the others are not). ``executors``: Airflow's configured
     ones (read from its configuration when None), to warn when the spool cannot follow them. With
     ``store``, what discovery saw goes into the GPU node inventory (``store.inventory``): the XCom
     carries node ranges, the per-node detail stays in the database; then the signals and the acceptance
-    gate (``run_id``: the run its taints name)."""
+    gate (``run_id``: the run its taints name). ``waited``: what the run waited for before it started, logged
+    first."""
+    if waited:
+        log.info("%s", waited)
     now = now or _now()
     if parsed is not None:
         settings.check_parse_time(parsed)
@@ -55,8 +59,8 @@ def discover(params: Mapping[str, Any], settings: Settings, core_v1: CoreV1, now
     update = _record_inventory(store, found, now, complete=run.node_range.is_all) if store else None
     inventory_at = now if update is not None else None
     if store:  # the signals between validations: suspects, planned first by prioritize
-        signals_task.read_signals(core_v1, settings, found, update, store, now)
-        signals_task.accept(core_v1, settings, update, store, run_id=run_id, now=now, dry_run=run.dry_run)
+        signals.read_signals(core_v1, settings, found, update, store, now)
+        signals.accept(core_v1, settings, update, store, run_id=run_id, now=now, dry_run=run.dry_run)
     # Once per run, not per pod: a claim the pods cannot mount would keep every one of them Pending
     # until its timeout, hour after hour. Tests that need a broken claim are not planned (prioritize).
     mounts = volumes.check(core_v1, settings, run.tests)
@@ -80,7 +84,7 @@ def _record_inventory(store: ResultStore, found: discovery.Discovery, now: dt.da
     from cluster_doctor.store import inventory
 
     try:
-        update = inventory.record_discovery(store.connect, signals_task.seen_nodes(found), seen_at=now,
+        update = inventory.record_discovery(store.connect, signals.seen_nodes(found), seen_at=now,
                                             complete=complete)
     except Exception as exc:  # the run can plan without it; the next run writes it again
         log.warning("GPU node inventory not updated (%s): the fleet views keep the previous one", one_line(exc, 300))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from cluster_doctor.airflow import signals_task
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning import plan as planner
@@ -34,7 +34,7 @@ def prioritize(discovered: Discovered, latest: Latest, now: dt.datetime | None =
     now = now or _now()
     if suspects is None and store is not None:  # what the signals say, their bundles first
         # judged against every enabled suite: a run of fewer (params) never clears a suspicion alone
-        suspects = {node: s.describe() for node, s in signals_task.current_suspects(
+        suspects = {node: s.describe() for node, s in signals.current_suspects(
             store, discovered.settings.tests, [n.name for n in discovered.free], now).items()}
     given = planner.PlanInput.of(discovered, latest, reserved, suspects,
                                   peer_due=_peer_due(store, discovered, now) if store is not None else ())

@@ -7,12 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cluster_doctor.airflow import storage
+from cluster_doctor.airflow.tasks import peers
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain import fleet_verdicts
 from cluster_doctor.domain.attempts import UNREPORTED, Attempt, InvalidAttempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.errors import one_line
-from cluster_doctor.domain.payloads import Plan, PlannedPair, Recorded
+from cluster_doctor.domain.payloads import PeerTests, Plan, PlannedPair, Recorded
 from cluster_doctor.domain.status import Status
 from cluster_doctor.store import claims, spool, verdicts
 from cluster_doctor.store import fail_slow as stored_fail_slow
@@ -66,6 +67,16 @@ def record(
                                 given.fleet_verdicts if given else fleet_verdicts.BaselinePolicy())
         probe_suspects(store, judged, settings, now)
     return Recorded(attempts=list(attempts.values()))
+
+
+def reported_attempts(steps: Any, peer_attempts: Any, peer_tests: PeerTests | None, *, dag_id: str,
+                      run_id: str) -> list[Any]:
+    """What record writes: the validate and sweep steps' ``attempt`` XComs (one dict when a single step
+    reported), then the peer tests' (``peers.reported``: a skipped row for a side that never reported)."""
+    reported = steps or []
+    if isinstance(reported, dict):
+        reported = [reported]
+    return list(reported) + peers.reported(peer_attempts, peer_tests, dag_id=dag_id, run_id=run_id)
 
 
 def probe_suspects(store: ResultStore, judged: Sequence[Mapping[str, Any]], settings: Settings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from cluster_doctor.airflow import signals_task
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.airflow.tasks._common import _now, log
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.planning.params import RunParams
@@ -37,7 +37,7 @@ def reserve(discovered: Discovered, store: ResultStore, core_v1: CoreV1, *, run_
         core_v1, store.connect, policy, busy=busy, free=free, gpu_nodes=len(discovered.gpu_nodes), tests=run.tests,
         latest=store.pair_states(busy + free, run.tests), due_policy=due.policy(settings, run), run_id=run_id,
         node_selector=settings.node_selector, now=now,
-        suspects=signals_task.current_suspects(store, settings.tests, busy + free, now or _now()),
+        suspects=signals.current_suspects(store, settings.tests, busy + free, now or _now()),
         node_range=run.node_range)
     log.info("%s", report.describe())
     return report

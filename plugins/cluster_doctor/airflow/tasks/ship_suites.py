@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from cluster_doctor.airflow.tasks._common import log
 from cluster_doctor.domain.planning import due
@@ -40,6 +41,12 @@ def _planned_nodes(planned: Plan, *, sweep: bool) -> list[str]:
     swept = {p.node_name for p in planned.pairs if p.why == due.SWEEP}
     swept -= {p.node_name for p in planned.pairs if p.why != due.SWEEP}
     return [n for n in planned.nodes() if (n in swept) == sweep]
+
+
+def shipped(bundles: Sequence[Any] | None) -> RunConfig | None:
+    """The suite code ship_suites shipped (from its XCom, a list of Bundles), for the sweep and the peer tests
+    to reuse; None when it shipped none (they ship it themselves then)."""
+    return Bundle.from_xcom(bundles[0]).run_config if bundles else None
 
 
 def _ship(discovered: Discovered, core_v1: CoreV1) -> RunConfig:

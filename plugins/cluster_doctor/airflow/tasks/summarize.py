@@ -37,6 +37,16 @@ def summarize(discovered: Discovered, planned: Plan, recorded: Recorded | None, 
     return summary
 
 
+def recorded_or_fail(discovered: Discovered, planned: Plan, recorded: Recorded | None) -> Recorded | None:
+    """What record left; None when there was nothing to record. A run that created pods and recorded
+    nothing fails here instead, naming what waits in the spool."""
+    if recorded is None and planned.creates_pods:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(unrecorded(discovered))
+    return recorded
+
+
 def spool_state(settings: Settings, now: dt.datetime) -> SpoolState:
     """What waits in the attempt spool (never raises: an unreadable spool is said to be one)."""
     status = storage.spool(settings).status()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from cluster_doctor.airflow import signals_task, tasks
+from cluster_doctor.airflow import tasks
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.domain import acceptance as gate
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import transitions as life
@@ -64,11 +65,11 @@ def suspect_now(store):
 def tasks_update(cluster, store, config, at):
     """What a discovery at ``at`` tells the inventory changed (the fast path's first step)."""
     found = discovery.discover(cluster.core_v1(), config)
-    return inventory.record_discovery(store.connect, signals_task.seen_nodes(found), seen_at=at, complete=True)
+    return inventory.record_discovery(store.connect, signals.seen_nodes(found), seen_at=at, complete=True)
 
 
 def tick(cluster, store, config, at):
-    return signals_task.tick(config, cluster.core_v1(), store, paused=False, active_runs=0, next_run=None, now=at)
+    return signals.tick(config, cluster.core_v1(), store, paused=False, active_runs=0, next_run=None, now=at)
 
 
 def test_a_new_node_is_gated_validated_whole_and_first_then_accepted(cluster, store):
@@ -90,7 +91,7 @@ def test_a_new_node_is_gated_validated_whole_and_first_then_accepted(cluster, st
     assert taints(cluster, "gpu-005") == [gate.KEY]  # one suite is not the bundle
     record(store, "gpu-005", "dl_unit", "pass", NOW + 12 * M)
     # the run's accept task, right after its record: the taint goes now, not at the next tick
-    report = signals_task.accept_after_run(run, store, cluster.core_v1(), run_id=decision.run_id, now=NOW + 13 * M)
+    report = signals.accept_after_run(run, store, cluster.core_v1(), run_id=decision.run_id, now=NOW + 13 * M)
     assert report.accepted == ["gpu-005"] and report.applied == {}
     assert taints(cluster, "gpu-005") == [] and kinds(store, "gpu-005") == [life.GATED, life.ACCEPTED]
     assert not cluster.core_v1().read_node("gpu-005").metadata.annotations.get(gate.ANN_SINCE)
@@ -105,7 +106,7 @@ def test_a_failing_new_node_stays_out_and_is_quarantined(cluster, store):
         record(store, "gpu-005", "gpu_health", "fail", at)
     found = tasks.discover({}, config, cluster.core_v1(), now=NOW + 21 * M, store=store)
     assert tasks.quarantine(found, store, cluster.core_v1(), run_id="r2", now=NOW + 22 * M).quarantined == ["gpu-005"]
-    report = signals_task.accept(cluster.core_v1(), config, None, store, run_id="r3", now=NOW + 13 * H)
+    report = signals.accept(cluster.core_v1(), config, None, store, run_id="r3", now=NOW + 13 * H)
     assert report.failed == ["gpu-005"] and report.let_go == []  # a failure is kept past the maximum hold
     assert gate.KEY in taints(cluster, "gpu-005") and LABEL in cluster.core_v1().read_node("gpu-005").metadata.labels
     assert kinds(store, "gpu-005") == [life.GATED, life.QUARANTINED]
@@ -130,7 +131,7 @@ def test_over_max_nodes_the_rest_are_validated_first_untainted_and_say_why(clust
     tasks.discover({}, config, cluster.core_v1(), now=NOW, store=store)
     cluster.add_gpu_node("gpu-005")
     cluster.add_gpu_node("gpu-006")
-    report = signals_task.accept(cluster.core_v1(), config, tasks_update(cluster, store, config, NOW + 5 * M), store,
+    report = signals.accept(cluster.core_v1(), config, tasks_update(cluster, store, config, NOW + 5 * M), store,
                                  run_id="r1", now=NOW + 5 * M)
     assert report.applied == {"gpu-005": "new"} and report.waiting == ["gpu-006"]
     assert taints(cluster, "gpu-005") == [gate.KEY] and taints(cluster, "gpu-006") == []

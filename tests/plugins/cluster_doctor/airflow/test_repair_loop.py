@@ -15,7 +15,8 @@ import socket
 import threading
 
 import pytest
-from cluster_doctor.airflow import handoff_task, signals_task, tasks
+from cluster_doctor.airflow import tasks
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.domain import handoff as docs
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain import transitions as life
@@ -83,7 +84,7 @@ def test_a_rebooted_quarantined_node_is_validated_at_once_and_released(cluster, 
     assert tasks.quarantine(found, store, core, run_id="r1", now=NOW + M).quarantined == ["gpu-004"]
     tasks.discover({}, config, core, now=NOW + 2 * M, store=store)  # sees the label
     cluster.patch_node("gpu-004", reboot=True)  # repaired
-    decision = signals_task.tick(config, core, store, paused=False, active_runs=0, next_run=None, now=NOW + 5 * M)
+    decision = signals.tick(config, core, store, paused=False, active_runs=0, next_run=None, now=NOW + 5 * M)
     assert decision.nodes == ["gpu-004"]  # the fast path starts a run for it now, not in 6 hours
     run = tasks.discover({"node_range": "gpu-004"}, config, core, now=NOW + 6 * M, store=store)
     plan = tasks.prioritize(run, tasks.load_latest(run, store), NOW + 6 * M, store=store,
@@ -143,7 +144,7 @@ def connection(monkeypatch):
 
 
 def handoff(store, now):
-    return handoff_task.handoff(settings(handoff_conn_id=CONN, handoff_timeout_s=2), store, now=now,
+    return tasks.handoff(settings(handoff_conn_id=CONN, handoff_timeout_s=2), store, now=now,
                                 sleep=lambda s: None, history_base="https://airflow.example")
 
 

@@ -96,3 +96,58 @@ def test_reach_raises_what_is_not_a_service_starting_at_once(error):
     with pytest.raises(type(exc)):
         runtime.reach(call, deadline=60, clock=fake.clock, sleep=fake.sleep)
     assert fake.sleeps == []
+
+
+# ---------------------------------------------------------------------------- a task's handle on its run
+class PushedXComs:
+    """A task instance's XCom reads: what the tasks further up pushed, by task id; each read counted."""
+
+    dag_id = "continuous_validation"
+
+    def __init__(self, **pushed):
+        self.pushed, self.reads = pushed, []
+
+    def xcom_pull(self, task_ids, key="return_value"):
+        self.reads.append(task_ids)
+        return self.pushed.get(task_ids)
+
+
+def discover_xcom(conn_id):
+    from cluster_doctor.domain.config import Settings
+
+    return {"settings": Settings(validation_db_conn_id=conn_id).to_dict(), "started_at": "2026-11-22T12:00:00+00:00",
+            "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
+                       "dry_run": False},
+            "free": [{"name": "gpu-001", "gpu_count": 8, "gpu_model": "NVIDIA H200"}], "ineligible": []}
+
+
+def test_a_tasks_run_reads_discover_once_and_opens_the_store_only_when_asked(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NO_DB_FOR_TASK_RUN_TESTS", raising=False)
+    ti = PushedXComs(discover=discover_xcom("no_db_for_task_run_tests"))
+    run = runtime.TaskRun({"ti": ti, "run_id": "r1"})
+
+    assert [n.name for n in run.found.free] == ["gpu-001"]
+    assert run.settings.validation_db_conn_id == "no_db_for_task_run_tests"
+    assert (run.dag_id, run.run_id, ti.reads) == ("continuous_validation", "r1", ["discover"])
+    # the connection is looked up when the store is first used, not before
+    with pytest.raises(database.DatabaseUnavailable, match="no_db_for_task_run_tests"):
+        run.store
+
+
+def test_a_task_given_discovers_result_or_its_settings_pulls_nothing_for_them():
+    from cluster_doctor.domain.config import Settings
+
+    ti = PushedXComs()
+    assert runtime.TaskRun({"ti": ti}, discovered_xcom=discover_xcom("db_a")).settings.validation_db_conn_id == "db_a"
+    assert runtime.TaskRun({"ti": ti}, Settings(validation_db_conn_id="db_b")).settings.validation_db_conn_id == "db_b"
+    assert ti.reads == []
+
+
+def test_a_task_after_a_failed_discovery_or_plan_skips_itself_saying_so():
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match="^discovery or planning failed: nothing to record$"):
+        runtime.TaskRun({"ti": PushedXComs(discover=discover_xcom("db"))}).planned_or_skip("nothing to record")
+    with pytest.raises(AirflowSkipException, match="^no settings$"):
+        runtime.TaskRun({"ti": PushedXComs()}).found_or_skip("no settings")
+    assert runtime.TaskRun({"ti": PushedXComs()}).discovered is None

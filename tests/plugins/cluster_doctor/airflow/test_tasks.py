@@ -3,11 +3,13 @@
 import datetime as dt
 import logging
 
+import pytest
+
 from cluster_doctor.airflow import tasks
 from cluster_doctor.airflow.tasks.prioritize import _with_probes
 from cluster_doctor.airflow.tasks.ship_suites import _bundles
 from cluster_doctor.domain.config import Settings
-from cluster_doctor.domain.payloads import Discovered, Latest, Plan, RunSummary
+from cluster_doctor.domain.payloads import Discovered, Latest, Plan, Recorded, RunConfig, RunSummary
 from cluster_doctor.reports import summary as report
 from cluster_doctor.store import inventory
 
@@ -326,3 +328,53 @@ def test_the_speed_probe_rides_on_the_gpu_health_pairs_whose_probe_is_due(store)
     plain = podspec.build_pod(Settings(), node_name="gpu-001", test_name="gpu_health", gpu_count=8, gpu_model=None,
                               run_id="r", configmap="cm", suite_version="v")
     assert "CLUSTER_DOCTOR_PROBE_SECONDS" not in {e["name"] for c in plain["spec"]["containers"] for e in c["env"]}
+
+
+# ---------------------------------------------------------------------------- what the DAG's glue hands on
+def test_record_takes_every_steps_attempt_and_a_skipped_row_for_a_peer_side_that_never_reported():
+    from cluster_doctor.domain import payloads
+    from cluster_doctor.domain.peers import PeerMatch
+
+    one = attempt("gpu-001", "pass")
+    # a single step's XCom comes back as the dict itself, several as a list (a step that pushed nothing: None)
+    assert tasks.reported_attempts(one, None, None, dag_id=DAG, run_id="r1") == [one]
+    assert tasks.reported_attempts([one, None], None, None, dag_id=DAG, run_id="r1") == [one, None]
+    assert tasks.reported_attempts(None, None, None, dag_id=DAG, run_id="r1") == []
+    peer_tests = payloads.PeerTests(tests=[payloads.PeerTest(
+        match=PeerMatch(server="gpu-002", client="gpu-003", model="H100", reason="never peer-tested"),
+        gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
+        run_config=payloads.RunConfig(settings=Settings(), configmap="cm", suite_version="sha256:0"))])
+    sides = [[{**attempt("gpu-002", "pass", test="fabric_peer"), "peer": "gpu-003"}]]
+
+    rows = tasks.reported_attempts(one, sides, peer_tests, dag_id=DAG, run_id="r1")
+
+    assert [(r["node_name"], r["status"]) for r in rows] == [("gpu-001", "pass"), ("gpu-002", "pass"),
+                                                            ("gpu-003", "skipped")]
+
+
+def test_summarize_fails_a_run_whose_pods_left_no_record_and_passes_one_that_created_none():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    found, plan = discovered(["gpu-001"]), planned(("gpu-001", "gpu_health"))
+    with pytest.raises(AirflowFailException, match="could not be recorded: see the record task"):
+        tasks.recorded_or_fail(found, plan, None)
+    assert tasks.recorded_or_fail(found, planned(("gpu-001", "gpu_health"), dry_run=True), None) is None
+    recorded = Recorded(attempts=[])
+    assert tasks.recorded_or_fail(found, plan, recorded) is recorded
+
+
+def test_a_run_that_left_no_summary_fails_its_verdict():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="the run did not complete"):
+        tasks.verdict(None)
+    # a passing run's verdict passes
+    tasks.verdict(RunSummary(attempts=[{"node_name": "gpu-001", "test_name": "gpu_health", "status": "pass",
+                                        "reason": ""}]))
+
+
+def test_the_sweep_and_the_peer_tests_reuse_the_suite_code_ship_suites_shipped():
+    run_config = RunConfig(settings=Settings(), configmap="cm-1", suite_version="sha256:1")
+    bundles = [b.to_xcom() for b in _bundles(planned(("gpu-001", "gpu_health")), ["gpu-001"], run_config)]
+    assert tasks.shipped(bundles) == run_config
+    assert tasks.shipped([]) is None and tasks.shipped(None) is None

@@ -167,12 +167,12 @@ def test_without_the_opt_in_role_the_patch_is_refused_and_said_so(cluster, store
 
 def test_the_airflow_task_fails_on_an_open_breaker(cluster, store):
     from airflow.sdk.exceptions import AirflowFailException
-    from cluster_doctor.airflow import conditions_task
+    from cluster_doctor.airflow import tasks
     from cluster_doctor.domain.config import Settings
 
     for node in ("gpu-010", "gpu-011"):
         record(store, node, "gpu_health", "fail", NOW - dt.timedelta(hours=1), XID, "reboot")
     found = types.SimpleNamespace(settings=Settings(node_conditions={"enabled": True}, tests=TESTS))
     with pytest.raises(AirflowFailException, match="circuit breaker open"):
-        conditions_task.node_conditions(found, store, cluster.core_v1(), now=NOW)
+        tasks.node_conditions(found, store, cluster.core_v1(), now=NOW)
     assert {cond(cluster, n)["status"] for n in ("gpu-001", "gpu-020")} == {"Unknown"}  # the rest was written

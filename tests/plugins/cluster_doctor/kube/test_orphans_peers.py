@@ -1,6 +1,6 @@
 """No pod outlives its run, for peer tests too: a peer-test pod whose deletion failed is deleted by
 the next run's reaper, whatever its phase, and its side's result is recorded once if it was not yet (naming
-its peer). The peer task (``airflow.peers_task.run_peer_test``) against the Kubernetes API emulator with the
+its peer). The peer task (``airflow.tasks.peers.run_peer_test``) against the Kubernetes API emulator with the
 real client, the reaper (``kube.orphans``), a real PostgreSQL results database."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import datetime as dt
 import json
 
 import pytest
-from cluster_doctor.airflow import peers_task
+from cluster_doctor.airflow.tasks import peers
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain import payloads
 from cluster_doctor.domain.payloads import RunConfig
@@ -60,7 +60,7 @@ def run_undeletable(cluster, store) -> list:
     both pods stay (Completed)."""
     cluster.configure(forbidden=["delete pods"])
     try:
-        attempts = peers_task.run_peer_test(peer_test(), retry.wrap(cluster.core_v1()), store, dag_id=DAG_ID,
+        attempts = peers.run_peer_test(peer_test(), retry.wrap(cluster.core_v1()), store, dag_id=DAG_ID,
                                             run_id=RUN_ID, map_index=3, try_number=1)
     finally:
         cluster.configure(forbidden=[])
@@ -94,7 +94,7 @@ def test_an_unrecorded_peer_pod_is_recorded_once_naming_its_peer_then_deleted(cl
     """The task never wrote its sides (it died after its pods ended): the record task's "did not report"
     placeholders become each side's real result, once, naming its peer."""
     attempts = run_undeletable(cluster, None)
-    store.record(peers_task.reported(None, payloads.PeerTests(tests=[peer_test()]), dag_id=DAG_ID, run_id=RUN_ID))
+    store.record(peers.reported(None, payloads.PeerTests(tests=[peer_test()]), dag_id=DAG_ID, run_id=RUN_ID))
 
     report = orphans.reap(cluster.core_v1(), store, SETTINGS, run_state=lambda dag_id, run_id: "failed")
     again = orphans.reap(cluster.core_v1(), store, SETTINGS, run_state=lambda dag_id, run_id: "failed")

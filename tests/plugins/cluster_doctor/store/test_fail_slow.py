@@ -361,7 +361,8 @@ def _discovered(free, tests):
 
 
 def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first_and_reservation_holds(store):
-    from cluster_doctor.airflow import signals_task, tasks
+    from cluster_doctor.airflow import tasks
+    from cluster_doctor.airflow.tasks.signals import current_suspects
     from cluster_doctor.domain.config import Settings
     from cluster_doctor.domain.payloads import Plan
     from cluster_doctor.domain.planning import due
@@ -385,8 +386,8 @@ def test_the_record_task_makes_a_flagged_probe_a_suspect_the_planner_takes_first
     tasks.record(plan, reported, store, dag_id="continuous_validation", run_id="r-sweep", now=swept_at,
                  settings=Settings(tests=TWO))
     assert slow(store, T)["gpu-900"].state == rule.SlowState.SUSPECT  # one flagged probe: not failing
-    # what prioritize and reserve read (signals_task.current_suspects): the probe-suspect
-    found = signals_task.current_suspects(store, TWO, ["gpu-001", "gpu-900"], T)
+    # what prioritize and reserve read (tasks.signals.current_suspects): the probe-suspect
+    found = current_suspects(store, TWO, ["gpu-001", "gpu-900"], T)
     assert set(found) == {"gpu-900"} and "speed probe: flagged straggler:" in found["gpu-900"].describe()
     def run(at, run_id):
         nodes = ["gpu-001", "gpu-900"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from cluster_doctor.airflow import signals_task, tasks
+from cluster_doctor.airflow import tasks
+from cluster_doctor.airflow.tasks import signals
 from cluster_doctor.domain.planning import due
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain.payloads import Bundle, BundleStep, Discovered, RunConfig
@@ -62,20 +63,20 @@ RESERVE = {"enabled": True, "max_share": 1.0, "breaker_share": 1.0}  # 3 nodes: 
 def test_a_tick_records_the_signals_triggers_for_free_suspects_and_reserves_them_all(emu, store):
     settings = Settings(tests=TESTS, reservation=RESERVE)
     first = dt.datetime.now(dt.UTC)
-    signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None, now=first)
+    signals.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None, now=first)
     emu.add_user_pod("gpu-003", name="trainer-0")
     emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
     emu.node_event("gpu-003", "XidHardwareFailure", "NVRM: Xid (PCI:0000:1b:00): 48")
     emu.patch_node("gpu-002", reboot=True)
     later = dt.datetime.now(dt.UTC)  # the events' own time: they count within the window before a read
-    decision = signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
+    decision = signals.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
                                  now=later)
     # free or busy, every suspect is tainted: no new user job lands before its validation
     assert decision.nodes == ["gpu-001", "gpu-002"] and decision.reserved == ["gpu-001", "gpu-002", "gpu-003"]
     for name in ("gpu-001", "gpu-002", "gpu-003"):
         assert _taints(emu, name) == [KEY]
-    assert signals_task.triggered(store, decision.to_xcom()).startswith(f"run {decision.run_id} of continuous_validation")
-    again = signals_task.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
+    assert signals.triggered(store, decision.to_xcom()).startswith(f"run {decision.run_id} of continuous_validation")
+    again = signals.tick(settings, emu.core_v1(), store, paused=False, active_runs=0, next_run=None,
                               now=later + dt.timedelta(minutes=5))
     assert again.nodes == [] and again.why_not == "no new free suspect"  # triggered once per evidence
     with store.connect() as conn, conn.cursor() as cur:
@@ -92,16 +93,16 @@ def test_a_free_suspect_is_tainted_while_no_run_can_start_and_the_run_that_valid
     from the taint to then are counted."""
     settings = Settings(tests=TESTS, reservation=RESERVE)
     core = emu.core_v1()
-    signals_task.tick(settings, core, store, paused=False, active_runs=0, next_run=None, now=dt.datetime.now(dt.UTC))
+    signals.tick(settings, core, store, paused=False, active_runs=0, next_run=None, now=dt.datetime.now(dt.UTC))
     emu.add_user_pod("gpu-003", name="trainer-0")
     emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
     emu.node_event("gpu-003", "XidHardwareFailure", "NVRM: Xid (PCI:0000:1b:00): 48")
     seen = dt.datetime.now(dt.UTC)
-    held = signals_task.tick(settings, core, store, paused=False, active_runs=1, next_run=None, now=seen)
+    held = signals.tick(settings, core, store, paused=False, active_runs=1, next_run=None, now=seen)
     assert held.nodes == [] and held.why_not.startswith("1 run(s) of continuous_validation queued or running")
     assert held.reserved == ["gpu-001", "gpu-003"] and _taints(emu, "gpu-001") == [KEY]
     # the run ends: the next tick triggers one for it (the real clock from here: results are never in the future)
-    go = signals_task.tick(settings, core, store, paused=False, active_runs=0, next_run=None,
+    go = signals.tick(settings, core, store, paused=False, active_runs=0, next_run=None,
                            now=dt.datetime.now(dt.UTC))
     assert go.nodes == ["gpu-001"] and go.reserved == []  # already ours
 
@@ -173,7 +174,7 @@ def test_the_fast_path_waits_for_an_api_server_still_starting_within_one_interva
     emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
     fake = FakeTime()
     capsys.readouterr()
-    decision = signals_task.fast_path_tick(SlowApiServer(timeouts=3), Settings(tests=TESTS), clock=fake.clock,
+    decision = signals.fast_path_tick(SlowApiServer(timeouts=3), Settings(tests=TESTS), clock=fake.clock,
                                            sleep=fake.sleep)
     assert decision.nodes == ["gpu-001"]  # the tick ran once the api-server answered
     assert fake.sleeps == [1.0, 2.0, 4.0]
@@ -191,9 +192,9 @@ def test_the_fast_path_fails_on_one_line_when_the_api_server_never_answers(emu, 
 
     _connections(monkeypatch, emu, store)
     fake = FakeTime()
-    caplog.set_level(logging.ERROR, logger=signals_task.__name__)
+    caplog.set_level(logging.ERROR, logger=signals.__name__)
     with pytest.raises(AirflowFailException) as err:
-        signals_task.fast_path_tick(SlowApiServer(timeouts=10**6), Settings(tests=TESTS, fast_path_minutes=1),
+        signals.fast_path_tick(SlowApiServer(timeouts=10**6), Settings(tests=TESTS, fast_path_minutes=1),
                                     clock=fake.clock, sleep=fake.sleep)
     line = str(err.value)
     assert line.startswith("fast path not run: the Airflow API server (execution API) did not answer within 60 s")
@@ -222,7 +223,7 @@ def test_the_fast_path_reads_nothing_while_its_target_dag_is_not_parsed_yet(emu,
     _connections(monkeypatch, emu, store)
     emu.node_event("gpu-001", "XidHardwareFailure", "NVRM: Xid (PCI:0000:b9:00): 79")
     fake = FakeTime()
-    decision = signals_task.fast_path_tick(NotParsedYet(timeouts=0), Settings(tests=TESTS), clock=fake.clock,
+    decision = signals.fast_path_tick(NotParsedYet(timeouts=0), Settings(tests=TESTS), clock=fake.clock,
                                            sleep=fake.sleep)
     assert decision.nodes == [] and decision.why_not == "continuous_validation is not parsed yet: signals not read"
     assert fake.sleeps == []
@@ -246,9 +247,9 @@ def test_a_throttled_gpu_read_by_the_fast_path_makes_its_node_suspect_of_being_s
         emu.add_gpu_node(exporter.NODE, 4)
         settings = Settings(tests=TESTS, prometheus_url=url)
         found = discovery.discover(emu.core_v1(), settings)
-        recorded = signals_task.read_signals(emu.core_v1(), settings, found, None, store, NOW)
+        recorded = signals.read_signals(emu.core_v1(), settings, found, None, store, NOW)
     assert {(e.node_name, e.source) for e in recorded.new} == {(exporter.NODE, SPEED)}
-    assert "hardware thermal slowdown" in signals_task.current_suspects(
+    assert "hardware thermal slowdown" in signals.current_suspects(
         store, TESTS, [exporter.NODE], NOW)[exporter.NODE].describe()
     slow = fail_slow.read_slow_nodes(store.connect, now=NOW, window=dt.timedelta(hours=24),
                                      spacing=fail_slow.SLOW_SPACING)[exporter.NODE]

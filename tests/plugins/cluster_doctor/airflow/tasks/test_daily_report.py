@@ -1,8 +1,9 @@
-"""cluster_doctor.airflow.daily_tasks: the task body of the daily_fleet_report DAG."""
+"""cluster_doctor.airflow.tasks.daily_report: the task body of the daily_fleet_report DAG."""
 
 import datetime as dt
 
-from cluster_doctor.airflow import daily_tasks, runtime
+from cluster_doctor.airflow import runtime
+from cluster_doctor.airflow.tasks import daily_report
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.store import inventory
 
@@ -24,7 +25,7 @@ def test_the_report_counts_the_inventory_and_never_asks_the_cluster(monkeypatch,
     store.record([seed.attempt("gpu-001", "gpu_health", "pass", day)])
     monkeypatch.setattr(runtime, "core_v1", no_cluster)
     monkeypatch.setenv("AIRFLOW_CONN_VALIDATION_DB", db_url)
-    result = daily_tasks.write_report(Settings(tests=["gpu_health"], reports_dir=str(tmp_path)), day="2026-11-10",
+    result = daily_report.write_report(Settings(tests=["gpu_health"], reports_dir=str(tmp_path)), day="2026-11-10",
                                       now=day + dt.timedelta(days=1))
     assert result["coverage"] == {"covered": 1, "nodes": 2, "coverage": 0.5}
     md = (tmp_path / "daily" / "2026-11-10.md").read_text()

@@ -6,7 +6,7 @@ import datetime as dt
 
 import psycopg
 import pytest
-from cluster_doctor.airflow import peers_task
+from cluster_doctor.airflow.tasks import peers
 from cluster_doctor.domain.attempts import Attempt
 from cluster_doctor.domain.config import Settings
 from cluster_doctor.domain import payloads
@@ -39,7 +39,7 @@ def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_oth
     claims.claim(store.connect, [("gpu-001", "gpu_health", 600.0)], dag_id=DAG, run_id="r1", limit=1)  # prioritize
     claims.claim(store.connect, [("gpu-005", "dl_unit", 600.0)], dag_id=DAG, run_id="other", limit=1)
 
-    kept = peers_task._claimed([match("gpu-002", "gpu-003"), match("gpu-004", "gpu-005")], settings, store,
+    kept = peers._claimed([match("gpu-002", "gpu-003"), match("gpu-004", "gpu-005")], settings, store,
                                dag_id=DAG, run_id="r1", run_ended=None)
 
     assert kept == [match("gpu-002", "gpu-003")]
@@ -48,7 +48,7 @@ def test_peer_claims_keep_the_bundles_claims_and_a_half_held_match_gives_its_oth
     tests = payloads.PeerTests(tests=[payloads.PeerTest(
         match=kept[0], gpus={"gpu-002": (8, "H100"), "gpu-003": (8, "H100")}, planned_at=NOW,
         run_config=RunConfig(settings=settings, configmap="cm", suite_version="sha256:0"))])
-    assert peers_task.finish(tests, store, dag_id=DAG, run_id="r1") == "released gpu-002, gpu-003"
+    assert peers.finish(tests, store, dag_id=DAG, run_id="r1") == "released gpu-002, gpu-003"
     assert [r[0] for r in held(db_dsn)] == ["gpu-001", "gpu-005"]
 
 
@@ -60,12 +60,12 @@ def test_a_side_that_never_reported_is_recorded_skipped_naming_its_peer():
     pushed = [[{"node_name": "gpu-002", "test_name": "fabric_peer", "status": "pass", "finished_at": NOW.isoformat(),
                 "peer": "gpu-003", "dag_id": DAG, "run_id": "r1"}]]
 
-    rows = peers_task.reported(pushed, tests, dag_id=DAG, run_id="r1", now=NOW)
+    rows = peers.reported(pushed, tests, dag_id=DAG, run_id="r1", now=NOW)
 
     assert [(r["node_name"], r["status"], r["peer"]) for r in rows] == [("gpu-002", "pass", "gpu-003"),
                                                                         ("gpu-003", "skipped", "gpu-002")]
     assert rows[1]["reason"].startswith("the validation task did not report")
-    assert peers_task.reported(None, None, dag_id=DAG, run_id="r1") == []
+    assert peers.reported(None, None, dag_id=DAG, run_id="r1") == []
 
 
 def test_a_failed_peer_test_fails_its_task_blaming_neither_node_and_a_missed_one_skips():
@@ -76,8 +76,8 @@ def test_a_failed_peer_test_fails_its_task_blaming_neither_node_and_a_missed_one
                                    "reason": reason, "finished_at": NOW.isoformat()})
                 for n, p in (("gpu-002", "gpu-003"), ("gpu-003", "gpu-002"))]
 
-    assert peers_task.conclude(sides("pass")) == "gpu-002 (peer gpu-003): PASS; gpu-003 (peer gpu-002): PASS"
+    assert peers.conclude(sides("pass")) == "gpu-002 (peer gpu-003): PASS; gpu-003 (peer gpu-002): PASS"
     with pytest.raises(AirflowFailException, match="both nodes suspect, neither blamed, until a third node"):
-        peers_task.conclude(sides("fail", "PEER_IB_BW_LOW"))
+        peers.conclude(sides("fail", "PEER_IB_BW_LOW"))
     with pytest.raises(AirflowSkipException, match="TIMEOUT"):
-        peers_task.conclude(sides("timeout", "the client pod was still Pending"))
+        peers.conclude(sides("timeout", "the client pod was still Pending"))
