@@ -1,5 +1,7 @@
 """cluster_doctor.airflow.runtime: the results database behind the Postgres provider's hook."""
 
+import datetime as dt
+
 import pytest
 from cluster_doctor.airflow import runtime
 from cluster_doctor.store import database
@@ -115,7 +117,8 @@ class PushedXComs:
 def discover_xcom(conn_id):
     from cluster_doctor.domain.config import Settings
 
-    return {"settings": Settings(validation_db_conn_id=conn_id).to_dict(), "started_at": "2026-11-22T12:00:00+00:00",
+    return {"settings": Settings(validation_db_conn_id=conn_id).to_dict(),
+            "started_at": dt.datetime.now(dt.UTC).isoformat(),
             "params": {"node_range": "", "tests": ["gpu_health"], "stale_before": None, "max_pairs": 16,
                        "dry_run": False},
             "free": [{"name": "gpu-001", "gpu_count": 8, "gpu_model": "NVIDIA H200"}], "ineligible": []}
