@@ -19,6 +19,9 @@ from tests.support.suite_results import script_result, validation_pods
 pytestmark = pytest.mark.e2e
 
 
+# make test-slow (three DagRuns): covered fast by domain/planning/test_due.py (stale_before, stalest first, the
+# cap) and kube/test_against_emulator.py (the node range)
+@pytest.mark.slow
 def test_backfill_runs_walk_the_range_without_repeats(runner, cluster, db_dsn, db_url):
     now = dt.datetime.now(dt.UTC)
     nodes = [f"gpu-{i:03d}" for i in range(1, 9)]

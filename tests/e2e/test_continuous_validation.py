@@ -201,9 +201,10 @@ def test_results_db_down_during_record_then_back_rows_arrive_once(runner, cluste
 
 
 # 6 ------------------------------------------------------------------------------------------------
-# make test-slow (five DagRuns, ~1.5 min): in make test, test_backfill walks a range stalest first two per
-# run without repeats and re-validates it after a cutoff, test_bundles runs a node's suites as one bundle,
-# and the stack test's overlapping runs never put two of our pods on a node.
+# make test-slow (five DagRuns, ~1.5 min): in make test, domain/planning/test_due.py takes the stalest pairs
+# first within the cap and after a cutoff, kube/test_against_emulator.py takes exactly a range's nodes,
+# test_bundles runs a node's suites as one bundle, and the stack test's overlapping runs never put two of our
+# pods on a node.
 @pytest.mark.slow
 def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly_its_nodes(runner, cluster, db_dsn):
     runner.env_overrides["CLUSTER_DOCTOR_TESTS"] = "gpu_health,storage_fio"
@@ -244,6 +245,10 @@ def test_runs_take_the_next_stalest_pairs_and_a_range_revalidation_takes_exactly
 
 
 # 7 ------------------------------------------------------------------------------------------------
+# make test-slow: covered fast by airflow/test_tasks.py (a dry run plans, claims and records nothing),
+# airflow/tasks/test_ship_suites.py (it maps no bundle: no pod) and kube/test_against_emulator.py (GPU nodes
+# only)
+@pytest.mark.slow
 def test_non_gpu_nodes_and_a_dry_run_create_no_pod(runner, cluster, db_dsn, db_url):
     """Nodes without GPUs are not GPU nodes; a dry run plans (gpu-002 is due, gpu-001 fresh) and creates no
     pod. A run that plans nothing at all: test_backfill's last run; its summary: airflow/test_tasks.py."""
